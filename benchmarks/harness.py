@@ -1,0 +1,161 @@
+"""One benchmark harness for every family (DESIGN.md section 4).
+
+A Case names the bytes and FLOPs it must move/do at minimum, builds its inputs (random, never zeros) and
+maps implementation names ("torch_dnn", "eager", "compile", ...) to callables taking those inputs. Every
+implementation of a case runs in this one process on the same inputs; each is timed with CUDA events around
+single calls after warm-up, rotating through enough input sets to defeat the L2 cache, and the median is
+reported with p10/p90. Rows print ms, GB/s or TFLOP/s, % of the ceiling measured in the same run, and
+torch_dnn's speed over each peer's.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+L2_FLUSH_BYTES = 2 * 60 * 1024 * 1024  # rotate input sets until this much has been touched between reuses
+
+
+@dataclass
+class Case:
+    family: str
+    name: str
+    make_inputs: Callable[[], tuple]
+    impls: dict  # impl name -> callable(*inputs)
+    bytes: int = 0
+    flops: int = 0
+    target: str = ""  # e.g. ">=0.9 copy", ">=2x eager": printed beside the row
+    group: str = ""  # rows of one group form one table in the results file
+    extra: dict = field(default_factory=dict)
+
+
+def _time_impl(fn, input_sets, warmup: int, reps: int) -> list[float]:
+    for i in range(warmup):
+        fn(*input_sets[i % len(input_sets)])
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        inp = input_sets[i % len(input_sets)]
+        starts[i].record()
+        fn(*inp)
+        ends[i].record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def measure_copy_ceiling(nbytes: int = 2 * 1024**3) -> float:
+    """Device-to-device copy bandwidth, counting bytes read plus written (GB/s)."""
+    src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    times = _time_impl(lambda: dst.copy_(src), [()], 3, 20)
+    return 2 * src.numel() / (statistics.median(times) * 1e-3) / 1e9
+
+
+def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -> list[dict]:
+    first = case.make_inputs()
+    set_bytes = sum(t.numel() * t.element_size() for t in first if isinstance(t, torch.Tensor))
+    n_sets = max(1, min(8, -(-L2_FLUSH_BYTES // max(set_bytes, 1))))
+    input_sets = [first] + [case.make_inputs() for _ in range(n_sets - 1)]
+    rows = []
+    for impl, fn in case.impls.items():
+        try:
+            times = _time_impl(fn, input_sets, warmup, reps)
+        except Exception as e:  # a peer that cannot run this case (e.g. compile failure) is reported, not fatal
+            rows.append({"family": case.family, "group": case.group, "case": case.name, "impl": impl,
+                         "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
+            continue
+        ms = statistics.median(times)
+        q = statistics.quantiles(times, n=10)
+        row = {"family": case.family, "group": case.group, "case": case.name, "impl": impl, "ms": ms,
+               "p10_ms": q[0], "p90_ms": q[-1], "target": case.target}
+        if case.bytes:
+            row["gbps"] = case.bytes / (ms * 1e-3) / 1e9
+            row["pct_copy"] = 100.0 * row["gbps"] / ceiling_gbps
+        if case.flops:
+            row["tflops"] = case.flops / (ms * 1e-3) / 1e12
+        rows.append(row)
+    ours = next((r for r in rows if r["impl"] == "torch_dnn" and "ms" in r), None)
+    for r in rows:
+        if ours and "ms" in r and r is not ours:
+            r["ours_speedup"] = r["ms"] / ours["ms"]
+    del input_sets, first
+    torch.cuda.empty_cache()
+    return rows
+
+
+def environment() -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=os.path.dirname(__file__)).stdout.strip()
+    except OSError:
+        commit = ""
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": os.environ.get("TORCH_DNN_COMMIT", commit) or "unknown",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "none",
+        "python": platform.python_version(),
+    }
+
+
+def format_table(rows: list[dict]) -> str:
+    out = ["| case | impl | ms (p10-p90) | GB/s | % copy | TFLOP/s | torch_dnn speedup | target |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['case']} | {r['impl']} | failed: {r['error']} | | | | | |")
+            continue
+        spd = f"{r['ours_speedup']:.2f}x" if "ours_speedup" in r else ""
+        out.append(
+            f"| {r['case']} | {r['impl']} | {r['ms']:.4f} ({r['p10_ms']:.4f}-{r['p90_ms']:.4f}) | "
+            f"{r.get('gbps', 0):.0f} | {r.get('pct_copy', 0):.1f} | {f"{r['tflops']:.1f}" if 'tflops' in r else ''} | {spd} | "
+            f"{r.get('target', '') if r['impl'] == 'torch_dnn' else ''} |"
+        )
+    return "\n".join(out)
+
+
+def run(cases: list[Case], out_dir: str | None = None, md_path: str | None = None, title: str = "") -> list[dict]:
+    assert torch.cuda.is_available(), "benchmarks need a CUDA device"
+    env = environment()
+    ceiling = measure_copy_ceiling()
+    print(f"# {title or 'torch_dnn benchmarks'}\n{json.dumps(env)}\ncopy ceiling: {ceiling:.0f} GB/s", flush=True)
+    rows = []
+    for case in cases:
+        case_rows = run_case(case, ceiling)
+        rows += case_rows
+        for r in case_rows:
+            if "error" in r:
+                print(f"{r['case']:<48} {r['impl']:<10} FAILED {r['error']}", flush=True)
+            else:
+                spd = f"x{r['ours_speedup']:.2f}" if "ours_speedup" in r else ""
+                print(f"{r['case']:<48} {r['impl']:<10} {r['ms']:8.4f} ms {r.get('gbps', 0):7.0f} GB/s "
+                      f"{r.get('pct_copy', 0):5.1f}% {spd}", flush=True)
+    result = {"env": env, "copy_ceiling_gbps": ceiling, "rows": rows}
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "bench.json"), "w") as f:
+            json.dump(result, f, indent=1)
+    md = [f"# {title or 'torch_dnn benchmarks'}", "",
+          f"date {env['date']}, commit {env['commit']}, torch {env['torch']} (CUDA {env['cuda']}), device {env['device']}",
+          f"copy ceiling measured in this run: {ceiling:.0f} GB/s (bytes read + written). "
+          "Bytes are the minimum traffic; speedup is the peer's time over torch_dnn's.", ""]
+    groups = []
+    for r in rows:
+        if r["group"] not in groups:
+            groups.append(r["group"])
+    for g in groups:
+        md += [f"## {g}", "", format_table([r for r in rows if r["group"] == g]), ""]
+    text = "\n".join(md)
+    if md_path:
+        with open(md_path, "w") as f:
+            f.write(text)
+    return rows

@@ -1,0 +1,27 @@
+"""Entry point: python -m benchmarks.run [family ...] [--out DIR] [--md PATH] [--quick]
+(also reachable as python -m torch_dnn bench ...)."""
+import argparse
+
+from benchmarks import cases_activation, cases_softmax
+from benchmarks.harness import run
+
+FAMILIES = {"activation": cases_activation, "softmax": cases_softmax}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="torch_dnn bench")
+    p.add_argument("families", nargs="*", help=f"any of {sorted(FAMILIES)} (default: all)")
+    p.add_argument("--out", help="directory for bench.json")
+    p.add_argument("--md", help="path of the markdown results table")
+    p.add_argument("--quick", action="store_true", help="one shape per case")
+    a = p.parse_args(argv)
+    fams = a.families or list(FAMILIES)
+    unknown = [f for f in fams if f not in FAMILIES]
+    if unknown:
+        p.error(f"unknown family {unknown}; known: {sorted(FAMILIES)}")
+    cases = [c for f in fams for c in FAMILIES[f].cases(a.quick)]
+    run(cases, a.out, a.md, title=f"torch_dnn benchmarks: {', '.join(fams)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+// Activation family: schemas, and the CPU kernels' registration.
+#include "activation/activation_cpu.h"
+#include "activation/activation_ops.h"
+
+TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
+  // forward (names and defaults as torch.nn.functional)
+  m.def("relu(Tensor self) -> Tensor");
+  m.def("relu6(Tensor self) -> Tensor");
+  m.def("hardtanh(Tensor self, float min_val=-1., float max_val=1.) -> Tensor");
+  m.def("leaky_relu(Tensor self, float negative_slope=0.01) -> Tensor");
+  m.def("elu(Tensor self, float alpha=1.) -> Tensor");
+  m.def("gelu(Tensor self, *, str approximate='none') -> Tensor");
+  m.def("silu(Tensor self) -> Tensor");
+  m.def("sigmoid(Tensor self) -> Tensor");
+  m.def("tanh(Tensor self) -> Tensor");
+  m.def("softplus(Tensor self, float beta=1., float threshold=20.) -> Tensor");
+  m.def("mish(Tensor self) -> Tensor");
+  m.def("hardswish(Tensor self) -> Tensor");
+  m.def("hardsigmoid(Tensor self) -> Tensor");
+  // in place, where torch.nn.functional has an inplace flag
+  m.def("relu_(Tensor(a!) self) -> Tensor(a!)");
+  m.def("relu6_(Tensor(a!) self) -> Tensor(a!)");
+  m.def("hardtanh_(Tensor(a!) self, float min_val=-1., float max_val=1.) -> Tensor(a!)");
+  m.def("leaky_relu_(Tensor(a!) self, float negative_slope=0.01) -> Tensor(a!)");
+  m.def("elu_(Tensor(a!) self, float alpha=1.) -> Tensor(a!)");
+  m.def("silu_(Tensor(a!) self) -> Tensor(a!)");
+  m.def("mish_(Tensor(a!) self) -> Tensor(a!)");
+  m.def("hardswish_(Tensor(a!) self) -> Tensor(a!)");
+  m.def("hardsigmoid_(Tensor(a!) self) -> Tensor(a!)");
+  // backward: grad_output and the input (the result for sigmoid and tanh)
+  m.def("relu_backward(Tensor grad_output, Tensor self) -> Tensor");
+  m.def("relu6_backward(Tensor grad_output, Tensor self) -> Tensor");
+  m.def("hardtanh_backward(Tensor grad_output, Tensor self, float min_val, float max_val) -> Tensor");
+  m.def("leaky_relu_backward(Tensor grad_output, Tensor self, float negative_slope) -> Tensor");
+  m.def("elu_backward(Tensor grad_output, Tensor self, float alpha) -> Tensor");
+  m.def("gelu_backward(Tensor grad_output, Tensor self, *, str approximate='none') -> Tensor");
+  m.def("silu_backward(Tensor grad_output, Tensor self) -> Tensor");
+  m.def("sigmoid_backward(Tensor grad_output, Tensor result) -> Tensor");
+  m.def("tanh_backward(Tensor grad_output, Tensor result) -> Tensor");
+  m.def("softplus_backward(Tensor grad_output, Tensor self, float beta, float threshold) -> Tensor");
+  m.def("mish_backward(Tensor grad_output, Tensor self) -> Tensor");
+  m.def("hardswish_backward(Tensor grad_output, Tensor self) -> Tensor");
+  m.def("hardsigmoid_backward(Tensor grad_output, Tensor self) -> Tensor");
+  // fused bias + activation: act(input + bias broadcast along dim); the conv/matmul epilogue primitive
+  m.def("bias_act(Tensor input, Tensor? bias, int dim, str act) -> Tensor");
+  m.def(
+      "bias_act_backward(Tensor grad_output, Tensor input, Tensor? bias, int dim, str act, bool bias_grad) "
+      "-> (Tensor grad_input, Tensor grad_bias)");
+}
+
+TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {
+  torch_dnn::activation::register_activation_impls<torch_dnn::activation::CpuBackend>(m);
+}

@@ -1,0 +1,206 @@
+// y = act(x + bias[c]) and its backward, with x seen in memory as [outer, C, inner].
+//   inner == 1 ("last": bias along the innermost dim, the GEMM epilogue case): 2-D grid of column chunks by
+//     row groups; each thread keeps its bias (and, backward, its dbias partial sums) in registers.
+//   inner > 1 ("rows": NCHW-style, one channel per row of `inner` elements): a warp per row.
+// dbias is reduced in two deterministic stages: partial sums into a [P, C] workspace, then a column sum.
+#pragma once
+#include "activation/activation_kernels.h"
+#include "common/cuda/device.cuh"
+#include "common/cuda/reduce.cuh"
+#include "common/cuda/vec.cuh"
+
+namespace torch_dnn {
+namespace activation {
+
+constexpr int kBiasThreads = 256;
+
+// Rows each "last" block walks through, so that there are a few waves of blocks in all.
+inline int64_t last_row_groups(int64_t outer, int64_t col_blocks) {
+  int64_t want = (int64_t(sm_count()) * 4 + col_blocks - 1) / col_blocks;
+  if (want > outer) want = outer;
+  if (want > 65535) want = 65535;
+  return want < 1 ? 1 : want;
+}
+
+template <typename T, Act K, int V>
+__global__ void __launch_bounds__(kBiasThreads)
+    bias_act_fwd_last(const T* x, const T* bias, T* y, int64_t outer, int64_t C, acc_t<T> a, acc_t<T> b) {
+  using A = acc_t<T>;
+  const int64_t col = (int64_t(blockIdx.x) * kBiasThreads + threadIdx.x) * V;
+  if (col >= C) return;
+  A bv[V];
+  if (bias) {
+    const Vec<T, V> raw = load_vec<T, V>(bias + col);
+#pragma unroll
+    for (int j = 0; j < V; ++j) bv[j] = to_acc<A>(raw.v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) bv[j] = A(0);
+  }
+  for (int64_t r = blockIdx.y; r < outer; r += gridDim.y) {
+    Vec<T, V> v = load_vec<T, V>(x + r * C + col);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(act_forward<K, A>(to_acc<A>(v.v[j]) + bv[j], a, b));
+    store_vec<T, V>(y + r * C + col, v);
+  }
+}
+
+template <typename T, Act K, int V>
+__global__ void __launch_bounds__(kBiasThreads)
+    bias_act_fwd_rows(const T* x, const T* bias, T* y, int64_t rows, int64_t C, int64_t inner, acc_t<T> a, acc_t<T> b) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (kBiasThreads / 32);
+  for (int64_t r = int64_t(blockIdx.x) * (kBiasThreads / 32) + (threadIdx.x >> 5); r < rows; r += warps) {
+    const A bv = bias ? to_acc<A>(bias[r % C]) : A(0);
+    const T* xr = x + r * inner;
+    T* yr = y + r * inner;
+    for (int64_t i = int64_t(lane) * V; i < inner; i += 32 * V) {
+      Vec<T, V> v = load_vec<T, V>(xr + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(act_forward<K, A>(to_acc<A>(v.v[j]) + bv, a, b));
+      store_vec<T, V>(yr + i, v);
+    }
+  }
+}
+
+// Backward, "last": partial[y][col] = sum over this block's rows of dx.
+template <typename T, Act K, int V>
+__global__ void __launch_bounds__(kBiasThreads)
+    bias_act_bwd_last(const T* g, const T* x, const T* bias, T* dx, acc_t<T>* partial, int64_t outer, int64_t C,
+                      acc_t<T> a, acc_t<T> b) {
+  using A = acc_t<T>;
+  const int64_t col = (int64_t(blockIdx.x) * kBiasThreads + threadIdx.x) * V;
+  if (col >= C) return;
+  A bv[V], sum[V];
+  if (bias) {
+    const Vec<T, V> raw = load_vec<T, V>(bias + col);
+#pragma unroll
+    for (int j = 0; j < V; ++j) bv[j] = to_acc<A>(raw.v[j]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) bv[j] = A(0);
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) sum[j] = A(0);
+  for (int64_t r = blockIdx.y; r < outer; r += gridDim.y) {
+    const Vec<T, V> gv = load_vec<T, V>(g + r * C + col);
+    Vec<T, V> xv = load_vec<T, V>(x + r * C + col);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const T d = from_acc<T>(act_backward_at_input<K, A>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv[j], a, b));
+      xv.v[j] = d;
+      sum[j] += to_acc<A>(d);  // sum what we store, as PyTorch sums the rounded grad_input
+    }
+    store_vec<T, V>(dx + r * C + col, xv);
+  }
+  if (partial) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) partial[int64_t(blockIdx.y) * C + col + j] = sum[j];
+  }
+}
+
+// Backward, "rows": partial[r] = sum of dx over row r (r = o * C + c).
+template <typename T, Act K, int V>
+__global__ void __launch_bounds__(kBiasThreads)
+    bias_act_bwd_rows(const T* g, const T* x, const T* bias, T* dx, acc_t<T>* partial, int64_t rows, int64_t C,
+                      int64_t inner, acc_t<T> a, acc_t<T> b) {
+  using A = acc_t<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = int64_t(gridDim.x) * (kBiasThreads / 32);
+  for (int64_t r = int64_t(blockIdx.x) * (kBiasThreads / 32) + (threadIdx.x >> 5); r < rows; r += warps) {
+    const A bv = bias ? to_acc<A>(bias[r % C]) : A(0);
+    A sum = A(0);
+    for (int64_t i = int64_t(lane) * V; i < inner; i += 32 * V) {
+      const Vec<T, V> gv = load_vec<T, V>(g + r * inner + i);
+      Vec<T, V> xv = load_vec<T, V>(x + r * inner + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const T d = from_acc<T>(act_backward_at_input<K, A>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv, a, b));
+        xv.v[j] = d;
+        sum += to_acc<A>(d);
+      }
+      store_vec<T, V>(dx + r * inner + i, xv);
+    }
+    sum = warp_reduce(sum, SumOp{});
+    if (partial && lane == 0) partial[r] = sum;
+  }
+}
+
+// dbias[c] = sum over p of partial[p][c], in a fixed order.
+template <typename T>
+__global__ void column_sum_kernel(const acc_t<T>* partial, T* out, int64_t P, int64_t C) {
+  using A = acc_t<T>;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    A s = A(0);
+    for (int64_t p = 0; p < P; ++p) s += partial[p * C + c];
+    out[c] = from_acc<T>(s);
+  }
+}
+
+template <typename T>
+bool last_vectorizable(const void* a, const void* b, const void* c, const void* d, int64_t C) {
+  return C % kVec16<T> == 0 && aligned16(a) && aligned16(b) && (!c || aligned16(c)) && (!d || aligned16(d));
+}
+
+template <typename T, Act K>
+void run_bias_act_forward(const T* x, const T* bias, T* y, BiasActShape s, ActParams p, cudaStream_t stream) {
+  using A = acc_t<T>;
+  constexpr int V = kVec16<T>;
+  if (s.inner == 1) {
+    const bool vec = last_vectorizable<T>(x, y, bias, nullptr, s.C);
+    const int64_t cols = vec ? s.C / V : s.C;
+    const int64_t col_blocks = (cols + kBiasThreads - 1) / kBiasThreads;
+    const dim3 grid(unsigned(col_blocks), unsigned(last_row_groups(s.outer, col_blocks)));
+    if (vec) bias_act_fwd_last<T, K, V><<<grid, kBiasThreads, 0, stream>>>(x, bias, y, s.outer, s.C, A(p.a), A(p.b));
+    else bias_act_fwd_last<T, K, 1><<<grid, kBiasThreads, 0, stream>>>(x, bias, y, s.outer, s.C, A(p.a), A(p.b));
+  } else {
+    const int64_t rows = s.outer * s.C;
+    const unsigned grid = grid_for(rows, kBiasThreads / 32);
+    if (s.inner % V == 0 && aligned16(x) && aligned16(y))
+      bias_act_fwd_rows<T, K, V><<<grid, kBiasThreads, 0, stream>>>(x, bias, y, rows, s.C, s.inner, A(p.a), A(p.b));
+    else
+      bias_act_fwd_rows<T, K, 1><<<grid, kBiasThreads, 0, stream>>>(x, bias, y, rows, s.C, s.inner, A(p.a), A(p.b));
+  }
+}
+
+// Rows of the partial-sum workspace that the backward writes: row groups ("last") or outer ("rows").
+template <typename T>
+int64_t backward_partial_rows(BiasActShape s, bool vec) {
+  if (s.inner != 1) return s.outer;
+  const int64_t cols = vec ? s.C / kVec16<T> : s.C;
+  return last_row_groups(s.outer, (cols + kBiasThreads - 1) / kBiasThreads);
+}
+
+template <typename T, Act K>
+void run_bias_act_backward(const T* g, const T* x, const T* bias, T* dx, T* dbias, acc_t<T>* ws, BiasActShape s,
+                           ActParams p, cudaStream_t stream) {
+  using A = acc_t<T>;
+  constexpr int V = kVec16<T>;
+  acc_t<T>* partial = dbias ? ws : nullptr;
+  if (s.inner == 1) {
+    const bool vec = last_vectorizable<T>(g, x, dx, bias, s.C);
+    const int64_t cols = vec ? s.C / V : s.C;
+    const int64_t col_blocks = (cols + kBiasThreads - 1) / kBiasThreads;
+    const dim3 grid(unsigned(col_blocks), unsigned(backward_partial_rows<T>(s, vec)));
+    if (vec)
+      bias_act_bwd_last<T, K, V><<<grid, kBiasThreads, 0, stream>>>(g, x, bias, dx, partial, s.outer, s.C, A(p.a), A(p.b));
+    else
+      bias_act_bwd_last<T, K, 1><<<grid, kBiasThreads, 0, stream>>>(g, x, bias, dx, partial, s.outer, s.C, A(p.a), A(p.b));
+  } else {
+    const int64_t rows = s.outer * s.C;
+    const unsigned grid = grid_for(rows, kBiasThreads / 32);
+    if (s.inner % V == 0 && aligned16(g) && aligned16(x) && aligned16(dx))
+      bias_act_bwd_rows<T, K, V><<<grid, kBiasThreads, 0, stream>>>(g, x, bias, dx, partial, rows, s.C, s.inner, A(p.a), A(p.b));
+    else
+      bias_act_bwd_rows<T, K, 1><<<grid, kBiasThreads, 0, stream>>>(g, x, bias, dx, partial, rows, s.C, s.inner, A(p.a), A(p.b));
+  }
+  if (dbias) {
+    const bool vec = s.inner == 1 && last_vectorizable<T>(g, x, dx, bias, s.C);
+    const int64_t P = backward_partial_rows<T>(s, vec);
+    column_sum_kernel<T><<<grid_for(s.C, 256, 1, 4), 256, 0, stream>>>(ws, dbias, P, s.C);
+  }
+}
+
+}  // namespace activation
+}  // namespace torch_dnn

@@ -1,0 +1,31 @@
+// Host-side facts about the current device, cached per device (torch-free).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace torch_dnn {
+
+inline int sm_count() {
+  static int cache[64] = {0};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 64) dev = 0;
+  if (cache[dev] == 0) {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    cache[dev] = n > 0 ? n : 1;
+  }
+  return cache[dev];
+}
+
+// Blocks for a grid-stride loop over `work` items handled `per_block` at a time: enough to fill the chip
+// several times over, never more than the work needs, never over the grid limit.
+inline unsigned grid_for(int64_t work, int64_t per_block, int waves = 8, int blocks_per_sm = 8) {
+  int64_t need = (work + per_block - 1) / per_block;
+  int64_t cap = int64_t(sm_count()) * blocks_per_sm * waves;
+  int64_t g = need < cap ? need : cap;
+  return unsigned(g < 1 ? 1 : g);
+}
+
+}  // namespace torch_dnn

@@ -1,0 +1,36 @@
+// Warp and block reductions (sum, max) in the accumulation type.
+#pragma once
+#include "common/cuda/types.cuh"
+
+namespace torch_dnn {
+
+struct SumOp {
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const { return a + b; }
+};
+struct MaxOp {
+  // NaN wins, as in PyTorch's max reductions.
+  template <typename A> __device__ __forceinline__ A operator()(A a, A b) const {
+    return (a != a || a > b) ? a : b;
+  }
+};
+
+template <typename A, class Op>
+__device__ __forceinline__ A warp_reduce(A v, Op op, int width = 32) {
+#pragma unroll
+  for (int off = width / 2; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off, width));
+  return v;
+}
+
+// Every thread of the block gets the result. `smem` holds at least 32 A's. Safe to call back to back.
+template <typename A, class Op>
+__device__ __forceinline__ A block_reduce(A v, Op op, A* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  v = warp_reduce(v, op);
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  v = smem[lane < nwarps ? lane : 0];
+  return warp_reduce(v, op);
+}
+
+}  // namespace torch_dnn

@@ -1,0 +1,42 @@
+// 16-byte vector loads and stores: the unit of every memory-bound kernel here.
+#pragma once
+#include <cstdint>
+
+#include "common/cuda/types.cuh"
+
+namespace torch_dnn {
+
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+// Elements per 16-byte access.
+template <typename T> constexpr int kVec16 = 16 / sizeof(T);
+
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, N>*>(p);
+}
+// Streaming load: data read once should not push reused data out of L1/L2.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> load_vec_stream(const T* p) {
+  static_assert(sizeof(Vec<T, N>) == 16, "16-byte vectors only");
+  Vec<T, N> r;
+  int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
+  *reinterpret_cast<int4*>(&r) = raw;
+  return r;
+}
+template <typename T, int N>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+template <typename T, int N>
+__device__ __forceinline__ void store_vec_stream(T* p, const Vec<T, N>& v) {
+  static_assert(sizeof(Vec<T, N>) == 16, "16-byte vectors only");
+  __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace torch_dnn

@@ -1,0 +1,42 @@
+// Torch-free basics shared by host (g++) and device (nvcc) code.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TD_HD __host__ __device__ __forceinline__
+#else
+#define TD_HD inline
+#endif
+
+namespace torch_dnn {
+
+// The dtypes our kernels are instantiated for. Launchers map at::ScalarType onto this so that kernel code
+// never sees a torch header.
+enum class DType : int { Float32 = 0, Float16 = 1, BFloat16 = 2, Float64 = 3 };
+
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Float64: return "float64";
+  }
+  return "?";
+}
+
+// Math that picks the float or double version by overload, usable on host and device.
+TD_HD float td_exp(float x) { return expf(x); }
+TD_HD double td_exp(double x) { return exp(x); }
+TD_HD float td_expm1(float x) { return expm1f(x); }
+TD_HD double td_expm1(double x) { return expm1(x); }
+TD_HD float td_log(float x) { return logf(x); }
+TD_HD double td_log(double x) { return log(x); }
+TD_HD float td_log1p(float x) { return log1pf(x); }
+TD_HD double td_log1p(double x) { return log1p(x); }
+TD_HD float td_tanh(float x) { return tanhf(x); }
+TD_HD double td_tanh(double x) { return tanh(x); }
+TD_HD float td_erf(float x) { return erff(x); }
+TD_HD double td_erf(double x) { return erf(x); }
+
+}  // namespace torch_dnn

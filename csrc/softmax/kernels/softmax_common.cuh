@@ -1,0 +1,138 @@
+// Pieces shared by the softmax forward and backward kernels: row views, the kernel plan for a shape, and
+// the running (max, sum-of-exp) statistic that merges in any order.
+#pragma once
+#include <cmath>
+
+#include "common/cuda/device.cuh"
+#include "common/cuda/reduce.cuh"
+#include "common/cuda/vec.cuh"
+#include "softmax/softmax_kernels.h"
+
+namespace torch_dnn {
+namespace softmax {
+
+// Loads V elements (a 16-byte vector, or one element when V == 1) as accumulation-type values.
+template <int V, typename T, typename A>
+__device__ __forceinline__ void load_acc(const T* p, A (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = to_acc<A>(*p);
+  } else {
+    const Vec<T, V> v = load_vec<T, V>(p);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_acc<A>(v.v[j]);
+  }
+}
+template <int V, typename T, typename A>
+__device__ __forceinline__ void store_acc(T* p, const A (&in)[V]) {
+  if constexpr (V == 1) {
+    *p = from_acc<T>(in[0]);
+  } else {
+    Vec<T, V> v;
+#pragma unroll
+    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in[j]);
+    store_vec<T, V>(p, v);
+  }
+}
+
+// Running max and sum of exp(x - max). Chunks whose max is -inf contribute nothing (so that -inf entries
+// never turn the sum into NaN); a row that is all -inf ends with max -inf and sum 0, and the output formula
+// then yields NaN exactly as PyTorch's softmax does.
+template <typename A>
+struct MaxSum {
+  A m, s;
+  __device__ __forceinline__ void add(A x) {
+    if (x > m) {
+      s = (m == A(-INFINITY) ? A(0) : s * exp_acc(m - x)) + A(1);
+      m = x;
+    } else if (x == x) {
+      s += m == A(-INFINITY) ? A(0) : exp_acc(x - m);
+    } else {  // NaN: the row's output is NaN
+      m = x;
+      s = x;
+    }
+  }
+  __device__ __forceinline__ static MaxSum merge(MaxSum a, MaxSum b) {
+    const A m = MaxOp{}(a.m, b.m);
+    const A sa = a.m == A(-INFINITY) ? A(0) : a.s * exp_acc(a.m - m);
+    const A sb = b.m == A(-INFINITY) ? A(0) : b.s * exp_acc(b.m - m);
+    return {m, sa + sb};
+  }
+  __device__ __forceinline__ static A exp_acc(A v) { return td_exp(v); }
+};
+
+template <typename A>
+__device__ __forceinline__ MaxSum<A> block_reduce_maxsum(MaxSum<A> v, A* smem) {
+  const A m = block_reduce(v.m, MaxOp{}, smem);
+  A s = v.m == A(-INFINITY) ? A(0) : v.s * td_exp(v.m - m);
+  s = block_reduce(s, SumOp{}, smem);
+  return {m, s};
+}
+
+// softmax / log_softmax of one value from the row statistic. For softmax, inv_s = 1 / sum.
+template <bool LOG, typename A>
+__device__ __forceinline__ A softmax_out(A x, A m, A s_or_log_s) {
+  if constexpr (LOG) return x - m - s_or_log_s;
+  else return td_exp(x - m) * s_or_log_s;
+}
+template <bool LOG, typename A>
+__device__ __forceinline__ A softmax_scale(A s) {
+  if constexpr (LOG) return td_log(s);
+  else return A(1) / s;
+}
+
+// How a shape is computed. Shared by forward and backward (and by the workspace size functions).
+enum class Plan { Warp, BlockRegs8, BlockRegs32, BlockTwoPass, SplitRow, Spatial };
+
+constexpr int kWarpBlock = 128;     // threads per block of the warp-per-row kernels
+constexpr int kMaxWarpRow = 1024;   // rows up to this length: a warp (or part of one) per row, in registers
+constexpr int kSplitChunk = 16384;  // elements per block when one row is split over several blocks
+
+struct PlanInfo {
+  Plan plan;
+  bool vec;         // 16-byte vectors (row length a multiple of the vector and pointers aligned)
+  int threads;      // threads per block (Warp: threads per row)
+  int64_t chunks;   // SplitRow: blocks per row
+};
+
+inline int pow2_at_least(int64_t v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned) {
+  PlanInfo p{Plan::Spatial, false, 0, 1};
+  if (s.inner != 1) return p;
+  p.vec = aligned && s.dim % vec_elems == 0;
+  const int V = p.vec ? vec_elems : 1;
+  const int64_t nv = s.dim / V;
+  if (s.dim <= kMaxWarpRow) {
+    p.plan = Plan::Warp;
+    p.threads = pow2_at_least((nv + 32 / V - 1) / (32 / V));  // lanes per row: each holds up to 32 elements
+    if (p.threads > 32) p.threads = 32;
+    return p;
+  }
+  if (p.vec && s.dim <= 8 * 1024) {
+    p.plan = Plan::BlockRegs8;
+    p.threads = int(std::max<int64_t>(64, pow2_at_least((s.dim + 7) / 8)));
+    return p;
+  }
+  if (p.vec && vec_elems >= 4 && s.dim <= 32 * 1024) {  // 32 double values a thread would spill
+    p.plan = Plan::BlockRegs32;
+    p.threads = int(std::max<int64_t>(256, pow2_at_least((s.dim + 31) / 32)));
+    return p;
+  }
+  // Long rows: a block per row reading twice (the second read mostly from L2), unless there are too few
+  // rows to fill the chip; then each row is split over several blocks.
+  p.threads = 512;
+  if (s.outer >= 2 * sm_count() || s.dim <= 2 * kSplitChunk) {
+    p.plan = Plan::BlockTwoPass;
+  } else {
+    p.plan = Plan::SplitRow;
+    p.chunks = (s.dim + kSplitChunk - 1) / kSplitChunk;
+  }
+  return p;
+}
+
+}  // namespace softmax
+}  // namespace torch_dnn

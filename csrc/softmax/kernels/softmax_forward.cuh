@@ -1,0 +1,220 @@
+// softmax / log_softmax forward kernels. Ti: input type, To: output type, A: accumulation type.
+//   softmax_warp_fwd      rows <= 1024: `width` lanes per row, the row in registers (<= 32 values a lane)
+//   softmax_block_fwd     rows <= 8K / 32K elements: a block per row, the row in registers
+//   softmax_twopass_fwd   longer rows: a block per row; pass 1 running (max, sum), pass 2 re-reads and writes
+//   softmax_split_*       long rows, few of them: several blocks per row, statistics merged through workspace
+//   softmax_spatial_fwd   softmax over a dim that is not innermost: a thread per (outer, inner) column
+#pragma once
+#include "softmax/kernels/softmax_common.cuh"
+
+namespace torch_dnn {
+namespace softmax {
+
+template <typename Ti, typename To, bool LOG, int V>
+__global__ void __launch_bounds__(kWarpBlock) softmax_warp_fwd(const Ti* x, To* y, int64_t rows, int64_t D, int width) {
+  using A = acc_t<Ti>;
+  constexpr int kItems = 32 / V;  // vectors a lane can hold
+  const int lane = threadIdx.x & (width - 1);
+  const int64_t groups_per_block = kWarpBlock / width;
+  const int64_t nv = D / V;
+  // Whole warps iterate together so that every lane reaches every shuffle.
+  const int64_t first = int64_t(blockIdx.x) * groups_per_block + threadIdx.x / width;
+  const int64_t step = int64_t(gridDim.x) * groups_per_block;
+  const int64_t warp_first = int64_t(blockIdx.x) * groups_per_block + (threadIdx.x & ~31) / width;
+  for (int64_t r = first, rw = warp_first; rw < rows; r += step, rw += step) {
+    const bool valid = r < rows;
+    A v[kItems][V];
+    A m = A(-INFINITY);
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * width + lane;
+      if (valid && idx < nv) {
+        load_acc<V>(x + r * D + idx * V, v[k]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) m = MaxOp{}(m, v[k][j]);
+      }
+    }
+    m = warp_reduce(m, MaxOp{}, width);
+    A s = A(0);
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * width + lane;
+      if (valid && idx < nv) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) s += td_exp(v[k][j] - m);
+      }
+    }
+    s = softmax_scale<LOG>(warp_reduce(s, SumOp{}, width));
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * width + lane;
+      if (valid && idx < nv) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[k][j] = softmax_out<LOG>(v[k][j], m, s);
+        store_acc<V>(y + r * D + idx * V, v[k]);
+      }
+    }
+  }
+}
+
+template <typename Ti, typename To, bool LOG, int ELEMS>
+__global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, int64_t rows, int64_t D) {
+  using A = acc_t<Ti>;
+  constexpr int V = kVec16<Ti>;
+  constexpr int kItems = ELEMS / V > 0 ? ELEMS / V : 1;
+  __shared__ A smem[32];
+  const int64_t nv = D / V;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    A v[kItems][V];
+    A m = A(-INFINITY);
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+      if (idx < nv) {
+        load_acc<V>(x + r * D + idx * V, v[k]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) m = MaxOp{}(m, v[k][j]);
+      }
+    }
+    m = block_reduce(m, MaxOp{}, smem);
+    A s = A(0);
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+      if (idx < nv) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) s += td_exp(v[k][j] - m);
+      }
+    }
+    s = softmax_scale<LOG>(block_reduce(s, SumOp{}, smem));
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+      if (idx < nv) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[k][j] = softmax_out<LOG>(v[k][j], m, s);
+        store_acc<V>(y + r * D + idx * V, v[k]);
+      }
+    }
+  }
+}
+
+// Running (max, sum) of x[begin, end) of one row, reduced over the block.
+template <typename Ti, int V, typename A>
+__device__ __forceinline__ MaxSum<A> block_row_stats(const Ti* row, int64_t begin, int64_t end, A* smem) {
+  MaxSum<A> st{A(-INFINITY), A(0)};
+  for (int64_t i = begin + int64_t(threadIdx.x) * V; i < end; i += int64_t(blockDim.x) * V) {
+    A v[V];
+    load_acc<V>(row + i, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) st.add(v[j]);
+  }
+  return block_reduce_maxsum(st, smem);
+}
+
+template <typename Ti, typename To, bool LOG, int V, typename A>
+__device__ __forceinline__ void block_row_write(const Ti* row, To* out, int64_t begin, int64_t end, A m, A scale) {
+  for (int64_t i = begin + int64_t(threadIdx.x) * V; i < end; i += int64_t(blockDim.x) * V) {
+    A v[V];
+    load_acc<V>(row + i, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = softmax_out<LOG>(v[j], m, scale);
+    store_acc<V>(out + i, v);
+  }
+}
+
+template <typename Ti, typename To, bool LOG, int V>
+__global__ void __launch_bounds__(512) softmax_twopass_fwd(const Ti* x, To* y, int64_t rows, int64_t D) {
+  using A = acc_t<Ti>;
+  __shared__ A smem[32];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const MaxSum<A> st = block_row_stats<Ti, V, A>(x + r * D, 0, D, smem);
+    block_row_write<Ti, To, LOG, V, A>(x + r * D, y + r * D, 0, D, st.m, softmax_scale<LOG>(st.s));
+  }
+}
+
+// Split rows: blockIdx.x is the chunk, blockIdx.y (plus a loop) the row. ws holds (max, sum) per chunk.
+template <typename Ti, int V>
+__global__ void __launch_bounds__(512) softmax_split_stats(const Ti* x, acc_t<Ti>* ws, int64_t rows, int64_t D) {
+  using A = acc_t<Ti>;
+  __shared__ A smem[32];
+  const int64_t begin = int64_t(blockIdx.x) * kSplitChunk;
+  const int64_t end = begin + kSplitChunk < D ? begin + kSplitChunk : D;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const MaxSum<A> st = block_row_stats<Ti, V, A>(x + r * D, begin, end, smem);
+    if (threadIdx.x == 0) {
+      ws[(r * gridDim.x + blockIdx.x) * 2] = st.m;
+      ws[(r * gridDim.x + blockIdx.x) * 2 + 1] = st.s;
+    }
+  }
+}
+
+template <typename Ti, typename To, bool LOG, int V>
+__global__ void __launch_bounds__(512) softmax_split_write(const Ti* x, To* y, const acc_t<Ti>* ws, int64_t rows, int64_t D) {
+  using A = acc_t<Ti>;
+  const int64_t begin = int64_t(blockIdx.x) * kSplitChunk;
+  const int64_t end = begin + kSplitChunk < D ? begin + kSplitChunk : D;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    // Every thread merges the row's chunk statistics in the same order: identical results, no sync needed.
+    MaxSum<A> st{A(-INFINITY), A(0)};
+    for (unsigned c = 0; c < gridDim.x; ++c) st = MaxSum<A>::merge(st, {ws[(r * gridDim.x + c) * 2], ws[(r * gridDim.x + c) * 2 + 1]});
+    block_row_write<Ti, To, LOG, V, A>(x + r * D, y + r * D, begin, end, st.m, softmax_scale<LOG>(st.s));
+  }
+}
+
+template <typename Ti, typename To, bool LOG>
+__global__ void __launch_bounds__(256) softmax_spatial_fwd(const Ti* x, To* y, int64_t outer, int64_t D, int64_t inner) {
+  using A = acc_t<Ti>;
+  const int64_t cols = outer * inner;
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = c / inner, i = c - o * inner;
+    const Ti* xp = x + o * D * inner + i;
+    To* yp = y + o * D * inner + i;
+    MaxSum<A> st{A(-INFINITY), A(0)};
+    for (int64_t d = 0; d < D; ++d) st.add(to_acc<A>(xp[d * inner]));
+    const A scale = softmax_scale<LOG>(st.s);
+    for (int64_t d = 0; d < D; ++d) yp[d * inner] = from_acc<To>(softmax_out<LOG>(to_acc<A>(xp[d * inner]), st.m, scale));
+  }
+}
+
+template <typename Ti, typename To, bool LOG>
+void run_forward(const Ti* x, To* y, acc_t<Ti>* ws, SoftmaxShape s, cudaStream_t stream) {
+  constexpr int V = kVec16<Ti>;
+  const PlanInfo p = make_plan(s, V, aligned16(x) && aligned16(y) && sizeof(Ti) == sizeof(To));
+  const int64_t rows = s.outer;
+  switch (p.plan) {
+    case Plan::Warp: {
+      const unsigned grid = grid_for(rows, kWarpBlock / p.threads, 4, 16);
+      if (p.vec) softmax_warp_fwd<Ti, To, LOG, V><<<grid, kWarpBlock, 0, stream>>>(x, y, rows, s.dim, p.threads);
+      else softmax_warp_fwd<Ti, To, LOG, 1><<<grid, kWarpBlock, 0, stream>>>(x, y, rows, s.dim, p.threads);
+      break;
+    }
+    case Plan::BlockRegs8:
+      softmax_block_fwd<Ti, To, LOG, 8><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(x, y, rows, s.dim);
+      break;
+    case Plan::BlockRegs32:
+      softmax_block_fwd<Ti, To, LOG, 32><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(x, y, rows, s.dim);
+      break;
+    case Plan::BlockTwoPass:
+      if (p.vec) softmax_twopass_fwd<Ti, To, LOG, V><<<grid_for(rows, 1, 4, 4), 512, 0, stream>>>(x, y, rows, s.dim);
+      else softmax_twopass_fwd<Ti, To, LOG, 1><<<grid_for(rows, 1, 4, 4), 512, 0, stream>>>(x, y, rows, s.dim);
+      break;
+    case Plan::SplitRow: {
+      const dim3 grid(unsigned(p.chunks), unsigned(rows < 65535 ? rows : 65535));
+      if (p.vec) {
+        softmax_split_stats<Ti, V><<<grid, 512, 0, stream>>>(x, ws, rows, s.dim);
+        softmax_split_write<Ti, To, LOG, V><<<grid, 512, 0, stream>>>(x, y, ws, rows, s.dim);
+      } else {
+        softmax_split_stats<Ti, 1><<<grid, 512, 0, stream>>>(x, ws, rows, s.dim);
+        softmax_split_write<Ti, To, LOG, 1><<<grid, 512, 0, stream>>>(x, y, ws, rows, s.dim);
+      }
+      break;
+    }
+    case Plan::Spatial:
+      softmax_spatial_fwd<Ti, To, LOG><<<grid_for(s.outer * s.inner, 256, 4, 8), 256, 0, stream>>>(x, y, s.outer, s.dim, s.inner);
+      break;
+  }
+}
+
+}  // namespace softmax
+}  // namespace torch_dnn

@@ -1,0 +1,34 @@
+// Torch-free entry points of the softmax family's CUDA kernels. A dense tensor is seen in memory as
+// [outer, dim, inner] with softmax taken along `dim`. Every call enqueues on `stream` and returns
+// cudaGetLastError().
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/hd.h"
+
+namespace torch_dnn {
+namespace softmax {
+
+struct SoftmaxShape {
+  int64_t outer = 1, dim = 1, inner = 1;
+};
+
+// Supported (input, output) dtype pairs: equal, or float16/bfloat16 -> float32 (softmax's dtype= argument).
+bool forward_dtypes_supported(DType in, DType out);
+
+// Elements (in the accumulation type) of workspace the forward/backward need for this shape.
+int64_t forward_workspace(DType in, SoftmaxShape s);
+int64_t backward_workspace(DType grad, SoftmaxShape s);
+
+// y = softmax(x) (log_softmax when `log`), x of dtype `in`, y of dtype `out`.
+cudaError_t launch_forward(DType in, DType out, bool log, const void* x, void* y, void* workspace, SoftmaxShape s,
+                           cudaStream_t stream);
+
+// grad_input (dtype `in`) from grad_output and output (both dtype `out`).
+cudaError_t launch_backward(DType in, DType out, bool log, const void* grad, const void* y, void* dx,
+                            void* workspace, SoftmaxShape s, cudaStream_t stream);
+
+}  // namespace softmax
+}  // namespace torch_dnn

@@ -1,0 +1,104 @@
+"""Build torch_dnn._C.
+
+A CUDAExtension when the installed torch has CUDA and nvcc is found, otherwise a CppExtension with the CPU
+kernels only. Honours TORCH_CUDA_ARCH_LIST (default "8.0;9.0a" when no GPU is visible) and MAX_JOBS.
+"""
+import glob
+import os
+import shutil
+import sys
+import sysconfig
+
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _find_cuda_home():
+    """CUDA_HOME as torch would find it, except that an nvcc wrapper script on PATH does not fool us."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    candidates += ["/usr/local/cuda", *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]
+    for c in candidates:
+        if c and os.path.exists(os.path.join(c, "bin", "nvcc")) and os.path.exists(
+            os.path.join(c, "include", "cuda_runtime.h")
+        ):
+            return c
+    return None
+
+
+def _pip_nvidia_include_dirs():
+    """Library headers (cusparse.h, cublas_v2.h ...) that a slim toolkit lacks live in the pip nvidia packages."""
+    bases = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    dirs = [d for b in bases for d in sorted(glob.glob(os.path.join(b, "nvidia", "cu*", "include")))]
+    if not dirs:  # older layout: one package per library
+        dirs = [d for b in bases for d in sorted(glob.glob(os.path.join(b, "nvidia", "*", "include")))]
+    return [d for d in dirs if os.path.isdir(d)]
+
+
+cuda_home = _find_cuda_home()
+if cuda_home:
+    os.environ["CUDA_HOME"] = cuda_home  # must be set before cpp_extension is imported
+
+import torch  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
+
+with_cuda = torch.version.cuda is not None and cuda_home is not None and os.environ.get("TORCH_DNN_CPU_ONLY") != "1"
+if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
+    os.environ["TORCH_CUDA_ARCH_LIST"] = "8.0;9.0a"
+
+# Launchers (*_cuda.cpp, compiled by g++ with torch headers) and kernels (*.cu, nvcc, torch-free) go only
+# into a CUDA build; everything else is common.
+all_cpp = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
+cuda_launchers = [f for f in all_cpp if f.endswith("_cuda.cpp")]
+cuda_kernels = sorted(glob.glob("csrc/**/*.cu", recursive=True))
+sources = [f for f in all_cpp if f not in cuda_launchers]
+
+cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+define_macros = [("TORCH_DNN_BUILT_WITH_TORCH", f'"{torch.__version__}"')]
+include_dirs = [os.path.join(ROOT, "csrc")]
+nvcc_flags = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-lineinfo", "-Xcompiler=-Wall"]
+
+if with_cuda:
+    sources += cuda_launchers + cuda_kernels
+    define_macros.append(("TORCH_DNN_WITH_CUDA", "1"))
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ")
+    define_macros.append(("TORCH_DNN_CUDA_ARCHS", f'"{archs}"'))
+    include_dirs += _pip_nvidia_include_dirs()
+    ext = CUDAExtension(
+        "torch_dnn._C",
+        sources,
+        include_dirs=include_dirs,
+        define_macros=define_macros,
+        extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+        py_limited_api=True,
+    )
+else:
+    ext = CppExtension(
+        "torch_dnn._C",
+        sources,
+        include_dirs=include_dirs,
+        define_macros=define_macros,
+        extra_compile_args={"cxx": cxx_flags},
+        py_limited_api=True,
+    )
+
+print(
+    f"torch_dnn: building {'CUDA' if with_cuda else 'CPU-only'} extension against torch {torch.__version__}"
+    + (f", CUDA_HOME={cuda_home}, TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST')}" if with_cuda else ""),
+    file=sys.stderr,
+)
+
+setup(
+    name="torch_dnn",
+    version="0.1.0",
+    description="cuDNN-class deep-learning primitives as a PyTorch operator plugin",
+    packages=find_packages(include=["torch_dnn", "torch_dnn.*"]),
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+    python_requires=">=3.9",
+    install_requires=["torch"],
+)

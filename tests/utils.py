@@ -1,0 +1,85 @@
+"""Helpers every family's tests use: devices and dtypes, the layouts that break kernels, comparison against
+PyTorch with the error-ratio rule (torch_dnn.testing), opcheck over samples, float64 gradcheck."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_dnn.testing import check_against_torch, random_like_case
+
+CUDA = torch.cuda.is_available()
+
+
+def devices():
+    """cpu always; cuda as a marked param (skipped cleanly without a GPU)."""
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def dtypes(device: str):
+    return [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+ALL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def make_input(shape, dtype, device, layout="contiguous", low=-4.0, high=4.0) -> torch.Tensor:
+    """A fresh random tensor of `shape` (the logical shape) in the given memory layout:
+    contiguous | transposed (non-contiguous, dense) | strided (every other element) | offset (a view that
+    does not start at the allocation) | channels_last (4-D) | expanded (stride 0 in dim 0)."""
+    if layout == "contiguous":
+        return random_like_case(shape, dtype, device, low=low, high=high)
+    if layout == "transposed":
+        if len(shape) < 2:
+            return make_input(shape, dtype, device, "strided", low, high)
+        base = random_like_case(tuple(shape[:-2]) + (shape[-1], shape[-2]), dtype, device, low=low, high=high)
+        return base.transpose(-1, -2)
+    if layout == "strided":
+        big = random_like_case(tuple(shape[:-1]) + (shape[-1] * 2,), dtype, device, low=low, high=high)
+        return big[..., ::2]
+    if layout == "offset":
+        n = 1
+        for s in shape:
+            n *= s
+        flat = random_like_case((n + 3,), dtype, device, low=low, high=high)
+        return flat[3:].view(shape)
+    if layout == "channels_last":
+        assert len(shape) == 4
+        return random_like_case(shape, dtype, device, low=low, high=high).contiguous(memory_format=torch.channels_last)
+    if layout == "expanded":
+        row = random_like_case((1,) + tuple(shape[1:]), dtype, device, low=low, high=high)
+        return row.expand(shape)
+    raise ValueError(layout)
+
+
+LAYOUTS = ["contiguous", "transposed", "strided", "offset", "channels_last", "expanded"]
+
+
+def case_shapes():
+    """(shape, layout) pairs: odd sizes, size 0, every layout."""
+    return [
+        ((7,), "contiguous"),
+        ((1025 * 8 + 3,), "contiguous"),
+        ((1025 * 8 + 3,), "offset"),
+        ((97, 33), "contiguous"),
+        ((33, 97), "transposed"),
+        ((17, 40), "strided"),
+        ((2, 6, 5, 7), "channels_last"),
+        ((4, 9, 8), "expanded"),
+        ((0, 5), "contiguous"),
+    ]
+
+
+def assert_matches_torch(ours_fn, torch_fn, inputs: list, *, grad: bool = True, name: str = "", grad_inputs=None):
+    """torch_dnn.testing.check_against_torch, asserting every comparison."""
+    for v in check_against_torch(ours_fn, torch_fn, inputs, grad=grad, name=name, grad_inputs=grad_inputs):
+        assert v, v.message
+
+
+def opcheck_samples(op, samples):
+    """torch.library.opcheck (all checks) over a list of (args, kwargs)."""
+    for args, kwargs in samples:
+        torch.library.opcheck(op, args, kwargs)
+
+
+def first_line(e: BaseException) -> str:
+    return str(e).strip().splitlines()[0]

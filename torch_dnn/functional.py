@@ -1,0 +1,23 @@
+"""The torch.nn.functional-like surface of torch_dnn: same names, arguments, defaults and in-place flags."""
+from torch_dnn.ops import activation as _activation
+from torch_dnn.ops import softmax as _softmax
+
+relu = _activation.relu
+relu6 = _activation.relu6
+hardtanh = _activation.hardtanh
+leaky_relu = _activation.leaky_relu
+elu = _activation.elu
+gelu = _activation.gelu
+silu = _activation.silu
+sigmoid = _activation.sigmoid
+tanh = _activation.tanh
+softplus = _activation.softplus
+mish = _activation.mish
+hardswish = _activation.hardswish
+hardsigmoid = _activation.hardsigmoid
+bias_act = _activation.bias_act
+
+softmax = _softmax.softmax
+log_softmax = _softmax.log_softmax
+
+__all__ = _activation.FUNCTIONAL + _softmax.FUNCTIONAL

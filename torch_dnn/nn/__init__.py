@@ -1,0 +1,7 @@
+"""Drop-in modules: subclasses of the torch.nn modules (same constructor, extra_repr, parameters and
+state_dict keys) whose forward runs torch_dnn ops."""
+from torch_dnn.nn.activation import (  # noqa: F401
+    ELU, GELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, Mish, ReLU, ReLU6, Sigmoid, SiLU, Softplus, Tanh,
+    BiasAct,
+)
+from torch_dnn.nn.softmax import LogSoftmax, Softmax  # noqa: F401

@@ -1,0 +1,191 @@
+"""Activation family: fake kernels, autograd formulas (backward = torch_dnn ops) and functional wrappers
+whose signatures mirror torch.nn.functional."""
+import torch
+
+from torch_dnn.ops._registry import add_family, apply_inplace
+
+_ops = torch.ops.torch_dnn
+
+
+class _Spec:
+    """How one activation op is differentiated: its positional parameters, its keyword-only ones, whether
+    backward reads the input or the result, and whether it has an in-place form."""
+
+    def __init__(self, params=(), kwparams=(), saves="input", inplace=True):
+        self.params, self.kwparams, self.saves, self.inplace = params, kwparams, saves, inplace
+
+
+SPECS = {
+    "relu": _Spec(),
+    "relu6": _Spec(),
+    "hardtanh": _Spec(params=("min_val", "max_val")),
+    "leaky_relu": _Spec(params=("negative_slope",)),
+    "elu": _Spec(params=("alpha",)),
+    "gelu": _Spec(kwparams=("approximate",), inplace=False),
+    "silu": _Spec(),
+    "sigmoid": _Spec(saves="result", inplace=False),
+    "tanh": _Spec(saves="result", inplace=False),
+    "softplus": _Spec(params=("beta", "threshold"), inplace=False),
+    "mish": _Spec(),
+    "hardswish": _Spec(),
+    "hardsigmoid": _Spec(),
+}
+
+
+def _register(name: str, spec: _Spec) -> None:
+    qual = f"torch_dnn::{name}"
+    backward_op = getattr(_ops, f"{name}_backward")
+
+    @torch.library.register_fake(qual)
+    def _fake(x, *args, **kwargs):
+        return torch.empty_like(x)
+
+    @torch.library.register_fake(f"torch_dnn::{name}_backward")
+    def _fake_backward(grad, saved, *args, **kwargs):
+        return torch.empty_like(saved)
+
+    if spec.inplace:
+
+        @torch.library.register_fake(f"torch_dnn::{name}_")
+        def _fake_inplace(x, *args, **kwargs):
+            return x
+
+    n_inputs = 1 + len(spec.params)
+
+    def setup_context(ctx, inputs, keyword_only_inputs, output):
+        ctx.save_for_backward(output if spec.saves == "result" else inputs[0])
+        ctx.params = inputs[1:]
+        ctx.kwparams = keyword_only_inputs
+
+    def backward(ctx, grad):
+        (saved,) = ctx.saved_tensors
+        return (backward_op(grad, saved, *ctx.params, **ctx.kwparams),) + (None,) * (n_inputs - 1)
+
+    if spec.kwparams:
+        torch.library.register_autograd(qual, backward, setup_context=setup_context)
+    else:
+        torch.library.register_autograd(
+            qual, backward, setup_context=lambda ctx, inputs, output: setup_context(ctx, inputs, {}, output)
+        )
+
+
+for _name, _spec in SPECS.items():
+    _register(_name, _spec)
+
+
+# bias_act: act(input + bias along dim). Backward recomputes input + bias rather than saving the
+# pre-activation: one tensor saved instead of two, and the recompute is free in a memory-bound kernel.
+BIAS_ACTS = (
+    "none", "relu", "relu6", "leaky_relu", "elu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "softplus",
+    "mish", "hardswish", "hardsigmoid",
+)
+
+
+@torch.library.register_fake("torch_dnn::bias_act")
+def _bias_act_fake(x, bias, dim, act):
+    return torch.empty_like(x)
+
+
+@torch.library.register_fake("torch_dnn::bias_act_backward")
+def _bias_act_backward_fake(grad, x, bias, dim, act, bias_grad):
+    n = x.shape[dim] if bias_grad else 0
+    return torch.empty_like(x), x.new_empty((n,))
+
+
+def _bias_act_setup(ctx, inputs, output):
+    x, bias, dim, act = inputs
+    ctx.save_for_backward(x, bias)
+    ctx.dim, ctx.act = dim, act
+
+
+def _bias_act_backward(ctx, grad):
+    x, bias = ctx.saved_tensors
+    want_bias = bias is not None and ctx.needs_input_grad[1]
+    dx, dbias = _ops.bias_act_backward(grad, x, bias, ctx.dim, ctx.act, want_bias)
+    return dx, (dbias if want_bias else None), None, None
+
+
+torch.library.register_autograd("torch_dnn::bias_act", _bias_act_backward, setup_context=_bias_act_setup)
+
+add_family(
+    "activation",
+    list(SPECS) + [f"{n}_" for n, s in SPECS.items() if s.inplace] + [f"{n}_backward" for n in SPECS]
+    + ["bias_act", "bias_act_backward"],
+)
+
+
+# ---- functional wrappers (torch.nn.functional signatures) ----
+
+def relu(input, inplace=False):
+    return apply_inplace(_ops.relu, _ops.relu_, input) if inplace else _ops.relu(input)
+
+
+def relu6(input, inplace=False):
+    return apply_inplace(_ops.relu6, _ops.relu6_, input) if inplace else _ops.relu6(input)
+
+
+def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
+    if min_val > max_val:
+        raise ValueError("torch_dnn.hardtanh: min_val cannot be greater than max_val")
+    if inplace:
+        return apply_inplace(_ops.hardtanh, _ops.hardtanh_, input, float(min_val), float(max_val))
+    return _ops.hardtanh(input, float(min_val), float(max_val))
+
+
+def leaky_relu(input, negative_slope=0.01, inplace=False):
+    if inplace:
+        return apply_inplace(_ops.leaky_relu, _ops.leaky_relu_, input, float(negative_slope))
+    return _ops.leaky_relu(input, float(negative_slope))
+
+
+def elu(input, alpha=1.0, inplace=False):
+    if inplace:
+        return apply_inplace(_ops.elu, _ops.elu_, input, float(alpha))
+    return _ops.elu(input, float(alpha))
+
+
+def gelu(input, approximate="none"):
+    return _ops.gelu(input, approximate=approximate)
+
+
+def silu(input, inplace=False):
+    return apply_inplace(_ops.silu, _ops.silu_, input) if inplace else _ops.silu(input)
+
+
+def sigmoid(input):
+    return _ops.sigmoid(input)
+
+
+def tanh(input):
+    return _ops.tanh(input)
+
+
+def softplus(input, beta=1.0, threshold=20.0):
+    return _ops.softplus(input, float(beta), float(threshold))
+
+
+def mish(input, inplace=False):
+    return apply_inplace(_ops.mish, _ops.mish_, input) if inplace else _ops.mish(input)
+
+
+def hardswish(input, inplace=False):
+    return apply_inplace(_ops.hardswish, _ops.hardswish_, input) if inplace else _ops.hardswish(input)
+
+
+def hardsigmoid(input, inplace=False):
+    return apply_inplace(_ops.hardsigmoid, _ops.hardsigmoid_, input) if inplace else _ops.hardsigmoid(input)
+
+
+def bias_act(input, bias=None, dim=1, act="relu"):
+    """act(input + bias), with bias (1-D, of size input.shape[dim]) broadcast along dim; bias may be None.
+
+    act: one of BIAS_ACTS; parameterised activations take PyTorch's defaults (leaky_relu 0.01, elu 1.0,
+    softplus beta 1 threshold 20); gelu_tanh is gelu(approximate='tanh').
+    """
+    return _ops.bias_act(input, bias, dim, act)
+
+
+FUNCTIONAL = [
+    "relu", "relu6", "hardtanh", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh", "softplus", "mish",
+    "hardswish", "hardsigmoid", "bias_act",
+]

@@ -1,0 +1,63 @@
+"""Softmax family: fake kernels, autograd (backward = torch_dnn ops), CUDA autocast to float32 (as PyTorch
+autocasts softmax and log_softmax), and functional wrappers mirroring torch.nn.functional."""
+import warnings
+
+import torch
+
+from torch_dnn.ops._registry import add_family
+
+_ops = torch.ops.torch_dnn
+
+
+def _register(name: str) -> None:
+    qual = f"torch_dnn::{name}"
+    backward_op = getattr(_ops, f"{name}_backward")
+
+    @torch.library.register_fake(qual)
+    def _fake(x, dim, dtype=None):
+        return torch.empty_like(x, dtype=dtype if dtype is not None else x.dtype)
+
+    @torch.library.register_fake(f"torch_dnn::{name}_backward")
+    def _fake_backward(grad, output, dim, input_dtype):
+        return torch.empty_like(output, dtype=input_dtype)
+
+    def setup_context(ctx, inputs, output):
+        x, dim, _ = inputs
+        ctx.save_for_backward(output)
+        ctx.dim, ctx.input_dtype = dim, x.dtype
+
+    def backward(ctx, grad):
+        (output,) = ctx.saved_tensors
+        return backward_op(grad, output, ctx.dim, ctx.input_dtype), None, None
+
+    torch.library.register_autograd(qual, backward, setup_context=setup_context)
+    torch.library.register_autocast(qual, "cuda", torch.float32)
+
+
+for _name in ("softmax", "log_softmax"):
+    _register(_name)
+
+add_family("softmax", ["softmax", "log_softmax", "softmax_backward", "log_softmax_backward"])
+
+
+def _legacy_softmax_dim(name: str, ndim: int) -> int:
+    warnings.warn(
+        f"Implicit dimension choice for {name} has been deprecated. Change the call to include dim=X as an argument.",
+        stacklevel=3,
+    )
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    if dim is None:
+        dim = _legacy_softmax_dim("softmax", input.dim())
+    return _ops.softmax(input, dim, dtype)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    if dim is None:
+        dim = _legacy_softmax_dim("log_softmax", input.dim())
+    return _ops.log_softmax(input, dim, dtype)
+
+
+FUNCTIONAL = ["softmax", "log_softmax"]

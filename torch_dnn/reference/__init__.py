@@ -1,0 +1,2 @@
+"""Pure-PyTorch references of torch_dnn's fused ops, shared by the tests and the benchmarks."""
+from torch_dnn.reference.activation import BIAS_ACT_TORCH, bias_act_reference  # noqa: F401

@@ -1,0 +1,30 @@
+"""bias_act as PyTorch composes it: broadcast add, then the activation."""
+import torch
+import torch.nn.functional as F
+
+# act name -> the torch.nn.functional call it stands for
+BIAS_ACT_TORCH = {
+    "none": lambda z: z,
+    "relu": F.relu,
+    "relu6": F.relu6,
+    "leaky_relu": F.leaky_relu,
+    "elu": F.elu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"),
+    "silu": F.silu,
+    "sigmoid": torch.sigmoid,
+    "tanh": torch.tanh,
+    "softplus": F.softplus,
+    "mish": F.mish,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+}
+
+
+def bias_act_reference(x: torch.Tensor, bias, dim: int = 1, act: str = "relu") -> torch.Tensor:
+    if bias is not None:
+        dim = dim % x.dim()
+        shape = [1] * x.dim()
+        shape[dim] = -1
+        x = x + bias.view(shape)
+    return BIAS_ACT_TORCH[act](x)

@@ -1,0 +1,60 @@
+"""The self-check of `python -m torch_dnn`: every public op against PyTorch on small random inputs, forward
+and backward, on each available device, printed as a pass/fail table."""
+import torch
+import torch.nn.functional as TF
+
+import torch_dnn.functional as F
+from torch_dnn.reference import BIAS_ACT_TORCH, bias_act_reference
+from torch_dnn.testing import check_against_torch, random_like_case
+
+
+def _checks():
+    """(family, op, callable(device, dtype) -> list of Verdicts)"""
+    out = []
+    acts = {
+        "relu": (F.relu, TF.relu), "relu6": (F.relu6, TF.relu6), "hardtanh": (F.hardtanh, TF.hardtanh),
+        "leaky_relu": (F.leaky_relu, TF.leaky_relu), "elu": (F.elu, TF.elu), "gelu": (F.gelu, TF.gelu),
+        "silu": (F.silu, TF.silu), "sigmoid": (F.sigmoid, torch.sigmoid), "tanh": (F.tanh, torch.tanh),
+        "softplus": (F.softplus, TF.softplus), "mish": (F.mish, TF.mish), "hardswish": (F.hardswish, TF.hardswish),
+        "hardsigmoid": (F.hardsigmoid, TF.hardsigmoid),
+    }
+    for name, (ours, theirs) in acts.items():
+        out.append(("activation", name, lambda d, t, o=ours, p=theirs, n=name: check_against_torch(
+            o, p, [random_like_case((33, 65), t, d)], name=n)))
+    for act in BIAS_ACT_TORCH:
+        out.append(("activation", f"bias_act[{act}]", lambda d, t, a=act: check_against_torch(
+            lambda x, b: F.bias_act(x, b, 1, a), lambda x, b: bias_act_reference(x, b, 1, a),
+            [random_like_case((4, 24, 5), t, d), random_like_case((24,), t, d)], name=f"bias_act {a}")))
+    for name, ours, theirs in (("softmax", F.softmax, TF.softmax), ("log_softmax", F.log_softmax, TF.log_softmax)):
+        for shape, dim in (((33, 100), -1), ((4, 3000), -1), ((6, 7, 5), 1)):
+            out.append(("softmax", f"{name}{list(shape)} dim={dim}", lambda d, t, o=ours, p=theirs, s=shape, dm=dim:
+                        check_against_torch(lambda x: o(x, dm), lambda x: p(x, dm), [random_like_case(s, t, d)],
+                                            name=name)))
+    return out
+
+
+def run_selfcheck(devices) -> int:
+    dtypes = [torch.float32, torch.bfloat16]
+    header = f"{'family':<11} {'op':<34} " + " ".join(f"{d + ' ' + str(t).split('.')[-1]:>17}" for d in devices for t in dtypes)
+    print(header)
+    print("-" * len(header))
+    failures = 0
+    for family, op, fn in _checks():
+        cells = []
+        for d in devices:
+            for t in dtypes:
+                try:
+                    verdicts = fn(d, t)
+                    ok = all(verdicts)
+                    worst = max((max(v.ours) if v.ours else 0.0) for v in verdicts)
+                    cells.append(f"{'pass' if ok else 'FAIL'} {worst:9.1e}")
+                    if not ok:
+                        failures += 1
+                        print("   ", "; ".join(v.message for v in verdicts if not v))
+                except Exception as e:  # an exception is a failed check, reported, not a crash
+                    failures += 1
+                    cells.append("ERROR")
+                    print(f"    {op} on {d} {t}: {type(e).__name__}: {e}")
+        print(f"{family:<11} {op:<34} " + " ".join(f"{c:>17}" for c in cells))
+    print(f"(cells: result and the worst error of ours against float64, max-norm; {failures} failed)")
+    return failures

@@ -1,0 +1,108 @@
+"""Correctness rule shared by the tests, the self-check (`python -m torch_dnn`) and the benchmarks.
+
+An op is right when its error against a float64 reference is at most `factor` times PyTorch's own error in
+the same dtype (2x for outputs, 3x for gradients), with an error floor of 1e-5 so that float32 and float64
+are not held to rounding noise. The error is measured two ways, and both must pass:
+  - max-norm: max |out - ref| / max |ref|       (catches a single wrong element)
+  - l2:       ||out - ref|| / ||ref||          (catches small widespread bias)
+Non-finite values must appear where PyTorch's own output has them (NaN for NaN, the same infinities).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+FLOOR = 1e-5
+OUTPUT_FACTOR = 2.0
+GRAD_FACTOR = 3.0
+
+
+def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    out = out.detach().to(torch.float64)
+    ref = ref.detach().to(torch.float64)
+    finite = torch.isfinite(ref) & torch.isfinite(out)
+    if out.numel() == 0 or not bool(finite.any()):
+        return 0.0, 0.0
+    d = (out - ref)[finite]
+    r = ref[finite]
+    scale_max = float(r.abs().max())
+    scale_l2 = float(r.norm())
+    e_max = float(d.abs().max()) / scale_max if scale_max > 0 else float(d.abs().max())
+    e_l2 = float(d.norm()) / scale_l2 if scale_l2 > 0 else float(d.norm())
+    return e_max, e_l2
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    ours: tuple
+    peer: tuple
+    message: str
+
+    def __bool__(self):
+        return self.ok
+
+
+def compare(ours: torch.Tensor, peer: torch.Tensor, ref64: torch.Tensor, *, grad: bool = False, name: str = "") -> Verdict:
+    """ours and peer (PyTorch's op) in the same dtype, ref64 PyTorch's op in float64 on the same values."""
+    if ours.shape != ref64.shape:
+        return Verdict(False, (), (), f"{name}: shape {tuple(ours.shape)} != expected {tuple(ref64.shape)}")
+    if ours.dtype != peer.dtype:
+        return Verdict(False, (), (), f"{name}: dtype {ours.dtype} != expected {peer.dtype}")
+    ours_c, peer_c = ours.detach().cpu(), peer.detach().cpu()
+    nan_ok = torch.equal(torch.isnan(ours_c), torch.isnan(peer_c))
+    inf_ok = torch.equal(torch.isinf(ours_c) & ~torch.isnan(ours_c), torch.isinf(peer_c)) and torch.equal(
+        ours_c[torch.isinf(peer_c)], peer_c[torch.isinf(peer_c)]
+    )
+    if not (nan_ok and inf_ok):
+        return Verdict(False, (), (), f"{name}: non-finite values differ from PyTorch's")
+    factor = GRAD_FACTOR if grad else OUTPUT_FACTOR
+    e_ours = _errors(ours_c, ref64.cpu())
+    e_peer = _errors(peer_c, ref64.cpu())
+    ok = all(eo <= factor * max(ep, FLOOR) for eo, ep in zip(e_ours, e_peer))
+    msg = (
+        f"{name}: error (max-norm, l2) ours {e_ours[0]:.3g}, {e_ours[1]:.3g} vs PyTorch {e_peer[0]:.3g}, "
+        f"{e_peer[1]:.3g} (allowed {factor}x, floor {FLOOR})"
+    )
+    return Verdict(ok, e_ours, e_peer, msg)
+
+
+def random_like_case(shape, dtype, device, *, low=-4.0, high=4.0, generator=None) -> torch.Tensor:
+    """Uniform values in [low, high): never zeros, fresh each call."""
+    t = torch.rand(shape, dtype=torch.float64, generator=generator) * (high - low) + low
+    return t.to(device=device, dtype=dtype)
+
+
+def check_against_torch(ours_fn, torch_fn, inputs: list, *, grad: bool = True, name: str = "",
+                        grad_inputs=None) -> list[Verdict]:
+    """Run ours and PyTorch's on the same inputs (in their dtype) and PyTorch's on float64 copies; compare the
+    outputs and, when grad, the gradients for one random grad_output. Returns one Verdict per comparison."""
+    grad_inputs = range(len(inputs)) if grad_inputs is None else grad_inputs
+
+    def prep(dtype=None):
+        out = []
+        for i, t in enumerate(inputs):
+            if isinstance(t, torch.Tensor):
+                t = t.detach().clone() if dtype is None else t.detach().to(dtype)
+                if grad and i in grad_inputs:
+                    t.requires_grad_(True)
+            out.append(t)
+        return out
+
+    xs_ours, xs_peer, xs_ref = prep(), prep(), prep(torch.float64)
+    y_ours, y_peer, y_ref = ours_fn(*xs_ours), torch_fn(*xs_peer), torch_fn(*xs_ref)
+    verdicts = [compare(y_ours, y_peer, y_ref, name=f"{name} forward")]
+    if not grad or y_ours.numel() == 0 or not verdicts[0]:
+        return verdicts
+    g = random_like_case(y_peer.shape, y_peer.dtype, y_peer.device, low=-1, high=1)
+    idx = [i for i in grad_inputs if isinstance(inputs[i], torch.Tensor)]
+    gs_ours = torch.autograd.grad(y_ours, [xs_ours[i] for i in idx], g, allow_unused=True)
+    gs_peer = torch.autograd.grad(y_peer, [xs_peer[i] for i in idx], g, allow_unused=True)
+    gs_ref = torch.autograd.grad(y_ref, [xs_ref[i] for i in idx], g.to(torch.float64), allow_unused=True)
+    for i, a, b, r in zip(idx, gs_ours, gs_peer, gs_ref):
+        if b is None:
+            verdicts.append(Verdict(a is None or not bool(a.any()), (), (), f"{name} grad of input {i}: expected none"))
+            continue
+        verdicts.append(compare(a, b, r, grad=True, name=f"{name} grad of input {i}"))
+    return verdicts
