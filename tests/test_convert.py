@@ -20,7 +20,7 @@ def test_convert_same_outputs_and_grads(device):
     converted, report = torch_dnn.convert(model)
     assert converted is not model
     assert type(model.acts[0]) is torch.nn.ReLU  # the input is untouched
-    assert len(report.swapped) == 18, str(report)
+    assert len(report.swapped) == 17, str(report)
     assert {name for name, _, _ in report.left} == {"conv", "bn", "fc"}, str(report)
     assert isinstance(converted.acts[0], torch_dnn.nn.ReLU) and isinstance(converted.acts[0], torch.nn.ReLU)
     assert not converted.training
@@ -35,9 +35,11 @@ def test_convert_same_outputs_and_grads(device):
     assert v, v.message
     ya.sum().backward()
     yb.sum().backward()
-    torch.testing.assert_close(xb.grad, xa.grad, rtol=1e-10, atol=1e-12)
+    # float64 throughout: ours and native may differ only by rounding (the error rule's floor)
+    assert compare(xb.grad, xa.grad, xa.grad, grad=True, name="input grad")
     for (n, pa), (_, pb) in zip(model.named_parameters(), converted.named_parameters()):
-        torch.testing.assert_close(pb.grad, pa.grad, rtol=1e-10, atol=1e-12, msg=n)
+        v = compare(pb.grad, pa.grad, pa.grad, grad=True, name=n)
+        assert v, v.message
 
 
 def test_convert_inplace_and_subclass():
@@ -54,8 +56,8 @@ def test_convert_inplace_and_subclass():
 
 def test_compile_fullgraph_no_graph_break():
     torch._dynamo.reset()
-    model = torch.nn.Sequential(torch_dnn.nn.GELU(), torch_dnn.nn.SiLU(), torch_dnn.nn.Softmax(-1),
-                                torch_dnn.nn.LogSoftmax(-1), torch_dnn.nn.ReLU(inplace=True))
+    model = torch.nn.Sequential(torch_dnn.nn.Softmax(-1), torch_dnn.nn.LogSoftmax(-1), torch_dnn.nn.GELU(),
+                                torch_dnn.nn.ReLU(inplace=True), torch_dnn.nn.SiLU())
     x = make_input((4, 16), torch.float32, "cpu").requires_grad_()
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     y = compiled(x)

@@ -75,9 +75,11 @@ def random_like_case(shape, dtype, device, *, low=-4.0, high=4.0, generator=None
 
 
 def check_against_torch(ours_fn, torch_fn, inputs: list, *, grad: bool = True, name: str = "",
-                        grad_inputs=None) -> list[Verdict]:
-    """Run ours and PyTorch's on the same inputs (in their dtype) and PyTorch's on float64 copies; compare the
-    outputs and, when grad, the gradients for one random grad_output. Returns one Verdict per comparison."""
+                        grad_inputs=None, ref_fn=None) -> list[Verdict]:
+    """Run ours and PyTorch's on the same inputs (in their dtype) and PyTorch's (or ref_fn) on float64 copies;
+    compare the outputs and, when grad, the gradients for one random grad_output. Returns one Verdict per
+    comparison."""
+    ref_fn = torch_fn if ref_fn is None else ref_fn
     grad_inputs = range(len(inputs)) if grad_inputs is None else grad_inputs
 
     def prep(dtype=None):
@@ -91,7 +93,7 @@ def check_against_torch(ours_fn, torch_fn, inputs: list, *, grad: bool = True, n
         return out
 
     xs_ours, xs_peer, xs_ref = prep(), prep(), prep(torch.float64)
-    y_ours, y_peer, y_ref = ours_fn(*xs_ours), torch_fn(*xs_peer), torch_fn(*xs_ref)
+    y_ours, y_peer, y_ref = ours_fn(*xs_ours), torch_fn(*xs_peer), ref_fn(*xs_ref)
     verdicts = [compare(y_ours, y_peer, y_ref, name=f"{name} forward")]
     if not grad or y_ours.numel() == 0 or not verdicts[0]:
         return verdicts

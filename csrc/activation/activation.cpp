@@ -17,16 +17,17 @@ TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
   m.def("mish(Tensor self) -> Tensor");
   m.def("hardswish(Tensor self) -> Tensor");
   m.def("hardsigmoid(Tensor self) -> Tensor");
-  // in place, where torch.nn.functional has an inplace flag
-  m.def("relu_(Tensor(a!) self) -> Tensor(a!)");
-  m.def("relu6_(Tensor(a!) self) -> Tensor(a!)");
-  m.def("hardtanh_(Tensor(a!) self, float min_val=-1., float max_val=1.) -> Tensor(a!)");
-  m.def("leaky_relu_(Tensor(a!) self, float negative_slope=0.01) -> Tensor(a!)");
-  m.def("elu_(Tensor(a!) self, float alpha=1.) -> Tensor(a!)");
-  m.def("silu_(Tensor(a!) self) -> Tensor(a!)");
-  m.def("mish_(Tensor(a!) self) -> Tensor(a!)");
-  m.def("hardswish_(Tensor(a!) self) -> Tensor(a!)");
-  m.def("hardsigmoid_(Tensor(a!) self) -> Tensor(a!)");
+  // in place, where torch.nn.functional has an inplace flag (no return: a custom op's output may not alias
+  // its input if torch.compile is to functionalize it)
+  m.def("relu_(Tensor(a!) self) -> ()");
+  m.def("relu6_(Tensor(a!) self) -> ()");
+  m.def("hardtanh_(Tensor(a!) self, float min_val=-1., float max_val=1.) -> ()");
+  m.def("leaky_relu_(Tensor(a!) self, float negative_slope=0.01) -> ()");
+  m.def("elu_(Tensor(a!) self, float alpha=1.) -> ()");
+  m.def("silu_(Tensor(a!) self) -> ()");
+  m.def("mish_(Tensor(a!) self) -> ()");
+  m.def("hardswish_(Tensor(a!) self) -> ()");
+  m.def("hardsigmoid_(Tensor(a!) self) -> ()");
   // backward: grad_output and the input (the result for sigmoid and tanh)
   m.def("relu_backward(Tensor grad_output, Tensor self) -> Tensor");
   m.def("relu6_backward(Tensor grad_output, Tensor self) -> Tensor");

@@ -6,6 +6,8 @@
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
+#include <vector>
+
 namespace torch_dnn {
 namespace activation {
 
@@ -69,28 +71,30 @@ void CpuBackend::bias_act_backward(const at::Tensor& g, const at::Tensor& x, con
     const scalar_t* bp = bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr;
     scalar_t* dp = dx.data_ptr<scalar_t>();
     const A a = A(p.a), b = A(p.b);
+    // dbias[c] sums the unrounded grad_input over outer and inner (one rounding, at the end): each [c, inner]
+    // row's sum goes to row_sums, then the rows of one c are added in a fixed order.
+    std::vector<A> row_sums(dbias.defined() ? s.outer * s.C : 0);
     dispatch_act(k, [&]<Act K>() {
       at::parallel_for(0, s.outer * s.C, std::max<int64_t>(1, kGrain / s.inner), [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
           const A bv = bp ? A(bp[r % s.C]) : A(0);
-          for (int64_t i = r * s.inner; i < (r + 1) * s.inner; ++i)
-            dp[i] = scalar_t(act_backward_at_input<K, A>(A(gp[i]), A(xp[i]) + bv, a, b));
+          A acc = A(0);
+          for (int64_t i = r * s.inner; i < (r + 1) * s.inner; ++i) {
+            const A d = act_backward_at_input<K, A>(A(gp[i]), A(xp[i]) + bv, a, b);
+            dp[i] = scalar_t(d);
+            acc += d;
+          }
+          if (!row_sums.empty()) row_sums[r] = acc;
         }
       });
     });
     if (!dbias.defined()) return;
-    // dbias[c]: the sum of the stored (rounded) grad_input over outer and inner, in the accumulation type.
     scalar_t* dbp = dbias.data_ptr<scalar_t>();
-    at::parallel_for(0, s.C, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        A acc = A(0);
-        for (int64_t o = 0; o < s.outer; ++o) {
-          const scalar_t* row = dp + (o * s.C + c) * s.inner;
-          for (int64_t i = 0; i < s.inner; ++i) acc += A(row[i]);
-        }
-        dbp[c] = scalar_t(acc);
-      }
-    });
+    for (int64_t c = 0; c < s.C; ++c) {
+      A acc = A(0);
+      for (int64_t o = 0; o < s.outer; ++o) acc += row_sums[o * s.C + c];
+      dbp[c] = scalar_t(acc);
+    }
   });
 }
 

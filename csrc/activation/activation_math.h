@@ -132,7 +132,7 @@ TD_HD T act_backward(T g, T s, T a, T b) {
     const T tsp = td_tanh(td_log1p(td_exp(s)));
     return g * (tsp + s * sig * (T(1) - tsp * tsp));
   } else if constexpr (K == Act::Hardswish) {
-    return s < T(-3) ? T(0) : (s <= T(3) ? g * (s / T(3) + T(0.5)) : g);
+    return s <= T(-3) ? T(0) : (s < T(3) ? g * (s / T(3) + T(0.5)) : g);
   } else if constexpr (K == Act::Hardsigmoid) {
     return (s > T(-3) && s < T(3)) ? g / T(6) : T(0);
   }

@@ -57,9 +57,9 @@ at::Tensor act_forward(const char* op, const at::Tensor& x, Act k, ActParams p) 
 }
 
 template <class B>
-at::Tensor& act_forward_(const char* op, at::Tensor& x, Act k, ActParams p) {
+void act_forward_(const char* op, at::Tensor& x, Act k, ActParams p) {
   check_floating(x, op, "input");
-  if (x.numel() == 0) return x;
+  if (x.numel() == 0) return;
   if (x.is_non_overlapping_and_dense()) {
     B::forward(x, x, k, p);
   } else {
@@ -67,7 +67,6 @@ at::Tensor& act_forward_(const char* op, at::Tensor& x, Act k, ActParams p) {
     B::forward(tmp, tmp, k, p);
     x.copy_(tmp);
   }
-  return x;
 }
 
 template <class B>
@@ -166,18 +165,18 @@ void register_activation_impls(torch::Library& m) {
   m.impl("hardswish", [](const T& x) { return act_forward<B>("torch_dnn.hardswish", x, Act::Hardswish, {}); });
   m.impl("hardsigmoid", [](const T& x) { return act_forward<B>("torch_dnn.hardsigmoid", x, Act::Hardsigmoid, {}); });
   // in place
-  m.impl("relu_", [](T& x) -> T& { return act_forward_<B>("torch_dnn.relu_", x, Act::Relu, {}); });
-  m.impl("relu6_", [](T& x) -> T& { return act_forward_<B>("torch_dnn.relu6_", x, Act::Relu6, {}); });
-  m.impl("hardtanh_", [](T& x, double lo, double hi) -> T& {
+  m.impl("relu_", [](T& x) { act_forward_<B>("torch_dnn.relu_", x, Act::Relu, {}); });
+  m.impl("relu6_", [](T& x) { act_forward_<B>("torch_dnn.relu6_", x, Act::Relu6, {}); });
+  m.impl("hardtanh_", [](T& x, double lo, double hi) {
     TORCH_CHECK(lo <= hi, "torch_dnn.hardtanh_: min_val (", lo, ") cannot be greater than max_val (", hi, ")");
-    return act_forward_<B>("torch_dnn.hardtanh_", x, Act::Hardtanh, {lo, hi});
+    act_forward_<B>("torch_dnn.hardtanh_", x, Act::Hardtanh, {lo, hi});
   });
-  m.impl("leaky_relu_", [](T& x, double s) -> T& { return act_forward_<B>("torch_dnn.leaky_relu_", x, Act::LeakyRelu, {s, 0}); });
-  m.impl("elu_", [](T& x, double a) -> T& { return act_forward_<B>("torch_dnn.elu_", x, Act::Elu, {a, 0}); });
-  m.impl("silu_", [](T& x) -> T& { return act_forward_<B>("torch_dnn.silu_", x, Act::Silu, {}); });
-  m.impl("mish_", [](T& x) -> T& { return act_forward_<B>("torch_dnn.mish_", x, Act::Mish, {}); });
-  m.impl("hardswish_", [](T& x) -> T& { return act_forward_<B>("torch_dnn.hardswish_", x, Act::Hardswish, {}); });
-  m.impl("hardsigmoid_", [](T& x) -> T& { return act_forward_<B>("torch_dnn.hardsigmoid_", x, Act::Hardsigmoid, {}); });
+  m.impl("leaky_relu_", [](T& x, double s) { act_forward_<B>("torch_dnn.leaky_relu_", x, Act::LeakyRelu, {s, 0}); });
+  m.impl("elu_", [](T& x, double a) { act_forward_<B>("torch_dnn.elu_", x, Act::Elu, {a, 0}); });
+  m.impl("silu_", [](T& x) { act_forward_<B>("torch_dnn.silu_", x, Act::Silu, {}); });
+  m.impl("mish_", [](T& x) { act_forward_<B>("torch_dnn.mish_", x, Act::Mish, {}); });
+  m.impl("hardswish_", [](T& x) { act_forward_<B>("torch_dnn.hardswish_", x, Act::Hardswish, {}); });
+  m.impl("hardsigmoid_", [](T& x) { act_forward_<B>("torch_dnn.hardsigmoid_", x, Act::Hardsigmoid, {}); });
   // backward
   m.impl("relu_backward", [](const T& g, const T& s) { return act_backward<B>("torch_dnn.relu_backward", g, s, Act::Relu, {}); });
   m.impl("relu6_backward", [](const T& g, const T& s) { return act_backward<B>("torch_dnn.relu6_backward", g, s, Act::Relu6, {}); });

@@ -23,4 +23,5 @@ def apply_inplace(functional_op, inplace_op, input, *args):
     """
     if needs_autograd(input):
         return input.copy_(functional_op(input.clone(), *args))
-    return inplace_op(input, *args)
+    inplace_op(input, *args)
+    return input

@@ -88,9 +88,9 @@ __global__ void __launch_bounds__(kBiasThreads)
     Vec<T, V> xv = load_vec<T, V>(x + r * C + col);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const T d = from_acc<T>(act_backward_at_input<K, A>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv[j], a, b));
-      xv.v[j] = d;
-      sum[j] += to_acc<A>(d);  // sum what we store, as PyTorch sums the rounded grad_input
+      const A d = act_backward_at_input<K, A>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv[j], a, b);
+      xv.v[j] = from_acc<T>(d);
+      sum[j] += d;  // dbias from the unrounded values: one rounding, at the end
     }
     store_vec<T, V>(dx + r * C + col, xv);
   }
@@ -116,9 +116,9 @@ __global__ void __launch_bounds__(kBiasThreads)
       Vec<T, V> xv = load_vec<T, V>(x + r * inner + i);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const T d = from_acc<T>(act_backward_at_input<K, A>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv, a, b));
-        xv.v[j] = d;
-        sum += to_acc<A>(d);
+        const A d = act_backward_at_input<K, A>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv, a, b);
+        xv.v[j] = from_acc<T>(d);
+        sum += d;
       }
       store_vec<T, V>(dx + r * inner + i, xv);
     }

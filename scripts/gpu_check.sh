@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine: build in place, run the CUDA tests and the self-check, run the
+# benchmarks; logs, JSON and the results table go under $OUT (default ./.out).
+#
+#   scripts/gpu_check.sh [-k PYTEST_EXPR] [--tests all|cuda|none] [--bench FAMILY,...|all|none] [--quick]
+#
+# Carried wheels (.whl/*.whl, e.g. expecttest) are installed first. Build: MAX_JOBS=16, TORCH_CUDA_ARCH_LIST=9.0a
+# unless set. Exit status: non-zero if the build, a test or the self-check failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/.out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+KEXPR="" TESTS=cuda BENCH=all QUICK=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -k) KEXPR="$2"; shift 2 ;;
+    --tests) TESTS="$2"; shift 2 ;;
+    --bench) BENCH="$2"; shift 2 ;;
+    --quick) QUICK="--quick"; shift ;;
+    *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+
+status=0
+export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
+echo "== build (MAX_JOBS=$MAX_JOBS TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
+start=$(date +%s)
+if ! python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
+  tail -60 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+fi
+echo "build: $(( $(date +%s) - start )) s; warnings in our code: $(grep -c 'csrc/.*warning' "$OUT/build.log")"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
+
+if [ "$TESTS" != "none" ]; then
+  echo "== tests ($TESTS${KEXPR:+, -k $KEXPR})"
+  marker=(); [ "$TESTS" = "cuda" ] && marker=(-m cuda)
+  kargs=(); [ -n "$KEXPR" ] && kargs=(-k "$KEXPR")
+  python3 -m pytest tests -q -x --tb=short -p no:cacheprovider "${marker[@]}" "${kargs[@]}" > "$OUT/tests.log" 2>&1 || status=1
+  tail -25 "$OUT/tests.log"
+  echo "== self-check (python -m torch_dnn)"
+  python3 -m torch_dnn > "$OUT/selfcheck.log" 2>&1 || status=1
+  grep -E "FAIL|ERROR|demo|native|swapped|self-check" "$OUT/selfcheck.log" | tail -15
+fi
+
+if [ "$BENCH" != "none" ]; then
+  fams=(); [ "$BENCH" != "all" ] && IFS=, read -r -a fams <<< "$BENCH"
+  echo "== benchmarks (${BENCH})"
+  python3 -m torch_dnn bench "${fams[@]}" $QUICK --out "$OUT" --md "$OUT/results.md" > "$OUT/bench.log" 2>&1 || status=1
+  tail -5 "$OUT/bench.log"
+  python3 - "$OUT/bench.json" <<'PY' || true
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(f"copy ceiling {d['copy_ceiling_gbps']:.0f} GB/s; torch_dnn rows (GB/s, % copy, speedup over each peer):")
+rows = d["rows"]
+for r in rows:
+    if r["impl"] != "torch_dnn" or "ms" not in r:
+        continue
+    peers = [p for p in rows if p["case"] == r["case"] and p["impl"] != "torch_dnn" and "ours_speedup" in p]
+    sp = " ".join(f"{p['impl']} x{p['ours_speedup']:.2f}" for p in peers)
+    print(f"{r['case']:<44} {r.get('gbps', 0):6.0f} {r.get('pct_copy', 0):5.1f}%  {sp}")
+PY
+fi
+exit $status
