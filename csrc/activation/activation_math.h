@@ -42,7 +42,8 @@ struct BiasActShape {
 // Sigmoid and tanh differentiate through their result (as PyTorch does); every other one through its input.
 constexpr bool backward_uses_result(Act k) { return k == Act::Sigmoid || k == Act::Tanh; }
 
-template <Act K, typename T>
+// FAST: the result is stored in 16 bits; transcendental-heavy activations may use td_*_fast.
+template <Act K, typename T, bool FAST = false>
 TD_HD T act_forward(T x, T a, T b) {
   constexpr T kSqrt1_2 = T(0.70710678118654752440);
   constexpr T kSqrt2OverPi = T(0.79788456080286535588);
@@ -70,12 +71,13 @@ TD_HD T act_forward(T x, T a, T b) {
   } else if constexpr (K == Act::Tanh) {
     return td_tanh(x);
   } else if constexpr (K == Act::Softplus) {
-    return x * a > b ? x : td_log1p(td_exp(x * a)) / a;
+    if constexpr (FAST) return x * a > b ? x : td_log_fast(T(1) + td_exp_fast(x * a)) / a;
+    else return x * a > b ? x : td_log1p(td_exp(x * a)) / a;
   } else if constexpr (K == Act::Mish) {
     // tanh(log1p(e^x)) = n / (n + 2) with n = e^x (e^x + 2): one exp and one division instead of
     // exp + log1p + tanh. Past x = 20 the factor is 1 to the last bit of a double.
     if (x > T(20)) return x;
-    const T e = td_exp(x);
+    const T e = FAST ? td_exp_fast(x) : td_exp(x);
     const T n = e * (e + T(2));
     return x * (n / (n + T(2)));
   } else if constexpr (K == Act::Hardswish) {
@@ -88,7 +90,7 @@ TD_HD T act_forward(T x, T a, T b) {
 }
 
 // d(act)/dx times g. `s` is the saved tensor's value: the input x, or for Sigmoid/Tanh the result y.
-template <Act K, typename T>
+template <Act K, typename T, bool FAST = false>
 TD_HD T act_backward(T g, T s, T a, T b) {
   constexpr T kSqrt1_2 = T(0.70710678118654752440);
   constexpr T kInvSqrt2Pi = T(0.39894228040143267794);
@@ -128,8 +130,12 @@ TD_HD T act_backward(T g, T s, T a, T b) {
     const T z = td_exp(s * a);
     return s * a > b ? g : g * z / (z + T(1));
   } else if constexpr (K == Act::Mish) {
-    const T sig = T(1) / (T(1) + td_exp(-s));
-    const T tsp = td_tanh(td_log1p(td_exp(s)));
+    // sigmoid(s) = e / (1 + e) and tanh(softplus(s)) = n / (n + 2), n = e (e + 2), from one e = exp(s).
+    if (s > T(20)) return g;
+    const T e = FAST ? td_exp_fast(s) : td_exp(s);
+    const T n = e * (e + T(2));
+    const T tsp = n / (n + T(2));
+    const T sig = e / (T(1) + e);
     return g * (tsp + s * sig * (T(1) - tsp * tsp));
   } else if constexpr (K == Act::Hardswish) {
     return s <= T(-3) ? T(0) : (s < T(3) ? g * (s / T(3) + T(0.5)) : g);
@@ -140,10 +146,10 @@ TD_HD T act_backward(T g, T s, T a, T b) {
 
 // The derivative at input z for every activation: Sigmoid and Tanh recompute their result first. Used where
 // the input is what is at hand (bias_act recomputes z = x + bias).
-template <Act K, typename T>
+template <Act K, typename T, bool FAST = false>
 TD_HD T act_backward_at_input(T g, T z, T a, T b) {
-  if constexpr (backward_uses_result(K)) return act_backward<K, T>(g, act_forward<K, T>(z, a, b), a, b);
-  else return act_backward<K, T>(g, z, a, b);
+  if constexpr (backward_uses_result(K)) return act_backward<K, T, FAST>(g, act_forward<K, T, FAST>(z, a, b), a, b);
+  else return act_backward<K, T, FAST>(g, z, a, b);
 }
 
 // Calls f.template operator()<K>() with the activation as a compile-time constant.

@@ -14,13 +14,19 @@ namespace activation {
 
 constexpr int kBiasThreads = 256;
 
-// Rows each "last" block walks through, so that there are a few waves of blocks in all.
-inline int64_t last_row_groups(int64_t outer, int64_t col_blocks) {
-  int64_t want = (int64_t(sm_count()) * 4 + col_blocks - 1) / col_blocks;
-  if (want > outer) want = outer;
+constexpr int kRowUnroll = 4;  // rows a "last" thread loads before it computes: bytes in flight
+
+// Row groups of the "last" kernels (gridDim.y): `blocks_per_sm` blocks of every SM busy, each walking its
+// rows kRowUnroll at a time. The backward keeps fewer (its dbias partials are one row per group).
+inline int64_t last_row_groups(int64_t outer, int64_t col_blocks, int blocks_per_sm) {
+  if (col_blocks < 1) col_blocks = 1;
+  int64_t want = (int64_t(sm_count()) * blocks_per_sm + col_blocks - 1) / col_blocks;
+  const int64_t row_steps = (outer + kRowUnroll - 1) / kRowUnroll;
+  if (want > row_steps) want = row_steps;
   if (want > 65535) want = 65535;
   return want < 1 ? 1 : want;
 }
+constexpr int kFwdBlocksPerSm = 8, kBwdBlocksPerSm = 4;
 
 template <typename T, Act K, int V>
 __global__ void __launch_bounds__(kBiasThreads)
@@ -37,11 +43,20 @@ __global__ void __launch_bounds__(kBiasThreads)
 #pragma unroll
     for (int j = 0; j < V; ++j) bv[j] = A(0);
   }
-  for (int64_t r = blockIdx.y; r < outer; r += gridDim.y) {
-    Vec<T, V> v = load_vec<T, V>(x + r * C + col);
+  for (int64_t r0 = int64_t(blockIdx.y) * kRowUnroll; r0 < outer; r0 += int64_t(gridDim.y) * kRowUnroll) {
+    Vec<T, V> v[kRowUnroll];
 #pragma unroll
-    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(act_forward<K, A>(to_acc<A>(v.v[j]) + bv[j], a, b));
-    store_vec<T, V>(y + r * C + col, v);
+    for (int u = 0; u < kRowUnroll; ++u)
+      if (r0 + u < outer) v[u] = load_vec<T, V>(x + (r0 + u) * C + col);
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) {
+      if (r0 + u < outer) {
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          v[u].v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v[u].v[j]) + bv[j], a, b));
+        store_vec<T, V>(y + (r0 + u) * C + col, v[u]);
+      }
+    }
   }
 }
 
@@ -58,7 +73,7 @@ __global__ void __launch_bounds__(kBiasThreads)
     for (int64_t i = int64_t(lane) * V; i < inner; i += 32 * V) {
       Vec<T, V> v = load_vec<T, V>(xr + i);
 #pragma unroll
-      for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(act_forward<K, A>(to_acc<A>(v.v[j]) + bv, a, b));
+      for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v.v[j]) + bv, a, b));
       store_vec<T, V>(yr + i, v);
     }
   }
@@ -83,16 +98,27 @@ __global__ void __launch_bounds__(kBiasThreads)
   }
 #pragma unroll
   for (int j = 0; j < V; ++j) sum[j] = A(0);
-  for (int64_t r = blockIdx.y; r < outer; r += gridDim.y) {
-    const Vec<T, V> gv = load_vec<T, V>(g + r * C + col);
-    Vec<T, V> xv = load_vec<T, V>(x + r * C + col);
+  for (int64_t r0 = int64_t(blockIdx.y) * kRowUnroll; r0 < outer; r0 += int64_t(gridDim.y) * kRowUnroll) {
+    Vec<T, V> gv[kRowUnroll], xv[kRowUnroll];
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const A d = act_backward_at_input<K, A>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv[j], a, b);
-      xv.v[j] = from_acc<T>(d);
-      sum[j] += d;  // dbias from the unrounded values: one rounding, at the end
+    for (int u = 0; u < kRowUnroll; ++u) {
+      if (r0 + u < outer) {
+        gv[u] = load_vec<T, V>(g + (r0 + u) * C + col);
+        xv[u] = load_vec<T, V>(x + (r0 + u) * C + col);
+      }
     }
-    store_vec<T, V>(dx + r * C + col, xv);
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u) {
+      if (r0 + u < outer) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const A d = act_backward_at_input<K, A, kFastMath<T>>(to_acc<A>(gv[u].v[j]), to_acc<A>(xv[u].v[j]) + bv[j], a, b);
+          xv[u].v[j] = from_acc<T>(d);
+          sum[j] += d;  // dbias from the unrounded values: one rounding, at the end
+        }
+        store_vec<T, V>(dx + (r0 + u) * C + col, xv[u]);
+      }
+    }
   }
   if (partial) {
 #pragma unroll
@@ -116,7 +142,7 @@ __global__ void __launch_bounds__(kBiasThreads)
       Vec<T, V> xv = load_vec<T, V>(x + r * inner + i);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        const A d = act_backward_at_input<K, A>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv, a, b);
+        const A d = act_backward_at_input<K, A, kFastMath<T>>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv, a, b);
         xv.v[j] = from_acc<T>(d);
         sum += d;
       }
@@ -127,14 +153,25 @@ __global__ void __launch_bounds__(kBiasThreads)
   }
 }
 
-// dbias[c] = sum over p of partial[p][c], in a fixed order.
+// dbias[c] = sum over p of partial[p][c], in a fixed order: a block of 32 columns x 8 lanes of rows, each
+// lane summing every 8th row, then the 8 lane sums added in lane order.
+constexpr int kSumCols = 32, kSumLanes = 8;
 template <typename T>
-__global__ void column_sum_kernel(const acc_t<T>* partial, T* out, int64_t P, int64_t C) {
+__global__ void __launch_bounds__(kSumCols * kSumLanes) column_sum_kernel(const acc_t<T>* partial, T* out, int64_t P, int64_t C) {
   using A = acc_t<T>;
-  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
-    A s = A(0);
-    for (int64_t p = 0; p < P; ++p) s += partial[p * C + c];
-    out[c] = from_acc<T>(s);
+  __shared__ A lane_sums[kSumLanes][kSumCols];
+  const int tx = threadIdx.x % kSumCols, ty = threadIdx.x / kSumCols;
+  const int64_t c = int64_t(blockIdx.x) * kSumCols + tx;
+  A s = A(0);
+  if (c < C)
+    for (int64_t p = ty; p < P; p += kSumLanes) s += partial[p * C + c];
+  lane_sums[ty][tx] = s;
+  __syncthreads();
+  if (ty == 0 && c < C) {
+    A t = A(0);
+#pragma unroll
+    for (int l = 0; l < kSumLanes; ++l) t += lane_sums[l][tx];
+    out[c] = from_acc<T>(t);
   }
 }
 
@@ -151,7 +188,7 @@ void run_bias_act_forward(const T* x, const T* bias, T* y, BiasActShape s, ActPa
     const bool vec = last_vectorizable<T>(x, y, bias, nullptr, s.C);
     const int64_t cols = vec ? s.C / V : s.C;
     const int64_t col_blocks = (cols + kBiasThreads - 1) / kBiasThreads;
-    const dim3 grid(unsigned(col_blocks), unsigned(last_row_groups(s.outer, col_blocks)));
+    const dim3 grid(unsigned(col_blocks), unsigned(last_row_groups(s.outer, col_blocks, kFwdBlocksPerSm)));
     if (vec) bias_act_fwd_last<T, K, V><<<grid, kBiasThreads, 0, stream>>>(x, bias, y, s.outer, s.C, A(p.a), A(p.b));
     else bias_act_fwd_last<T, K, 1><<<grid, kBiasThreads, 0, stream>>>(x, bias, y, s.outer, s.C, A(p.a), A(p.b));
   } else {
@@ -168,8 +205,8 @@ void run_bias_act_forward(const T* x, const T* bias, T* y, BiasActShape s, ActPa
 template <typename T>
 int64_t backward_partial_rows(BiasActShape s, bool vec) {
   if (s.inner != 1) return s.outer;
-  const int64_t cols = vec ? s.C / kVec16<T> : s.C;
-  return last_row_groups(s.outer, (cols + kBiasThreads - 1) / kBiasThreads);
+  const int64_t cols = vec && s.C % kVec16<T> == 0 ? s.C / kVec16<T> : s.C;
+  return last_row_groups(s.outer, (cols + kBiasThreads - 1) / kBiasThreads, kBwdBlocksPerSm);
 }
 
 template <typename T, Act K>
@@ -198,7 +235,7 @@ void run_bias_act_backward(const T* g, const T* x, const T* bias, T* dx, T* dbia
   if (dbias) {
     const bool vec = s.inner == 1 && last_vectorizable<T>(g, x, dx, bias, s.C);
     const int64_t P = backward_partial_rows<T>(s, vec);
-    column_sum_kernel<T><<<grid_for(s.C, 256, 1, 4), 256, 0, stream>>>(ws, dbias, P, s.C);
+    column_sum_kernel<T><<<unsigned((s.C + kSumCols - 1) / kSumCols), kSumCols * kSumLanes, 0, stream>>>(ws, dbias, P, s.C);
   }
 }
 

@@ -28,14 +28,14 @@ __global__ void __launch_bounds__(kThreads) act_forward_kernel(const T* x, T* y,
       const int64_t i = base + int64_t(u) * kThreads;
       if (i < nvec) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[u].v[j] = from_acc<T>(act_forward<K, A>(to_acc<A>(v[u].v[j]), a, b));
+        for (int j = 0; j < V; ++j) v[u].v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v[u].v[j]), a, b));
         store_vec<T, V>(y + i * V, v[u]);
       }
     }
   }
   // Scalar tail: at most V-1 elements.
   if (blockIdx.x == 0) {
-    for (int64_t i = nvec * V + threadIdx.x; i < n; i += kThreads) y[i] = from_acc<T>(act_forward<K, A>(to_acc<A>(x[i]), a, b));
+    for (int64_t i = nvec * V + threadIdx.x; i < n; i += kThreads) y[i] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(x[i]), a, b));
   }
 }
 
@@ -61,14 +61,14 @@ __global__ void __launch_bounds__(kThreads)
       if (i < nvec) {
 #pragma unroll
         for (int j = 0; j < V; ++j)
-          gv[u].v[j] = from_acc<T>(act_backward<K, A>(to_acc<A>(gv[u].v[j]), to_acc<A>(sv[u].v[j]), a, b));
+          gv[u].v[j] = from_acc<T>(act_backward<K, A, kFastMath<T>>(to_acc<A>(gv[u].v[j]), to_acc<A>(sv[u].v[j]), a, b));
         store_vec<T, V>(dx + i * V, gv[u]);
       }
     }
   }
   if (blockIdx.x == 0) {
     for (int64_t i = nvec * V + threadIdx.x; i < n; i += kThreads)
-      dx[i] = from_acc<T>(act_backward<K, A>(to_acc<A>(g[i]), to_acc<A>(s[i]), a, b));
+      dx[i] = from_acc<T>(act_backward<K, A, kFastMath<T>>(to_acc<A>(g[i]), to_acc<A>(s[i]), a, b));
   }
 }
 

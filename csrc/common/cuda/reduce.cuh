@@ -21,6 +21,10 @@ __device__ __forceinline__ A warp_reduce(A v, Op op, int width = 32) {
   return v;
 }
 
+// The value that leaves any other unchanged.
+template <typename A> __device__ __forceinline__ A identity(SumOp) { return A(0); }
+template <typename A> __device__ __forceinline__ A identity(MaxOp) { return A(-INFINITY); }
+
 // Every thread of the block gets the result. `smem` holds at least 32 A's. Safe to call back to back.
 template <typename A, class Op>
 __device__ __forceinline__ A block_reduce(A v, Op op, A* smem) {
@@ -29,7 +33,7 @@ __device__ __forceinline__ A block_reduce(A v, Op op, A* smem) {
   __syncthreads();  // smem may still be read by a previous call
   if (lane == 0) smem[warp] = v;
   __syncthreads();
-  v = smem[lane < nwarps ? lane : 0];
+  v = lane < nwarps ? smem[lane] : identity<A>(op);
   return warp_reduce(v, op);
 }
 

@@ -12,6 +12,9 @@ template <typename T> struct AccType { using type = float; };
 template <> struct AccType<double> { using type = double; };
 template <typename T> using acc_t = typename AccType<T>::type;
 
+// Results stored in 16 bits tolerate the hardware exp/log (see td_exp_fast).
+template <typename T> constexpr bool kFastMath = sizeof(T) == 2;
+
 template <typename A, typename T> __device__ __forceinline__ A to_acc(T v) { return static_cast<A>(v); }
 template <> __device__ __forceinline__ float to_acc<float, __half>(__half v) { return __half2float(v); }
 template <> __device__ __forceinline__ float to_acc<float, __nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }

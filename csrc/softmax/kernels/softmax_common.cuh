@@ -112,14 +112,17 @@ inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned) {
     if (p.threads > 32) p.threads = 32;
     return p;
   }
+  // A row in registers, 32 values a thread, as few threads a row as that allows: many rows per SM keep
+  // loads in flight while other rows sit in their block reductions. (32 doubles a thread would spill:
+  // double takes 8 a thread.)
+  if (p.vec && vec_elems >= 4 && s.dim <= 32 * 1024) {
+    p.plan = Plan::BlockRegs32;
+    p.threads = int(std::max<int64_t>(64, pow2_at_least((s.dim + 31) / 32)));
+    return p;
+  }
   if (p.vec && s.dim <= 8 * 1024) {
     p.plan = Plan::BlockRegs8;
     p.threads = int(std::max<int64_t>(64, pow2_at_least((s.dim + 7) / 8)));
-    return p;
-  }
-  if (p.vec && vec_elems >= 4 && s.dim <= 32 * 1024) {  // 32 double values a thread would spill
-    p.plan = Plan::BlockRegs32;
-    p.threads = int(std::max<int64_t>(256, pow2_at_least((s.dim + 31) / 32)));
     return p;
   }
   // Long rows: a block per row reading twice (the second read mostly from L2), unless there are too few
