@@ -131,7 +131,7 @@ TD_HD T act_backward(T g, T s, T a, T b) {
     return s * a > b ? g : g * z / (z + T(1));
   } else if constexpr (K == Act::Mish) {
     // sigmoid(s) = e / (1 + e) and tanh(softplus(s)) = n / (n + 2), n = e (e + 2), from one e = exp(s).
-    if (s > T(20)) return g;
+    if (s > T(20)) return g * (T(1) + s * T(0));  // s * 0: NaN at +inf, as PyTorch's formula gives
     const T e = FAST ? td_exp_fast(s) : td_exp(s);
     const T n = e * (e + T(2));
     const T tsp = n / (n + T(2));
