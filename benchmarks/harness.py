@@ -115,9 +115,10 @@ def format_table(rows: list[dict]) -> str:
             out.append(f"| {r['case']} | {r['impl']} | failed: {r['error']} | | | | | |")
             continue
         spd = f"{r['ours_speedup']:.2f}x" if "ours_speedup" in r else ""
+        tflops = f"{r['tflops']:.1f}" if "tflops" in r else ""
         out.append(
             f"| {r['case']} | {r['impl']} | {r['ms']:.4f} ({r['p10_ms']:.4f}-{r['p90_ms']:.4f}) | "
-            f"{r.get('gbps', 0):.0f} | {r.get('pct_copy', 0):.1f} | {f"{r['tflops']:.1f}" if 'tflops' in r else ''} | {spd} | "
+            f"{r.get('gbps', 0):.0f} | {r.get('pct_copy', 0):.1f} | {tflops} | {spd} | "
             f"{r.get('target', '') if r['impl'] == 'torch_dnn' else ''} |"
         )
     return "\n".join(out)
@@ -132,6 +133,10 @@ def run(cases: list[Case], out_dir: str | None = None, md_path: str | None = Non
     for case in cases:
         case_rows = run_case(case, ceiling)
         rows += case_rows
+        if out_dir:  # written as we go: a run cut short still leaves its rows
+            os.makedirs(out_dir, exist_ok=True)
+            with open(os.path.join(out_dir, "bench.json"), "w") as f:
+                json.dump({"env": env, "copy_ceiling_gbps": ceiling, "rows": rows}, f, indent=1)
         for r in case_rows:
             if "error" in r:
                 print(f"{r['case']:<48} {r['impl']:<10} FAILED {r['error']}", flush=True)
@@ -139,11 +144,14 @@ def run(cases: list[Case], out_dir: str | None = None, md_path: str | None = Non
                 spd = f"x{r['ours_speedup']:.2f}" if "ours_speedup" in r else ""
                 print(f"{r['case']:<48} {r['impl']:<10} {r['ms']:8.4f} ms {r.get('gbps', 0):7.0f} GB/s "
                       f"{r.get('pct_copy', 0):5.1f}% {spd}", flush=True)
-    result = {"env": env, "copy_ceiling_gbps": ceiling, "rows": rows}
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "bench.json"), "w") as f:
-            json.dump(result, f, indent=1)
+    text = markdown(env, ceiling, rows, title)
+    if md_path:
+        with open(md_path, "w") as f:
+            f.write(text)
+    return rows
+
+
+def markdown(env: dict, ceiling: float, rows: list[dict], title: str = "") -> str:
     md = [f"# {title or 'torch_dnn benchmarks'}", "",
           f"date {env['date']}, commit {env['commit']}, torch {env['torch']} (CUDA {env['cuda']}), device {env['device']}",
           f"copy ceiling measured in this run: {ceiling:.0f} GB/s (bytes read + written). "
@@ -154,8 +162,12 @@ def run(cases: list[Case], out_dir: str | None = None, md_path: str | None = Non
             groups.append(r["group"])
     for g in groups:
         md += [f"## {g}", "", format_table([r for r in rows if r["group"] == g]), ""]
-    text = "\n".join(md)
-    if md_path:
-        with open(md_path, "w") as f:
-            f.write(text)
-    return rows
+    return "\n".join(md)
+
+
+def markdown_from_json(json_path: str, md_path: str, title: str = "") -> None:
+    """Re-render a results table from bench.json (e.g. of a run that was cut short)."""
+    with open(json_path) as f:
+        d = json.load(f)
+    with open(md_path, "w") as f:
+        f.write(markdown(d["env"], d["copy_ceiling_gbps"], d["rows"], title))
