@@ -41,7 +41,7 @@ if [ "$TESTS" != "none" ]; then
   echo "== tests ($TESTS${KEXPR:+, -k $KEXPR})"
   marker=(); [ "$TESTS" = "cuda" ] && marker=(-m cuda)
   kargs=(); [ -n "$KEXPR" ] && kargs=(-k "$KEXPR")
-  python3 -m pytest tests -q -x --tb=short -p no:cacheprovider "${marker[@]}" "${kargs[@]}" > "$OUT/tests.log" 2>&1 || status=1
+  python3 -m pytest tests -q --maxfail=25 --tb=short -p no:cacheprovider "${marker[@]}" "${kargs[@]}" > "$OUT/tests.log" 2>&1 || status=1
   tail -25 "$OUT/tests.log"
   echo "== self-check (python -m torch_dnn)"
   python3 -m torch_dnn > "$OUT/selfcheck.log" 2>&1 || status=1

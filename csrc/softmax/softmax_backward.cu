@@ -5,7 +5,7 @@ namespace torch_dnn {
 namespace softmax {
 
 int64_t backward_workspace(DType grad, SoftmaxShape s) {
-  const PlanInfo p = make_plan(s, 1, false);
+  const PlanInfo p = make_plan(s, 1, false, 0);
   return p.plan == Plan::SplitRow ? s.outer * p.chunks : 0;
 }
 

@@ -9,7 +9,7 @@ bool forward_dtypes_supported(DType in, DType out) {
 }
 
 int64_t forward_workspace(DType in, SoftmaxShape s) {
-  const PlanInfo p = make_plan(s, 1, false);  // the chunking does not depend on vectorization
+  const PlanInfo p = make_plan(s, 1, false, 0);  // the chunking does not depend on vectorization
   return p.plan == Plan::SplitRow ? s.outer * p.chunks * 2 : 0;
 }
 

@@ -57,24 +57,25 @@ __global__ void __launch_bounds__(kWarpBlock)
   }
 }
 
-template <typename Ti, typename To, bool LOG, int ELEMS>
+// grad and output of the row in registers as raw vectors (kBwdRegElems<To> values of each a thread).
+template <typename Ti, typename To, bool LOG>
 __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To* y, Ti* dx, int64_t rows, int64_t D) {
   using A = acc_t<To>;
   constexpr int V = kVec16<To>;
-  constexpr int kItems = ELEMS / V > 0 ? ELEMS / V : 1;
+  constexpr int kItems = kBwdRegElems<To> / V;
   __shared__ A smem[32];
   const int64_t nv = D / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    A gv[kItems][V], yv[kItems][V];
+    Vec<To, V> gr[kItems], yr[kItems];
     A s = A(0);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
       if (idx < nv) {
-        load_acc<V>(g + r * D + idx * V, gv[k]);
-        load_acc<V>(y + r * D + idx * V, yv[k]);
+        gr[k] = load_vec<To, V>(g + r * D + idx * V);
+        yr[k] = load_vec<To, V>(y + r * D + idx * V);
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += dot_term<LOG>(gv[k][j], yv[k][j]);
+        for (int j = 0; j < V; ++j) s += dot_term<LOG>(to_acc<A>(gr[k].v[j]), to_acc<A>(yr[k].v[j]));
       }
     }
     s = block_reduce(s, SumOp{}, smem);
@@ -82,9 +83,10 @@ __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To*
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
       if (idx < nv) {
+        A o[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) gv[k][j] = grad_in<LOG>(gv[k][j], yv[k][j], s);
-        store_acc<V>(dx + r * D + idx * V, gv[k]);
+        for (int j = 0; j < V; ++j) o[j] = grad_in<LOG>(to_acc<A>(gr[k].v[j]), to_acc<A>(yr[k].v[j]), s);
+        store_acc<V>(dx + r * D + idx * V, o);
       }
     }
   }
@@ -168,7 +170,8 @@ __global__ void __launch_bounds__(256)
 template <typename Ti, typename To, bool LOG>
 void run_backward(const To* g, const To* y, Ti* dx, acc_t<To>* ws, SoftmaxShape s, cudaStream_t stream) {
   constexpr int V = kVec16<To>;
-  const PlanInfo p = make_plan(s, V, aligned16(g) && aligned16(y) && aligned16(dx) && sizeof(Ti) == sizeof(To));
+  const PlanInfo p = make_plan(s, V, aligned16(g) && aligned16(y) && aligned16(dx) && sizeof(Ti) == sizeof(To),
+                               kBwdRegElems<To>);
   const int64_t rows = s.outer;
   switch (p.plan) {
     case Plan::Warp: {
@@ -177,11 +180,8 @@ void run_backward(const To* g, const To* y, Ti* dx, acc_t<To>* ws, SoftmaxShape 
       else softmax_warp_bwd<Ti, To, LOG, 1><<<grid, kWarpBlock, 0, stream>>>(g, y, dx, rows, s.dim, p.threads);
       break;
     }
-    case Plan::BlockRegs8:
-      softmax_block_bwd<Ti, To, LOG, 8><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(g, y, dx, rows, s.dim);
-      break;
-    case Plan::BlockRegs32:
-      softmax_block_bwd<Ti, To, LOG, 32><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(g, y, dx, rows, s.dim);
+    case Plan::BlockRegs:
+      softmax_block_bwd<Ti, To, LOG><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(g, y, dx, rows, s.dim);
       break;
     case Plan::BlockTwoPass:
       if (p.vec) softmax_twopass_bwd<Ti, To, LOG, V><<<grid_for(rows, 1, 4, 4), 512, 0, stream>>>(g, y, dx, rows, s.dim);

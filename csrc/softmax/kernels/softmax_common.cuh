@@ -2,6 +2,8 @@
 // the running (max, sum-of-exp) statistic that merges in any order.
 #pragma once
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
@@ -68,11 +70,18 @@ __device__ __forceinline__ MaxSum<A> block_reduce_maxsum(MaxSum<A> v, A* smem) {
   return {m, s};
 }
 
+// exp for softmax: the hardware exp when the result is stored in 16 bits (see td_exp_fast).
+template <bool FAST, typename A>
+__device__ __forceinline__ A sm_exp(A v) {
+  if constexpr (FAST) return td_exp_fast(v);
+  else return td_exp(v);
+}
+
 // softmax / log_softmax of one value from the row statistic. For softmax, inv_s = 1 / sum.
-template <bool LOG, typename A>
+template <bool LOG, typename A, bool FAST = false>
 __device__ __forceinline__ A softmax_out(A x, A m, A s_or_log_s) {
   if constexpr (LOG) return x - m - s_or_log_s;
-  else return td_exp(x - m) * s_or_log_s;
+  else return sm_exp<FAST>(x - m) * s_or_log_s;
 }
 template <bool LOG, typename A>
 __device__ __forceinline__ A softmax_scale(A s) {
@@ -81,11 +90,17 @@ __device__ __forceinline__ A softmax_scale(A s) {
 }
 
 // How a shape is computed. Shared by forward and backward (and by the workspace size functions).
-enum class Plan { Warp, BlockRegs8, BlockRegs32, BlockTwoPass, SplitRow, Spatial };
+enum class Plan { Warp, BlockRegs, BlockTwoPass, SplitRow, Spatial };
 
 constexpr int kWarpBlock = 128;     // threads per block of the warp-per-row kernels
 constexpr int kMaxWarpRow = 1024;   // rows up to this length: a warp (or part of one) per row, in registers
 constexpr int kSplitChunk = 16384;  // elements per block when one row is split over several blocks
+
+// Elements of a row each thread of a BlockRegs kernel holds in registers, kept as the raw 16-byte vectors
+// (so 16-bit types hold more): 24-32 registers of data a thread in the forward, 2 x 16 in the
+// backward (grad and output), 64 registers at most in all under __launch_bounds__(1024).
+template <typename T> constexpr int kFwdRegElems = sizeof(T) == 2 ? 40 : sizeof(T) == 4 ? 32 : 8;
+template <typename T> constexpr int kBwdRegElems = sizeof(T) == 2 ? 24 : sizeof(T) == 4 ? 16 : 4;
 
 struct PlanInfo {
   Plan plan;
@@ -100,7 +115,14 @@ inline int pow2_at_least(int64_t v) {
   return p;
 }
 
-inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned) {
+// TORCH_DNN_SOFTMAX_PLAN=regs|twopass|split forces the plan of rows longer than a warp's (benchmarking knob;
+// a forced plan that cannot hold the row falls back to the default choice).
+inline const char* forced_plan() {
+  const char* p = std::getenv("TORCH_DNN_SOFTMAX_PLAN");
+  return p && *p ? p : nullptr;
+}
+
+inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned, int reg_elems) {
   PlanInfo p{Plan::Spatial, false, 0, 1};
   if (s.inner != 1) return p;
   p.vec = aligned && s.dim % vec_elems == 0;
@@ -112,27 +134,25 @@ inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned) {
     if (p.threads > 32) p.threads = 32;
     return p;
   }
-  // A row in registers, 32 values a thread, as few threads a row as that allows: many rows per SM keep
-  // loads in flight while other rows sit in their block reductions. (32 doubles a thread would spill:
-  // double takes 8 a thread.)
-  if (p.vec && vec_elems >= 4 && s.dim <= 32 * 1024) {
-    p.plan = Plan::BlockRegs32;
-    p.threads = int(std::max<int64_t>(64, pow2_at_least((s.dim + 31) / 32)));
+  const char* forced = forced_plan();
+  const bool fits_regs = p.vec && s.dim <= int64_t(1024) * reg_elems;
+  // A row in registers with as few threads as hold it: many rows per SM keep loads in flight while other
+  // rows sit in their block reductions.
+  if (fits_regs && (!forced || std::strcmp(forced, "regs") == 0)) {
+    p.plan = Plan::BlockRegs;
+    p.threads = int(std::max<int64_t>(64, pow2_at_least((s.dim + reg_elems - 1) / reg_elems)));
     return p;
   }
-  if (p.vec && s.dim <= 8 * 1024) {
-    p.plan = Plan::BlockRegs8;
-    p.threads = int(std::max<int64_t>(64, pow2_at_least((s.dim + 7) / 8)));
-    return p;
-  }
-  // Long rows: a block per row reading twice (the second read mostly from L2), unless there are too few
+  // Longer rows: a block per row reading twice (the second read mostly from L2), unless there are too few
   // rows to fill the chip; then each row is split over several blocks.
   p.threads = 512;
-  if (s.outer >= 2 * sm_count() || s.dim <= 2 * kSplitChunk) {
-    p.plan = Plan::BlockTwoPass;
-  } else {
+  const bool split = forced ? std::strcmp(forced, "split") == 0 && s.dim > kSplitChunk
+                            : s.outer < 2 * sm_count() && s.dim > 2 * kSplitChunk;
+  if (split) {
     p.plan = Plan::SplitRow;
     p.chunks = (s.dim + kSplitChunk - 1) / kSplitChunk;
+  } else {
+    p.plan = Plan::BlockTwoPass;
   }
   return p;
 }

@@ -41,7 +41,11 @@ __global__ void __launch_bounds__(kWarpBlock) softmax_warp_fwd(const Ti* x, To* 
       const int64_t idx = int64_t(k) * width + lane;
       if (valid && idx < nv) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += td_exp(v[k][j] - m);
+        for (int j = 0; j < V; ++j) {
+          const A e = sm_exp<kFastMath<To>>(v[k][j] - m);
+          s += e;
+          if constexpr (!LOG) v[k][j] = e;  // softmax keeps exp(x - max): one exp per element
+        }
       }
     }
     s = softmax_scale<LOG>(warp_reduce(s, SumOp{}, width));
@@ -50,40 +54,41 @@ __global__ void __launch_bounds__(kWarpBlock) softmax_warp_fwd(const Ti* x, To* 
       const int64_t idx = int64_t(k) * width + lane;
       if (valid && idx < nv) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[k][j] = softmax_out<LOG>(v[k][j], m, s);
+        for (int j = 0; j < V; ++j) v[k][j] = LOG ? v[k][j] - m - s : v[k][j] * s;
         store_acc<V>(y + r * D + idx * V, v[k]);
       }
     }
   }
 }
 
-template <typename Ti, typename To, bool LOG, int ELEMS>
+// The row in registers as raw vectors (kFwdRegElems<Ti> values a thread): max, then sum of exp, then write.
+template <typename Ti, typename To, bool LOG>
 __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, int64_t rows, int64_t D) {
   using A = acc_t<Ti>;
   constexpr int V = kVec16<Ti>;
-  constexpr int kItems = ELEMS / V > 0 ? ELEMS / V : 1;
+  constexpr int kItems = kFwdRegElems<Ti> / V;
+  constexpr bool FAST = kFastMath<To>;
   __shared__ A smem[32];
   const int64_t nv = D / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    A v[kItems][V];
+    Vec<Ti, V> raw[kItems];
     A m = A(-INFINITY);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
       if (idx < nv) {
-        load_acc<V>(x + r * D + idx * V, v[k]);
+        raw[k] = load_vec<Ti, V>(x + r * D + idx * V);
 #pragma unroll
-        for (int j = 0; j < V; ++j) m = MaxOp{}(m, v[k][j]);
+        for (int j = 0; j < V; ++j) m = MaxOp{}(m, to_acc<A>(raw[k].v[j]));
       }
     }
     m = block_reduce(m, MaxOp{}, smem);
     A s = A(0);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
-      if (idx < nv) {
+      if (int64_t(k) * blockDim.x + threadIdx.x < nv) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += td_exp(v[k][j] - m);
+        for (int j = 0; j < V; ++j) s += sm_exp<FAST>(to_acc<A>(raw[k].v[j]) - m);
       }
     }
     s = softmax_scale<LOG>(block_reduce(s, SumOp{}, smem));
@@ -91,9 +96,10 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
       if (idx < nv) {
+        A o[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[k][j] = softmax_out<LOG>(v[k][j], m, s);
-        store_acc<V>(y + r * D + idx * V, v[k]);
+        for (int j = 0; j < V; ++j) o[j] = softmax_out<LOG, A, FAST>(to_acc<A>(raw[k].v[j]), m, s);
+        store_acc<V>(y + r * D + idx * V, o);
       }
     }
   }
@@ -118,7 +124,7 @@ __device__ __forceinline__ void block_row_write(const Ti* row, To* out, int64_t 
     A v[V];
     load_acc<V>(row + i, v);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = softmax_out<LOG>(v[j], m, scale);
+    for (int j = 0; j < V; ++j) v[j] = softmax_out<LOG, A, kFastMath<To>>(v[j], m, scale);
     store_acc<V>(out + i, v);
   }
 }
@@ -180,7 +186,7 @@ __global__ void __launch_bounds__(256) softmax_spatial_fwd(const Ti* x, To* y, i
 template <typename Ti, typename To, bool LOG>
 void run_forward(const Ti* x, To* y, acc_t<Ti>* ws, SoftmaxShape s, cudaStream_t stream) {
   constexpr int V = kVec16<Ti>;
-  const PlanInfo p = make_plan(s, V, aligned16(x) && aligned16(y) && sizeof(Ti) == sizeof(To));
+  const PlanInfo p = make_plan(s, V, aligned16(x) && aligned16(y) && sizeof(Ti) == sizeof(To), kFwdRegElems<Ti>);
   const int64_t rows = s.outer;
   switch (p.plan) {
     case Plan::Warp: {
@@ -189,11 +195,8 @@ void run_forward(const Ti* x, To* y, acc_t<Ti>* ws, SoftmaxShape s, cudaStream_t
       else softmax_warp_fwd<Ti, To, LOG, 1><<<grid, kWarpBlock, 0, stream>>>(x, y, rows, s.dim, p.threads);
       break;
     }
-    case Plan::BlockRegs8:
-      softmax_block_fwd<Ti, To, LOG, 8><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(x, y, rows, s.dim);
-      break;
-    case Plan::BlockRegs32:
-      softmax_block_fwd<Ti, To, LOG, 32><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(x, y, rows, s.dim);
+    case Plan::BlockRegs:
+      softmax_block_fwd<Ti, To, LOG><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(x, y, rows, s.dim);
       break;
     case Plan::BlockTwoPass:
       if (p.vec) softmax_twopass_fwd<Ti, To, LOG, V><<<grid_for(rows, 1, 4, 4), 512, 0, stream>>>(x, y, rows, s.dim);
