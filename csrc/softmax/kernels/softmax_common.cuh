@@ -44,7 +44,8 @@ struct MaxSum {
   A m, s;
   __device__ __forceinline__ void add(A x) {
     if (x > m) {
-      s = (m == A(-INFINITY) ? A(0) : s * exp_acc(m - x)) + A(1);
+      // exp(x - x) is 1, except at x = +inf, where PyTorch's exp(inf - inf) makes the row NaN
+      s = (m == A(-INFINITY) ? A(0) : s * exp_acc(m - x)) + (x == A(INFINITY) ? A(NAN) : A(1));
       m = x;
     } else if (x == x) {
       s += m == A(-INFINITY) ? A(0) : exp_acc(x - m);

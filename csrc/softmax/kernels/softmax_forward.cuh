@@ -11,7 +11,7 @@ namespace torch_dnn {
 namespace softmax {
 
 template <typename Ti, typename To, bool LOG, int V>
-__global__ void __launch_bounds__(kWarpBlock) softmax_warp_fwd(const Ti* x, To* y, int64_t rows, int64_t D, int width) {
+__global__ void __launch_bounds__(kWarpBlock, sizeof(Ti) == 2 && V > 1 ? 8 : 1) softmax_warp_fwd(const Ti* x, To* y, int64_t rows, int64_t D, int width) {
   using A = acc_t<Ti>;
   constexpr int kItems = 32 / V;  // vectors a lane can hold
   const int lane = threadIdx.x & (width - 1);
@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(kWarpBlock) softmax_warp_fwd(const Ti* x, To* 
         for (int j = 0; j < V; ++j) {
           const A e = sm_exp<kFastMath<To>>(v[k][j] - m);
           s += e;
-          if constexpr (!LOG) v[k][j] = e;  // softmax keeps exp(x - max): one exp per element
+          // 16-bit softmax keeps exp(x - max): one exp per element where the exp is what limits the speed
+          if constexpr (!LOG && kFastMath<To>) v[k][j] = e;
         }
       }
     }
@@ -54,7 +55,8 @@ __global__ void __launch_bounds__(kWarpBlock) softmax_warp_fwd(const Ti* x, To* 
       const int64_t idx = int64_t(k) * width + lane;
       if (valid && idx < nv) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[k][j] = LOG ? v[k][j] - m - s : v[k][j] * s;
+        for (int j = 0; j < V; ++j)
+          v[k][j] = kFastMath<To> && !LOG ? v[k][j] * s : softmax_out<LOG, A, kFastMath<To>>(v[k][j], m, s);
         store_acc<V>(y + r * D + idx * V, v[k]);
       }
     }
