@@ -42,12 +42,19 @@ TD_HD double td_erf(double x) { return erf(x); }
 // exp and log at the hardware units' precision (a few ulp) on the GPU, for results stored in 16 bits, where
 // the accurate versions would make the kernel compute-bound; accurate everywhere else.
 #if defined(__CUDA_ARCH__)
+__device__ __forceinline__ float td_exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ float td_exp_fast(float x) { return __expf(x); }
 __device__ __forceinline__ float td_log_fast(float x) { return __logf(x); }
 #else
+inline float td_exp2_fast(float x) { return exp2f(x); }
 inline float td_exp_fast(float x) { return expf(x); }
 inline float td_log_fast(float x) { return logf(x); }
 #endif
+TD_HD double td_exp2_fast(double x) { return exp2(x); }
 TD_HD double td_exp_fast(double x) { return exp(x); }
 TD_HD double td_log_fast(double x) { return log(x); }
 

@@ -1,11 +1,15 @@
 // y = act(x + bias[c]) and its backward, with x seen in memory as [outer, C, inner].
-//   inner == 1 ("last": bias along the innermost dim, the GEMM epilogue case): 2-D grid of column chunks by
-//     row groups; each thread keeps its bias (and, backward, its dbias partial sums) in registers.
+//   inner == 1 ("last": bias along the innermost dim, the GEMM epilogue case): the forward is the flat
+//     elementwise loop of elementwise.cuh with the column of each 16-byte vector found by a multiply-high
+//     divmod and its bias read through L1; the backward is a 2-D grid of column chunks by row groups, each
+//     thread keeping its bias and its dbias partial sums in registers.
 //   inner > 1 ("rows": NCHW-style, one channel per row of `inner` elements): a warp per row.
 // dbias is reduced in two deterministic stages: partial sums into a [P, C] workspace, then a column sum.
 #pragma once
 #include "activation/activation_kernels.h"
+#include "activation/kernels/elementwise.cuh"
 #include "common/cuda/device.cuh"
+#include "common/cuda/divmod.cuh"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/vec.cuh"
 
@@ -55,6 +59,37 @@ __global__ void __launch_bounds__(kBiasThreads)
         for (int j = 0; j < V; ++j)
           v[u].v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v[u].v[j]) + bv[j], a, b));
         store_vec<T, V>(y + (r0 + u) * C + col, v[u]);
+      }
+    }
+  }
+}
+
+// Forward, "last", vectorized: vector i covers columns (i mod C/V) * V ... + V - 1. Needs n / V < 2^31.
+template <typename T, Act K, int V>
+__global__ void __launch_bounds__(kThreads)
+    bias_act_fwd_flat(const T* x, const T* bias, T* y, int64_t nvec, FastDivmod32 cols, acc_t<T> a, acc_t<T> b) {
+  using A = acc_t<T>;
+  const int64_t stride = int64_t(gridDim.x) * kThreads * kUnroll;
+  for (int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < nvec; base += stride) {
+    Vec<T, V> v[kUnroll], bv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kThreads;
+      if (i < nvec) {
+        uint32_t row, col;
+        cols.divmod(uint32_t(i), row, col);
+        v[u] = load_vec<T, V>(x + i * V);
+        bv[u] = load_vec<T, V>(bias + int64_t(col) * V);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kThreads;
+      if (i < nvec) {
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          v[u].v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v[u].v[j]) + to_acc<A>(bv[u].v[j]), a, b));
+        store_vec<T, V>(y + i * V, v[u]);
       }
     }
   }
@@ -186,6 +221,12 @@ void run_bias_act_forward(const T* x, const T* bias, T* y, BiasActShape s, ActPa
   constexpr int V = kVec16<T>;
   if (s.inner == 1) {
     const bool vec = last_vectorizable<T>(x, y, bias, nullptr, s.C);
+    if (vec && bias && s.numel() / V < (int64_t(1) << 31)) {
+      const int64_t nvec = s.numel() / V;
+      bias_act_fwd_flat<T, K, V><<<grid_for(nvec, kThreads * kUnroll), kThreads, 0, stream>>>(
+          x, bias, y, nvec, FastDivmod32(uint32_t(s.C / V)), A(p.a), A(p.b));
+      return;
+    }
     const int64_t cols = vec ? s.C / V : s.C;
     const int64_t col_blocks = (cols + kBiasThreads - 1) / kBiasThreads;
     const dim3 grid(unsigned(col_blocks), unsigned(last_row_groups(s.outer, col_blocks, kFwdBlocksPerSm)));

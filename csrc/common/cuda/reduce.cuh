@@ -14,6 +14,13 @@ struct MaxOp {
   }
 };
 
+// max that ignores NaN (one instruction). Softmax uses it: a NaN in a row still reaches every output
+// through the row's sum of exponentials.
+struct FmaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ __forceinline__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+
 template <typename A, class Op>
 __device__ __forceinline__ A warp_reduce(A v, Op op, int width = 32) {
 #pragma unroll
@@ -24,6 +31,7 @@ __device__ __forceinline__ A warp_reduce(A v, Op op, int width = 32) {
 // The value that leaves any other unchanged.
 template <typename A> __device__ __forceinline__ A identity(SumOp) { return A(0); }
 template <typename A> __device__ __forceinline__ A identity(MaxOp) { return A(-INFINITY); }
+template <typename A> __device__ __forceinline__ A identity(FmaxOp) { return A(-INFINITY); }
 
 // Every thread of the block gets the result. `smem` holds at least 32 A's. Safe to call back to back.
 template <typename A, class Op>

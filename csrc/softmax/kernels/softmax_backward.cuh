@@ -95,30 +95,53 @@ __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To*
 template <typename To, bool LOG, int V, typename A>
 __device__ __forceinline__ A block_row_dot(const To* g, const To* y, int64_t begin, int64_t end, A* smem) {
   A s = A(0);
-  for (int64_t i = begin + int64_t(threadIdx.x) * V; i < end; i += int64_t(blockDim.x) * V) {
-    A gv[V], yv[V];
-    load_acc<V>(g + i, gv);
-    load_acc<V>(y + i, yv);
+  const int64_t step = int64_t(blockDim.x) * V;
+  for (int64_t i0 = begin + int64_t(threadIdx.x) * V; i0 < end; i0 += step * kStreamUnroll) {
+    A gv[kStreamUnroll][V], yv[kStreamUnroll][V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) s += dot_term<LOG>(gv[j], yv[j]);
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (i0 + u * step < end) {
+        load_acc<V>(g + i0 + u * step, gv[u]);
+        load_acc<V>(y + i0 + u * step, yv[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (i0 + u * step < end) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) s += dot_term<LOG>(gv[u][j], yv[u][j]);
+      }
+    }
   }
   return block_reduce(s, SumOp{}, smem);
 }
 
 template <typename Ti, typename To, bool LOG, int V, typename A>
 __device__ __forceinline__ void block_row_grad(const To* g, const To* y, Ti* dx, int64_t begin, int64_t end, A sum) {
-  for (int64_t i = begin + int64_t(threadIdx.x) * V; i < end; i += int64_t(blockDim.x) * V) {
-    A gv[V], yv[V];
-    load_acc<V>(g + i, gv);
-    load_acc<V>(y + i, yv);
+  const int64_t step = int64_t(blockDim.x) * V;
+  for (int64_t i0 = begin + int64_t(threadIdx.x) * V; i0 < end; i0 += step * kStreamUnroll) {
+    A gv[kStreamUnroll][V], yv[kStreamUnroll][V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) gv[j] = grad_in<LOG>(gv[j], yv[j], sum);
-    store_acc<V>(dx + i, gv);
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (i0 + u * step < end) {
+        load_acc<V>(g + i0 + u * step, gv[u]);
+        load_acc<V>(y + i0 + u * step, yv[u]);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (i0 + u * step < end) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) gv[u][j] = grad_in<LOG>(gv[u][j], yv[u][j], sum);
+        store_acc<V>(dx + i0 + u * step, gv[u]);
+      }
+    }
   }
 }
 
+// Persistent, a couple of blocks an SM, so that the second read of each row comes from L2 (see the forward).
 template <typename Ti, typename To, bool LOG, int V>
-__global__ void __launch_bounds__(512) softmax_twopass_bwd(const To* g, const To* y, Ti* dx, int64_t rows, int64_t D) {
+__global__ void __launch_bounds__(kTwoPassThreads) softmax_twopass_bwd(const To* g, const To* y, Ti* dx, int64_t rows, int64_t D) {
   using A = acc_t<To>;
   __shared__ A smem[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -184,8 +207,11 @@ void run_backward(const To* g, const To* y, Ti* dx, acc_t<To>* ws, SoftmaxShape 
       softmax_block_bwd<Ti, To, LOG><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(g, y, dx, rows, s.dim);
       break;
     case Plan::BlockTwoPass:
-      if (p.vec) softmax_twopass_bwd<Ti, To, LOG, V><<<grid_for(rows, 1, 4, 4), 512, 0, stream>>>(g, y, dx, rows, s.dim);
-      else softmax_twopass_bwd<Ti, To, LOG, 1><<<grid_for(rows, 1, 4, 4), 512, 0, stream>>>(g, y, dx, rows, s.dim);
+    {
+      const unsigned grid = grid_for(rows, 1, 1, kTwoPassBlocksPerSm);
+      if (p.vec) softmax_twopass_bwd<Ti, To, LOG, V><<<grid, kTwoPassThreads, 0, stream>>>(g, y, dx, rows, s.dim);
+      else softmax_twopass_bwd<Ti, To, LOG, 1><<<grid, kTwoPassThreads, 0, stream>>>(g, y, dx, rows, s.dim);
+    }
       break;
     case Plan::SplitRow: {
       const dim3 grid(unsigned(p.chunks), unsigned(rows < 65535 ? rows : 65535));

@@ -71,18 +71,23 @@ __device__ __forceinline__ MaxSum<A> block_reduce_maxsum(MaxSum<A> v, A* smem) {
   return {m, s};
 }
 
-// exp for softmax: the hardware exp when the result is stored in 16 bits (see td_exp_fast).
+// exp(x - m). The hardware path folds the shift into the base-2 exponent: ex2(x log2e - m log2e), one FFMA
+// and one MUFU. m = -inf (an all -inf row) gives NaN, as PyTorch's exp(-inf - -inf) does.
 template <bool FAST, typename A>
-__device__ __forceinline__ A sm_exp(A v) {
-  if constexpr (FAST) return td_exp_fast(v);
-  else return td_exp(v);
-}
+struct ShiftedExp {
+  A m, m_log2e;
+  __device__ __forceinline__ explicit ShiftedExp(A max) : m(max), m_log2e(max * A(1.4426950408889634)) {}
+  __device__ __forceinline__ A operator()(A x) const {
+    if constexpr (FAST) return td_exp2_fast(fma(x, A(1.4426950408889634), -m_log2e));
+    else return td_exp(x - m);
+  }
+};
 
 // softmax / log_softmax of one value from the row statistic. For softmax, inv_s = 1 / sum.
 template <bool LOG, typename A, bool FAST = false>
 __device__ __forceinline__ A softmax_out(A x, A m, A s_or_log_s) {
   if constexpr (LOG) return x - m - s_or_log_s;
-  else return sm_exp<FAST>(x - m) * s_or_log_s;
+  else return ShiftedExp<FAST, A>(m)(x) * s_or_log_s;
 }
 template <bool LOG, typename A>
 __device__ __forceinline__ A softmax_scale(A s) {
@@ -96,6 +101,9 @@ enum class Plan { Warp, BlockRegs, BlockTwoPass, SplitRow, Spatial };
 constexpr int kWarpBlock = 128;     // threads per block of the warp-per-row kernels
 constexpr int kMaxWarpRow = 1024;   // rows up to this length: a warp (or part of one) per row, in registers
 constexpr int kSplitChunk = 16384;  // elements per block when one row is split over several blocks
+constexpr int kStreamUnroll = 4;    // vectors each thread of a streaming pass loads before it uses them
+// Two-pass rows: persistent blocks, few enough that the rows in flight stay in L2 for the second read.
+constexpr int kTwoPassThreads = 512, kTwoPassBlocksPerSm = 2;
 
 // Elements of a row each thread of a BlockRegs kernel holds in registers, kept as the raw 16-byte vectors
 // (so 16-bit types hold more): 24-32 registers of data a thread in the forward, 2 x 16 in the

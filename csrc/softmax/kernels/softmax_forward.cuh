@@ -31,10 +31,11 @@ __global__ void __launch_bounds__(kWarpBlock, sizeof(Ti) == 2 && V > 1 ? 8 : 1) 
       if (valid && idx < nv) {
         load_acc<V>(x + r * D + idx * V, v[k]);
 #pragma unroll
-        for (int j = 0; j < V; ++j) m = MaxOp{}(m, v[k][j]);
+        for (int j = 0; j < V; ++j) m = FmaxOp{}(m, v[k][j]);
       }
     }
-    m = warp_reduce(m, MaxOp{}, width);
+    m = warp_reduce(m, FmaxOp{}, width);
+    const ShiftedExp<kFastMath<To>, A> exp_shifted(m);
     A s = A(0);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(kWarpBlock, sizeof(Ti) == 2 && V > 1 ? 8 : 1) 
       if (valid && idx < nv) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const A e = sm_exp<kFastMath<To>>(v[k][j] - m);
+          const A e = exp_shifted(v[k][j]);
           s += e;
           // 16-bit softmax keeps exp(x - max): one exp per element where the exp is what limits the speed
           if constexpr (!LOG && kFastMath<To>) v[k][j] = e;
@@ -81,16 +82,17 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
       if (idx < nv) {
         raw[k] = load_vec<Ti, V>(x + r * D + idx * V);
 #pragma unroll
-        for (int j = 0; j < V; ++j) m = MaxOp{}(m, to_acc<A>(raw[k].v[j]));
+        for (int j = 0; j < V; ++j) m = FmaxOp{}(m, to_acc<A>(raw[k].v[j]));
       }
     }
-    m = block_reduce(m, MaxOp{}, smem);
+    m = block_reduce(m, FmaxOp{}, smem);
+    const ShiftedExp<FAST, A> exp_shifted(m);
     A s = A(0);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       if (int64_t(k) * blockDim.x + threadIdx.x < nv) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += sm_exp<FAST>(to_acc<A>(raw[k].v[j]) - m);
+        for (int j = 0; j < V; ++j) s += exp_shifted(to_acc<A>(raw[k].v[j]));
       }
     }
     s = softmax_scale<LOG>(block_reduce(s, SumOp{}, smem));
@@ -100,39 +102,71 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
       if (idx < nv) {
         A o[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) o[j] = softmax_out<LOG, A, FAST>(to_acc<A>(raw[k].v[j]), m, s);
+        for (int j = 0; j < V; ++j) {
+          const A xv = to_acc<A>(raw[k].v[j]);
+          o[j] = LOG ? xv - m - s : exp_shifted(xv) * s;
+        }
         store_acc<V>(y + r * D + idx * V, o);
       }
     }
   }
 }
 
-// Running (max, sum) of x[begin, end) of one row, reduced over the block.
+// Running (max, sum) of x[begin, end) of one row, reduced over the block. Each vector updates the running
+// statistic once: its own max first, then one exp per element.
 template <typename Ti, int V, typename A>
 __device__ __forceinline__ MaxSum<A> block_row_stats(const Ti* row, int64_t begin, int64_t end, A* smem) {
-  MaxSum<A> st{A(-INFINITY), A(0)};
-  for (int64_t i = begin + int64_t(threadIdx.x) * V; i < end; i += int64_t(blockDim.x) * V) {
-    A v[V];
-    load_acc<V>(row + i, v);
+  A m = A(-INFINITY), s = A(0);
+  const int64_t step = int64_t(blockDim.x) * V;
+  for (int64_t i0 = begin + int64_t(threadIdx.x) * V; i0 < end; i0 += step * kStreamUnroll) {
+    A v[kStreamUnroll][V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) st.add(v[j]);
+    for (int u = 0; u < kStreamUnroll; ++u)
+      if (i0 + u * step < end) load_acc<V>(row + i0 + u * step, v[u]);
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (i0 + u * step < end) {
+        A mv = A(-INFINITY);
+#pragma unroll
+        for (int j = 0; j < V; ++j) mv = FmaxOp{}(mv, v[u][j]);
+        if (mv > m) {
+          s = m == A(-INFINITY) ? A(0) : s * td_exp(m - mv);
+          m = mv;
+        }
+        if (m != A(-INFINITY)) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) s += td_exp(v[u][j] - m);  // NaN or +inf entries make s NaN
+        }
+      }
+    }
   }
-  return block_reduce_maxsum(st, smem);
+  return block_reduce_maxsum(MaxSum<A>{m, s}, smem);
 }
 
 template <typename Ti, typename To, bool LOG, int V, typename A>
 __device__ __forceinline__ void block_row_write(const Ti* row, To* out, int64_t begin, int64_t end, A m, A scale) {
-  for (int64_t i = begin + int64_t(threadIdx.x) * V; i < end; i += int64_t(blockDim.x) * V) {
-    A v[V];
-    load_acc<V>(row + i, v);
+  const ShiftedExp<kFastMath<To>, A> exp_shifted(m);
+  const int64_t step = int64_t(blockDim.x) * V;
+  for (int64_t i0 = begin + int64_t(threadIdx.x) * V; i0 < end; i0 += step * kStreamUnroll) {
+    A v[kStreamUnroll][V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = softmax_out<LOG, A, kFastMath<To>>(v[j], m, scale);
-    store_acc<V>(out + i, v);
+    for (int u = 0; u < kStreamUnroll; ++u)
+      if (i0 + u * step < end) load_acc<V>(row + i0 + u * step, v[u]);
+#pragma unroll
+    for (int u = 0; u < kStreamUnroll; ++u) {
+      if (i0 + u * step < end) {
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[u][j] = LOG ? v[u][j] - m - scale : exp_shifted(v[u][j]) * scale;
+        store_acc<V>(out + i0 + u * step, v[u]);
+      }
+    }
   }
 }
 
+// A block per row, persistent (a couple of blocks an SM): the rows in flight fit in L2, so the second
+// read of each row is served from L2 and DRAM sees one read and one write.
 template <typename Ti, typename To, bool LOG, int V>
-__global__ void __launch_bounds__(512) softmax_twopass_fwd(const Ti* x, To* y, int64_t rows, int64_t D) {
+__global__ void __launch_bounds__(kTwoPassThreads) softmax_twopass_fwd(const Ti* x, To* y, int64_t rows, int64_t D) {
   using A = acc_t<Ti>;
   __shared__ A smem[32];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -201,8 +235,11 @@ void run_forward(const Ti* x, To* y, acc_t<Ti>* ws, SoftmaxShape s, cudaStream_t
       softmax_block_fwd<Ti, To, LOG><<<grid_for(rows, 1, 4, 2048 / p.threads), p.threads, 0, stream>>>(x, y, rows, s.dim);
       break;
     case Plan::BlockTwoPass:
-      if (p.vec) softmax_twopass_fwd<Ti, To, LOG, V><<<grid_for(rows, 1, 4, 4), 512, 0, stream>>>(x, y, rows, s.dim);
-      else softmax_twopass_fwd<Ti, To, LOG, 1><<<grid_for(rows, 1, 4, 4), 512, 0, stream>>>(x, y, rows, s.dim);
+    {
+      const unsigned grid = grid_for(rows, 1, 1, kTwoPassBlocksPerSm);
+      if (p.vec) softmax_twopass_fwd<Ti, To, LOG, V><<<grid, kTwoPassThreads, 0, stream>>>(x, y, rows, s.dim);
+      else softmax_twopass_fwd<Ti, To, LOG, 1><<<grid, kTwoPassThreads, 0, stream>>>(x, y, rows, s.dim);
+    }
       break;
     case Plan::SplitRow: {
       const dim3 grid(unsigned(p.chunks), unsigned(rows < 65535 ? rows : 65535));
