@@ -61,7 +61,7 @@ TD_HD T act_forward(T x, T a, T b) {
   } else if constexpr (K == Act::Elu) {
     return x > T(0) ? x : a * td_expm1(x);
   } else if constexpr (K == Act::Gelu) {
-    return T(0.5) * x * (T(1) + td_erf(x * kSqrt1_2));
+    return T(0.5) * x * (T(1) + (FAST ? td_erf_fast(x * kSqrt1_2) : td_erf(x * kSqrt1_2)));
   } else if constexpr (K == Act::GeluTanh) {
     return T(0.5) * x * (T(1) + td_tanh(kSqrt2OverPi * (x + kKappa * x * x * x)));
   } else if constexpr (K == Act::Silu) {
@@ -109,8 +109,8 @@ TD_HD T act_backward(T g, T s, T a, T b) {
   } else if constexpr (K == Act::Elu) {
     return s <= T(0) ? g * a * td_exp(s) : g;
   } else if constexpr (K == Act::Gelu) {
-    const T cdf = T(0.5) * (T(1) + td_erf(s * kSqrt1_2));
-    const T pdf = td_exp(T(-0.5) * s * s) * kInvSqrt2Pi;
+    const T cdf = T(0.5) * (T(1) + (FAST ? td_erf_fast(s * kSqrt1_2) : td_erf(s * kSqrt1_2)));
+    const T pdf = (FAST ? td_exp_fast(T(-0.5) * s * s) : td_exp(T(-0.5) * s * s)) * kInvSqrt2Pi;
     return g * (cdf + s * pdf);
   } else if constexpr (K == Act::GeluTanh) {
     const T inner = kSqrt2OverPi * (s + kKappa * s * s * s);
