@@ -144,9 +144,10 @@ inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned, int reg_e
     return p;
   }
   const char* forced = forced_plan();
-  const bool fits_regs = p.vec && s.dim <= int64_t(1024) * reg_elems;
   // A row in registers with as few threads as hold it: many rows per SM keep loads in flight while other
-  // rows sit in their block reductions.
+  // rows sit in their block reductions. Past 256 threads a row, too few rows fit on an SM and the
+  // persistent two-pass plan measured faster (benchmarks/NOTES.md).
+  const bool fits_regs = p.vec && s.dim <= int64_t(256) * reg_elems;
   if (fits_regs && (!forced || std::strcmp(forced, "regs") == 0)) {
     p.plan = Plan::BlockRegs;
     p.threads = int(std::max<int64_t>(64, pow2_at_least((s.dim + reg_elems - 1) / reg_elems)));
@@ -156,7 +157,7 @@ inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned, int reg_e
   // rows to fill the chip; then each row is split over several blocks.
   p.threads = 512;
   const bool split = forced ? std::strcmp(forced, "split") == 0 && s.dim > kSplitChunk
-                            : s.outer < 2 * sm_count() && s.dim > 2 * kSplitChunk;
+                            : s.outer < sm_count() && s.dim > 2 * kSplitChunk;
   if (split) {
     p.plan = Plan::SplitRow;
     p.chunks = (s.dim + kSplitChunk - 1) / kSplitChunk;
