@@ -104,24 +104,28 @@ def _add_rms_norm_backward_fake(grad_out, grad_sum, sum, rstd, weight, normalize
 
 # ---- autograd: the backward ops compute in the input's dtype; parameter grads are cast to the parameter's ----
 
-def _param_grad(g, param, wanted):
-    return g.to(param.dtype) if wanted else None
+def _param_grad(g, dtype, wanted):
+    return g.to(dtype) if wanted else None
+
+
+def _dtype(t):
+    return None if t is None else t.dtype
 
 
 def _layer_norm_setup(ctx, inputs, output):
     x, normalized_shape, weight, bias, _ = inputs
     _, mean, rstd = output
     ctx.save_for_backward(x, mean, rstd, weight)
-    ctx.normalized_shape, ctx.bias = normalized_shape, bias
+    ctx.normalized_shape, ctx.has_bias, ctx.bias_dtype = normalized_shape, bias is not None, _dtype(bias)
 
 
 def _layer_norm_backward(ctx, grad_out, _grad_mean, _grad_rstd):
     x, mean, rstd, weight = ctx.saved_tensors
-    bias = ctx.bias
     mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2],
-            bias is not None and ctx.needs_input_grad[3]]
+            ctx.has_bias and ctx.needs_input_grad[3]]
     dx, dw, db = _ops.layer_norm_backward(grad_out, x, mean, rstd, weight, ctx.normalized_shape, mask)
-    return (dx if mask[0] else None), _param_grad(dw, weight, mask[1]), _param_grad(db, bias, mask[2]), None, None
+    return ((dx if mask[0] else None), None, _param_grad(dw, _dtype(weight), mask[1]),
+            _param_grad(db, ctx.bias_dtype, mask[2]), None)
 
 
 def _rms_norm_setup(ctx, inputs, output):
@@ -134,24 +138,23 @@ def _rms_norm_backward(ctx, grad_out, _grad_rstd):
     x, rstd, weight = ctx.saved_tensors
     mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2]]
     dx, dw = _ops.rms_norm_backward(grad_out, x, rstd, weight, ctx.normalized_shape, mask)
-    return (dx if mask[0] else None), _param_grad(dw, weight, mask[1]), None, None
+    return (dx if mask[0] else None), None, _param_grad(dw, _dtype(weight), mask[1]), None
 
 
 def _add_layer_norm_setup(ctx, inputs, output):
     _, _, normalized_shape, weight, bias, _ = inputs
     sum_, _, mean, rstd = output
     ctx.save_for_backward(sum_, mean, rstd, weight)
-    ctx.normalized_shape, ctx.bias = normalized_shape, bias
+    ctx.normalized_shape, ctx.has_bias, ctx.bias_dtype = normalized_shape, bias is not None, _dtype(bias)
 
 
 def _add_layer_norm_backward(ctx, grad_sum, grad_out, _grad_mean, _grad_rstd):
     sum_, mean, rstd, weight = ctx.saved_tensors
-    bias = ctx.bias
     want_x = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
-    mask = [want_x, weight is not None and ctx.needs_input_grad[3], bias is not None and ctx.needs_input_grad[4]]
+    mask = [want_x, weight is not None and ctx.needs_input_grad[3], ctx.has_bias and ctx.needs_input_grad[4]]
     dx, dw, db = _ops.add_layer_norm_backward(grad_out, grad_sum, sum_, mean, rstd, weight, ctx.normalized_shape, mask)
     return (dx if ctx.needs_input_grad[0] else None, dx if ctx.needs_input_grad[1] else None, None,
-            _param_grad(dw, weight, mask[1]), _param_grad(db, bias, mask[2]), None)
+            _param_grad(dw, _dtype(weight), mask[1]), _param_grad(db, ctx.bias_dtype, mask[2]), None)
 
 
 def _add_rms_norm_setup(ctx, inputs, output):
@@ -167,7 +170,7 @@ def _add_rms_norm_backward(ctx, grad_sum, grad_out, _grad_rstd):
     mask = [want_x, weight is not None and ctx.needs_input_grad[3]]
     dx, dw = _ops.add_rms_norm_backward(grad_out, grad_sum, sum_, rstd, weight, ctx.normalized_shape, mask)
     return (dx if ctx.needs_input_grad[0] else None, dx if ctx.needs_input_grad[1] else None, None,
-            _param_grad(dw, weight, mask[1]), None)
+            _param_grad(dw, _dtype(weight), mask[1]), None)
 
 
 for _name, _bwd, _setup in (
