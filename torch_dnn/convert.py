@@ -37,8 +37,8 @@ class ConvertReport:
 
 def _why_left(module) -> str | None:
     t = type(module)
-    if t in SWAPS.values():
-        return None  # already ours
+    if t in SWAPS.values() or t.__module__.startswith("torch_dnn."):
+        return None  # already ours (drop-ins, and torch_dnn's own modules such as AddLayerNorm)
     for torch_type in SWAPS:
         if isinstance(module, torch_type):
             return f"subclass of {torch_type.__name__}: its forward may differ, so it is kept"

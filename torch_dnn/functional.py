@@ -1,5 +1,6 @@
 """The torch.nn.functional-like surface of torch_dnn: same names, arguments, defaults and in-place flags."""
 from torch_dnn.ops import activation as _activation
+from torch_dnn.ops import norm as _norm
 from torch_dnn.ops import softmax as _softmax
 
 relu = _activation.relu
@@ -20,4 +21,9 @@ bias_act = _activation.bias_act
 softmax = _softmax.softmax
 log_softmax = _softmax.log_softmax
 
-__all__ = _activation.FUNCTIONAL + _softmax.FUNCTIONAL
+layer_norm = _norm.layer_norm
+rms_norm = _norm.rms_norm
+add_layer_norm = _norm.add_layer_norm
+add_rms_norm = _norm.add_rms_norm
+
+__all__ = _activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from torch_dnn.reference import BIAS_ACT_TORCH, bias_act_reference
+from torch_dnn.reference import BIAS_ACT_TORCH, add_layer_norm_reference, add_rms_norm_reference, bias_act_reference
 from torch_dnn.testing import check_against_torch, random_like_case
 
 
@@ -30,6 +30,21 @@ def _checks():
             out.append(("softmax", f"{name}{list(shape)} dim={dim}", lambda d, t, o=ours, p=theirs, s=shape, dm=dim:
                         check_against_torch(lambda x: o(x, dm), lambda x: p(x, dm), [random_like_case(s, t, d)],
                                             name=name)))
+    norms = {
+        "layer_norm": (lambda x, r, w, b, n: F.layer_norm(x, [n], w, b), lambda x, r, w, b, n: TF.layer_norm(x, [n], w, b)),
+        "rms_norm": (lambda x, r, w, b, n: F.rms_norm(x, [n], w), lambda x, r, w, b, n: TF.rms_norm(x, [n], w)),
+        "add_layer_norm": (lambda x, r, w, b, n: F.add_layer_norm(x, r, [n], w, b)[1],
+                           lambda x, r, w, b, n: add_layer_norm_reference(x, r, [n], w, b)[1]),
+        "add_rms_norm": (lambda x, r, w, b, n: F.add_rms_norm(x, r, [n], w)[1],
+                         lambda x, r, w, b, n: add_rms_norm_reference(x, r, [n], w)[1]),
+    }
+    for name, (ours, theirs) in norms.items():
+        for shape in ((33, 100), (4, 3000)):
+            n = shape[-1]
+            out.append(("norm", f"{name}{list(shape)}", lambda d, t, o=ours, p=theirs, s=shape, n=n: check_against_torch(
+                lambda x, r, w, b: o(x, r, w, b, n), lambda x, r, w, b: p(x, r, w, b, n),
+                [random_like_case(s, t, d), random_like_case(s, t, d), random_like_case((n,), t, d, low=0.5, high=1.5),
+                 random_like_case((n,), t, d)], name=name)))
     return out
 
 

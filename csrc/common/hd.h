@@ -38,6 +38,9 @@ TD_HD float td_tanh(float x) { return tanhf(x); }
 TD_HD double td_tanh(double x) { return tanh(x); }
 TD_HD float td_erf(float x) { return erff(x); }
 TD_HD double td_erf(double x) { return erf(x); }
+// 1/sqrt(x) correctly rounded twice (not the hardware rsqrt), so CPU and GPU agree to an ulp
+TD_HD float td_rsqrt(float x) { return 1.0f / sqrtf(x); }
+TD_HD double td_rsqrt(double x) { return 1.0 / sqrt(x); }
 
 // exp and log at the hardware units' precision (a few ulp) on the GPU, for results stored in 16 bits, where
 // the accurate versions would make the kernel compute-bound; accurate everywhere else.

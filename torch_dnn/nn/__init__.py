@@ -5,3 +5,4 @@ from torch_dnn.nn.activation import (  # noqa: F401
     BiasAct,
 )
 from torch_dnn.nn.softmax import LogSoftmax, Softmax  # noqa: F401
+from torch_dnn.nn.norm import AddLayerNorm, AddRMSNorm, LayerNorm, RMSNorm  # noqa: F401

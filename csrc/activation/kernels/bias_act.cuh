@@ -8,6 +8,7 @@
 #pragma once
 #include "activation/activation_kernels.h"
 #include "activation/kernels/elementwise.cuh"
+#include "common/cuda/column_sum.cuh"
 #include "common/cuda/device.cuh"
 #include "common/cuda/divmod.cuh"
 #include "common/cuda/reduce.cuh"
@@ -188,28 +189,6 @@ __global__ void __launch_bounds__(kBiasThreads)
   }
 }
 
-// dbias[c] = sum over p of partial[p][c], in a fixed order: a block of 32 columns x 8 lanes of rows, each
-// lane summing every 8th row, then the 8 lane sums added in lane order.
-constexpr int kSumCols = 32, kSumLanes = 8;
-template <typename T>
-__global__ void __launch_bounds__(kSumCols * kSumLanes) column_sum_kernel(const acc_t<T>* partial, T* out, int64_t P, int64_t C) {
-  using A = acc_t<T>;
-  __shared__ A lane_sums[kSumLanes][kSumCols];
-  const int tx = threadIdx.x % kSumCols, ty = threadIdx.x / kSumCols;
-  const int64_t c = int64_t(blockIdx.x) * kSumCols + tx;
-  A s = A(0);
-  if (c < C)
-    for (int64_t p = ty; p < P; p += kSumLanes) s += partial[p * C + c];
-  lane_sums[ty][tx] = s;
-  __syncthreads();
-  if (ty == 0 && c < C) {
-    A t = A(0);
-#pragma unroll
-    for (int l = 0; l < kSumLanes; ++l) t += lane_sums[l][tx];
-    out[c] = from_acc<T>(t);
-  }
-}
-
 template <typename T>
 bool last_vectorizable(const void* a, const void* b, const void* c, const void* d, int64_t C) {
   return C % kVec16<T> == 0 && aligned16(a) && aligned16(b) && (!c || aligned16(c)) && (!d || aligned16(d));
@@ -276,7 +255,7 @@ void run_bias_act_backward(const T* g, const T* x, const T* bias, T* dx, T* dbia
   if (dbias) {
     const bool vec = s.inner == 1 && last_vectorizable<T>(g, x, dx, bias, s.C);
     const int64_t P = backward_partial_rows<T>(s, vec);
-    column_sum_kernel<T><<<unsigned((s.C + kSumCols - 1) / kSumCols), kSumCols * kSumLanes, 0, stream>>>(ws, dbias, P, s.C);
+    launch_column_sum<T>(ws, dbias, P, s.C, stream);
   }
 }
 

@@ -45,4 +45,20 @@ __device__ __forceinline__ A block_reduce(A v, Op op, A* smem) {
   return warp_reduce(v, op);
 }
 
+// Two sums at the price of one block reduction's synchronizations. `smem` holds at least 64 A's.
+template <typename A>
+__device__ __forceinline__ void block_reduce_sum2(A& a, A& b, A* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  a = warp_reduce(a, SumOp{});
+  b = warp_reduce(b, SumOp{});
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) {
+    smem[warp] = a;
+    smem[32 + warp] = b;
+  }
+  __syncthreads();
+  a = warp_reduce(lane < nwarps ? smem[lane] : A(0), SumOp{});
+  b = warp_reduce(lane < nwarps ? smem[32 + lane] : A(0), SumOp{});
+}
+
 }  // namespace torch_dnn

@@ -1,0 +1,100 @@
+"""Benchmark cases of the norm family: layer_norm and rms_norm forward and backward at 32768x4096 and
+8192x16384 (bf16, fp32) against eager and torch.compile of the same function, and the fused pre-norm
+residual step add_rms_norm against eager add followed by rms_norm (and its compiled form)."""
+import torch
+import torch.nn.functional as TF
+
+import torch_dnn.functional as F
+from benchmarks.harness import Case
+from torch_dnn.reference import add_rms_norm_reference
+
+ops = torch.ops.torch_dnn
+aten = torch.ops.aten
+
+SHAPES = [(32768, 4096), (8192, 16384)]
+DTYPES = [torch.bfloat16, torch.float32]
+
+
+def _rand(shape, dtype, lo=-4.0, hi=4.0):
+    return torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
+
+
+def _short(dtype):
+    return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
+
+
+def _compiled(fn):
+    return torch.compile(fn, dynamic=False)
+
+
+def _ln_bwd_inputs(shape, dtype):
+    x, w, b = _rand(shape, dtype), _rand(shape[1:], dtype, 0.5, 1.5), _rand(shape[1:], dtype)
+    _, mean, rstd = ops.layer_norm(x, [shape[1]], w, b, 1e-5)
+    return _rand(shape, dtype, -1, 1), x, mean, rstd, w, b
+
+
+def _rms_bwd_inputs(shape, dtype):
+    x, w = _rand(shape, dtype), _rand(shape[1:], dtype, 0.5, 1.5)
+    _, rstd = ops.rms_norm(x, [shape[1]], w, 1e-6)
+    return _rand(shape, dtype, -1, 1), x, rstd, w
+
+
+def cases(quick: bool = False):
+    out = []
+    shapes = SHAPES[:1] if quick else SHAPES
+    for dtype in DTYPES:
+        es = torch.empty((), dtype=dtype).element_size()
+        group = f"norm {_short(dtype)}"
+        for shape in shapes:
+            rows, n = shape
+            numel = rows * n
+            tag = f"{rows}x{n} {_short(dtype)}"
+            # minimum traffic: the input read and the output written once, parameters once, the per-row
+            # statistics (float32) the backward reads
+            stats = rows * 4
+
+            def ln(x, w, b, n=n):
+                return TF.layer_norm(x, [n], w, b)
+
+            out.append(Case("norm", f"layer_norm fwd {tag}",
+                            lambda s=shape, d=dtype: (_rand(s, d), _rand(s[1:], d, 0.5, 1.5), _rand(s[1:], d)),
+                            {"torch_dnn": lambda x, w, b, n=n: F.layer_norm(x, [n], w, b), "eager": ln,
+                             "compile": _compiled(ln)},
+                            bytes=2 * numel * es + 2 * n * es, target=">=2.7 TB/s", group=group))
+
+            def ln_bwd_eager(g, x, mean, rstd, w, b, n=n):
+                return aten.native_layer_norm_backward(g, x, [n], mean.unsqueeze(-1), rstd.unsqueeze(-1), w, b,
+                                                       [True, True, True])
+
+            out.append(Case("norm", f"layer_norm bwd {tag}", lambda s=shape, d=dtype: _ln_bwd_inputs(s, d),
+                            {"torch_dnn": lambda g, x, mean, rstd, w, b, n=n: ops.layer_norm_backward(
+                                g, x, mean, rstd, w, [n], [True, True, True]),
+                             "eager": ln_bwd_eager, "compile": _compiled(ln_bwd_eager)},
+                            bytes=3 * numel * es + 3 * n * es + 2 * stats, target=">=2.4 TB/s", group=group))
+
+            def rms(x, w, n=n):
+                return TF.rms_norm(x, [n], w, 1e-6)
+
+            out.append(Case("norm", f"rms_norm fwd {tag}", lambda s=shape, d=dtype: (_rand(s, d), _rand(s[1:], d, 0.5, 1.5)),
+                            {"torch_dnn": lambda x, w, n=n: F.rms_norm(x, [n], w, 1e-6), "eager": rms,
+                             "compile": _compiled(rms)},
+                            bytes=2 * numel * es + n * es, target=">=2.7 TB/s", group=group))
+
+            def rms_bwd_eager(g, x, rstd, w, n=n):
+                return aten._fused_rms_norm_backward(g, x, [n], rstd.unsqueeze(-1), w, [True, True])
+
+            out.append(Case("norm", f"rms_norm bwd {tag}", lambda s=shape, d=dtype: _rms_bwd_inputs(s, d),
+                            {"torch_dnn": lambda g, x, rstd, w, n=n: ops.rms_norm_backward(g, x, rstd, w, [n], [True, True]),
+                             "eager": rms_bwd_eager, "compile": _compiled(rms_bwd_eager)},
+                            bytes=3 * numel * es + 2 * n * es + stats, target=">=2.4 TB/s", group=group))
+
+            def add_rms(x, r, w, n=n):
+                return add_rms_norm_reference(x, r, [n], w, 1e-6)
+
+            # read x and residual, write sum and out
+            out.append(Case("norm", f"add_rms_norm fwd {tag}",
+                            lambda s=shape, d=dtype: (_rand(s, d), _rand(s, d), _rand(s[1:], d, 0.5, 1.5)),
+                            {"torch_dnn": lambda x, r, w, n=n: F.add_rms_norm(x, r, [n], w, 1e-6),
+                             "eager": add_rms, "compile": _compiled(add_rms)},
+                            bytes=4 * numel * es + n * es, target=">=2.7 TB/s", group=group))
+    return out
