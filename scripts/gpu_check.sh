@@ -28,6 +28,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 
 status=0
+# The system compiler, whose libstdc++ is the one loaded at run time: Python's sysconfig may name another
+# (seen: /opt/gcc/bin/g++), and its inline stream code then crashes inside torch error messages.
+export CC=${CC:-gcc} CXX=${CXX:-g++}
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
 echo "== build (MAX_JOBS=$MAX_JOBS TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
 start=$(date +%s)
