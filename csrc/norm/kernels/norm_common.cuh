@@ -179,5 +179,12 @@ __device__ __forceinline__ void store_output(const FwdParams<T>& p, int64_t off,
   store_vec<T, V>(p.y + off, o);
 }
 
+// 1/sqrt(var + eps). A row holding an infinity has var = inf: PyTorch's CUDA kernels make that row NaN
+// (rms_norm too, where rsqrt(inf) = 0 would leave finite entries at 0), so ours do.
+template <typename A>
+__device__ __forceinline__ A rstd_of(A var, A eps) {
+  return var == A(INFINITY) ? A(NAN) : td_rsqrt(var + eps);
+}
+
 }  // namespace norm
 }  // namespace torch_dnn

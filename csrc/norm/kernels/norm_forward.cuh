@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
         }
       }
     }
-    const A rs = td_rsqrt(warp_reduce(q, SumOp{}, width) / A(p.N) + p.eps);
+    const A rs = rstd_of(warp_reduce(q, SumOp{}, width) / A(p.N), p.eps);
     if (valid && lane == 0) {
       if constexpr (!RMS) p.mean[r] = m;
       p.rstd[r] = rs;
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
         }
       }
     }
-    const A rs = td_rsqrt(block_reduce(q, SumOp{}, smem) / A(p.N) + p.eps);
+    const A rs = rstd_of(block_reduce(q, SumOp{}, smem) / A(p.N), p.eps);
     if (threadIdx.x == 0) {
       if constexpr (!RMS) p.mean[r] = m;
       p.rstd[r] = rs;
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) norm_twopass_fwd(FwdParams<T>
       m = st.mean;
       var = st.m2 / A(p.N);
     }
-    const A rs = td_rsqrt(var + p.eps);
+    const A rs = rstd_of(var, p.eps);
     if (threadIdx.x == 0) {
       if constexpr (!RMS) p.mean[r] = m;
       p.rstd[r] = rs;
