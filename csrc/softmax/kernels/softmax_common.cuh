@@ -56,9 +56,8 @@ struct MaxSum {
   }
   __device__ __forceinline__ static MaxSum merge(MaxSum a, MaxSum b) {
     const A m = MaxOp{}(a.m, b.m);
-    // a side whose max is -inf adds s * 0: nothing, unless it carries a NaN
-    const A sa = a.m == A(-INFINITY) ? a.s * A(0) : a.s * exp_acc(a.m - m);
-    const A sb = b.m == A(-INFINITY) ? b.s * A(0) : b.s * exp_acc(b.m - m);
+    const A sa = a.m == A(-INFINITY) ? A(0) : a.s * exp_acc(a.m - m);
+    const A sb = b.m == A(-INFINITY) ? A(0) : b.s * exp_acc(b.m - m);
     return {m, sa + sb};
   }
   __device__ __forceinline__ static A exp_acc(A v) { return td_exp(v); }
@@ -70,29 +69,6 @@ __device__ __forceinline__ MaxSum<A> block_reduce_maxsum(MaxSum<A> v, A* smem) {
   A s = v.m == A(-INFINITY) ? A(0) : v.s * td_exp(v.m - m);
   s = block_reduce(s, SumOp{}, smem);
   return {m, s};
-}
-
-// (max, sum) merged over the block in one shared-memory round (pairs through the shuffles), instead of a
-// max reduction followed by a sum reduction: half the barriers per row. `smem` holds 64 A's.
-template <typename A>
-__device__ __forceinline__ MaxSum<A> warp_merge_maxsum(MaxSum<A> v) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1)
-    v = MaxSum<A>::merge(v, {__shfl_xor_sync(0xffffffffu, v.m, off), __shfl_xor_sync(0xffffffffu, v.s, off)});
-  return v;
-}
-template <typename A>
-__device__ __forceinline__ MaxSum<A> block_merge_maxsum(MaxSum<A> v, A* smem) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-  v = warp_merge_maxsum(v);
-  __syncthreads();  // smem may still be read by a previous call
-  if (lane == 0) {
-    smem[warp] = v.m;
-    smem[32 + warp] = v.s;
-  }
-  __syncthreads();
-  v = lane < nwarps ? MaxSum<A>{smem[lane], smem[32 + lane]} : MaxSum<A>{A(-INFINITY), A(0)};
-  return warp_merge_maxsum(v);
 }
 
 // exp(x - m). The hardware path folds the shift into the base-2 exponent: ex2(x log2e - m log2e), one FFMA

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
   constexpr int V = kVec16<Ti>;
   constexpr int kItems = kFwdRegElems<Ti> / V;
   constexpr bool FAST = kFastMath<To>;
-  __shared__ A smem[64];
+  __shared__ A smem[32];
   const int64_t nv = D / V;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     Vec<Ti, V> raw[kItems];
@@ -85,33 +85,17 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
         for (int j = 0; j < V; ++j) m = FmaxOp{}(m, to_acc<A>(raw[k].v[j]));
       }
     }
-    // This thread's sum of exp(x - its own max), then one merge over the block.
+    m = block_reduce(m, FmaxOp{}, smem);
+    const ShiftedExp<FAST, A> exp_shifted(m);
     A s = A(0);
-    if (m != A(-INFINITY)) {
-      const ShiftedExp<FAST, A> local_exp(m);
 #pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        if (int64_t(k) * blockDim.x + threadIdx.x < nv) {
+    for (int k = 0; k < kItems; ++k) {
+      if (int64_t(k) * blockDim.x + threadIdx.x < nv) {
 #pragma unroll
-          for (int j = 0; j < V; ++j) s += local_exp(to_acc<A>(raw[k].v[j]));  // NaN entries make s NaN
-        }
-      }
-    } else {  // only -inf (and NaN, which fmax skips) here: a NaN must still reach the row's sum
-#pragma unroll
-      for (int k = 0; k < kItems; ++k) {
-        if (int64_t(k) * blockDim.x + threadIdx.x < nv) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const A v = to_acc<A>(raw[k].v[j]);
-            if (v != v) s = v;
-          }
-        }
+        for (int j = 0; j < V; ++j) s += exp_shifted(to_acc<A>(raw[k].v[j]));
       }
     }
-    const MaxSum<A> st = block_merge_maxsum(MaxSum<A>{m, s}, smem);
-    m = st.m;
-    const ShiftedExp<FAST, A> exp_shifted(m);
-    s = softmax_scale<LOG>(st.s);
+    s = softmax_scale<LOG>(block_reduce(s, SumOp{}, smem));
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
