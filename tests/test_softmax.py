@@ -94,6 +94,9 @@ def test_special_values(name, device):
                 big = make_input((5, n), dtype, device)
                 big[:, : len(rows[0])] = x
                 big[0] = -inf
+                big[1, :] = -inf  # a NaN among -inf values only: the row is still NaN
+                big[1, 5] = nan
+                big[1, -1] = 1.0
                 assert_matches_torch(lambda x: ours(x, -1), lambda x: theirs(x, -1), [big], grad=False,
                                      name=f"{name} special n={n}")
 

@@ -56,8 +56,9 @@ struct MaxSum {
   }
   __device__ __forceinline__ static MaxSum merge(MaxSum a, MaxSum b) {
     const A m = MaxOp{}(a.m, b.m);
-    const A sa = a.m == A(-INFINITY) ? A(0) : a.s * exp_acc(a.m - m);
-    const A sb = b.m == A(-INFINITY) ? A(0) : b.s * exp_acc(b.m - m);
+    // a side whose max is -inf adds s * 0: nothing, unless it carries a NaN
+    const A sa = a.m == A(-INFINITY) ? a.s * A(0) : a.s * exp_acc(a.m - m);
+    const A sb = b.m == A(-INFINITY) ? b.s * A(0) : b.s * exp_acc(b.m - m);
     return {m, sa + sb};
   }
   __device__ __forceinline__ static A exp_acc(A v) { return td_exp(v); }
@@ -66,7 +67,7 @@ struct MaxSum {
 template <typename A>
 __device__ __forceinline__ MaxSum<A> block_reduce_maxsum(MaxSum<A> v, A* smem) {
   const A m = block_reduce(v.m, MaxOp{}, smem);
-  A s = v.m == A(-INFINITY) ? A(0) : v.s * td_exp(v.m - m);
+  A s = v.m == A(-INFINITY) ? v.s * A(0) : v.s * td_exp(v.m - m);  // s * 0 keeps a NaN
   s = block_reduce(s, SumOp{}, smem);
   return {m, s};
 }

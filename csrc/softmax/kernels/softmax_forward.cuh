@@ -136,6 +136,10 @@ __device__ __forceinline__ MaxSum<A> block_row_stats(const Ti* row, int64_t begi
         if (m != A(-INFINITY)) {
 #pragma unroll
           for (int j = 0; j < V; ++j) s += td_exp(v[u][j] - m);  // NaN or +inf entries make s NaN
+        } else {  // only -inf so far, and NaN (which fmax skips): the NaN must still reach the sum
+#pragma unroll
+          for (int j = 0; j < V; ++j)
+            if (v[u][j] != v[u][j]) s = v[u][j];
         }
       }
     }
