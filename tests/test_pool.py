@@ -241,3 +241,66 @@ class TestErrors(expecttest.TestCase):
         ):
             msg = self._msg(fn)
             assert msg.startswith("torch_dnn.") and words in msg, msg
+
+
+@pytest.mark.cuda
+def test_cuda_past_2_31_elements_and_poison():
+    # 64-bit indexing: the last (n, c) planes of a channels_last input past 2^31 elements
+    x = torch.empty((2, 64, 4097, 4097), dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
+    x = x.contiguous(memory_format=torch.channels_last)
+    for fn, tfn in ((lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
+                    (lambda x: F.avg_pool2d(x, 3, 2, 1), lambda x: TF.avg_pool2d(x, 3, 2, 1))):
+        y = fn(x)
+        tail = x[-1:, -2:].contiguous()
+        torch.testing.assert_close(y[-1:, -2:], tfn(tail))
+        del y
+    del x
+    # every element written: the caching allocator hands back a NaN-poisoned block
+    for layout in ("contiguous", "channels_last"):
+        x = make_input((3, 24, 37, 41), torch.float32, "cuda", layout).requires_grad_()
+        for fn in (lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
+                   lambda x: F.adaptive_avg_pool2d(x, (5, 7))):
+            poison = torch.full((4 * x.numel(),), float("nan"), device="cuda")
+            del poison
+            y = fn(x)
+            (g,) = torch.autograd.grad(y.sum(), [x])
+            assert not torch.isnan(y).any() and not torch.isnan(g).any()
+
+
+@pytest.mark.cuda
+def test_cuda_graph_capture():
+    x = make_input((4, 16, 28, 28), torch.bfloat16, "cuda", "channels_last").requires_grad_()
+
+    def step():
+        y = F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1)
+        z = F.adaptive_avg_pool2d(y, 1)
+        (gx,) = torch.autograd.grad(z.float().square().sum(), [x])
+        return z, gx
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    with torch.no_grad():
+        x.copy_(make_input((4, 16, 28, 28), torch.bfloat16, "cuda", "channels_last"))
+    g.replay()
+    torch.cuda.synchronize()
+    for a, r in zip(out, step()):
+        torch.testing.assert_close(a, r)
+
+
+@pytest.mark.cuda
+def test_cuda_deterministic_backward():
+    # gather-style backward: bitwise the same on every run
+    x = make_input((8, 32, 56, 56), torch.float32, "cuda", "channels_last").requires_grad_()
+    g = None
+    for _ in range(3):
+        y = F.max_pool2d(x, 3, 1, 1) + F.avg_pool2d(x, 3, 1, 1)
+        (gx,) = torch.autograd.grad(y, [x], torch.ones_like(y))
+        assert g is None or torch.equal(g, gx)
+        g = gx
