@@ -304,3 +304,17 @@ def test_cuda_deterministic_backward():
         (gx,) = torch.autograd.grad(y, [x], torch.ones_like(y))
         assert g is None or torch.equal(g, gx)
         g = gx
+
+
+@pytest.mark.parametrize("device", devices())
+def test_max_pool2d_window_only_in_padding(device):
+    # With dilation a window can hold only padding: PyTorch returns -inf with the index of the element after
+    # the padding, which can lie outside the plane (its own CPU backward then writes out of bounds). We return
+    # the same values and indices; the gradient of such outputs reaches no input.
+    x = make_input((1, 1, 6), torch.float64, device).requires_grad_()
+    kw = dict(kernel_size=2, stride=(1, 2), padding=1, dilation=2)
+    y, i = F.max_pool2d(x, **kw, return_indices=True)
+    y_ref, i_ref = TF.max_pool2d(x.detach(), **kw, return_indices=True)
+    assert torch.equal(y, y_ref) and torch.equal(i, i_ref)
+    (g,) = torch.autograd.grad(y, [x], torch.ones_like(y))
+    assert torch.equal(g, torch.zeros_like(x))

@@ -67,7 +67,9 @@ TD_HD int64_t avg_divisor(const PoolShape& s, Range rh, Range rw, int64_t lh, in
 // max_pool2d: y and indices [N, C, OH, OW].
 cudaError_t launch_max_forward(DType t, const void* x, void* y, int64_t* indices, const PoolShape& s,
                                cudaStream_t stream);
-// grad_input from grad_output and indices: one thread per input element gathers (deterministic).
+// grad_input from grad_output and indices: one thread per input element gathers (deterministic). An output
+// whose dilated window holds only padding (-inf, index outside its window) reaches no input: PyTorch's
+// scatter would write at that index, outside the plane.
 cudaError_t launch_max_backward(DType t, const void* grad, const int64_t* indices, void* dx, const PoolShape& s,
                                 cudaStream_t stream);
 // avg_pool2d and adaptive_avg_pool2d (s.adaptive).
