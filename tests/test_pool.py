@@ -318,3 +318,42 @@ def test_max_pool2d_window_only_in_padding(device):
     assert torch.equal(y, y_ref) and torch.equal(i, i_ref)
     (g,) = torch.autograd.grad(y, [x], torch.ones_like(y))
     assert torch.equal(g, torch.zeros_like(x))
+
+
+@pytest.mark.parametrize("device", devices())
+def test_random_configurations(device):
+    # Random sizes, windows, strides, paddings, dilations and flags in float64: same accept/reject decision
+    # as PyTorch, same values, indices, strides and gradients.
+    import random
+
+    rng = random.Random(0)
+    for _ in range(150):
+        kh, kw = rng.randint(1, 4), rng.randint(1, 4)
+        shape = (rng.choice([1, 2]), rng.choice([1, 3, 8]), rng.randint(1, 12), rng.randint(1, 12))
+        x = make_input(shape, torch.float64, device, rng.choice(["contiguous", "channels_last"]))
+        x = (x[0] if rng.random() < 0.2 else x).requires_grad_()
+        win = dict(kernel_size=(kh, kw), stride=(rng.randint(1, 3), rng.randint(1, 3)),
+                   padding=(rng.randint(0, kh // 2), rng.randint(0, kw // 2)), ceil_mode=rng.random() < 0.5)
+        for ours, theirs, kw_ in (
+            (F.max_pool2d, TF.max_pool2d, dict(win, dilation=(rng.randint(1, 2), rng.randint(1, 2)), return_indices=True)),
+            (F.avg_pool2d, TF.avg_pool2d, dict(win, count_include_pad=rng.random() < 0.5,
+                                                divisor_override=rng.choice([None, 2]))),
+            (F.adaptive_avg_pool2d, TF.adaptive_avg_pool2d, dict(output_size=(rng.randint(1, 8), rng.randint(1, 8)))),
+        ):
+            try:
+                r = theirs(x, **kw_)
+            except RuntimeError:
+                with pytest.raises(RuntimeError):
+                    ours(x, **kw_)
+                continue
+            o = ours(x, **kw_)
+            if isinstance(r, tuple):
+                assert torch.equal(o[1], r[1]), kw_
+                o, r = o[0], r[0]
+            torch.testing.assert_close(o, r, msg=lambda m: f"{x.shape} {kw_}: {m}")
+            if o.dim() == 4 and o.numel() > 1:
+                assert o.stride() == r.stride(), kw_
+            if torch.isinf(r).any():
+                continue  # windows only in padding: see test_max_pool2d_window_only_in_padding
+            g = torch.randn_like(r)
+            torch.testing.assert_close(torch.autograd.grad(o, x, g)[0], torch.autograd.grad(r, x, g)[0])
