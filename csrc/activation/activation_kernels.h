@@ -1,7 +1,7 @@
 // Torch-free entry points of the activation family's CUDA kernels. Pointers are device pointers to dense
 // memory of `dtype`; every call enqueues on `stream` and returns cudaGetLastError().
 #pragma once
-#include <cuda_runtime_api.h>
+#include "common/cuda_decl.h"
 
 #include <cstdint>
 

@@ -3,7 +3,7 @@
 // weight and bias have `cols` elements of the same dtype; statistics (mean, rstd) are one accumulation-type
 // value (float, double for double) per row. Every call enqueues on `stream` and returns cudaGetLastError().
 #pragma once
-#include <cuda_runtime_api.h>
+#include "common/cuda_decl.h"
 
 #include <cstdint>
 

@@ -3,7 +3,7 @@
 // the layout. Indices are int64 flat positions h * W + w within each (n, c) plane, as PyTorch's. Every call
 // enqueues on `stream` and returns cudaGetLastError().
 #pragma once
-#include <cuda_runtime_api.h>
+#include "common/cuda_decl.h"
 
 #include <cstdint>
 

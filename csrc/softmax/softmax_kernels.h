@@ -2,7 +2,7 @@
 // [outer, dim, inner] with softmax taken along `dim`. Every call enqueues on `stream` and returns
 // cudaGetLastError().
 #pragma once
-#include <cuda_runtime_api.h>
+#include "common/cuda_decl.h"
 
 #include <cstdint>
 
