@@ -28,9 +28,11 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 
 status=0
-# The system compiler, whose libstdc++ is the one loaded at run time: Python's sysconfig may name another
-# (seen: /opt/gcc/bin/g++), and its inline stream code then crashes inside torch error messages.
-export CC=${CC:-gcc} CXX=${CXX:-g++}
+# The system compiler, whose libstdc++ is the one loaded at run time: the device's environment and Python's
+# sysconfig name another (/opt/gcc), and its inline stream code then crashes inside torch error messages.
+# So CC/CXX are overridden even when already set.
+if [ -x /usr/bin/g++ ]; then export CC=/usr/bin/gcc CXX=/usr/bin/g++; else export CC=gcc CXX=g++; fi
+echo "compiler: $($CXX --version | head -1)"
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
 echo "== build (MAX_JOBS=$MAX_JOBS TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
 start=$(date +%s)

@@ -1,6 +1,7 @@
 """The torch.nn.functional-like surface of torch_dnn: same names, arguments, defaults and in-place flags."""
 from torch_dnn.ops import activation as _activation
 from torch_dnn.ops import norm as _norm
+from torch_dnn.ops import pool as _pool
 from torch_dnn.ops import softmax as _softmax
 
 relu = _activation.relu
@@ -26,4 +27,9 @@ rms_norm = _norm.rms_norm
 add_layer_norm = _norm.add_layer_norm
 add_rms_norm = _norm.add_rms_norm
 
-__all__ = _activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL
+max_pool2d = _pool.max_pool2d
+max_pool2d_with_indices = _pool.max_pool2d_with_indices
+avg_pool2d = _pool.avg_pool2d
+adaptive_avg_pool2d = _pool.adaptive_avg_pool2d
+
+__all__ = _activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL + _pool.FUNCTIONAL

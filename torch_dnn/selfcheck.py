@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from torch_dnn.reference import BIAS_ACT_TORCH, add_layer_norm_reference, add_rms_norm_reference, bias_act_reference
+from torch_dnn.reference import (BIAS_ACT_TORCH, add_layer_norm_reference, add_rms_norm_reference, avg_pool2d_reference,
+                                 bias_act_reference)
 from torch_dnn.testing import check_against_torch, random_like_case
 
 
@@ -45,6 +46,18 @@ def _checks():
                 lambda x, r, w, b: o(x, r, w, b, n), lambda x, r, w, b: p(x, r, w, b, n),
                 [random_like_case(s, t, d), random_like_case(s, t, d), random_like_case((n,), t, d, low=0.5, high=1.5),
                  random_like_case((n,), t, d)], name=name)))
+    pools = {
+        "max_pool2d 3x3/2 pad 1": (lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
+        "avg_pool2d 3x3/2 pad 1": (lambda x: F.avg_pool2d(x, 3, 2, 1), lambda x: avg_pool2d_reference(x, 3, 2, 1)),
+        "adaptive_avg_pool2d(3)": (lambda x: F.adaptive_avg_pool2d(x, 3), lambda x: TF.adaptive_avg_pool2d(x, 3)),
+    }
+    for name, (ours, theirs) in pools.items():
+        for cl in (False, True):
+            def make(d, t, cl=cl):
+                x = random_like_case((2, 16, 13, 11), t, d)
+                return x.contiguous(memory_format=torch.channels_last) if cl else x
+            out.append(("pool", f"{name}{' NHWC' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make:
+                        check_against_torch(o, p, [m(d, t)], name="pool")))
     return out
 
 
