@@ -85,6 +85,13 @@ else:
         py_limited_api=True,
     )
 
+if os.environ.get("TORCH_DNN_PRINT_FLAGS"):  # for scripts/compile_one.py: the flags, then stop
+    import json
+
+    print(json.dumps({"cxx": cxx_flags, "nvcc": nvcc_flags, "defines": define_macros, "includes": include_dirs,
+                      "cuda_home": cuda_home}))
+    sys.exit(0)
+
 print(
     f"torch_dnn: building {'CUDA' if with_cuda else 'CPU-only'} extension against torch {torch.__version__}"
     + (f", CUDA_HOME={cuda_home}, TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST')}" if with_cuda else ""),

@@ -1,0 +1,65 @@
+// Torch-free entry points of the matmul family's GEMM kernels: the contract between the op layer
+// (matmul_ops.h, matmul_cuda.cpp) and the tensor-core kernels (a portable sm_80+ mma.sync path and a Hopper
+// wgmma + TMA path). Every launch enqueues on `stream` and returns a cudaError_t (cudaErrorNotSupported when
+// a path cannot take the problem: the caller then tries the next path).
+//
+// One (batched) GEMM with a fused epilogue, for b < batch:
+//     pre[b] = alpha * A[b] @ B[b] + bias            (A: M x K, B: K x N, accumulated in float)
+//     D[b]   = act(pre[b]) + residual[b]             (D: M x N, row-major)
+// and, when `preact` is set, pre[b] is stored too (row-major, leading dimension ldd), for the backward.
+#pragma once
+#include "common/cuda_decl.h"
+
+#include <cstdint>
+
+#include "activation/activation_math.h"
+#include "common/hd.h"
+
+namespace torch_dnn {
+namespace matmul {
+
+using activation::Act;
+using activation::ActParams;
+
+// A matrix operand of `rows` x `cols` in memory: element (r, c) of batch b lies at
+// ptr + b * batch_stride + (col_major ? c * ld + r : r * ld + c)   (elements, not bytes).
+// For A (M x K) col_major means M-contiguous ("transposed"); for B (K x N) col_major means K-contiguous,
+// which is how x @ weight.T sees an nn.Linear weight [N, K].
+struct MatrixRef {
+  const void* ptr = nullptr;
+  int64_t ld = 0;
+  int64_t batch_stride = 0;  // 0 broadcasts one matrix over the batch
+  bool col_major = false;
+};
+
+struct GemmArgs {
+  DType dtype = DType::Float;  // of A, B, bias, residual, D and preact: Half, BFloat16 or Float
+  bool allow_tf32 = false;     // Float only: TF32 tensor cores allowed (torch.backends.cuda.matmul.allow_tf32)
+  int64_t M = 0, N = 0, K = 0, batch = 1;
+  MatrixRef A, B;
+  void* D = nullptr;
+  int64_t ldd = 0, batch_stride_d = 0;
+  float alpha = 1.0f;
+  const void* bias = nullptr;      // [N] or null
+  const void* residual = nullptr;  // M x N row-major (ldr, batch_stride_r) or null; added after act
+  int64_t ldr = 0, batch_stride_r = 0;
+  void* preact = nullptr;          // optional output of pre (ld = ldd, batch stride = batch_stride_d)
+  Act act = Act::Identity;
+  ActParams act_params;
+  bool deterministic = true;       // any split-K reduction in a fixed order
+};
+
+// Hopper (sm_90a): wgmma + TMA, warp-specialised. Not supported (cudaErrorNotSupported) when the build has
+// no sm_90a code, when the device is not sm_90, or when TMA's rules do not hold (16-byte aligned base
+// pointers and leading dimensions, unit stride along the contiguous dimension).
+bool gemm_sm90_supports(const GemmArgs& a);
+cudaError_t gemm_sm90(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+int64_t gemm_sm90_workspace_bytes(const GemmArgs& a);
+
+// Portable sm_80+ path: mma.sync tensor cores for Half/BFloat16 (and Float with allow_tf32), a SIMT FFMA
+// kernel for Float without TF32 (true fp32, as PyTorch). Any M, N, K, strides and alignment: the fallback.
+cudaError_t gemm_sm80(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+int64_t gemm_sm80_workspace_bytes(const GemmArgs& a);
+
+}  // namespace matmul
+}  // namespace torch_dnn
