@@ -75,15 +75,26 @@ bool wants_channels_last(const at::Tensor& x) {
   else return x.suggest_memory_format() == at::MemoryFormat::ChannelsLast3d;
 }
 
-// An output of the op: the input's leading (N, C) sizes, spatial sizes `out`, the layout of the computation.
+// A new tensor of `sizes` (the input's leading sizes, then spatial ones) in the layout of the computation.
+template <int R>
+at::Tensor empty_in_layout(std::vector<int64_t> sizes, const at::TensorOptions& opts, bool channels_last) {
+  if (!channels_last) return at::empty(sizes, opts);
+  if constexpr (R == 1) return at::empty({sizes[0], sizes[2], sizes[1]}, opts).transpose(1, 2);
+  else return at::empty(sizes, opts.memory_format(R == 2 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d));
+}
+
+// An output of the op: the input's leading (N, C) sizes and the output's spatial sizes.
 template <int R>
 at::Tensor empty_output(const at::Tensor& xd, const PoolShape& s, at::ScalarType t) {
   std::vector<int64_t> sizes(xd.sizes().begin(), xd.sizes().end() - R);
   for (int i = 3 - R; i < 3; ++i) sizes.push_back(s.ax[i].out);
-  const auto opts = xd.options().dtype(t);
-  if (!s.channels_last) return at::empty(sizes, opts);
-  if constexpr (R == 1) return at::empty({sizes[0], sizes[2], sizes[1]}, opts).transpose(1, 2);
-  else return at::empty(sizes, opts.memory_format(R == 2 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d));
+  return empty_in_layout<R>(sizes, xd.options().dtype(t), s.channels_last);
+}
+
+// A gradient of the input (strides fixed by the layout alone, whatever the input's strides of size-1 dims).
+template <int R>
+at::Tensor empty_input(const at::Tensor& xd, const PoolShape& s) {
+  return empty_in_layout<R>(xd.sizes().vec(), xd.options(), s.channels_last);
 }
 
 // The op's input made dense in its layout, and the shape's batch, channels and input sizes.
@@ -174,7 +185,7 @@ at::Tensor max_pool_backward(const at::Tensor& g, const at::Tensor& x, const at:
   const at::Tensor xd = prepare_input<R>(x, s);
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
   const at::Tensor id = like_output<R>(op.c_str(), indices, x, s, "indices");
-  at::Tensor dx = at::empty_like(xd);
+  at::Tensor dx = empty_input<R>(xd, s);
   if (dx.numel() > 0) B::max_backward(gd, id, dx, s);
   return dx;
 }
@@ -211,7 +222,7 @@ at::Tensor avg_pool_backward(const at::Tensor& g, const at::Tensor& x, at::IntAr
   check_grad(op.c_str(), g, x);
   const at::Tensor xd = prepare_input<R>(x, s);
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
-  at::Tensor dx = at::empty_like(xd);
+  at::Tensor dx = empty_input<R>(xd, s);
   if (dx.numel() > 0) B::avg_backward(gd, dx, s);
   return dx;
 }
@@ -253,7 +264,7 @@ at::Tensor adaptive_avg_pool_backward(const at::Tensor& g, const at::Tensor& x) 
   check_grad(op.c_str(), g, x);
   const at::Tensor xd = prepare_input<R>(x, s);
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
-  at::Tensor dx = at::empty_like(xd);
+  at::Tensor dx = empty_input<R>(xd, s);
   if (dx.numel() > 0) B::avg_backward(gd, dx, s);
   return dx;
 }
@@ -278,7 +289,7 @@ at::Tensor adaptive_max_pool_backward(const at::Tensor& g, const at::Tensor& x, 
   const at::Tensor xd = prepare_input<R>(x, s);
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
   const at::Tensor id = like_output<R>(op.c_str(), indices, x, s, "indices");
-  at::Tensor dx = at::empty_like(xd);
+  at::Tensor dx = empty_input<R>(xd, s);
   if (dx.numel() > 0) B::max_backward(gd, id, dx, s);
   return dx;
 }
@@ -316,7 +327,7 @@ at::Tensor lp_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::
   const at::Tensor xd = prepare_input<R>(x, s);
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
   const at::Tensor yd = like_output<R>(op.c_str(), y, x, s, "output");
-  at::Tensor dx = at::empty_like(xd);
+  at::Tensor dx = empty_input<R>(xd, s);
   if (dx.numel() > 0) B::lp_backward(gd, xd, yd, dx, s);
   return dx;
 }
