@@ -107,10 +107,11 @@ at::Tensor prepare_input(const at::Tensor& x, PoolShape& s) {
   return in_layout<R>(x, s.channels_last);
 }
 
-// kernel/stride/padding/dilation checks (PyTorch's rules) and the output sizes.
+// kernel/stride/padding/dilation checks (PyTorch's rules) and the output sizes. PyTorch's avg_pool3d (and so
+// lp_pool3d) also wants the input at least as large as the kernel, padding or not: `input_at_least_kernel`.
 template <int R>
 PoolShape window_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
-                       at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
+                       at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode, bool input_at_least_kernel = false) {
   check_input<R>(x, op);
   check_list(k, R, op, "kernel_size", 1);
   check_list(st, R, op, "stride", 1);
@@ -119,6 +120,11 @@ PoolShape window_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, a
   for (int i = 0; i < R; ++i)
     TORCH_CHECK(pad[i] <= k[i] / 2, op, ": expected padding to be at most half of kernel_size, but got padding=", pad,
                 " and kernel_size=", k);
+  if (input_at_least_kernel) {
+    bool ok = true;
+    for (int i = 0; i < R; ++i) ok = ok && x.size(-R + i) >= k[i];
+    TORCH_CHECK(ok, op, ": input size ", x.sizes().slice(x.dim() - R), " is smaller than kernel_size ", k);
+  }
   PoolShape s;
   std::vector<int64_t> in, out;
   for (int i = 0; i < R; ++i) {
@@ -196,7 +202,7 @@ template <int R>
 PoolShape avg_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad,
                     bool ceil_mode, bool count_include_pad, std::optional<int64_t> div) {
   const std::vector<int64_t> one(R, 1);
-  PoolShape s = window_shape<R>(op, x, k, st, pad, one, ceil_mode);
+  PoolShape s = window_shape<R>(op, x, k, st, pad, one, ceil_mode, R == 3);
   TORCH_CHECK(!div.has_value() || *div != 0, op, ": expected divisor_override to be non-zero");
   s.count_include_pad = count_include_pad;
   s.divisor_override = div.value_or(0);
@@ -302,7 +308,7 @@ PoolShape lp_shape(const char* op, const at::Tensor& x, double norm_type, at::In
   TORCH_CHECK(std::isfinite(norm_type) && norm_type != 0, op, ": expected norm_type to be finite and non-zero, but got ",
               norm_type);
   const std::vector<int64_t> zero(R, 0), one(R, 1);
-  PoolShape s = window_shape<R>(op, x, k, st, zero, one, ceil_mode);
+  PoolShape s = window_shape<R>(op, x, k, st, zero, one, ceil_mode, R == 3);
   s.norm_type = norm_type;
   return s;
 }

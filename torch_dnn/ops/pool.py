@@ -181,7 +181,7 @@ def _adaptive_max_pool(r, input, output_size, return_indices):
 
 def _lp_pool(r, input, norm_type, kernel_size, stride, ceil_mode):
     if norm_type == 0:
-        raise ValueError(f"norm_type must be a non-zero value, but got {norm_type}")
+        raise ValueError(f"torch_dnn.lp_pool{r}d: norm_type must be a non-zero value, but got {norm_type}")
     if math.isinf(norm_type):
         # the limit, as torch.nn.functional (2.14) computes it: the max (or min) of |x| over each window
         out = _max_pool(r, input.abs() if norm_type > 0 else -input.abs(), kernel_size, stride, 0, 1, ceil_mode, False)
