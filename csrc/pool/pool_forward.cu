@@ -13,13 +13,17 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
     using T = decltype(tag);
     const T* xp = static_cast<const T*>(x);
     T* yp = static_cast<T*>(y);
-    if constexpr (cl.value) {
-      const Args<4> a = cl_args(s, v.value, out);
-      pool_fwd_cl<T, OP, v.value><<<grid_for(a.items, kThreads), kThreads, 0, stream>>>(xp, yp, ind, a);
-    } else {
-      const Args<3> a = nc_args(s, out);
-      pool_fwd_nc<T, OP><<<grid_for(a.items, kThreads), kThreads, 0, stream>>>(xp, yp, ind, a);
-    }
+    // the scalar channels-last path (C not a multiple of the vector) is the rare one: loops only
+    dispatch_taps<OP, (!decltype(cl)::value || decltype(v)::value > 1)>(s, [&](auto kh, auto kw) {
+      if constexpr (cl.value) {
+        const Args<4> a = cl_args(s, v.value, out);
+        pool_fwd_cl<T, OP, v.value, kh.value, kw.value><<<grid_for(a.items, kThreads), kThreads, 0, stream>>>(
+            xp, yp, ind, a);
+      } else {
+        const Args<3> a = nc_args(s, out);
+        pool_fwd_nc<T, OP, kh.value, kw.value><<<grid_for(a.items, kThreads), kThreads, 0, stream>>>(xp, yp, ind, a);
+      }
+    });
   });
 }
 

@@ -71,13 +71,26 @@ __device__ __forceinline__ void split(const Splitter<K>& sp, int64_t t, int64_t 
   }
 }
 
-// What every kernel takes: the shape, the item count and its splitter, and the constants of the op.
+// What every kernel takes: the shape, the item count and its splitter, and each axis's stride as a 32-bit
+// divisor (`small`: every input position plus padding fits in 31 bits, so covering_outputs can use them).
 template <int K>
 struct Args {
   PoolShape s;
   Splitter<K> sp;
   int64_t items;
+  FastDivmod32 by_stride[3];
+  bool small;
 };
+
+// covering_outputs (pool_kernels.h) of a window (not adaptive) axis, with the stride's 32-bit divisor.
+__device__ __forceinline__ Range covering(int64_t i, const Axis& a, bool adaptive, const FastDivmod32& by_s,
+                                          bool small) {
+  if (adaptive || !small) return covering_outputs(i, a, adaptive);
+  const uint32_t span = uint32_t((a.k - 1) * a.d + 1), ip = uint32_t(i + a.p);
+  const int64_t b = ip < span ? 0 : int64_t(by_s.div(ip - span)) + 1;
+  const int64_t e = int64_t(by_s.div(ip)) + 1;
+  return {b, e < a.out ? e : a.out};
+}
 
 #define POOL_GRID_LOOP(t, items) \
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < (items); t += int64_t(gridDim.x) * blockDim.x)
@@ -130,89 +143,133 @@ __device__ __forceinline__ void store_idx(int64_t* p, const int64_t (&in)[V]) {
 
 // ---- one output position (forward) ----
 // xv: the (n, c) volume of the input (its first channel for V > 1); element (d, h, w) lies at
-// xv[((d * H + h) * W + w) * step]. yo, io: the output (and index) slot.
+// xv[((d * H + h) * W + w) * step]. yo, io: the output (and index) slot. KH = KW = 0: any window (loops with
+// run-time bounds); KH x KW > 0: a window of exactly KH x KW taps along H and W, dilation 1 there (any depth
+// window), whose loads of one depth slice are all issued before any is used, so that a thread keeps KH * KW
+// loads in flight instead of one.
 
 template <typename T, int V>
-__device__ __forceinline__ void max_one(const T* xv, int64_t step, T* yo, int64_t* io, const PoolShape& s,
+struct MaxAcc {
+  using A = acc_t<T>;
+  A m[V];
+  int64_t mi[V];
+  __device__ __forceinline__ explicit MaxAcc(int64_t first) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) m[j] = A(-INFINITY), mi[j] = first;
+  }
+  // As PyTorch: the first element's index when nothing beats -inf; a NaN wins (the last NaN seen).
+  __device__ __forceinline__ void add(const Vec<T, V>& raw, int64_t i) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const A v = to_acc<A>(raw.v[j]);
+      if (v > m[j] || v != v) m[j] = v, mi[j] = i;
+    }
+  }
+};
+
+template <typename T, int V>
+struct SumAcc {
+  using A = acc_t<T>;
+  A acc[V];
+  __device__ __forceinline__ SumAcc() {
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = A(0);
+  }
+  template <Op OP>
+  __device__ __forceinline__ void add(const Vec<T, V>& raw, A p) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const A v = to_acc<A>(raw.v[j]);
+      acc[j] += OP == Op::Lp ? lp_pre(v, p) : v;
+    }
+  }
+};
+
+template <typename T, Op OP, int V, int KH, int KW>
+__device__ __forceinline__ void fwd_one(const T* xv, int64_t step, T* yo, int64_t* io, const PoolShape& s,
                                         int64_t od, int64_t oh, int64_t ow) {
   using A = acc_t<T>;
   const Axis &aD = s.ax[0], &aH = s.ax[1], &aW = s.ax[2];
-  const Range rd = max_window(od, aD, s.adaptive), rh = max_window(oh, aH, s.adaptive),
-              rw = max_window(ow, aW, s.adaptive);
-  const int64_t dd = s.adaptive ? 1 : aD.d, dh = s.adaptive ? 1 : aH.d, dw = s.adaptive ? 1 : aW.d;
-  // As PyTorch: the first element's index when nothing beats -inf; a NaN wins (the last NaN seen).
-  A m[V];
-  int64_t mi[V];
-  const int64_t first = (rd.begin * aH.in + rh.begin) * aW.in + rw.begin;
-#pragma unroll
-  for (int j = 0; j < V; ++j) m[j] = A(-INFINITY), mi[j] = first;
-  for (int64_t d = rd.begin; d < rd.end; d += dd)
-    for (int64_t h = rh.begin; h < rh.end; h += dh) {
-      const int64_t row = (d * aH.in + h) * aW.in;
-      for (int64_t w = rw.begin; w < rw.end; w += dw) {
-        A v[V];
-        load_v<V>(xv + (row + w) * step, v);
-#pragma unroll
-        for (int j = 0; j < V; ++j)
-          if (v[j] > m[j] || v[j] != v[j]) m[j] = v[j], mi[j] = row + w;
-      }
-    }
-  store_v<V>(yo, m);
-  store_idx<V>(io, mi);
-}
-
-template <typename T, Op OP, int V>
-__device__ __forceinline__ void avg_one(const T* xv, int64_t step, T* yo, const PoolShape& s, int64_t od,
-                                        int64_t oh, int64_t ow) {
-  using A = acc_t<T>;
-  const int64_t H = s.ax[1].in, W = s.ax[2].in;
-  const AvgWindow win = avg_window3(s, od, oh, ow);
-  const A p = A(s.norm_type);
-  A acc[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) acc[j] = A(0);
-  for (int64_t d = win.r[0].begin; d < win.r[0].end; ++d)
-    for (int64_t h = win.r[1].begin; h < win.r[1].end; ++h) {
-      const T* row = xv + (d * H + h) * W * step;
-      for (int64_t w = win.r[2].begin; w < win.r[2].end; ++w) {
-        A v[V];
-        load_v<V>(row + w * step, v);
-#pragma unroll
-        for (int j = 0; j < V; ++j) acc[j] += OP == Op::Lp ? lp_pre(v[j], p) : v[j];
-      }
-    }
-  const A inv = A(1) / A(win.divisor);
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    acc[j] *= inv;
-    if constexpr (OP == Op::Lp) acc[j] = lp_post(acc[j], A(s.kernel_volume()), p);
+  const int64_t H = aH.in, W = aW.in;
+  // the window: [begin, end) with steps along each axis (max: dilation; avg and lp: 1), and avg's divisor
+  Range r[3];
+  int64_t step_d = 1, step_h = 1, step_w = 1, divisor = 1;
+  if constexpr (OP == Op::Max) {
+    r[0] = max_window(od, aD, s.adaptive), r[1] = max_window(oh, aH, s.adaptive), r[2] = max_window(ow, aW, s.adaptive);
+    if (!s.adaptive) step_d = aD.d, step_h = aH.d, step_w = aW.d;
+  } else {
+    const AvgWindow win = avg_window3(s, od, oh, ow);
+    r[0] = win.r[0], r[1] = win.r[1], r[2] = win.r[2];
+    divisor = win.divisor;
   }
-  store_v<V>(yo, acc);
-}
-
-template <typename T, Op OP, int V>
-__device__ __forceinline__ void fwd_one(const T* xv, int64_t step, T* yo, int64_t* io, const PoolShape& s,
-                                        int64_t od, int64_t oh, int64_t ow) {
-  if constexpr (OP == Op::Max) max_one<T, V>(xv, step, yo, io, s, od, oh, ow);
-  else avg_one<T, OP, V>(xv, step, yo, s, od, oh, ow);
+  MaxAcc<T, V> mx((r[0].begin * H + r[1].begin) * W + r[2].begin);
+  SumAcc<T, V> sum;
+  const A p = A(s.norm_type);
+  for (int64_t d = r[0].begin; d < r[0].end; d += step_d) {
+    const T* slice = xv + d * H * W * step;
+    if constexpr (KH > 0) {
+      // taps (h0 + i, w0 + j): the window before clipping; those outside the input are skipped
+      const int64_t h0 = oh * aH.s - aH.p, w0 = ow * aW.s - aW.p;
+      Vec<T, V> raw[KH * KW];
+      bool in[KH * KW];
+#pragma unroll
+      for (int i = 0; i < KH; ++i)
+#pragma unroll
+        for (int j = 0; j < KW; ++j) {
+          const int64_t h = h0 + i, w = w0 + j;
+          in[i * KW + j] = h >= 0 && h < H && w >= 0 && w < W;
+          if (in[i * KW + j]) raw[i * KW + j] = load_vec<T, V>(slice + (h * W + w) * step);
+        }
+#pragma unroll
+      for (int t = 0; t < KH * KW; ++t) {
+        if (!in[t]) continue;
+        if constexpr (OP == Op::Max) mx.add(raw[t], (d * H + h0 + t / KW) * W + w0 + t % KW);
+        else sum.template add<OP>(raw[t], p);
+      }
+    } else {
+      for (int64_t h = r[1].begin; h < r[1].end; h += step_h) {
+        const T* row = slice + h * W * step;
+        for (int64_t w = r[2].begin; w < r[2].end; w += step_w) {
+          const Vec<T, V> raw = load_vec<T, V>(row + w * step);
+          if constexpr (OP == Op::Max) mx.add(raw, (d * H + h) * W + w);
+          else sum.template add<OP>(raw, p);
+        }
+      }
+    }
+  }
+  if constexpr (OP == Op::Max) {
+    store_v<V>(yo, mx.m);
+    store_idx<V>(io, mx.mi);
+  } else {
+    const A inv = A(1) / A(divisor);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      sum.acc[j] *= inv;
+      if constexpr (OP == Op::Lp) sum.acc[j] = lp_post(sum.acc[j], A(s.kernel_volume()), p);
+    }
+    store_v<V>(yo, sum.acc);
+  }
 }
 
 // channels-last: items (channel group, ow, oh, od, n)
-template <typename T, Op OP, int V>
-__global__ void __launch_bounds__(kThreads) pool_fwd_cl(const T* x, T* y, int64_t* ind, Args<4> a) {
+template <typename T, Op OP, int V, int KH, int KW>
+__global__ void __launch_bounds__(kThreads) pool_fwd_cl(const T* __restrict__ x, T* __restrict__ y,
+                                                         int64_t* __restrict__ ind, Args<4> a) {
   const PoolShape& s = a.s;
   POOL_GRID_LOOP(t, a.items) {
     int64_t q[5];
     split(a.sp, t, q);
     const int64_t c = q[0] * V, ow = q[1], oh = q[2], od = q[3], n = q[4];
     const int64_t o = (((n * s.ax[0].out + od) * s.ax[1].out + oh) * s.ax[2].out + ow) * s.C + c;
-    fwd_one<T, OP, V>(x + n * s.in_volume() * s.C + c, s.C, y + o, ind + (OP == Op::Max ? o : 0), s, od, oh, ow);
+    fwd_one<T, OP, V, KH, KW>(x + n * s.in_volume() * s.C + c, s.C, y + o, ind + (OP == Op::Max ? o : 0), s, od,
+                              oh, ow);
   }
 }
 
 // NCDHW: items (ow, block of kRows output rows, od, n * C + c)
-template <typename T, Op OP>
-__global__ void __launch_bounds__(kThreads) pool_fwd_nc(const T* x, T* y, int64_t* ind, Args<3> a) {
+template <typename T, Op OP, int KH, int KW>
+__global__ void __launch_bounds__(kThreads) pool_fwd_nc(const T* __restrict__ x, T* __restrict__ y,
+                                                         int64_t* __restrict__ ind, Args<3> a) {
   const PoolShape& s = a.s;
   const int64_t OH = s.ax[1].out, OW = s.ax[2].out;
   POOL_GRID_LOOP(t, a.items) {
@@ -226,86 +283,122 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_nc(const T* x, T* y, int64_
       const int64_t oh = oh0 + r;
       if (oh < OH) {
         const int64_t o = o0 + oh * OW;
-        fwd_one<T, OP, 1>(xv, 1, y + o, ind + (OP == Op::Max ? o : 0), s, od, oh, ow);
+        fwd_one<T, OP, 1, KH, KW>(xv, 1, y + o, ind + (OP == Op::Max ? o : 0), s, od, oh, ow);
       }
     }
   }
 }
 
 // ---- one input position (backward, gather) ----
-// gv, iv: the (n, c) volume of grad_output (indices; for lp the output y); element (od, oh, ow) at
-// [((od * OH + oh) * OW + ow) * step]. xi: the input element (lp only); dxo: the grad_input slot.
+// gv, iv, yv: the (n, c) volume of grad_output, indices (max) and the forward's output (lp); element
+// (od, oh, ow) at [((od * OH + oh) * OW + ow) * step]. xi: the input element (lp); dxo: the grad_input slot.
+// CH = CW = 0: covering ranges of any length; CH x CW > 0: at most CH (CW) outputs cover a position along H
+// (W), so the reads of one depth slice are unrolled and all in flight together.
 
-template <typename T, int V>
-__device__ __forceinline__ void max_bwd_one(const T* gv, const int64_t* iv, int64_t step, T* dxo,
-                                            const PoolShape& s, int64_t d, int64_t h, int64_t w) {
+template <typename T, Op OP, int V, int CH, int CW, int K>
+__device__ __forceinline__ void bwd_item(const T* gv, const int64_t* iv, const T* yv, int64_t step, const T* xi,
+                                         T* dxo, const Args<K>& a, int64_t d, int64_t h, int64_t w) {
   using A = acc_t<T>;
+  const PoolShape& s = a.s;
   const Axis &aD = s.ax[0], &aH = s.ax[1], &aW = s.ax[2];
-  const Range cd = covering_outputs(d, aD, s.adaptive), ch = covering_outputs(h, aH, s.adaptive),
-              cw = covering_outputs(w, aW, s.adaptive);
+  const Range cd = covering(d, aD, s.adaptive, a.by_stride[0], a.small),
+              ch = covering(h, aH, s.adaptive, a.by_stride[1], a.small),
+              cw = covering(w, aW, s.adaptive, a.by_stride[2], a.small);
   const int64_t i = (d * aH.in + h) * aW.in + w;
+  const A p = A(s.norm_type), K_ = A(s.kernel_volume());
   A acc[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) acc[j] = A(0);
-  for (int64_t od = cd.begin; od < cd.end; ++od)
-    for (int64_t oh = ch.begin; oh < ch.end; ++oh)
-      for (int64_t ow = cw.begin; ow < cw.end; ++ow) {
-        const int64_t o = ((od * aH.out + oh) * aW.out + ow) * step;
-        int64_t idx[V];
-        load_idx<V>(iv + o, idx);
-        if constexpr (V == 1) {
-          if (idx[0] == i) acc[0] += to_acc<A>(gv[o]);
-        } else {
-          A g[V];
-          load_v<V>(gv + o, g);
+  // one covering output o (flat offset), with avg's divisor (0 when the window does not hold the position)
+  auto add = [&](int64_t o, const Vec<T, V>& g, const int64_t (&idx)[V], int64_t div) {
+    if constexpr (OP == Op::Max) {
 #pragma unroll
-          for (int j = 0; j < V; ++j)
-            if (idx[j] == i) acc[j] += g[j];
-        }
+      for (int j = 0; j < V; ++j)
+        if (idx[j] == i) acc[j] += to_acc<A>(g.v[j]);
+    } else {
+      if (div == 0) return;
+      const A inv = A(1) / A(div);
+      if constexpr (OP == Op::Lp) {
+        const Vec<T, V> y = load_vec<T, V>(yv + o);
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(g.v[j]) * lp_out_grad_scale(to_acc<A>(y.v[j]), K_, p) * inv;
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(g.v[j]) * inv;
       }
-  store_v<V>(dxo, acc);
-}
-
-template <typename T, Op OP, int V>
-__device__ __forceinline__ void avg_bwd_one(const T* gv, const T* yv, int64_t step, const T* xi, T* dxo,
-                                            const PoolShape& s, int64_t d, int64_t h, int64_t w) {
-  using A = acc_t<T>;
-  const Axis &aD = s.ax[0], &aH = s.ax[1], &aW = s.ax[2];
-  const Range cd = covering_outputs(d, aD, s.adaptive), ch = covering_outputs(h, aH, s.adaptive),
-              cw = covering_outputs(w, aW, s.adaptive);
-  const A p = A(s.norm_type), K = A(s.kernel_volume());
-  A acc[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) acc[j] = A(0);
+    }
+  };
+  // avg's window along one axis at output o, and whether it holds position x: its length for the divisor
+  auto axis_len = [&](int64_t o, const Axis& ax, int64_t x, int64_t& clipped) -> int64_t {
+    int64_t padded;
+    const Range r = avg_window(o, ax, s.adaptive, padded);
+    clipped = r.end - r.begin;
+    return x >= r.begin && x < r.end ? padded : 0;
+  };
+  auto divisor = [&](int64_t pd, int64_t cld, int64_t ph, int64_t clh, int64_t pw, int64_t clw) -> int64_t {
+    if (pd == 0 || ph == 0 || pw == 0) return 0;
+    if (s.adaptive) return pd * ph * pw;
+    if (s.divisor_override) return s.divisor_override;
+    return s.count_include_pad ? pd * ph * pw : cld * clh * clw;
+  };
   for (int64_t od = cd.begin; od < cd.end; ++od) {
-    int64_t ld;
-    const Range rd = avg_window(od, aD, s.adaptive, ld);
-    if (d < rd.begin || d >= rd.end) continue;
-    for (int64_t oh = ch.begin; oh < ch.end; ++oh) {
-      int64_t lh;
-      const Range rh = avg_window(oh, aH, s.adaptive, lh);
-      if (h < rh.begin || h >= rh.end) continue;
-      for (int64_t ow = cw.begin; ow < cw.end; ++ow) {
-        int64_t lw;
-        const Range rw = avg_window(ow, aW, s.adaptive, lw);
-        if (w < rw.begin || w >= rw.end) continue;
-        int64_t div;
-        if (s.adaptive) div = ld * lh * lw;
-        else if (s.divisor_override) div = s.divisor_override;
-        else if (s.count_include_pad) div = ld * lh * lw;
-        else div = (rd.end - rd.begin) * (rh.end - rh.begin) * (rw.end - rw.begin);
-        const A inv = A(1) / A(div);
-        const int64_t o = ((od * aH.out + oh) * aW.out + ow) * step;
-        A g[V];
-        load_v<V>(gv + o, g);
-        if constexpr (OP == Op::Lp) {
-          A y[V];
-          load_v<V>(yv + o, y);
+    int64_t cld = 1, pd = 1;
+    if constexpr (OP != Op::Max) pd = axis_len(od, aD, d, cld);
+    if constexpr (CH > 0) {
+      Vec<T, V> g[CH * CW];
+      int64_t idx[CH * CW][V];
+      int64_t div[CH * CW];
+      int64_t o[CH * CW];
 #pragma unroll
-          for (int j = 0; j < V; ++j) acc[j] += g[j] * lp_out_grad_scale(y[j], K, p) * inv;
-        } else {
+      for (int u = 0; u < CH; ++u)
 #pragma unroll
-          for (int j = 0; j < V; ++j) acc[j] += g[j] * inv;
+        for (int v = 0; v < CW; ++v) {
+          const int t = u * CW + v;
+          const int64_t oh = ch.begin + u, ow = cw.begin + v;
+          const bool ok = oh < ch.end && ow < cw.end;
+          o[t] = ((od * aH.out + oh) * aW.out + ow) * step;
+          div[t] = 0;
+          if (ok) {
+            g[t] = load_vec<T, V>(gv + o[t]);
+            if constexpr (OP == Op::Max) {
+              load_idx<V>(iv + o[t], idx[t]);
+            } else {
+              int64_t clh, clw;
+              const int64_t ph = axis_len(oh, aH, h, clh), pw = axis_len(ow, aW, w, clw);
+              div[t] = divisor(pd, cld, ph, clh, pw, clw);
+            }
+          } else if constexpr (OP == Op::Max) {
+#pragma unroll
+            for (int j = 0; j < V; ++j) idx[t][j] = -1;  // matches no position
+          }
+        }
+#pragma unroll
+      for (int t = 0; t < CH * CW; ++t)
+        if (OP == Op::Max || div[t] != 0) add(o[t], g[t], idx[t], div[t]);
+    } else {
+      for (int64_t oh = ch.begin; oh < ch.end; ++oh) {
+        int64_t clh = 1, ph = 1;
+        if constexpr (OP != Op::Max) {
+          ph = axis_len(oh, aH, h, clh);
+          if (ph == 0) continue;
+        }
+        for (int64_t ow = cw.begin; ow < cw.end; ++ow) {
+          const int64_t o = ((od * aH.out + oh) * aW.out + ow) * step;
+          int64_t idx[V];
+          int64_t div = 0;
+          if constexpr (OP == Op::Max) {
+            load_idx<V>(iv + o, idx);
+            bool any = false;
+#pragma unroll
+            for (int j = 0; j < V; ++j) any = any || idx[j] == i;
+            if (!any) continue;  // no grad_output read for windows whose maximum lies elsewhere
+          } else {
+            int64_t clw;
+            const int64_t pw = axis_len(ow, aW, w, clw);
+            div = divisor(pd, cld, ph, clh, pw, clw);
+            if (div == 0) continue;
+          }
+          add(o, load_vec<T, V>(gv + o), idx, div);
         }
       }
     }
@@ -319,17 +412,11 @@ __device__ __forceinline__ void avg_bwd_one(const T* gv, const T* yv, int64_t st
   store_v<V>(dxo, acc);
 }
 
-template <typename T, Op OP, int V>
-__device__ __forceinline__ void bwd_one(const T* gv, const int64_t* iv, const T* yv, int64_t step, const T* xi,
-                                        T* dxo, const PoolShape& s, int64_t d, int64_t h, int64_t w) {
-  if constexpr (OP == Op::Max) max_bwd_one<T, V>(gv, iv, step, dxo, s, d, h, w);
-  else avg_bwd_one<T, OP, V>(gv, yv, step, xi, dxo, s, d, h, w);
-}
-
 // channels-last: items (channel group, w, h, d, n)
-template <typename T, Op OP, int V>
-__global__ void __launch_bounds__(kThreads) pool_bwd_cl(const T* g, const int64_t* ind, const T* x, const T* y,
-                                                         T* dx, Args<4> a) {
+template <typename T, Op OP, int V, int CH, int CW>
+__global__ void __launch_bounds__(kThreads) pool_bwd_cl(const T* __restrict__ g, const int64_t* __restrict__ ind,
+                                                         const T* __restrict__ x, const T* __restrict__ y,
+                                                         T* __restrict__ dx, Args<4> a) {
   const PoolShape& s = a.s;
   POOL_GRID_LOOP(t, a.items) {
     int64_t q[5];
@@ -337,15 +424,16 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl(const T* g, const int64_
     const int64_t c = q[0] * V, w = q[1], h = q[2], d = q[3], n = q[4];
     const int64_t ov = n * s.out_volume() * s.C + c;
     const int64_t i = (((n * s.ax[0].in + d) * s.ax[1].in + h) * s.ax[2].in + w) * s.C + c;
-    bwd_one<T, OP, V>(g + ov, OP == Op::Max ? ind + ov : nullptr, OP == Op::Lp ? y + ov : nullptr, s.C,
-                      OP == Op::Lp ? x + i : nullptr, dx + i, s, d, h, w);
+    bwd_item<T, OP, V, CH, CW>(g + ov, OP == Op::Max ? ind + ov : nullptr, OP == Op::Lp ? y + ov : nullptr, s.C,
+                               OP == Op::Lp ? x + i : nullptr, dx + i, a, d, h, w);
   }
 }
 
 // NCDHW: items (w, block of kRows input rows, d, n * C + c)
-template <typename T, Op OP>
-__global__ void __launch_bounds__(kThreads) pool_bwd_nc(const T* g, const int64_t* ind, const T* x, const T* y,
-                                                         T* dx, Args<3> a) {
+template <typename T, Op OP, int CH, int CW>
+__global__ void __launch_bounds__(kThreads) pool_bwd_nc(const T* __restrict__ g, const int64_t* __restrict__ ind,
+                                                         const T* __restrict__ x, const T* __restrict__ y,
+                                                         T* __restrict__ dx, Args<3> a) {
   const PoolShape& s = a.s;
   const int64_t H = s.ax[1].in, W = s.ax[2].in;
   POOL_GRID_LOOP(t, a.items) {
@@ -359,8 +447,8 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_nc(const T* g, const int64_
       const int64_t h = h0 + r;
       if (h < H) {
         const int64_t i = i0 + h * W;
-        bwd_one<T, OP, 1>(g + ov, OP == Op::Max ? ind + ov : nullptr, OP == Op::Lp ? y + ov : nullptr, 1,
-                          OP == Op::Lp ? x + i : nullptr, dx + i, s, d, h, w);
+        bwd_item<T, OP, 1, CH, CW>(g + ov, OP == Op::Max ? ind + ov : nullptr, OP == Op::Lp ? y + ov : nullptr, 1,
+                                   OP == Op::Lp ? x + i : nullptr, dx + i, a, d, h, w);
       }
     }
   }
@@ -440,27 +528,70 @@ __global__ void __launch_bounds__(kThreads) global_avg_nc(const T* x, T* y, int6
 
 // ---- dispatch ----
 
-// Calls f(T{}, bool_constant<CL>, int_constant<V>): 16-byte vectors along C in channels-last when C and every
-// pointer allow, one channel a thread otherwise.
+template <int N>
+using int_c = std::integral_constant<int, N>;
+
+// Calls f(T{}, bool_constant<CL>, int_c<V>): 16-byte vectors along C in channels-last when C and every pointer
+// allow, one channel a thread otherwise.
 template <class F>
 void dispatch_layout(DType t, const PoolShape& s, bool aligned, F&& f) {
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
-    if (!s.channels_last) f(tag, std::false_type{}, std::integral_constant<int, 1>{});
-    else if (s.C % V == 0 && aligned) f(tag, std::true_type{}, std::integral_constant<int, V>{});
-    else f(tag, std::true_type{}, std::integral_constant<int, 1>{});
+    if (!s.channels_last) f(tag, std::false_type{}, int_c<1>{});
+    else if (s.C % V == 0 && aligned) f(tag, std::true_type{}, int_c<V>{});
+    else f(tag, std::true_type{}, int_c<1>{});
   });
 }
 
-// Item counts and splitters of the two layouts over positions [D, H, W] (output positions forward, input
-// positions backward).
+// Forward: calls f(int_c<KH>, int_c<KW>), the unrolled taps for windows of exactly 3x3, 2x2 (2-D, 3-D) or 1x3
+// (1-D) along H and W with dilation 1 there (max and avg), loops (0, 0) for any other window.
+template <Op OP, bool SPECIALISE, class F>
+void dispatch_taps(const PoolShape& s, F&& f) {
+  if constexpr (OP == Op::Lp || !SPECIALISE) {
+    f(int_c<0>{}, int_c<0>{});
+  } else {
+    const Axis &h = s.ax[1], &w = s.ax[2];
+    const bool plain = !s.adaptive && h.d == 1 && w.d == 1;
+    if (plain && h.k == 3 && w.k == 3) f(int_c<3>{}, int_c<3>{});
+    else if (plain && h.k == 2 && w.k == 2) f(int_c<2>{}, int_c<2>{});
+    else if (plain && h.k == 1 && w.k == 3) f(int_c<1>{}, int_c<3>{});
+    else f(int_c<0>{}, int_c<0>{});
+  }
+}
+
+// Backward: calls f(int_c<2>, int_c<2>) when at most 2 outputs cover a position along H and along W (windows
+// with dilation 1 there and kernel <= 2 * stride: 3x3/2, 2x2/2, any 1-D window of kernel <= 2 * stride), the
+// loops (0, 0) otherwise.
+template <Op OP, bool SPECIALISE, class F>
+void dispatch_cover(const PoolShape& s, F&& f) {
+  if constexpr (OP == Op::Lp || !SPECIALISE) {
+    f(int_c<0>{}, int_c<0>{});
+  } else {
+    const Axis &h = s.ax[1], &w = s.ax[2];
+    const bool plain = !s.adaptive && h.d == 1 && w.d == 1 && h.k <= 2 * h.s && w.k <= 2 * w.s;
+    if (plain) f(int_c<2>{}, int_c<2>{});
+    else f(int_c<0>{}, int_c<0>{});
+  }
+}
+
+// The stride divisors and the item splitters of the two layouts over positions [D, H, W] (output positions
+// forward, input positions backward).
+template <int K>
+void fill_strides(Args<K>& a, const PoolShape& s) {
+  a.small = true;
+  for (int i = 0; i < 3; ++i) {
+    a.small = a.small && s.ax[i].in + s.ax[i].p < (int64_t(1) << 31) && s.ax[i].s < (int64_t(1) << 31);
+    a.by_stride[i] = FastDivmod32(uint32_t(s.ax[i].s));
+  }
+}
 inline Args<4> cl_args(const PoolShape& s, int V, const int64_t (&pos)[3]) {
   Args<4> a;
   a.s = s;
   const int64_t div[4] = {s.C / V, pos[2], pos[1], pos[0]};
   a.items = s.N * pos[0] * pos[1] * pos[2] * (s.C / V);
   a.sp = make_splitter(div, a.items);
+  fill_strides(a, s);
   return a;
 }
 inline Args<3> nc_args(const PoolShape& s, const int64_t (&pos)[3]) {
@@ -470,6 +601,7 @@ inline Args<3> nc_args(const PoolShape& s, const int64_t (&pos)[3]) {
   const int64_t div[3] = {pos[2], blocks, pos[0]};
   a.items = s.N * s.C * pos[0] * blocks * pos[2];
   a.sp = make_splitter(div, a.items);
+  fill_strides(a, s);
   return a;
 }
 
