@@ -22,12 +22,12 @@ void launch_gather(DType t, const void* g, const int64_t* ind, const void* x, co
     dispatch_cover<OP, (!decltype(cl)::value || decltype(v)::value > 1)>(s, [&](auto ch, auto cw) {
       if constexpr (cl.value) {
         const Args<4> a = cl_args(s, v.value, in);
-        pool_bwd_cl<T, OP, v.value, ch.value, cw.value><<<grid_for(a.items, kThreads), kThreads, 0, stream>>>(
-            gp, ind, xp, yp, dxp, a);
+        launch(pool_bwd_cl<T, OP, v.value, ch.value, cw.value>, grid_for(a.items, kThreads), kThreads, stream, gp,
+               ind, xp, yp, dxp, a);
       } else {
         const Args<3> a = nc_args(s, in);
-        pool_bwd_nc<T, OP, ch.value, cw.value><<<grid_for(a.items, kThreads), kThreads, 0, stream>>>(
-            gp, ind, xp, yp, dxp, a);
+        launch(pool_bwd_nc<T, OP, ch.value, cw.value>, grid_for(a.items, kThreads), kThreads, stream, gp,
+               ind, xp, yp, dxp, a);
       }
     });
   });

@@ -17,11 +17,12 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
     dispatch_taps<OP, (!decltype(cl)::value || decltype(v)::value > 1)>(s, [&](auto kh, auto kw) {
       if constexpr (cl.value) {
         const Args<4> a = cl_args(s, v.value, out);
-        pool_fwd_cl<T, OP, v.value, kh.value, kw.value><<<grid_for(a.items, kThreads), kThreads, 0, stream>>>(
-            xp, yp, ind, a);
+        launch(pool_fwd_cl<T, OP, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream, xp,
+               yp, ind, a);
       } else {
         const Args<3> a = nc_args(s, out);
-        pool_fwd_nc<T, OP, kh.value, kw.value><<<grid_for(a.items, kThreads), kThreads, 0, stream>>>(xp, yp, ind, a);
+        launch(pool_fwd_nc<T, OP, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream, xp, yp, ind,
+               a);
       }
     });
   });
@@ -44,7 +45,7 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         int groups = 32;
         while (groups > 1 && groups / 2 >= G) groups /= 2;
         const int64_t blocks = s.N * ((G + groups - 1) / groups);
-        global_avg_cl<T, VV><<<grid_for(blocks, 1, 4, 4), kThreads, 0, stream>>>(xp, yp, s.N, P, s.C, groups);
+        launch(global_avg_cl<T, VV>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
       };
       if (s.C % V == 0 && aligned) run(std::integral_constant<int, V>{});
       else run(std::integral_constant<int, 1>{});
@@ -55,10 +56,10 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
       auto run = [&](auto vec) {
         constexpr int VV = decltype(vec)::value;
         if (block_per_plane) {
-          global_avg_nc<T, VV, kThreads><<<grid_for(planes, 1, 4, 8), kThreads, 0, stream>>>(xp, yp, planes, P);
+          launch(global_avg_nc<T, VV, kThreads>, grid_for(planes, 1, 4, 8), kThreads, stream, xp, yp, planes, P);
         } else {
           constexpr int per_block = kThreads / 32;
-          global_avg_nc<T, VV, 32><<<grid_for(planes, per_block), kThreads, 0, stream>>>(xp, yp, planes, P);
+          launch(global_avg_nc<T, VV, 32>, grid_for(planes, per_block), kThreads, stream, xp, yp, planes, P);
         }
       };
       if (P % V == 0 && aligned) run(std::integral_constant<int, V>{});

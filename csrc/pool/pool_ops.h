@@ -338,7 +338,34 @@ at::Tensor lp_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::
   return dx;
 }
 
-// ---- registration: the same templates for every rank ----
+// ---- schemas and registration: the same templates for every rank ----
+
+// Every op exists for ranks 1, 2 and 3 (max_pool1d, max_pool2d, max_pool3d, ...), its size arguments lists of
+// that length (normalised in Python). In the schemas below "{r}" and "{n}" both stand for the rank.
+inline void define_pool_schemas(torch::Library& m) {
+  const char* schemas[] = {
+      // (output, indices): indices are flat (d * H + h) * W + w positions within each (n, c) volume, as PyTorch's
+      "max_pool{r}d(Tensor self, int[{n}] kernel_size, int[{n}] stride, int[{n}] padding, int[{n}] dilation, bool ceil_mode) -> (Tensor, Tensor)",
+      "max_pool{r}d_backward(Tensor grad_output, Tensor self, Tensor indices, int[{n}] kernel_size, int[{n}] stride, int[{n}] padding, int[{n}] dilation, bool ceil_mode) -> Tensor",
+      "avg_pool{r}d(Tensor self, int[{n}] kernel_size, int[{n}] stride, int[{n}] padding, bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor",
+      "avg_pool{r}d_backward(Tensor grad_output, Tensor self, int[{n}] kernel_size, int[{n}] stride, int[{n}] padding, bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor",
+      "adaptive_avg_pool{r}d(Tensor self, int[{n}] output_size) -> Tensor",
+      "adaptive_avg_pool{r}d_backward(Tensor grad_output, Tensor self) -> Tensor",
+      "adaptive_max_pool{r}d(Tensor self, int[{n}] output_size) -> (Tensor, Tensor)",
+      "adaptive_max_pool{r}d_backward(Tensor grad_output, Tensor self, Tensor indices) -> Tensor",
+      // PyTorch's lp_pool: (avg_pool(x^p) * kernel numel)^(1/p), padding 0; norm_type finite and non-zero
+      "lp_pool{r}d(Tensor self, float norm_type, int[{n}] kernel_size, int[{n}] stride, bool ceil_mode) -> Tensor",
+      "lp_pool{r}d_backward(Tensor grad_output, Tensor self, Tensor output, float norm_type, int[{n}] kernel_size, int[{n}] stride, bool ceil_mode) -> Tensor",
+  };
+  for (int rank = 1; rank <= 3; ++rank) {
+    const std::string r = std::to_string(rank);
+    for (const char* schema : schemas) {
+      std::string s = schema;
+      for (size_t at = s.find('{'); at != std::string::npos; at = s.find('{', at)) s.replace(at, 3, r);
+      m.def(s.c_str());
+    }
+  }
+}
 
 template <class B, int R>
 void register_rank(torch::Library& m) {

@@ -92,6 +92,17 @@ __device__ __forceinline__ Range covering(int64_t i, const Axis& a, bool adaptiv
   return {b, e < a.out ? e : a.out};
 }
 
+// Every kernel launch of the family goes through here; tests/emulation/ compiles these sources for the host
+// (TORCH_DNN_EMULATE_CUDA), where it runs the kernel's threads on the CPU instead.
+template <typename... P, typename... Args>
+void launch(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t stream, Args... args) {
+#if defined(TORCH_DNN_EMULATE_CUDA)
+  emulate_launch(kernel, grid, block, args...);
+#else
+  kernel<<<grid, block, 0, stream>>>(args...);
+#endif
+}
+
 #define POOL_GRID_LOOP(t, items) \
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < (items); t += int64_t(gridDim.x) * blockDim.x)
 
