@@ -644,10 +644,11 @@ def test_cuda_graph_capture():
 
     def step():
         y = F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1)
-        z = F.adaptive_avg_pool2d(y, 1) + F.adaptive_max_pool3d(F.max_pool3d(x3, 2), 1).squeeze(-1)
+        z = F.adaptive_avg_pool2d(y, 1)
+        z3 = F.adaptive_max_pool3d(F.max_pool3d(x3, 2), 1) + F.adaptive_avg_pool3d(F.avg_pool3d(x3, 3, 2, 1), 1)
         w = F.lp_pool1d(x1, 2, 2, 2) + F.avg_pool1d(x1, 3, 2, 1)
-        loss = z.float().square().sum() + w.float().square().sum()
-        return (z, w) + torch.autograd.grad(loss, [x, x3, x1])
+        loss = z.float().square().sum() + z3.float().square().sum() + w.float().square().sum()
+        return (z, z3, w) + torch.autograd.grad(loss, [x, x3, x1])
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

@@ -38,14 +38,17 @@ def emu():
     return torch.ops.torch_dnn_emu
 
 
-def _input(shape, dtype, layout, gen):
-    x = torch.rand(shape, generator=gen, dtype=torch.float64).mul(8).sub(4).to(dtype)
-    r = len(shape) - 2
+def _to_layout(x, layout):
+    r = x.dim() - 2
     if layout == "channels_last":
         if r == 1:
             return x.transpose(1, 2).contiguous().transpose(1, 2)
         return x.contiguous(memory_format=torch.channels_last if r == 2 else torch.channels_last_3d)
-    return x
+    return x.contiguous()
+
+
+def _input(shape, dtype, layout, gen):
+    return _to_layout(torch.rand(shape, generator=gen, dtype=torch.float64).mul(8).sub(4).to(dtype), layout)
 
 
 def _args(kind, r, kw):
@@ -121,6 +124,23 @@ def test_fixed_cases(emu, dtype):
     gen = torch.Generator().manual_seed(0)
     for kind, r, shape, layout, kw in FIXED:
         _compare(kind, r, _input(shape, dtype, layout, gen), kw, emu, gen)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_special_values(emu, layout):
+    # NaN wins (the last one), -inf windows keep their first index, inf propagates: taps and loops alike
+    gen = torch.Generator().manual_seed(1)
+    for r, shape in ((1, (2, 16, 12)), (2, (2, 16, 9, 8)), (3, (2, 8, 5, 6, 7))):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = _input(shape, dtype, "contiguous", gen)
+            idx = torch.randint(0, x.numel(), (12,), generator=gen)
+            x.view(-1)[idx] = torch.tensor([float("nan"), float("inf"), -float("inf")] * 4, dtype=dtype)
+            x[1, 2] = -float("inf")
+            x = _to_layout(x, layout)
+            for kind, kw in (("max_pool", dict(k=3, s=2, p=1)), ("max_pool", dict(k=2, s=1, p=1, d=2)),
+                             ("adaptive_max_pool", dict(out=3)), ("avg_pool", dict(k=2, s=2, p=0)),
+                             ("adaptive_avg_pool", dict(out=1))):
+                _compare(kind, r, x, kw, emu, gen)
 
 
 @pytest.mark.parametrize("rank", [1, 2, 3])
