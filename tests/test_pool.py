@@ -349,7 +349,10 @@ def test_random_configurations(device):
                 continue
             o = ours(x, **kw_)
             if isinstance(r, tuple):
-                assert torch.equal(o[1], r[1]), kw_
+                # indices of windows that hold only padding (-inf) differ between PyTorch's own CPU and CUDA
+                # kernels: compare the others (see test_max_pool2d_window_only_in_padding)
+                finite = torch.isfinite(r[0])
+                assert torch.equal(o[1][finite], r[1][finite]), kw_
                 o, r = o[0], r[0]
             torch.testing.assert_close(o, r, msg=lambda m: f"{x.shape} {kw_}: {m}")
             if o.dim() == 4 and o.numel() > 1:
