@@ -1,0 +1,193 @@
+// group_norm forward.
+//   gn_smem_fwd      the group fits in shared memory (64x256x56x56 bf16, 32 groups: 8 x 3136 values = 50 KB):
+//                    a persistent block per (n, g) loads the group ONCE (16-byte vectors) into shared memory,
+//                    takes the exact two-pass mean / variance from there, and writes y from there. Both layouts:
+//                    NCHW groups are contiguous; channels-last groups are rows of D channels, C apart.
+//   otherwise        gn_chunk_stats (a block per chunk of a group: Chan-mergeable (count, mean, M2) partials) +
+//                    gn_finalize_fwd (a thread per group merges its chunks in order) + gn_apply_fwd
+//                    (elementwise); also the whole forward when the statistics are given (gn_apply_fwd alone).
+#pragma once
+#include "group_norm/kernels/gn_common.cuh"
+
+namespace torch_dnn {
+namespace group_norm {
+
+// V parameters of the channels starting at c (channels-last vectors span V channels; NCHW vectors one).
+template <int V, typename T, typename A>
+__device__ __forceinline__ void load_params(const T* w, const T* b, int64_t c, bool one_channel, A (&wv)[V], A (&bv)[V]) {
+  if (one_channel) {
+    const A wc = w ? to_acc<A>(w[c]) : A(1), bc = b ? to_acc<A>(b[c]) : A(0);
+#pragma unroll
+    for (int j = 0; j < V; ++j) wv[j] = wc, bv[j] = bc;
+  } else {
+    norm::load_param<V>(w, c, A(1), wv);
+    norm::load_param<V>(b, c, A(0), bv);
+  }
+}
+
+// Global offset of the group's vector i (group-local element i * V), 32-bit group-local arithmetic (the group
+// fits in shared memory).
+template <typename T, int V>
+__device__ __forceinline__ int64_t smem_vec_offset(const GnParams<T>& p, int64_t n, int64_t g, unsigned i,
+                                                   unsigned dv_count) {
+  if (!p.cl) return (n * p.G + g) * p.L + int64_t(i) * V;
+  const unsigned s = i / dv_count, dv = i - s * dv_count;
+  return (n * p.S + s) * p.C + g * p.D + int64_t(dv) * V;
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kSmemThreads) gn_smem_fwd(GnParams<T> p) {
+  using A = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Vec<T, V>* buf = reinterpret_cast<Vec<T, V>*>(smem_raw);
+  __shared__ A red[32];
+  const unsigned nv = unsigned(p.L / V), dv_count = unsigned(p.D / V), S = unsigned(p.S);
+  const int64_t NG = p.N * p.G;
+  // Each thread reads back only the vectors it stored: no barrier around `buf`.
+  for (int64_t ng = blockIdx.x; ng < NG; ng += gridDim.x) {
+    const int64_t n = ng / p.G, g = ng - n * p.G;
+    A s = A(0);
+    for (unsigned i = threadIdx.x; i < nv; i += blockDim.x) {
+      const Vec<T, V> v = load_vec<T, V>(p.x + smem_vec_offset<T, V>(p, n, g, i, dv_count));
+      buf[i] = v;
+#pragma unroll
+      for (int j = 0; j < V; ++j) s += to_acc<A>(v.v[j]);
+    }
+    const A m = block_reduce(s, SumOp{}, red) / A(p.L);
+    A q = A(0);
+    for (unsigned i = threadIdx.x; i < nv; i += blockDim.x) {
+      const Vec<T, V> v = buf[i];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const A d = to_acc<A>(v.v[j]) - m;
+        q += d * d;
+      }
+    }
+    const A rs = rstd_of(block_reduce(q, SumOp{}, red) / A(p.L), p.eps);
+    if (threadIdx.x == 0) {
+      p.mean[ng] = m;
+      p.rstd[ng] = rs;
+    }
+    for (unsigned i = threadIdx.x; i < nv; i += blockDim.x) {
+      const Vec<T, V> v = buf[i];
+      const int64_t c = g * p.D + (p.cl ? int64_t((i % dv_count) * V) : int64_t((i * V) / S));
+      A wv[V], bv[V];
+      load_params<V>(p.w, p.b, c, !p.cl, wv, bv);
+      Vec<T, V> o;
+#pragma unroll
+      for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>((to_acc<A>(v.v[j]) - m) * rs * wv[j] + bv[j]);
+      store_vec<T, V>(p.out + smem_vec_offset<T, V>(p, n, g, i, dv_count), o);
+    }
+  }
+}
+
+// (count, mean, M2) of chunk k of group ng, for every (ng, k) work item.
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads) gn_chunk_stats(GnParams<T> p, acc_t<T>* partial, int64_t K,
+                                                                 int64_t chunk) {
+  using A = acc_t<T>;
+  __shared__ A smem[96];
+  const int64_t items = p.N * p.G * K;
+  for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+    const int64_t ng = it / K, k = it - ng * K;
+    const int64_t n = ng / p.G, g = ng - n * p.G;
+    const int64_t e_end = std::min(p.L, (k + 1) * chunk);
+    MeanM2<A> st{A(0), A(0), A(0)};
+    for (int64_t e = k * chunk + threadIdx.x; e < e_end; e += blockDim.x) {
+      const A v[1] = {to_acc<A>(p.x[group_offset(p, n, g, e)])};
+      st.add<1>(v);
+    }
+    st = norm::block_reduce_meanm2(st, smem);
+    if (threadIdx.x == 0) {
+      partial[it * 3] = st.n;
+      partial[it * 3 + 1] = st.mean;
+      partial[it * 3 + 2] = st.m2;
+    }
+  }
+}
+
+template <typename T>
+__global__ void gn_finalize_fwd(GnParams<T> p, const acc_t<T>* partial, int64_t K) {
+  using A = acc_t<T>;
+  const int64_t ng = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (ng >= p.N * p.G) return;
+  MeanM2<A> st{A(0), A(0), A(0)};
+  for (int64_t k = 0; k < K; ++k) {
+    const A* q = partial + (ng * K + k) * 3;
+    st.merge({q[0], q[1], q[2]});
+  }
+  p.mean[ng] = st.mean;
+  p.rstd[ng] = rstd_of(st.m2 / A(p.L), p.eps);
+}
+
+// y = (x - mean) * rstd * w + b elementwise. Vectors of V elements: NCHW, one channel (S % V == 0);
+// channels-last, V consecutive channels (C % V == 0), possibly of several groups.
+template <typename T, int V>
+__global__ void __launch_bounds__(256) gn_apply_fwd(GnParams<T> p) {
+  using A = acc_t<T>;
+  const int64_t numel = p.N * p.C * p.S, nv = numel / V;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < nv; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = i * V;
+    const int64_t n = e / (p.C * p.S);
+    const int64_t c0 = p.cl ? e % p.C : (e / p.S) % p.C;
+    const Vec<T, V> v = load_vec<T, V>(p.x + e);
+    A wv[V], bv[V];
+    load_params<V>(p.w, p.b, c0, !p.cl, wv, bv);
+    Vec<T, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int64_t ng = n * p.G + (p.cl ? c0 + j : c0) / p.D;
+      o.v[j] = from_acc<T>((to_acc<A>(v.v[j]) - p.mean[ng]) * p.rstd[ng] * wv[j] + bv[j]);
+    }
+    store_vec<T, V>(p.out + e, o);
+  }
+}
+
+template <typename T, int V>
+void launch_smem_fwd(const GnParams<T>& p, cudaStream_t stream) {
+  const int64_t nv = p.L / V;
+  const size_t smem = size_t(p.L) * sizeof(T);
+  const int threads = int(std::min<int64_t>(kSmemThreads, std::max<int64_t>(64, norm::pow2_at_least((nv + 3) / 4))));
+  cudaFuncSetAttribute(gn_smem_fwd<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_fwd<T, V>, threads, smem);
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(p.N * p.G, int64_t(sm_count()) * std::max(per_sm, 1)));
+  gn_smem_fwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p);
+}
+
+inline int64_t forward_workspace_elems(const GnShape& s, bool stats_given) {
+  if (stats_given) return 0;
+  const ChunkPlan c = chunk_plan(s.N * s.G, (s.C / s.G) * s.S);
+  return s.N * s.G * c.K * 3;
+}
+
+template <typename T>
+bool smem_fits(const GnParams<T>& p, int buffers) {
+  return int64_t(buffers) * p.L * int64_t(sizeof(T)) + 2 * int64_t(sizeof(acc_t<T>)) * (p.D + 32) * 2 + 1024 <=
+         max_smem_optin();
+}
+
+template <typename T>
+void run_forward(GnParams<T> p, bool stats_given, acc_t<T>* ws, cudaStream_t stream) {
+  constexpr int V = kVec16<T>;
+  const bool aligned = aligned16(p.x) && aligned16(p.out) && (!p.w || aligned16(p.w)) && (!p.b || aligned16(p.b));
+  if (!stats_given) {
+    if (smem_fits(p, 1)) {
+      if (aligned && vec_ok(p.S, p.D, p.cl, V)) launch_smem_fwd<T, V>(p, stream);
+      else launch_smem_fwd<T, 1>(p, stream);
+      return;
+    }
+    const int64_t NG = p.N * p.G;
+    const ChunkPlan c = chunk_plan(NG, p.L);
+    gn_chunk_stats<T><<<grid_for(NG * c.K, 1, 4, 8), kChunkThreads, 0, stream>>>(p, ws, c.K, c.chunk);
+    gn_finalize_fwd<T><<<unsigned((NG + 255) / 256), 256, 0, stream>>>(p, ws, c.K);
+  }
+  const int64_t numel = p.N * p.C * p.S;
+  if (aligned && (p.cl ? p.C % V == 0 : p.S % V == 0))
+    gn_apply_fwd<T, V><<<grid_for(numel / V, 256, 4, 8), 256, 0, stream>>>(p);
+  else
+    gn_apply_fwd<T, 1><<<grid_for(numel, 256, 4, 8), 256, 0, stream>>>(p);
+}
+
+}  // namespace group_norm
+}  // namespace torch_dnn
