@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kChunkThreads) gn_chunk_stats(GnParams<T> p, a
     MeanM2<A> st{A(0), A(0), A(0)};
     for (int64_t e = k * chunk + threadIdx.x; e < e_end; e += blockDim.x) {
       const A v[1] = {to_acc<A>(p.x[group_offset(p, n, g, e)])};
-      st.add<1>(v);
+      st.add(v);
     }
     st = norm::block_reduce_meanm2(st, smem);
     if (threadIdx.x == 0) {
