@@ -402,23 +402,27 @@ class TestErrors(expecttest.TestCase):
 
 @pytest.mark.cuda
 def test_cuda_past_2_31_elements():
-    # 64-bit indexing in both layouts and both paths: the groups of the last images past 2^31 elements
+    # 64-bit indexing in both layouts: the last group of the last image lies past 2^31 elements. Its reference
+    # is the group alone (channels_last: the last 2 channels with one group; NCHW: one group a whole image).
     for shape, G, layout in (((2, 64, 4097, 4097), 32, "channels_last"), ((8, 2, 16385, 8193), 1, "contiguous")):
         x = torch.empty(shape, dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
         if layout == "channels_last":
             x = x.contiguous(memory_format=torch.channels_last)
         w, b = _params(shape[1], torch.bfloat16, "cuda")
+        d = shape[1] // G
+        tail, wt, bt = x[-1:, -d:].contiguous(), w[-d:], b[-d:]
         y = F.group_norm(x, G, w, b)
-        tail = x[-1:].contiguous()
-        v = compare(y[-1:], TF.group_norm(tail, G, w, b), TF.group_norm(tail.double(), G, w.double(), b.double()),
+        v = compare(y[-1:, -d:], TF.group_norm(tail, 1, wt, bt), TF.group_norm(tail.double(), 1, wt.double(), bt.double()),
                     name=f"group_norm past 2^31 {layout}")
         assert v, v.message
         del y
         g = torch.empty_like(x).uniform_(-1, 1)
         dx = ops.group_norm_backward(g, x, *ops.group_norm(x, G, w, b, 1e-5)[1:], w, G, False, [True, False, False])[0]
         t = tail.double().requires_grad_()
-        (ref,) = torch.autograd.grad(TF.group_norm(t, G, w.double(), b.double()), [t], g[-1:].double())
-        v = compare(dx[-1:], ref.bfloat16(), ref, grad=True, name=f"group_norm backward past 2^31 {layout}")
+        (ref,) = torch.autograd.grad(TF.group_norm(t, 1, wt.double(), bt.double()), [t], g[-1:, -d:].double())
+        tb = tail.clone().requires_grad_()
+        (peer,) = torch.autograd.grad(TF.group_norm(tb, 1, wt, bt), [tb], g[-1:, -d:].contiguous())
+        v = compare(dx[-1:, -d:], peer, ref, grad=True, name=f"group_norm backward past 2^31 {layout}")
         assert v, v.message
         del x, g, dx
 
