@@ -475,6 +475,20 @@ def test_cuda_graph_capture():
 
 
 @pytest.mark.cuda
+def test_cuda_autocast_dtypes():
+    # the output dtypes PyTorch's ops give under autocast: group_norm float32, instance_norm the input's,
+    # local_response_norm float32 (its pow autocasts)
+    x = _input((2, 8, 5, 5), torch.bfloat16, "cuda")
+    w, b = _params(8, torch.float32, "cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        for ours, theirs in ((F.group_norm(x, 4, w, b), TF.group_norm(x, 4, w, b)),
+                             (F.instance_norm(x, weight=w, bias=b), TF.instance_norm(x, weight=w, bias=b)),
+                             (F.local_response_norm(x, 3), TF.local_response_norm(x, 3))):
+            assert ours.dtype == theirs.dtype
+            torch.testing.assert_close(ours, theirs, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.cuda
 def test_cuda_benchmark_shape():
     # the benchmark's case in both layouts, forward and backward, against PyTorch
     for layout in ("contiguous", "channels_last"):

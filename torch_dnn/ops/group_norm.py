@@ -134,7 +134,9 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     _check_running("running_mean", running_mean, channels)
     _check_running("running_var", running_var, channels)
     if use_input_stats:
-        out, mean, rstd = _ops.group_norm(input, channels, weight, bias, float(eps))
+        # PyTorch's instance_norm runs in the input's dtype under autocast (group_norm autocasts to float32)
+        with torch.autocast(device_type=input.device.type, enabled=False):
+            out, mean, rstd = _ops.group_norm(input, channels, weight, bias, float(eps))
         if running_mean is not None or running_var is not None:
             spatial = input.numel() // max(input.shape[0] * channels, 1)
             if input.shape[0] > 0:
@@ -147,7 +149,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     n = input.shape[0]
     mean = running_mean.detach().to(stat).expand(n, channels)
     rstd = torch.rsqrt(running_var.detach().to(stat) + eps).expand(n, channels)
-    return _ops.group_norm_with_stats(input, channels, mean, rstd, weight, bias)
+    with torch.autocast(device_type=input.device.type, enabled=False):
+        return _ops.group_norm_with_stats(input, channels, mean, rstd, weight, bias)
 
 
 FUNCTIONAL = ["group_norm", "instance_norm"]

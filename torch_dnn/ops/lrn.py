@@ -1,7 +1,7 @@
 """local_response_norm: a window of `size` channels (zero padding: size // 2 before, (size - 1) // 2 after),
 y = x / (k + alpha / size * sum of x^2 over the window)^beta, as torch.nn.functional.local_response_norm.
 Fake kernels (mirroring csrc/lrn/lrn_ops.h's layout rule), autograd (backward = a torch_dnn op), functional
-wrapper. No autocast: PyTorch runs it in the input's dtype."""
+wrapper. CUDA autocast to float32: PyTorch's composite runs its pow in float32 there, so its result is float32."""
 import torch
 
 from torch_dnn.ops._registry import add_family
@@ -32,6 +32,7 @@ def _lrn_backward(ctx, grad):
 
 
 torch.library.register_autograd("torch_dnn::local_response_norm", _lrn_backward, setup_context=_lrn_setup)
+torch.library.register_autocast("torch_dnn::local_response_norm", "cuda", torch.float32)
 
 add_family("lrn", ["local_response_norm", "local_response_norm_backward"])
 

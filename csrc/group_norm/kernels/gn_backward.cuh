@@ -215,13 +215,18 @@ inline int smem_bwd_slices(int64_t D, int threads) {
   return int(std::max<int64_t>(1, std::min<int64_t>(32, warps / std::max<int64_t>(D, 1))));
 }
 
+// Dynamic shared memory of gn_smem_bwd: x and dy of the group, the (channel, slice) sums, the channel totals.
+template <typename T>
+int64_t smem_bwd_bytes(const GnParams<T>& p, int V) {
+  const int SP = smem_bwd_slices(p.D, smem_threads(p.L / V));
+  return 2 * p.L * int64_t(sizeof(T)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
+}
+
 template <typename T, int V>
 void launch_smem_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, cudaStream_t stream) {
-  using A = acc_t<T>;
-  const int64_t nv = p.L / V;
-  const int threads = int(std::min<int64_t>(kSmemThreads, std::max<int64_t>(64, norm::pow2_at_least((nv + 3) / 4))));
+  const int threads = smem_threads(p.L / V);
   const int SP = smem_bwd_slices(p.D, threads);
-  const size_t smem = size_t(2 * p.L) * sizeof(T) + size_t(2 * p.D * SP + 2 * p.D) * sizeof(A);
+  const size_t smem = size_t(smem_bwd_bytes(p, V));
   cudaFuncSetAttribute(gn_smem_bwd<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   int per_sm = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_bwd<T, V>, threads, smem);
@@ -235,12 +240,10 @@ inline int64_t backward_workspace_elems(const GnShape& s) {
   return 2 * s.N * s.C + NG * c.K * 2 + NG * 2;
 }
 
+// Static shared memory of gn_smem_bwd is 2 values; 1 KB more is the driver's reservation.
 template <typename T>
-bool smem_bwd_fits(const GnParams<T>& p) {
-  const int64_t slices = 32;  // upper bound of smem_bwd_slices
-  const int64_t bytes = 2 * p.L * int64_t(sizeof(T)) + (2 * p.D * std::min<int64_t>(slices, 16) + 2 * p.D) *
-                        int64_t(sizeof(acc_t<T>)) + 1024;
-  return bytes <= max_smem_optin();
+bool smem_bwd_fits(const GnParams<T>& p, int V) {
+  return smem_bwd_bytes(p, V) + 2 * int64_t(sizeof(acc_t<T>)) + 1024 <= max_smem_optin();
 }
 
 // ws: backward_workspace_elems(); dw, db null when not wanted; p.out (dx) null when not wanted.
@@ -253,8 +256,9 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
   GnBwdWs<T> w{(dw || db) ? ws : nullptr, (dw || db) ? ws + p.N * p.C : nullptr, ws + 2 * p.N * p.C,
                ws + 2 * p.N * p.C + NG * c.K * 2};
   const bool aligned = aligned16(p.x) && aligned16(p.dy) && (!p.out || aligned16(p.out)) && (!p.w || aligned16(p.w));
-  if (!stats_given && smem_bwd_fits(p)) {
-    if (aligned && vec_ok(p.S, p.D, p.cl, V)) launch_smem_bwd<T, V>(p, w, stream);
+  const bool vec = aligned && vec_ok(p.S, p.D, p.cl, V);
+  if (!stats_given && smem_bwd_fits(p, vec ? V : 1)) {
+    if (vec) launch_smem_bwd<T, V>(p, w, stream);
     else launch_smem_bwd<T, 1>(p, w, stream);
   } else {
     if (p.out) {
@@ -263,13 +267,13 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
         gn_finalize_bwd<T><<<unsigned((NG + 255) / 256), 256, 0, stream>>>(p, w.partial, w.coef, c.K);
       }
       const int64_t numel = p.N * p.C * p.S;
-      const bool vec = aligned && (p.cl ? p.C % V == 0 : p.S % V == 0);
-      const unsigned grid = vec ? grid_for(numel / V, 256, 4, 8) : grid_for(numel, 256, 4, 8);
+      const bool vec_apply = aligned && (p.cl ? p.C % V == 0 : p.S % V == 0);
+      const unsigned grid = vec_apply ? grid_for(numel / V, 256, 4, 8) : grid_for(numel, 256, 4, 8);
       if (stats_given) {
-        if (vec) gn_apply_bwd<T, V, true><<<grid, 256, 0, stream>>>(p, w.coef);
+        if (vec_apply) gn_apply_bwd<T, V, true><<<grid, 256, 0, stream>>>(p, w.coef);
         else gn_apply_bwd<T, 1, true><<<grid, 256, 0, stream>>>(p, w.coef);
       } else {
-        if (vec) gn_apply_bwd<T, V, false><<<grid, 256, 0, stream>>>(p, w.coef);
+        if (vec_apply) gn_apply_bwd<T, V, false><<<grid, 256, 0, stream>>>(p, w.coef);
         else gn_apply_bwd<T, 1, false><<<grid, 256, 0, stream>>>(p, w.coef);
       }
     }

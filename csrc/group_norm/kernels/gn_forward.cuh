@@ -143,11 +143,16 @@ __global__ void __launch_bounds__(256) gn_apply_fwd(GnParams<T> p) {
   }
 }
 
+// Threads of a shared-memory block: ~4 vectors a thread, 64 to 512.
+inline int smem_threads(int64_t nv) {
+  return int(std::min<int64_t>(kSmemThreads, std::max<int64_t>(64, norm::pow2_at_least((nv + 3) / 4))));
+}
+
 template <typename T, int V>
 void launch_smem_fwd(const GnParams<T>& p, cudaStream_t stream) {
   const int64_t nv = p.L / V;
   const size_t smem = size_t(p.L) * sizeof(T);
-  const int threads = int(std::min<int64_t>(kSmemThreads, std::max<int64_t>(64, norm::pow2_at_least((nv + 3) / 4))));
+  const int threads = smem_threads(nv);
   cudaFuncSetAttribute(gn_smem_fwd<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   int per_sm = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_fwd<T, V>, threads, smem);
@@ -161,10 +166,10 @@ inline int64_t forward_workspace_elems(const GnShape& s, bool stats_given) {
   return s.N * s.G * c.K * 3;
 }
 
+// The group (dynamic shared memory) plus the static reduction space and the 1 KB the driver reserves.
 template <typename T>
-bool smem_fits(const GnParams<T>& p, int buffers) {
-  return int64_t(buffers) * p.L * int64_t(sizeof(T)) + 2 * int64_t(sizeof(acc_t<T>)) * (p.D + 32) * 2 + 1024 <=
-         max_smem_optin();
+bool smem_fwd_fits(const GnParams<T>& p) {
+  return p.L * int64_t(sizeof(T)) + 32 * int64_t(sizeof(acc_t<T>)) + 1024 <= max_smem_optin();
 }
 
 template <typename T>
@@ -172,7 +177,7 @@ void run_forward(GnParams<T> p, bool stats_given, acc_t<T>* ws, cudaStream_t str
   constexpr int V = kVec16<T>;
   const bool aligned = aligned16(p.x) && aligned16(p.out) && (!p.w || aligned16(p.w)) && (!p.b || aligned16(p.b));
   if (!stats_given) {
-    if (smem_fits(p, 1)) {
+    if (smem_fwd_fits(p)) {
       if (aligned && vec_ok(p.S, p.D, p.cl, V)) launch_smem_fwd<T, V>(p, stream);
       else launch_smem_fwd<T, 1>(p, stream);
       return;
