@@ -216,6 +216,27 @@ def test_local_response_norm_against_torch(dtype, device):
 
 
 @pytest.mark.parametrize("device", devices())
+def test_grad_layouts(device):
+    # grad_output in another layout than the input (channels_last vs NCHW, strided): same gradients as PyTorch's
+    for x_layout, g_layout in (("contiguous", "channels_last"), ("channels_last", "contiguous"),
+                               ("channels_last", "strided"), ("transposed", "channels_last")):
+        x = _input((2, 8, 5, 6), torch.float64, device, x_layout).requires_grad_()
+        g = _input((2, 8, 5, 6), torch.float64, device, g_layout, -1, 1)
+        w, b = _params(8, torch.float64, device)
+        w.requires_grad_()
+        for ours, theirs in ((lambda x: F.group_norm(x, 4, w, b), lambda x: TF.group_norm(x, 4, w, b)),
+                             (lambda x: F.instance_norm(x, weight=w), lambda x: TF.instance_norm(x, weight=w)),
+                             (lambda x: F.local_response_norm(x, 3, 0.5), lambda x: TF.local_response_norm(x, 3, 0.5))):
+            a = torch.autograd.grad(ours(x), [x, w], g, allow_unused=True)
+            r = torch.autograd.grad(theirs(x), [x, w], g, allow_unused=True)
+            for u, v in zip(a, r):
+                if v is None:
+                    assert u is None or not u.any()
+                else:
+                    torch.testing.assert_close(u, v, msg=lambda m: f"{x_layout} / {g_layout}: {m}")
+
+
+@pytest.mark.parametrize("device", devices())
 def test_empty_batch_backward(device):
     for layout in ("contiguous", "channels_last"):
         x = _input((0, 6, 4, 4), torch.float32, device, layout).requires_grad_()
