@@ -36,7 +36,7 @@ __device__ __forceinline__ int64_t smem_vec_offset(const GnParams<T>& p, int64_t
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kSmemThreads) gn_smem_fwd(GnParams<T> p) {
+__global__ void __launch_bounds__(kSmemThreads, 4) gn_smem_fwd(GnParams<T> p) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Vec<T, V>* buf = reinterpret_cast<Vec<T, V>*>(smem_raw);
