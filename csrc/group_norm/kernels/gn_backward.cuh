@@ -113,6 +113,71 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
   }
 }
 
+// Channels-last groups of fewer channels than a vector (see gn_smem_fwd_cl_small): a block per (n, set of V / D
+// groups) loads x and dy once into shared memory; each thread's per-lane sums are per-channel sums, reduced
+// over the block as V values; dx from shared memory.
+template <typename T>
+__global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd_cl_small(GnParams<T> p, GnBwdWs<T> ws) {
+  using A = acc_t<T>;
+  constexpr int V = kVec16<T>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const unsigned S = unsigned(p.S);
+  Vec<T, V>* bx = reinterpret_cast<Vec<T, V>*>(smem_raw);
+  Vec<T, V>* bdy = bx + S;
+  __shared__ A red[32 * V];
+  const int D = int(p.D);
+  const int64_t sets = p.C / V, items = p.N * sets;
+  for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+    const int64_t n = it / sets, c0 = (it - n * sets) * V;
+    const int64_t ng0 = n * p.G + c0 / D;  // group of lane j: ng0 + j / D
+    A P[V], Q[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) P[j] = Q[j] = A(0);
+    for (unsigned s = threadIdx.x; s < S; s += blockDim.x) {
+      const int64_t off = (n * p.S + s) * p.C + c0;
+      const Vec<T, V> xv = load_vec<T, V>(p.x + off), gv = load_vec<T, V>(p.dy + off);
+      bx[s] = xv;
+      bdy[s] = gv;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const A dyv = to_acc<A>(gv.v[j]);
+        P[j] += dyv * (to_acc<A>(xv.v[j]) - p.mean[ng0 + j / D]) * p.rstd[ng0 + j / D];
+        Q[j] += dyv;
+      }
+    }
+    block_reduce_vec<V>(P, red);
+    block_reduce_vec<V>(Q, red);
+    if (ws.P && threadIdx.x == 0) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        ws.P[n * p.C + c0 + j] = P[j];
+        ws.Q[n * p.C + c0 + j] = Q[j];
+      }
+    }
+    if (!p.out) continue;
+    A wv[V];
+    norm::load_param<V>(p.w, c0, A(1), wv);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      P[j] *= wv[j];
+      Q[j] *= wv[j];
+    }
+    group_sums<V>(P, D);  // sum(g * xhat) of lane j's group
+    group_sums<V>(Q, D);  // sum(g)
+    for (unsigned s = threadIdx.x; s < S; s += blockDim.x) {
+      const Vec<T, V> xv = bx[s], gv = bdy[s];
+      Vec<T, V> o;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const A m = p.mean[ng0 + j / D], rs = p.rstd[ng0 + j / D];
+        const A xh = (to_acc<A>(xv.v[j]) - m) * rs;
+        o.v[j] = from_acc<T>(rs * (to_acc<A>(gv.v[j]) * wv[j] - xh * P[j] / A(p.L) - Q[j] / A(p.L)));
+      }
+      store_vec<T, V>(p.out + (n * p.S + s) * p.C + c0, o);
+    }
+  }
+}
+
 // sum(g * xhat), sum(g) of chunk k of group ng, for every (ng, k) work item.
 template <typename T>
 __global__ void __launch_bounds__(kChunkThreads) gn_chunk_bwd(GnParams<T> p, acc_t<T>* partial, int64_t K,
@@ -257,7 +322,17 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
                ws + 2 * p.N * p.C + NG * c.K * 2};
   const bool aligned = aligned16(p.x) && aligned16(p.dy) && (!p.out || aligned16(p.out)) && (!p.w || aligned16(p.w));
   const bool vec = aligned && vec_ok(p.S, p.D, p.cl, V);
-  if (!stats_given && smem_bwd_fits(p, vec ? V : 1)) {
+  const int64_t cl_small_smem = 2 * p.S * V * int64_t(sizeof(T));
+  if (!stats_given && cl_small_ok(p, aligned) &&
+      cl_small_smem + 32 * V * int64_t(sizeof(A)) + 1024 <= max_smem_optin()) {
+    const int threads = smem_threads(p.S);
+    cudaFuncSetAttribute(gn_smem_bwd_cl_small<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cl_small_smem));
+    int per_sm = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_bwd_cl_small<T>, threads, size_t(cl_small_smem));
+    const int64_t items = p.N * (p.C / V);
+    const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(items, int64_t(sm_count()) * std::max(per_sm, 1)));
+    gn_smem_bwd_cl_small<T><<<unsigned(grid), threads, size_t(cl_small_smem), stream>>>(p, w);
+  } else if (!stats_given && smem_bwd_fits(p, vec ? V : 1)) {
     if (vec) launch_smem_bwd<T, V>(p, w, stream);
     else launch_smem_bwd<T, 1>(p, w, stream);
   } else {

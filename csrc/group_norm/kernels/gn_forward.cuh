@@ -81,6 +81,113 @@ __global__ void __launch_bounds__(kSmemThreads, 4) gn_smem_fwd(GnParams<T> p) {
   }
 }
 
+// Block-wide sums of V values a thread (fixed order: warp trees, then warps in order); every thread gets them.
+// `smem` holds 32 * V values. Safe to call back to back.
+template <int V, typename A>
+__device__ __forceinline__ void block_reduce_vec(A (&v)[V], A* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = warp_reduce(v[j], SumOp{});
+  __syncthreads();
+  if (lane == 0)
+#pragma unroll
+    for (int j = 0; j < V; ++j) smem[warp * V + j] = v[j];
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    A t = A(0);
+    for (int w = 0; w < nwarps; ++w) t += smem[w * V + j];
+    v[j] = t;
+  }
+}
+
+// Per-element sums -> per-group sums over the lanes j of one group (V / D groups of D lanes in a vector).
+template <int V, typename A>
+__device__ __forceinline__ void group_sums(A (&v)[V], int D) {
+  A out[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    A t = A(0);
+#pragma unroll
+    for (int q = 0; q < V; ++q)
+      if (q / D == j / D) t += v[q];
+    out[j] = t;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) v[j] = out[j];
+}
+
+// Channels-last groups of fewer channels than a 16-byte vector (instance_norm: D = 1): a block per (n, set of
+// V / D consecutive groups), whose rows are exactly one vector (V channels), loaded ONCE into shared memory;
+// each thread keeps per-lane sums, reduced over the block as V values, combined per group.
+template <typename T>
+__global__ void __launch_bounds__(kSmemThreads, 2) gn_smem_fwd_cl_small(GnParams<T> p) {
+  using A = acc_t<T>;
+  constexpr int V = kVec16<T>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Vec<T, V>* buf = reinterpret_cast<Vec<T, V>*>(smem_raw);
+  __shared__ A red[32 * V];
+  const int D = int(p.D);
+  const int64_t sets = p.C / V, items = p.N * sets;
+  const unsigned S = unsigned(p.S);
+  for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+    const int64_t n = it / sets, c0 = (it - n * sets) * V;
+    A sum[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) sum[j] = A(0);
+    for (unsigned s = threadIdx.x; s < S; s += blockDim.x) {
+      const Vec<T, V> v = load_vec<T, V>(p.x + (n * p.S + s) * p.C + c0);
+      buf[s] = v;
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum[j] += to_acc<A>(v.v[j]);
+    }
+    block_reduce_vec<V>(sum, red);
+    group_sums<V>(sum, D);
+    A m[V], q[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) m[j] = sum[j] / A(p.L), q[j] = A(0);
+    for (unsigned s = threadIdx.x; s < S; s += blockDim.x) {
+      const Vec<T, V> v = buf[s];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const A d = to_acc<A>(v.v[j]) - m[j];
+        q[j] += d * d;
+      }
+    }
+    block_reduce_vec<V>(q, red);
+    group_sums<V>(q, D);
+    A rs[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) rs[j] = rstd_of(q[j] / A(p.L), p.eps);
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int j = 0; j < V; j += 1)
+        if (j % D == 0) {
+          const int64_t ng = n * p.G + (c0 + j) / D;
+          p.mean[ng] = m[j];
+          p.rstd[ng] = rs[j];
+        }
+    }
+    A wv[V], bv[V];
+    norm::load_param<V>(p.w, c0, A(1), wv);
+    norm::load_param<V>(p.b, c0, A(0), bv);
+    for (unsigned s = threadIdx.x; s < S; s += blockDim.x) {
+      const Vec<T, V> v = buf[s];
+      Vec<T, V> o;
+#pragma unroll
+      for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>((to_acc<A>(v.v[j]) - m[j]) * rs[j] * wv[j] + bv[j]);
+      store_vec<T, V>(p.out + (n * p.S + s) * p.C + c0, o);
+    }
+  }
+}
+
+// The channels-last small-group plan: D divides the vector, whole sets of groups, aligned pointers.
+template <typename T>
+bool cl_small_ok(const GnParams<T>& p, bool aligned) {
+  constexpr int V = kVec16<T>;
+  return p.cl && aligned && p.D < V && V % p.D == 0 && p.C % V == 0;
+}
+
 // (count, mean, M2) of chunk k of group ng, for every (ng, k) work item.
 template <typename T>
 __global__ void __launch_bounds__(kChunkThreads) gn_chunk_stats(GnParams<T> p, acc_t<T>* partial, int64_t K,
@@ -177,6 +284,19 @@ void run_forward(GnParams<T> p, bool stats_given, acc_t<T>* ws, cudaStream_t str
   constexpr int V = kVec16<T>;
   const bool aligned = aligned16(p.x) && aligned16(p.out) && (!p.w || aligned16(p.w)) && (!p.b || aligned16(p.b));
   if (!stats_given) {
+    if (cl_small_ok(p, aligned) && smem_fwd_fits(p) && p.S * int64_t(kVec16<T> * sizeof(T)) + 1024 +
+                                                           32 * kVec16<T> * int64_t(sizeof(acc_t<T>)) <=
+                                                       max_smem_optin()) {
+      const size_t smem = size_t(p.S) * kVec16<T> * sizeof(T);
+      const int threads = smem_threads(p.S);
+      cudaFuncSetAttribute(gn_smem_fwd_cl_small<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+      int per_sm = 0;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_fwd_cl_small<T>, threads, smem);
+      const int64_t items = p.N * (p.C / kVec16<T>);
+      const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(items, int64_t(sm_count()) * std::max(per_sm, 1)));
+      gn_smem_fwd_cl_small<T><<<unsigned(grid), threads, smem, stream>>>(p);
+      return;
+    }
     if (smem_fwd_fits(p)) {
       if (aligned && vec_ok(p.S, p.D, p.cl, V)) launch_smem_fwd<T, V>(p, stream);
       else launch_smem_fwd<T, 1>(p, stream);
