@@ -6,6 +6,8 @@
 //   gn_smem_bwd      x and dy of the group fit in shared memory together: a persistent block per (n, g) loads
 //                    both ONCE, takes the per-channel sums P, Q from shared memory (warps over (channel, slice)
 //                    items, fixed order), and writes dx from shared memory: 2 reads + 1 write, the minimum.
+//   gn_smem_bwd_cl_small  channels-last groups narrower than a vector (instance_norm NHWC): a block per (n, V / D
+//                    groups), per-lane (= per-channel) sums reduced as vectors.
 //   otherwise        gn_chunk_bwd (sum(g * xhat), sum(g) per chunk) + gn_finalize_bwd + gn_apply_bwd
 //                    (elementwise), and gn_channel_sums (a block per (n, c)) for P and Q.
 #pragma once

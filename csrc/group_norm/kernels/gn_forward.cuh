@@ -3,6 +3,8 @@
 //                    a persistent block per (n, g) loads the group ONCE (16-byte vectors) into shared memory,
 //                    takes the exact two-pass mean / variance from there, and writes y from there. Both layouts:
 //                    NCHW groups are contiguous; channels-last groups are rows of D channels, C apart.
+//   gn_smem_fwd_cl_small  channels-last groups narrower than a 16-byte vector (instance_norm: D = 1): a block
+//                    per (n, V / D groups) so that every row is one vector; per-lane sums reduced as vectors.
 //   otherwise        gn_chunk_stats (a block per chunk of a group: Chan-mergeable (count, mean, M2) partials) +
 //                    gn_finalize_fwd (a thread per group merges its chunks in order) + gn_apply_fwd
 //                    (elementwise); also the whole forward when the statistics are given (gn_apply_fwd alone).
