@@ -1,5 +1,7 @@
 """The torch.nn.functional-like surface of torch_dnn: same names, arguments, defaults and in-place flags."""
 from torch_dnn.ops import activation as _activation
+from torch_dnn.ops import group_norm as _group_norm
+from torch_dnn.ops import lrn as _lrn
 from torch_dnn.ops import norm as _norm
 from torch_dnn.ops import pool as _pool
 from torch_dnn.ops import softmax as _softmax
@@ -32,4 +34,9 @@ max_pool2d_with_indices = _pool.max_pool2d_with_indices
 avg_pool2d = _pool.avg_pool2d
 adaptive_avg_pool2d = _pool.adaptive_avg_pool2d
 
-__all__ = _activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL + _pool.FUNCTIONAL
+group_norm = _group_norm.group_norm
+instance_norm = _group_norm.instance_norm
+local_response_norm = _lrn.local_response_norm
+
+__all__ = (_activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL + _pool.FUNCTIONAL + _group_norm.FUNCTIONAL
+           + _lrn.FUNCTIONAL)

@@ -5,7 +5,7 @@ import torch.nn.functional as TF
 
 import torch_dnn.functional as F
 from torch_dnn.reference import (BIAS_ACT_TORCH, add_layer_norm_reference, add_rms_norm_reference, avg_pool2d_reference,
-                                 bias_act_reference)
+                                 bias_act_reference, local_response_norm_reference)
 from torch_dnn.testing import check_against_torch, random_like_case
 
 
@@ -58,6 +58,26 @@ def _checks():
                 return x.contiguous(memory_format=torch.channels_last) if cl else x
             out.append(("pool", f"{name}{' NHWC' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make:
                         check_against_torch(o, p, [m(d, t)], name="pool")))
+    group_norms = {
+        "group_norm(4)": (lambda x, w, b: F.group_norm(x, 4, w, b), lambda x, w, b: TF.group_norm(x, 4, w, b)),
+        "instance_norm": (lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+                          lambda x, w, b: TF.instance_norm(x, weight=w, bias=b)),
+    }
+    for name, (ours, theirs) in group_norms.items():
+        for cl in (False, True):
+            def make_gn(d, t, cl=cl):
+                x = random_like_case((2, 16, 13, 11), t, d)
+                x = x.contiguous(memory_format=torch.channels_last) if cl else x
+                return [x, random_like_case((16,), t, d, low=0.5, high=1.5), random_like_case((16,), t, d)]
+            out.append(("group_norm", f"{name}{' NHWC' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make_gn:
+                        check_against_torch(o, p, m(d, t), name="group_norm")))
+    for cl in (False, True):
+        def make_lrn(d, t, cl=cl):
+            x = random_like_case((2, 16, 13, 11), t, d)
+            return [x.contiguous(memory_format=torch.channels_last) if cl else x]
+        out.append(("lrn", f"local_response_norm(5){' NHWC' if cl else ''}", lambda d, t, m=make_lrn:
+                    check_against_torch(lambda x: F.local_response_norm(x, 5, 1e-3, 0.75, 1.0),
+                                        lambda x: local_response_norm_reference(x, 5, 1e-3, 0.75, 1.0), m(d, t), name="lrn")))
     return out
 
 

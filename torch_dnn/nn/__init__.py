@@ -7,3 +7,5 @@ from torch_dnn.nn.activation import (  # noqa: F401
 from torch_dnn.nn.softmax import LogSoftmax, Softmax  # noqa: F401
 from torch_dnn.nn.norm import AddLayerNorm, AddRMSNorm, LayerNorm, RMSNorm  # noqa: F401
 from torch_dnn.nn.pool import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d  # noqa: F401
+from torch_dnn.nn.group_norm import GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401
+from torch_dnn.nn.lrn import LocalResponseNorm  # noqa: F401
