@@ -55,6 +55,11 @@ all_cpp = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
 cuda_launchers = [f for f in all_cpp if f.endswith("_cuda.cpp")]
 cuda_kernels = sorted(glob.glob("csrc/**/*.cu", recursive=True))
 sources = [f for f in all_cpp if f not in cuda_launchers]
+# Two sources with one stem in one folder (x.cpp and x.cu) would build the same x.o: ninja refuses.
+_stems = [os.path.splitext(f)[0] for f in all_cpp + cuda_kernels]
+_clash = sorted({s for s in _stems if _stems.count(s) > 1})
+if _clash:
+    sys.exit(f"torch_dnn setup.py: sources that would build the same object file: {_clash}; rename one of each")
 
 cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
 define_macros = [("TORCH_DNN_BUILT_WITH_TORCH", f'"{torch.__version__}"')]
