@@ -3,8 +3,8 @@ Fake kernels, autograd (backward = torch_dnn ops), and functional wrappers: matm
 a Python composite over mm/bmm and views), mm, bmm, linear (F.linear) and linear_act. Autocast is registered
 in C++ (csrc/matmul/matmul.cpp) with aten::mm's policy: inputs cast to the autocast dtype.
 
-float32 follows torch.backends.cuda.matmul.allow_tf32 as PyTorch does: the wrappers read
-torch.get_float32_matmul_precision() (!= "highest" <=> allow_tf32) and pass the answer to the op."""
+float32 follows torch.backends.cuda.matmul.allow_tf32 as PyTorch does (allow_tf32 <=>
+torch.get_float32_matmul_precision() != "highest"): the wrappers read it and pass the answer to the op."""
 import math
 
 import torch
@@ -117,9 +117,10 @@ add_family("matmul", ["mm", "bmm", "linear_act", "linear_act_backward"])
 # ---- functional wrappers ----
 
 def allow_tf32() -> bool:
-    """Whether float32 GEMMs may use TF32 tensor cores: PyTorch's own switch
-    (torch.backends.cuda.matmul.allow_tf32 <=> torch.get_float32_matmul_precision() != "highest")."""
-    return torch.get_float32_matmul_precision() != "highest"
+    """Whether float32 GEMMs may use TF32 tensor cores: PyTorch's own switch,
+    torch.backends.cuda.matmul.allow_tf32 (<=> torch.get_float32_matmul_precision() != "highest"). Read through
+    the backends flag because torch.compile traces it (a guarded constant) where it cannot trace the string."""
+    return bool(torch.backends.cuda.matmul.allow_tf32)
 
 
 def gemm_paths(device=None) -> list:
