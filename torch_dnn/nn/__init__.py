@@ -9,3 +9,4 @@ from torch_dnn.nn.norm import AddLayerNorm, AddRMSNorm, LayerNorm, RMSNorm  # no
 from torch_dnn.nn.pool import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d  # noqa: F401
 from torch_dnn.nn.group_norm import GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401
 from torch_dnn.nn.lrn import LocalResponseNorm  # noqa: F401
+from torch_dnn.nn.linear import FusedAway, Linear, LinearAct  # noqa: F401
