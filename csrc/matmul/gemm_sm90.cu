@@ -4,7 +4,8 @@
 // kernels' bodies exist only in the sm_90a device code (CUTLASS's own arch guards), and gemm_sm90_supports
 // says no on any other device or when the build has no sm_90a code.
 //
-// Instantiations (9), see benchmarks/NOTES.md "Hopper GEMM":
+// Instantiations (11), see benchmarks/NOTES.md "Hopper GEMM":
+//   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent     "big"
 //   bf16, fp16  A K-major, B K-major             128x128x64, cluster 1x1, stream-K      "skinny / few tiles"
 //   bf16, fp16  A K-major, B N-major (dZ @ W)    128x256x64, cluster 2x1, persistent
@@ -40,13 +41,15 @@ using namespace cute;
 
 enum class Layout { TN, NN, TT };  // A K-major/B K-major, A K-major/B N-major, A M-major/B N-major
 
+// kPreact: the epilogue can store pre (the aux store); without it the mainloop gets the aux smem back.
 template <class ElementAB, class LayoutA, class LayoutB, class ElementD, class TileShape, class ClusterShape,
-          class Scheduler>
+          class Scheduler, bool kPreact = true>
 struct Sm90Gemm {
   static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   static constexpr bool kFast = cutlass::sizeof_bits<ElementD>::value == 16;
-  using FusionOp = sm90::LinActResidualAux<ElementD, kFast>;
+  using FusionOp = cute::conditional_t<kPreact, sm90::LinActResidualAux<ElementD, kFast>,
+                                       sm90::LinActResidualCallbacks<TileShape, ElementD, kFast>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -80,6 +83,7 @@ using fp16 = cutlass::half_t;
 
 // CUTLASS's B is N x K: "ColumnMajor" B is K-contiguous (our col_major B), "RowMajor" B is N-contiguous.
 template <class T> using TnBig = Sm90Gemm<T, RowM, ColM, T, Big, C21, Persistent>;
+template <class T> using TnBigPlain = Sm90Gemm<T, RowM, ColM, T, Big, C21, Persistent, false>;
 template <class T> using TnStreamK = Sm90Gemm<T, RowM, ColM, T, Mid, C11, StreamK>;
 template <class T> using NnBig = Sm90Gemm<T, RowM, RowM, T, Big, C21, Persistent>;
 template <class T> using TtBig = Sm90Gemm<T, ColM, RowM, T, Big, C21, Persistent>;
@@ -160,7 +164,7 @@ bool layout_of(const GemmArgs& a, Layout* out) {
 bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
 
 // Which kernel a problem takes.
-enum class Kind { None, TnBig, TnStreamK, NnBig, TtBig, Tf32 };
+enum class Kind { None, TnBig, TnBigPlain, TnStreamK, NnBig, TtBig, Tf32 };
 
 Kind choose(const GemmArgs& a) {
   Layout l;
@@ -172,7 +176,8 @@ Kind choose(const GemmArgs& a) {
   // K-major x K-major: the big persistent tile when it fills the machine, else stream-K on 128x128 tiles.
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
   const int sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
-  return tiles >= sms ? Kind::TnBig : Kind::TnStreamK;
+  if (tiles < sms) return Kind::TnStreamK;
+  return a.preact ? Kind::TnBig : Kind::TnBigPlain;
 }
 
 // Strides of CUTLASS's (rows, cols, batch) operand views: the static _1 mode is the contiguous one.
@@ -262,6 +267,8 @@ auto dispatch(const GemmArgs& a, Kind k, F&& f) {
   const bool bf = a.dtype == DType::BFloat16;
   switch (k) {
     case Kind::TnBig: return bf ? f.template operator()<TnBig<bf16>>() : f.template operator()<TnBig<fp16>>();
+    case Kind::TnBigPlain:
+      return bf ? f.template operator()<TnBigPlain<bf16>>() : f.template operator()<TnBigPlain<fp16>>();
     case Kind::TnStreamK:
       return bf ? f.template operator()<TnStreamK<bf16>>() : f.template operator()<TnStreamK<fp16>>();
     case Kind::NnBig: return bf ? f.template operator()<NnBig<bf16>>() : f.template operator()<NnBig<fp16>>();

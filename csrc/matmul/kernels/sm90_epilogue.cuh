@@ -175,6 +175,49 @@ struct EpilogueParams {
   ActResidualArgs act;
 };
 
+// The same epilogue without the preact store, for kernels that never save it: the aux store's smem
+// (2 x the epilogue subtile) is what stands between the 128x256x64 mainloop and its 4th pipeline stage.
+template <class CtaTileShapeMNK, class Element, bool FAST>
+using LinActResidualTree = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<ActPlusResidual<FAST>::template Fn, Element, float,
+                                           cutlass::FloatRoundStyle::round_to_nearest>,  // act(pre) + res
+    cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, float, float,
+                                               cutlass::FloatRoundStyle::round_to_nearest>,  // alpha*acc+bias
+        cutlass::epilogue::fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>,
+        cutlass::epilogue::fusion::Sm90AccFetch,
+        cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTileShapeMNK, Element, float,
+                                                    cute::Stride<cute::_0, cute::_1, int64_t>,
+                                                    128 / cute::sizeof_bits_v<Element>>>,
+    OptionalSrcFetch<Element>>;
+
+template <class CtaTileShapeMNK, class Element, bool FAST>
+struct LinActResidualCallbacks : LinActResidualTree<CtaTileShapeMNK, Element, FAST> {
+  using Impl = LinActResidualTree<CtaTileShapeMNK, Element, FAST>;
+
+  struct Arguments {
+    EpilogueParams p;
+
+    operator typename Impl::Arguments() const {
+      using StrideBias = cute::Stride<cute::_0, cute::_1, int64_t>;
+      using StrideAlpha = cute::Stride<cute::_0, cute::_0, int64_t>;
+      return {
+          {
+              // alpha * acc + bias
+              {{p.alpha}, {nullptr}, {StrideAlpha{cute::_0{}, cute::_0{}, 0}}},  // alpha
+              {},                                                                // acc
+              {static_cast<Element const*>(p.bias), Element(0), StrideBias{}},   // bias[n]
+              {}                                                                 // multiply_add
+          },
+          {p.residual},  // C = residual, loaded only when present
+          p.act          // activation
+      };
+    }
+  };
+
+  using Impl::Impl;
+};
+
 }  // namespace sm90
 }  // namespace matmul
 }  // namespace torch_dnn
