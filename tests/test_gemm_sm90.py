@@ -74,7 +74,8 @@ def _mm(a, b):
 
 # --- plain GEMM: the three layouts, odd sizes --------------------------------------------------------------
 
-# (M, N, K): M is free; N and K are multiples of 8 (TMA: 16-byte leading dimensions) but not of the tiles.
+# (M, N, K) for TN and NN: M is free; N and K are multiples of 8 (TMA and CUTLASS: the contiguous extent of each
+# operand a multiple of 16 bytes) but not of the tiles. TT (A M-major) swaps the roles of M and K: K is free.
 SIZES = [(1, 8, 8), (7, 24, 40), (97, 136, 200), (1023, 1000, 1032), (4097, 264, 4104), (256, 4096, 4096),
          (16, 4096, 8192), (64, 8192, 4096)]
 
@@ -86,6 +87,8 @@ def test_mm_layouts(dtype, M, N, K, layout):
     # TN: x @ w.T (A K-major, B K-major); NN: dZ @ W (B N-major); TT: dZ.T @ X (A M-major, B N-major)
     a_cm = layout == "TT"
     b_cm = layout == "TN"
+    if a_cm:
+        M, K = K, M
     a = _operand(M, K, dtype, a_cm)
     b = _operand(K, N, dtype, b_cm)
     out = _mm(a, b)
@@ -94,10 +97,10 @@ def test_mm_layouts(dtype, M, N, K, layout):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_mm_padded_leading_dims(dtype):
-    # odd K through a padded leading dimension: lda = K + pad with (K + pad) % 8 == 0
-    M, N, K = 129, 72, 97
-    a = _operand(M, K, dtype, False, pad=7)
-    b = _operand(K, N, dtype, True, pad=7)
+    # leading dimensions longer than the rows (views of wider allocations), batch of one
+    M, N, K = 129, 72, 96
+    a = _operand(M, K, dtype, False, pad=8)
+    b = _operand(K, N, dtype, True, pad=24)
     out = _mm(a, b)
     _check(out, torch.mm(a, b), torch.mm(a.double(), b.double()), "mm padded")
 

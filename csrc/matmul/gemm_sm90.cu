@@ -8,8 +8,8 @@
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent     "big"
 //   bf16, fp16  A K-major, B K-major             128x128x64, cluster 1x1, stream-K      "skinny / few tiles"
-//   bf16, fp16  A K-major, B N-major (dZ @ W)    128x256x64, cluster 2x1, persistent
-//   bf16, fp16  A M-major, B N-major (dZ.T @ X)  128x256x64, cluster 2x1, persistent
+//   bf16, fp16  A K-major, B N-major (dZ @ W)    128x256x64, cluster 2x1, persistent, no preact store
+//   bf16, fp16  A M-major, B N-major (dZ.T @ X)  128x256x64, cluster 2x1, persistent, no preact store
 //   tf32        A K-major, B K-major             128x128x32, cluster 2x1, persistent
 //
 // NDEBUG before any include: CUTLASS's device-side asserts become calls to __assertfail, and a call inside the
@@ -85,8 +85,9 @@ using fp16 = cutlass::half_t;
 template <class T> using TnBig = Sm90Gemm<T, RowM, ColM, T, Big, C21, Persistent>;
 template <class T> using TnBigPlain = Sm90Gemm<T, RowM, ColM, T, Big, C21, Persistent, false>;
 template <class T> using TnStreamK = Sm90Gemm<T, RowM, ColM, T, Mid, C11, StreamK>;
-template <class T> using NnBig = Sm90Gemm<T, RowM, RowM, T, Big, C21, Persistent>;
-template <class T> using TtBig = Sm90Gemm<T, ColM, RowM, T, Big, C21, Persistent>;
+// The backward layouts never store preact: without the aux store their mainloop keeps 4 stages.
+template <class T> using NnBig = Sm90Gemm<T, RowM, RowM, T, Big, C21, Persistent, false>;
+template <class T> using TtBig = Sm90Gemm<T, ColM, RowM, T, Big, C21, Persistent, false>;
 using Tf32Big = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Mid32, C21, Persistent>;
 
 // ---- device facts, queried once per device ----------------------------------------------------------------
@@ -171,8 +172,8 @@ Kind choose(const GemmArgs& a) {
   if (!layout_of(a, &l)) return Kind::None;
   if (a.dtype == DType::Float32) return (a.allow_tf32 && l == Layout::TN) ? Kind::Tf32 : Kind::None;
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return Kind::None;
-  if (l == Layout::NN) return Kind::NnBig;
-  if (l == Layout::TT) return Kind::TtBig;
+  if (l == Layout::NN) return a.preact ? Kind::None : Kind::NnBig;
+  if (l == Layout::TT) return a.preact ? Kind::None : Kind::TtBig;
   // K-major x K-major: the big persistent tile when it fills the machine, else stream-K on 128x128 tiles.
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
   const int sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
@@ -290,6 +291,11 @@ bool gemm_sm90_supports(const GemmArgs& a) {
   if (!tma_ok(a.A.ptr, a.A.ld, a.A.batch_stride, b, eb) || !tma_ok(a.B.ptr, a.B.ld, a.B.batch_stride, b, eb)) return false;
   // a leading dimension shorter than the contiguous extent would overlap rows: not a TMA tensor
   if (a.A.ld < (a.A.col_major ? a.M : a.K) || a.B.ld < (a.B.col_major ? a.K : a.N)) return false;
+  // CUTLASS's can_implement also wants each operand's contiguous extent a multiple of 16 bytes (K for a
+  // K-major operand, M / N for an M- / N-major one, N for D, C and preact): the same rule here, so that
+  // supports() and the launch agree.
+  const int64_t al = 16 / eb;
+  if ((a.A.col_major ? a.M : a.K) % al != 0 || (a.B.col_major ? a.K : a.N) % al != 0 || a.N % al != 0) return false;
   if (a.D == nullptr || !tma_ok(a.D, a.ldd, a.batch_stride_d, b, eb) || a.ldd < a.N) return false;
   if (b > 1 && a.batch_stride_d == 0) return false;
   if (a.preact && !aligned16(a.preact)) return false;
