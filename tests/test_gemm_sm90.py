@@ -4,7 +4,12 @@ sm90 path cannot take a problem). Skipped unless a cc 9.0 GPU is present and the
 
 Every case: random data (never zeros), the caching allocator poisoned with NaN before the call, the result
 compared with a float64 reference by the error-ratio rule of torch_dnn.testing (ours against PyTorch's own
-error in the same dtype)."""
+error in the same dtype).
+
+Contract assumed with the op layer (branch mm): torch.ops.torch_dnn.mm(a, b), torch.ops.torch_dnn.linear_act(
+x, weight, bias, activation, residual, act_a, act_b) with bias_act's activation names ("none", "gelu", ...),
+optionally torch.ops.torch_dnn.bmm(a, b); strided views are passed to the kernel as they are (a transposed view
+is a column-major operand), and TORCH_DNN_GEMM_PATH=sm90 forces the Hopper path."""
 from __future__ import annotations
 
 import os
@@ -152,11 +157,11 @@ def test_bmm(dtype, broadcast_b):
 
 # --- the fused epilogue: bias, activation, residual --------------------------------------------------------
 
-ACTS = ["identity", "relu", "gelu", "gelu_tanh", "silu"]
+ACTS = ["none", "relu", "gelu", "gelu_tanh", "silu"]
 
 
 def _act_ref(pre, act):
-    if act == "identity":
+    if act == "none":
         return pre
     if act == "relu":
         return F.relu(pre)
