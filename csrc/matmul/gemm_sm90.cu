@@ -1,16 +1,17 @@
-// The Hopper GEMM path (sm_90a): CUTLASS 3.x kernels, TMA loads + wgmma, warp-specialised cooperative
-// persistent kernels, with the fused epilogue of kernels/sm90_epilogue.cuh (alpha, bias, activation,
+// The Hopper GEMM path (sm_90a): CUTLASS 3.x kernels, TMA loads + wgmma, warp-specialised persistent kernels
+// (cooperative; one opt-in ping-pong), with the fused epilogue of kernels/sm90_epilogue.cuh (alpha, bias, activation,
 // residual, preact). Only compiled when setup.py finds the CUTLASS headers (TORCH_DNN_WITH_SM90_GEMM); the
 // kernels' bodies exist only in the sm_90a device code (CUTLASS's own arch guards), and gemm_sm90_supports
 // says no on any other device or when the build has no sm_90a code.
 //
-// Instantiations (11), see benchmarks/NOTES.md "Hopper GEMM":
+// Instantiations (12), see benchmarks/NOTES.md "Hopper GEMM":
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent     "big"
 //   bf16, fp16  A K-major, B K-major             128x128x64, cluster 1x1, stream-K      "skinny / few tiles"
 //   bf16, fp16  A K-major, B N-major (dZ @ W)    128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A M-major, B N-major (dZ.T @ X)  128x256x64, cluster 2x1, persistent, no preact store
 //   tf32        A K-major, B K-major             128x128x32, cluster 2x1, persistent
+//   bf16        A K-major, B K-major             64x256x64 ping-pong, cluster 2x1, opt-in (TORCH_DNN_SM90_KERNEL)
 //
 // NDEBUG before any include: CUTLASS's device-side asserts become calls to __assertfail, and a call inside the
 // mainloop makes ptxas serialise the wgmma pipeline (warning C7510), which costs a large share of the speed.
@@ -43,8 +44,12 @@ enum class Layout { TN, NN, TT };  // A K-major/B K-major, A K-major/B N-major, 
 
 // kPreact: the epilogue can store pre (the aux store); without it the mainloop gets the aux smem back.
 template <class ElementAB, class LayoutA, class LayoutB, class ElementD, class TileShape, class ClusterShape,
-          class Scheduler, bool kPreact = true>
+          class Scheduler, bool kPreact = true, bool kPingpong = false>
 struct Sm90Gemm {
+  using MainloopSchedule = cute::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = cute::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
   static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   static constexpr bool kFast = cutlass::sizeof_bits<ElementD>::value == 16;
@@ -54,15 +59,14 @@ struct Sm90Gemm {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, cutlass::layout::RowMajor, kAlignD,
-      ElementD, cutlass::layout::RowMajor, kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative,
-      FusionOp>::CollectiveOp;
+      ElementD, cutlass::layout::RowMajor, kAlignD, EpilogueSchedule, FusionOp>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA, kAlignAB, ElementAB, LayoutB, kAlignAB,
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      MainloopSchedule>::CollectiveOp;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
                                                       CollectiveEpilogue, Scheduler>;
@@ -72,6 +76,7 @@ struct Sm90Gemm {
 using Big = Shape<_128, _256, _64>;
 using Mid32 = Shape<_128, _128, _32>;  // tf32: 4-byte elements (128x256x32 left only 2 smem stages)
 using Mid = Shape<_128, _128, _64>;
+using Wide64 = Shape<_64, _256, _64>;  // ping-pong: one consumer warpgroup a tile
 using C21 = Shape<_2, _1, _1>;
 using C11 = Shape<_1, _1, _1>;
 using Persistent = cutlass::gemm::PersistentScheduler;
@@ -84,6 +89,9 @@ using fp16 = cutlass::half_t;
 // CUTLASS's B is N x K: "ColumnMajor" B is K-contiguous (our col_major B), "RowMajor" B is N-contiguous.
 template <class T> using TnBig = Sm90Gemm<T, RowM, ColM, T, Big, C21, Persistent>;
 template <class T> using TnBigPlain = Sm90Gemm<T, RowM, ColM, T, Big, C21, Persistent, false>;
+// Ping-pong alternative to TnBigPlain (bf16 only, chosen by TORCH_DNN_SM90_KERNEL=pingpong): the two consumer
+// warpgroups work on different tiles, so one's epilogue (bias + activation) overlaps the other's MMAs.
+using TnPingpongBf16 = Sm90Gemm<bf16, RowM, ColM, bf16, Wide64, C21, Persistent, false, true>;
 template <class T> using TnStreamK = Sm90Gemm<T, RowM, ColM, T, Mid, C11, StreamK>;
 // The backward layouts never store preact: without the aux store their mainloop keeps 4 stages.
 template <class T> using NnBig = Sm90Gemm<T, RowM, RowM, T, Big, C21, Persistent, false>;
@@ -165,7 +173,17 @@ bool layout_of(const GemmArgs& a, Layout* out) {
 bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
 
 // Which kernel a problem takes.
-enum class Kind { None, TnBig, TnBigPlain, TnStreamK, NnBig, TtBig, Tf32 };
+enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, NnBig, TtBig, Tf32 };
+
+// TORCH_DNN_SM90_KERNEL=pingpong: bf16 K-major x K-major problems that would take TnBigPlain take the ping-pong
+// kernel instead (to compare the two on the device; see benchmarks/NOTES.md).
+bool prefer_pingpong() {
+  static const bool p = [] {
+    const char* e = std::getenv("TORCH_DNN_SM90_KERNEL");
+    return e != nullptr && std::strcmp(e, "pingpong") == 0;
+  }();
+  return p;
+}
 
 Kind choose(const GemmArgs& a) {
   Layout l;
@@ -178,7 +196,8 @@ Kind choose(const GemmArgs& a) {
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
   const int sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
   if (tiles < sms) return Kind::TnStreamK;
-  return a.preact ? Kind::TnBig : Kind::TnBigPlain;
+  if (a.preact) return Kind::TnBig;
+  return (a.dtype == DType::BFloat16 && prefer_pingpong()) ? Kind::TnPingpong : Kind::TnBigPlain;
 }
 
 // Strides of CUTLASS's (rows, cols, batch) operand views: the static _1 mode is the contiguous one.
@@ -270,6 +289,7 @@ auto dispatch(const GemmArgs& a, Kind k, F&& f) {
     case Kind::TnBig: return bf ? f.template operator()<TnBig<bf16>>() : f.template operator()<TnBig<fp16>>();
     case Kind::TnBigPlain:
       return bf ? f.template operator()<TnBigPlain<bf16>>() : f.template operator()<TnBigPlain<fp16>>();
+    case Kind::TnPingpong: return f.template operator()<TnPingpongBf16>();
     case Kind::TnStreamK:
       return bf ? f.template operator()<TnStreamK<bf16>>() : f.template operator()<TnStreamK<fp16>>();
     case Kind::NnBig: return bf ? f.template operator()<NnBig<bf16>>() : f.template operator()<NnBig<fp16>>();
