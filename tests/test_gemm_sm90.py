@@ -6,9 +6,9 @@ Every case: random data (never zeros), the caching allocator poisoned with NaN b
 compared with a float64 reference by the error-ratio rule of torch_dnn.testing (ours against PyTorch's own
 error in the same dtype).
 
-Contract assumed with the op layer (branch mm): torch.ops.torch_dnn.mm(a, b), torch.ops.torch_dnn.linear_act(
+Contract assumed with the op layer (branch mm): torch_dnn.functional.mm(a, b), torch.ops.torch_dnn.linear_act(
 x, weight, bias, activation, residual, act_a, act_b) with bias_act's activation names ("none", "gelu", ...),
-optionally torch.ops.torch_dnn.bmm(a, b); strided views are passed to the kernel as they are (a transposed view
+optionally torch_dnn.functional.bmm(a, b); strided views are passed to the kernel as they are (a transposed view
 is a column-major operand), and TORCH_DNN_GEMM_PATH=sm90 forces the Hopper path."""
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import os
 
 import pytest
 import torch
+
+import torch_dnn.functional  # noqa: F401
 import torch.nn.functional as F
 
 import torch_dnn  # noqa: F401  (loads the ops)
@@ -74,7 +76,7 @@ def _check(ours, peer, ref64, name):
 
 def _mm(a, b):
     _poison(a.shape[0] * b.shape[1] * a.element_size() * 2)
-    return torch.ops.torch_dnn.mm(a, b)
+    return torch_dnn.functional.mm(a, b)
 
 
 # --- plain GEMM: the three layouts, odd sizes --------------------------------------------------------------
@@ -151,7 +153,7 @@ def test_bmm(dtype, broadcast_b):
     a = _rand((B, M, K), dtype)
     b = _rand((1, K, N), dtype).expand(B, K, N) if broadcast_b else _rand((B, K, N), dtype)
     _poison(B * M * N * 4)
-    out = torch.ops.torch_dnn.bmm(a, b)
+    out = torch_dnn.functional.bmm(a, b)
     _check(out, torch.bmm(a, b), torch.bmm(a.double(), b.double()), f"bmm broadcast={broadcast_b}")
 
 
@@ -191,7 +193,7 @@ def test_linear_act(dtype, act, bias, residual, M, N, K):
     b = _rand((N,), dtype) if bias else None
     r = _rand((M, N), dtype) if residual else None
     _poison(M * N * x.element_size() * 4)
-    out = torch.ops.torch_dnn.linear_act(x, w, b, act, r, 0.0, 0.0)
+    out = torch_dnn.functional.linear_act(x, w, b, act, r)
     peer = _linear_ref(x, w, b, act, r)
     ref = _linear_ref(x.double(), w.double(), b.double() if b is not None else None, act,
                       r.double() if r is not None else None)
@@ -205,7 +207,7 @@ def test_linear_gelu_big(dtype):
     w = _rand((N, K), dtype, -0.05, 0.05)
     b = _rand((N,), dtype)
     _poison(M * N * 4)
-    out = torch.ops.torch_dnn.linear_act(x, w, b, "gelu", None, 0.0, 0.0)
+    out = torch_dnn.functional.linear_act(x, w, b, "gelu")
     _check(out, F.gelu(F.linear(x, w, b)), F.gelu(F.linear(x.double(), w.double(), b.double())), "linear gelu big")
 
 
@@ -221,7 +223,7 @@ def test_linear_act_backward(dtype, act):
     w = _rand((N, K), dtype, -0.1, 0.1).requires_grad_()
     b = _rand((N,), dtype).requires_grad_()
     g = _rand((M, N), dtype)
-    out = torch.ops.torch_dnn.linear_act(x, w, b, act, None, 0.0, 0.0)
+    out = torch_dnn.functional.linear_act(x, w, b, act)
     grads = torch.autograd.grad(out, (x, w, b), g)
     xp, wp, bp = (t.detach().clone().requires_grad_() for t in (x, w, b))
     peer_out = _act_ref(F.linear(xp, wp, bp), act)
@@ -243,14 +245,14 @@ def test_unsupported_raises_when_forced():
     a = _operand(33, 13, torch.bfloat16, False, pad=0)  # lda = 13
     b = _operand(13, 16, torch.bfloat16, True, pad=0)
     with pytest.raises(RuntimeError):
-        torch.ops.torch_dnn.mm(a, b)
+        torch_dnn.functional.mm(a, b)
 
 
 def test_unsupported_falls_back_when_not_forced(monkeypatch):
     monkeypatch.delenv("TORCH_DNN_GEMM_PATH", raising=False)
     a = _operand(33, 13, torch.bfloat16, False, pad=0)
     b = _operand(13, 16, torch.bfloat16, True, pad=0)
-    out = torch.ops.torch_dnn.mm(a, b)
+    out = torch_dnn.functional.mm(a, b)
     _check(out, torch.mm(a, b), torch.mm(a.double(), b.double()), "fallback")
 
 

@@ -2,8 +2,6 @@
 error-ratio rule; odd, tiny and empty shapes; transposed, strided, offset and broadcast operands; TF32 and
 autocast semantics; opcheck; float64 gradcheck; bad input; torch.compile; convert(fuse=True); CUDA-only
 checks (both GEMM paths, graph capture, poisoned outputs, split-K determinism, past 2^31 elements)."""
-import os
-
 import expecttest
 import pytest
 import torch
@@ -18,8 +16,7 @@ from tests.utils import ALL_DTYPES, assert_matches_torch, devices, first_line, m
 
 ops = torch.ops.torch_dnn
 
-SIZES = (1, 7, 97, 1023, 4097)
-# (M, N, K) from SIZES (and 0): each size in each role, products kept small for the CPU kernel
+# (M, N, K) from {1, 7, 97, 1023, 4097} and 0: each size in each role, products kept small for the CPU kernel
 MNK = [
     (1, 1, 1), (7, 97, 1), (1, 7, 97), (97, 7, 1023), (7, 1023, 97), (1023, 7, 7), (4097, 7, 1), (1, 4097, 7),
     (7, 1, 4097), (97, 97, 97), (0, 7, 5), (7, 0, 5), (7, 5, 0),
@@ -27,7 +24,6 @@ MNK = [
 # sizes the GPU kernels treat differently: full tiles, split-K (skinny M, long K), many tiles, long K
 CUDA_MNK = [(128, 128, 64), (1023, 1025, 4097), (4097, 97, 1023), (256, 4096, 4096), (16, 4096, 16384), (64, 33, 8191)]
 
-GEMM_PATHS = [pytest.param(p, marks=pytest.mark.cuda) for p in ("sm80", "sm90")]
 ACTS = ["none", "relu", "relu6", "leaky_relu", "elu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "softplus",
         "mish", "hardswish", "hardsigmoid"]
 
@@ -80,8 +76,9 @@ def test_matmul_semantics(dtype, device):
 
 @pytest.mark.parametrize("device", devices())
 def test_views_read_in_place(device):
-    """Transposed, strided, offset and batch-broadcast operands: the same values as PyTorch, and the common
-    layouts of x @ W.T / W.T @ x / a transposed batch go to the kernels as views (no copy of the operand)."""
+    """Transposed, strided, offset and batch-broadcast operands give PyTorch's values. (The common layouts,
+    x @ W.T, W @ x.T, column-major A, row slices, a transposed batch against a matrix, reach the kernels as
+    views; a column step of 2 is copied.)"""
     dtype = torch.float32
     base = make_input((40, 64), dtype, device)
     w = make_input((24, 64), dtype, device)

@@ -28,9 +28,12 @@ Path requested_path() {
   TORCH_CHECK(false, "torch_dnn: TORCH_DNN_GEMM_PATH must be auto, sm80 or sm90, but got '", s, "'");
 }
 
+// A workspace from the caching allocator (graph-capture safe); none (undefined) when no bytes are needed.
 at::Tensor workspace(int64_t bytes, const at::Tensor& like) {
-  return at::empty({bytes > 0 ? bytes : 0}, like.options().dtype(at::kByte));
+  return bytes > 0 ? at::empty({bytes}, like.options().dtype(at::kByte)) : at::Tensor();
 }
+void* ptr(const at::Tensor& ws) { return ws.defined() ? ws.data_ptr() : nullptr; }
+int64_t size(const at::Tensor& ws) { return ws.defined() ? ws.numel() : 0; }
 
 #ifdef TORCH_DNN_WITH_SM90_GEMM
 bool device_is_sm90(const at::Tensor& like) {
@@ -52,7 +55,7 @@ struct CudaBackend {
                   "got ", dtype_name(a.dtype), ", M=", a.M, " N=", a.N, " K=", a.K, ")");
       if (ok) {
         at::Tensor ws = workspace(gemm_sm90_workspace_bytes(a), like);
-        const cudaError_t err = gemm_sm90(a, ws.data_ptr(), ws.numel(), current_stream());
+        const cudaError_t err = gemm_sm90(a, ptr(ws), size(ws), current_stream());
         if (err == cudaSuccess) return;
         TORCH_CHECK(err == cudaErrorNotSupported && path != Path::Sm90, "torch_dnn: the sm90 GEMM failed: ",
                     cudaGetErrorString(err));
@@ -65,7 +68,7 @@ struct CudaBackend {
                 "without sm_90a); torch.ops.torch_dnn.gemm_paths() lists the paths it has");
 #endif
     at::Tensor ws = workspace(gemm_sm80_workspace_bytes(a), like);
-    TD_CHECK_LAUNCH(gemm_sm80(a, ws.numel() > 0 ? ws.data_ptr() : nullptr, ws.numel(), current_stream()));
+    TD_CHECK_LAUNCH(gemm_sm80(a, ptr(ws), size(ws), current_stream()));
   }
 
   static void act_grad(const at::Tensor& g, const at::Tensor& pre, const at::Tensor& dpre, const at::Tensor& dbias,
