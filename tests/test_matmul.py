@@ -261,8 +261,6 @@ def test_tf32_flag_follows_pytorch():
 def test_tf32_semantics_cuda(path, monkeypatch):
     if path not in gemm_paths():
         pytest.skip(f"no {path} GEMM path in this build/device")
-    if path == "sm90" and dtype == torch.float32:
-        pytest.skip("TF32 is not taken by the sm90 path (see csrc/matmul/gemm_sm90.cu)")
     monkeypatch.setenv("TORCH_DNN_GEMM_PATH", path if path == "sm80" else "auto")
     a, b = make_input((512, 1024), torch.float32, "cuda"), make_input((1024, 384), torch.float32, "cuda")
     ref = a.double() @ b.double()
