@@ -11,7 +11,7 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.reference import local_response_norm_reference
 from torch_dnn.testing import compare
-from tests.utils import ALL_DTYPES, assert_matches_torch, devices, first_line, opcheck_samples, random_like_case
+from tests.utils import assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, opcheck_samples, random_like_case
 
 ops = torch.ops.torch_dnn
 
@@ -478,21 +478,7 @@ def test_cuda_graph_capture():
         gx, gw = torch.autograd.grad(y.float().square().sum(), [x, w])
         return y, gx, gw
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = step()
-    with torch.no_grad():
-        x.copy_(_input((4, 32, 28, 28), torch.bfloat16, "cuda", "channels_last"))
-    g.replay()
-    torch.cuda.synchronize()
-    for a, r in zip(out, step()):
-        torch.testing.assert_close(a, r)
+    assert_cuda_graph_replays(step, lambda: x.copy_(_input((4, 32, 28, 28), torch.bfloat16, "cuda", "channels_last")))
 
 
 @pytest.mark.cuda

@@ -12,7 +12,7 @@ import torch_dnn.functional as F
 from torch_dnn.ops.matmul import gemm_paths
 from torch_dnn.reference import linear_act_reference
 from torch_dnn.testing import compare
-from tests.utils import ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
+from tests.utils import assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
 
 ops = torch.ops.torch_dnn
 
@@ -481,22 +481,7 @@ def test_cuda_graph_capture():
         gx, gw, gb = torch.autograd.grad(y.float().square().sum(), [x, w, b])
         return y, gx, gw, gb
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = step()
-    with torch.no_grad():
-        x.copy_(make_input((64, 256), torch.bfloat16, "cuda"))
-    g.replay()
-    torch.cuda.synchronize()
-    ref = step()
-    for a, r in zip(out, ref):
-        torch.testing.assert_close(a, r)
+    assert_cuda_graph_replays(step, lambda: x.copy_(make_input((64, 256), torch.bfloat16, "cuda")))
 
 
 @pytest.mark.cuda
