@@ -11,7 +11,7 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.reference import local_response_norm_reference
 from torch_dnn.testing import compare
-from tests.utils import assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, opcheck_samples, random_like_case
+from tests.utils import assert_models_agree, assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, opcheck_samples, random_like_case
 
 ops = torch.ops.torch_dnn
 
@@ -344,17 +344,7 @@ def test_modules_state_dict_and_convert(device):
     assert converted.state_dict().keys() == model.state_dict().keys()
     assert repr(converted) == repr(model)
     x = _input((2, 3, 7, 6), torch.float64, device, "channels_last")
-    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    ya, yb = model(xa), converted(xb)
-    v = compare(yb, ya, ya, name="converted model")
-    assert v, v.message
-    ya.square().sum().backward()
-    yb.square().sum().backward()
-    v = compare(xb.grad, xa.grad, xa.grad, grad=True, name="input grad")
-    assert v, v.message
-    for (n, pa), (_, pb) in zip(model.named_parameters(), converted.named_parameters()):
-        v = compare(pb.grad, pa.grad, pa.grad, grad=True, name=n)
-        assert v, v.message
+    assert_models_agree(model, converted, x, name="converted model")
     torch.testing.assert_close(converted[0].running_var, model[0].running_var)
     fresh = torch_dnn.nn.GroupNorm(4, 8).to(device, torch.float64)
     fresh.load_state_dict(model[2].state_dict())
