@@ -2,11 +2,13 @@
 backward on 64x256x56x56 bf16, NCHW and NHWC, against eager and torch.compile of the same function;
 instance_norm (2-D) forward; local_response_norm(5) forward. Bytes are the minimum traffic: each input read
 once, each output written once (parameters and statistics included, small)."""
+import math
+
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case
+from benchmarks.harness import Case, rand_cuda
 
 ops = torch.ops.torch_dnn
 aten = torch.ops.aten
@@ -15,22 +17,11 @@ SHAPE = (64, 256, 56, 56)
 G = 32
 
 
-def _rand(shape, dtype, layout, lo=-4.0, hi=4.0):
-    x = torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
-    return x.contiguous(memory_format=torch.channels_last) if layout == "NHWC" else x
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
 
 def _gn_cases(dtype, layout):
     es = torch.empty((), dtype=dtype).element_size()
     N, C, H, W = SHAPE
-    numel = _numel(SHAPE)
+    numel = math.prod(SHAPE)
     tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
     group = f"group_norm {layout}"
     stats = N * G * 4 * 2
@@ -39,7 +30,7 @@ def _gn_cases(dtype, layout):
         return TF.group_norm(x, G, w, b)
 
     def fwd_inputs(d=dtype, lay=layout):
-        return _rand(SHAPE, d, lay), _rand((C,), d, "NCHW", 0.5, 1.5), _rand((C,), d, "NCHW")
+        return rand_cuda(SHAPE, d, lay), rand_cuda((C,), d, "NCHW", 0.5, 1.5), rand_cuda((C,), d, "NCHW")
 
     fwd = Case("group_norm", f"group_norm({G}) fwd {tag}", fwd_inputs,
                {"torch_dnn": lambda x, w, b: F.group_norm(x, G, w, b), "eager": gn,
@@ -50,7 +41,7 @@ def _gn_cases(dtype, layout):
         x, w, b = fwd_inputs(d, lay)
         _, mean, rstd = ops.group_norm(x, G, w, b, 1e-5)
         _, mean_e, rstd_e = aten.native_group_norm(x, w, b, N, C, H * W, G, 1e-5)
-        return _rand(SHAPE, d, lay, -1, 1), x, mean, rstd, w, mean_e, rstd_e
+        return rand_cuda(SHAPE, d, lay, -1, 1), x, mean, rstd, w, mean_e, rstd_e
 
     def bwd_eager(g, x, mean, rstd, w, mean_e, rstd_e):
         return aten.native_group_norm_backward(g, x, mean_e, rstd_e, w, N, C, H * W, G, [True, True, True])
@@ -72,10 +63,10 @@ def _instance_norm_case(dtype):
         return TF.instance_norm(x, weight=w, bias=b)
 
     return Case("group_norm", "instance_norm2d fwd 32x128x64x64 NCHW bf16",
-                lambda: (_rand(shape, dtype, "NCHW"), _rand((c,), dtype, "NCHW", 0.5, 1.5), _rand((c,), dtype, "NCHW")),
+                lambda: (rand_cuda(shape, dtype, "NCHW"), rand_cuda((c,), dtype, "NCHW", 0.5, 1.5), rand_cuda((c,), dtype, "NCHW")),
                 {"torch_dnn": lambda x, w, b: F.instance_norm(x, weight=w, bias=b), "eager": inorm,
                  "compile": torch.compile(inorm, dynamic=False)},
-                bytes=2 * _numel(shape) * es + 2 * c * es, target=">=90% copy", group="instance_norm / lrn")
+                bytes=2 * math.prod(shape) * es + 2 * c * es, target=">=90% copy", group="instance_norm / lrn")
 
 
 def _lrn_case(dtype):
@@ -86,10 +77,10 @@ def _lrn_case(dtype):
         return TF.local_response_norm(x, 5, 1e-4, 0.75, 2.0)
 
     return Case("group_norm", "local_response_norm(5) fwd 64x96x55x55 NCHW bf16",
-                lambda: (_rand(shape, dtype, "NCHW"),),
+                lambda: (rand_cuda(shape, dtype, "NCHW"),),
                 {"torch_dnn": lambda x: F.local_response_norm(x, 5, 1e-4, 0.75, 2.0), "eager": lrn,
                  "compile": torch.compile(lrn, dynamic=False)},
-                bytes=2 * _numel(shape) * es, target=">=80% copy", group="instance_norm / lrn")
+                bytes=2 * math.prod(shape) * es, target=">=80% copy", group="instance_norm / lrn")
 
 
 def cases(quick: bool = False):

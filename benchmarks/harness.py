@@ -36,6 +36,12 @@ class Case:
     extra: dict = field(default_factory=dict)
 
 
+def rand_cuda(shape, dtype, layout: str = "NCHW", lo: float = -4.0, hi: float = 4.0) -> torch.Tensor:
+    """A fresh uniform random CUDA tensor (never zeros); layout "NHWC" gives channels_last memory."""
+    x = torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
+    return x.contiguous(memory_format=torch.channels_last) if layout == "NHWC" else x
+
+
 def _time_impl(fn, input_sets, warmup: int, reps: int) -> list[float]:
     for i in range(warmup):
         fn(*input_sets[i % len(input_sets)])
