@@ -3,11 +3,13 @@
 max_pool3d 3x3x3/2 pad 1 on 8x64x32x56x56 NDHWC (forward and backward) and avg_pool1d 3/2 pad 1 on
 32x512x8192 NCL, against eager and torch.compile. Bytes are the minimum traffic: each input read once, each
 output written once (max pooling's int64 indices included)."""
+import math
+
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case
+from benchmarks.harness import Case, rand_cuda
 
 ops = torch.ops.torch_dnn
 aten = torch.ops.aten
@@ -16,21 +18,9 @@ SHAPE = (64, 64, 112, 112)
 K, S, P = (3, 3), (2, 2), (1, 1)
 
 
-def _rand(shape, dtype, layout):
-    x = torch.empty(shape, dtype=dtype, device="cuda").uniform_(-4, 4)
-    return x.contiguous(memory_format=torch.channels_last) if layout == "NHWC" else x
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
-
 def _pool_cases(dtype, layout):
     es = torch.empty((), dtype=dtype).element_size()
-    n_in = _numel(SHAPE)
+    n_in = math.prod(SHAPE)
     oh = (SHAPE[2] + 2 * P[0] - K[0]) // S[0] + 1
     n_out = SHAPE[0] * SHAPE[1] * oh * oh
     tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
@@ -39,10 +29,10 @@ def _pool_cases(dtype, layout):
 
     # max_pool2d: forward writes values and int64 indices; backward reads grad and indices, writes grad_input
     def max_inputs(d=dtype, lay=layout):
-        return (_rand(SHAPE, d, lay),)
+        return (rand_cuda(SHAPE, d, lay),)
 
     def max_bwd_inputs(d=dtype, lay=layout):
-        x = _rand(SHAPE, d, lay)
+        x = rand_cuda(SHAPE, d, lay)
         y, i = ops.max_pool2d(x, K, S, P, (1, 1), False)
         return torch.randn_like(y), x, i
 
@@ -70,7 +60,7 @@ def _pool_cases(dtype, layout):
     }, bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
 
     def avg_bwd_inputs(d=dtype, lay=layout):
-        x = _rand(SHAPE, d, lay)
+        x = rand_cuda(SHAPE, d, lay)
         return torch.randn_like(TF.avg_pool2d(x, K, S)), x
 
     eager_avg_bwd = lambda g, x: aten.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None)  # noqa: E731
@@ -85,17 +75,17 @@ def _pool_cases(dtype, layout):
 def _adaptive_cases(dtype, layout="NHWC"):
     shape = (256, 2048, 7, 7)
     es = torch.empty((), dtype=dtype).element_size()
-    n_in, n_out = _numel(shape), shape[0] * shape[1]
+    n_in, n_out = math.prod(shape), shape[0] * shape[1]
     tag = f"256x2048x7x7 {layout} bf16"
     eager = lambda x: TF.adaptive_avg_pool2d(x, 1)  # noqa: E731
-    fwd = Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}", lambda: (_rand(shape, dtype, layout),), {
+    fwd = Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}", lambda: (rand_cuda(shape, dtype, layout),), {
         "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
         "eager": eager,
         "compile": torch.compile(eager, dynamic=False),
     }, bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive")
 
     def bwd_inputs():
-        x = _rand(shape, dtype, layout)
+        x = rand_cuda(shape, dtype, layout)
         return torch.randn_like(TF.adaptive_avg_pool2d(x, 1)), x
 
     eager_bwd = lambda g, x: aten._adaptive_avg_pool2d_backward(g, x)  # noqa: E731
@@ -112,7 +102,7 @@ def _rank_cases(dtype):
     es = torch.empty((), dtype=dtype).element_size()
     shape3, k3, s3, p3 = (8, 64, 32, 56, 56), (3, 3, 3), (2, 2, 2), (1, 1, 1)
     out3 = (8, 64) + tuple((n + 2 * p - k) // st + 1 for n, k, st, p in zip(shape3[2:], k3, s3, p3))
-    n_in, n_out = _numel(shape3), _numel(out3)
+    n_in, n_out = math.prod(shape3), math.prod(out3)
 
     def x3():
         return torch.empty(shape3, dtype=dtype, device="cuda").uniform_(-4, 4).contiguous(
@@ -139,7 +129,7 @@ def _rank_cases(dtype):
         }, bytes=n_out * (es + 8) + n_in * es, target=">=90% copy", group="pool 3-D / 1-D"),
     ]
     shape1 = (32, 512, 8192)
-    n_in1, n_out1 = _numel(shape1), shape1[0] * shape1[1] * ((shape1[2] + 2 - 3) // 2 + 1)
+    n_in1, n_out1 = math.prod(shape1), shape1[0] * shape1[1] * ((shape1[2] + 2 - 3) // 2 + 1)
     eager1 = lambda x: TF.avg_pool1d(x, 3, 2, 1)  # noqa: E731
     out.append(Case("pool", "avg_pool1d 3/2 pad 1 fwd 32x512x8192 NCL bf16",
                     lambda: (torch.empty(shape1, dtype=dtype, device="cuda").uniform_(-4, 4),), {

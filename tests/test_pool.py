@@ -12,7 +12,7 @@ import torch.nn.functional as TF
 import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.reference import avg_pool1d_reference, avg_pool2d_reference, avg_pool3d_reference, lp_pool3d_reference
-from tests.utils import ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
+from tests.utils import assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
 
 ops = torch.ops.torch_dnn
 RANKS = [1, 2, 3]
@@ -584,7 +584,10 @@ def test_random_configurations(rank, device):
             continue
         o = _fn(name)(x, **kw)
         if isinstance(r, tuple):
-            assert torch.equal(o[1], r[1]), (name, kw)
+            # indices of windows that hold only padding (-inf) differ between PyTorch's own CPU and CUDA
+            # kernels: compare the others (see test_max_pool_window_only_in_padding)
+            finite = torch.isfinite(r[0])
+            assert torch.equal(o[1][finite], r[1][finite]), (name, kw)
             o, r = o[0], r[0]
         torch.testing.assert_close(o, r, msg=lambda m: f"{name} {x.shape} {kw}: {m}")
         if rank == 2 and o.dim() == 4 and min(o.shape) > 1:  # strides of size-1 dims are arbitrary
@@ -650,22 +653,12 @@ def test_cuda_graph_capture():
         loss = z.float().square().sum() + z3.float().square().sum() + w.float().square().sum()
         return (z, z3, w) + torch.autograd.grad(loss, [x, x3, x1])
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = step()
-    with torch.no_grad():
+    def refill():
         x.copy_(make_input((4, 16, 28, 28), torch.bfloat16, "cuda", "channels_last"))
         x3.copy_(_input((2, 16, 6, 14, 14), torch.bfloat16, "cuda"))
-    g.replay()
-    torch.cuda.synchronize()
-    for a, r in zip(out, step()):
-        torch.testing.assert_close(a, r)
+        x1.copy_(_input((4, 16, 50), torch.bfloat16, "cuda"))
+
+    assert_cuda_graph_replays(step, refill)
 
 
 @pytest.mark.cuda

@@ -106,29 +106,8 @@ void launch(void (*kernel)(P...), unsigned grid, unsigned block, cudaStream_t st
 #define POOL_GRID_LOOP(t, items) \
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < (items); t += int64_t(gridDim.x) * blockDim.x)
 
-// ---- V-wide loads and stores (V = 1: one element) ----
+// ---- V-wide index loads and stores (values: load_acc/store_acc in common/cuda/vec.cuh) ----
 
-template <int V, typename T, typename A>
-__device__ __forceinline__ void load_v(const T* p, A (&out)[V]) {
-  if constexpr (V == 1) {
-    out[0] = to_acc<A>(*p);
-  } else {
-    const Vec<T, V> v = load_vec<T, V>(p);
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = to_acc<A>(v.v[j]);
-  }
-}
-template <int V, typename T, typename A>
-__device__ __forceinline__ void store_v(T* p, const A (&in)[V]) {
-  if constexpr (V == 1) {
-    *p = from_acc<T>(in[0]);
-  } else {
-    Vec<T, V> v;
-#pragma unroll
-    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in[j]);
-    store_vec<T, V>(p, v);
-  }
-}
 // int64 indices: V of them as 16-byte pairs
 template <int V>
 __device__ __forceinline__ void load_idx(const int64_t* p, int64_t (&out)[V]) {
@@ -249,7 +228,7 @@ __device__ __forceinline__ void fwd_one(const T* xv, int64_t step, T* yo, int64_
     }
   }
   if constexpr (OP == Op::Max) {
-    store_v<V>(yo, mx.m);
+    store_acc<V>(yo, mx.m);
     store_idx<V>(io, mx.mi);
   } else {
     const A inv = A(1) / A(divisor);
@@ -258,7 +237,7 @@ __device__ __forceinline__ void fwd_one(const T* xv, int64_t step, T* yo, int64_
       sum.acc[j] *= inv;
       if constexpr (OP == Op::Lp) sum.acc[j] = lp_post(sum.acc[j], A(s.kernel_volume()), p);
     }
-    store_v<V>(yo, sum.acc);
+    store_acc<V>(yo, sum.acc);
   }
 }
 
@@ -416,11 +395,11 @@ __device__ __forceinline__ void bwd_item(const T* gv, const int64_t* iv, const T
   }
   if constexpr (OP == Op::Lp) {
     A xv[V];
-    load_v<V>(xi, xv);
+    load_acc<V>(xi, xv);
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] *= lp_in_grad_scale(xv[j], p);
   }
-  store_v<V>(dxo, acc);
+  store_acc<V>(dxo, acc);
 }
 
 // channels-last: items (channel group, w, h, d, n)
@@ -487,7 +466,7 @@ __global__ void __launch_bounds__(kThreads) global_avg_cl(const T* x, T* y, int6
       const T* xp = x + n * P * C + cg * V;
       for (int64_t r = lane; r < P; r += lanes) {
         A v[V];
-        load_v<V>(xp + r * C, v);
+        load_acc<V>(xp + r * C, v);
 #pragma unroll
         for (int j = 0; j < V; ++j) acc[j] += v[j];
       }
@@ -502,7 +481,7 @@ __global__ void __launch_bounds__(kThreads) global_avg_cl(const T* x, T* y, int6
         for (int j = 0; j < V; ++j) acc[j] += part[l * groups + gi][j];
 #pragma unroll
       for (int j = 0; j < V; ++j) acc[j] *= inv;
-      store_v<V>(y + n * C + cg * V, acc);
+      store_acc<V>(y + n * C + cg * V, acc);
     }
   }
 }
@@ -523,7 +502,7 @@ __global__ void __launch_bounds__(kThreads) global_avg_nc(const T* x, T* y, int6
       const T* xp = x + plane * P;
       for (int64_t i = int64_t(lane) * V; i < P; i += int64_t(TPP) * V) {
         A v[V];
-        load_v<V>(xp + i, v);
+        load_acc<V>(xp + i, v);
 #pragma unroll
         for (int j = 0; j < V; ++j) acc += v[j];
       }
