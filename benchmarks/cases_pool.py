@@ -1,6 +1,8 @@
 """Benchmark cases of the pooling family: max_pool2d 3x3/2 pad 1 and avg_pool2d 3x3/2 on 64x64x112x112 bf16
-(NHWC and NCHW, forward and backward), adaptive_avg_pool2d(1) on 256x2048x7x7 NHWC, against eager and
-torch.compile. Bytes are the minimum traffic: each input read once, each output written once."""
+(NHWC and NCHW, forward and backward), adaptive_avg_pool2d(1) on 256x2048x7x7 (NHWC; NCHW too unless quick),
+max_pool3d 3x3x3/2 pad 1 on 8x64x32x56x56 NDHWC (forward and backward) and avg_pool1d 3/2 pad 1 on
+32x512x8192 NCL, against eager and torch.compile. Bytes are the minimum traffic: each input read once, each
+output written once (max pooling's int64 indices included)."""
 import math
 
 import torch
@@ -14,7 +16,6 @@ aten = torch.ops.aten
 
 SHAPE = (64, 64, 112, 112)
 K, S, P = (3, 3), (2, 2), (1, 1)
-
 
 
 def _pool_cases(dtype, layout):
@@ -71,20 +72,20 @@ def _pool_cases(dtype, layout):
     return out
 
 
-def _adaptive_cases(dtype):
+def _adaptive_cases(dtype, layout="NHWC"):
     shape = (256, 2048, 7, 7)
     es = torch.empty((), dtype=dtype).element_size()
     n_in, n_out = math.prod(shape), shape[0] * shape[1]
-    tag = "256x2048x7x7 NHWC bf16"
+    tag = f"256x2048x7x7 {layout} bf16"
     eager = lambda x: TF.adaptive_avg_pool2d(x, 1)  # noqa: E731
-    fwd = Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}", lambda: (rand_cuda(shape, dtype, "NHWC"),), {
+    fwd = Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}", lambda: (rand_cuda(shape, dtype, layout),), {
         "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
         "eager": eager,
         "compile": torch.compile(eager, dynamic=False),
     }, bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive")
 
     def bwd_inputs():
-        x = rand_cuda(shape, dtype, "NHWC")
+        x = rand_cuda(shape, dtype, layout)
         return torch.randn_like(TF.adaptive_avg_pool2d(x, 1)), x
 
     eager_bwd = lambda g, x: aten._adaptive_avg_pool2d_backward(g, x)  # noqa: E731
@@ -96,7 +97,51 @@ def _adaptive_cases(dtype):
     return [fwd, bwd]
 
 
+def _rank_cases(dtype):
+    """One 3-D case (max_pool3d, NDHWC, forward and backward) and one 1-D case (avg_pool1d, NCL, forward)."""
+    es = torch.empty((), dtype=dtype).element_size()
+    shape3, k3, s3, p3 = (8, 64, 32, 56, 56), (3, 3, 3), (2, 2, 2), (1, 1, 1)
+    out3 = (8, 64) + tuple((n + 2 * p - k) // st + 1 for n, k, st, p in zip(shape3[2:], k3, s3, p3))
+    n_in, n_out = math.prod(shape3), math.prod(out3)
+
+    def x3():
+        return torch.empty(shape3, dtype=dtype, device="cuda").uniform_(-4, 4).contiguous(
+            memory_format=torch.channels_last_3d)
+
+    def bwd3_inputs():
+        x = x3()
+        y, i = ops.max_pool3d(x, k3, s3, p3, (1, 1, 1), False)
+        return torch.randn_like(y), x, i
+
+    tag3 = f"{'x'.join(map(str, shape3))} NDHWC bf16"
+    eager3 = lambda x: aten.max_pool3d_with_indices(x, k3, s3, p3)  # noqa: E731
+    eager3_bwd = lambda g, x, i: aten.max_pool3d_with_indices_backward(g, x, k3, s3, p3, (1, 1, 1), False, i)  # noqa: E731
+    out = [
+        Case("pool", f"max_pool3d 3x3x3/2 fwd {tag3}", lambda: (x3(),), {
+            "torch_dnn": lambda x: ops.max_pool3d(x, k3, s3, p3, (1, 1, 1), False),
+            "eager": eager3,
+            "compile": torch.compile(eager3, dynamic=False),
+        }, bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group="pool 3-D / 1-D"),
+        Case("pool", f"max_pool3d 3x3x3/2 bwd {tag3}", bwd3_inputs, {
+            "torch_dnn": lambda g, x, i: ops.max_pool3d_backward(g, x, i, k3, s3, p3, (1, 1, 1), False),
+            "eager": eager3_bwd,
+            "compile": torch.compile(eager3_bwd, dynamic=False),
+        }, bytes=n_out * (es + 8) + n_in * es, target=">=90% copy", group="pool 3-D / 1-D"),
+    ]
+    shape1 = (32, 512, 8192)
+    n_in1, n_out1 = math.prod(shape1), shape1[0] * shape1[1] * ((shape1[2] + 2 - 3) // 2 + 1)
+    eager1 = lambda x: TF.avg_pool1d(x, 3, 2, 1)  # noqa: E731
+    out.append(Case("pool", "avg_pool1d 3/2 pad 1 fwd 32x512x8192 NCL bf16",
+                    lambda: (torch.empty(shape1, dtype=dtype, device="cuda").uniform_(-4, 4),), {
+                        "torch_dnn": lambda x: F.avg_pool1d(x, 3, 2, 1),
+                        "eager": eager1,
+                        "compile": torch.compile(eager1, dynamic=False),
+                    }, bytes=(n_in1 + n_out1) * es, target=">=90% copy", group="pool 3-D / 1-D"))
+    return out
+
+
 def cases(quick: bool = False):
     layouts = ["NHWC"] if quick else ["NHWC", "NCHW"]
     out = [c for lay in layouts for c in _pool_cases(torch.bfloat16, lay)]
-    return out + _adaptive_cases(torch.bfloat16)
+    out += [c for lay in layouts for c in _adaptive_cases(torch.bfloat16, lay)]
+    return out + _rank_cases(torch.bfloat16)

@@ -1,6 +1,9 @@
-"""Pooling family: max_pool2d (values, PyTorch's indices, NaN), avg_pool2d (padding, ceil_mode,
-count_include_pad, divisor_override), adaptive_avg_pool2d, over every dtype, NCHW / channels_last / other
-layouts, 3-D input and empty batches; opcheck, gradcheck, modules, bad arguments."""
+"""Pooling family, ranks 1 to 3: max_pool (values, PyTorch's indices, NaN), avg_pool (padding, ceil_mode,
+count_include_pad, divisor_override), adaptive_avg_pool, adaptive_max_pool, lp_pool, over every dtype,
+contiguous / channels-last / other layouts, unbatched inputs and empty batches; opcheck, gradcheck, modules,
+torch.compile, bad arguments; on CUDA past 2^31 elements, poisoned outputs, graph capture, determinism."""
+import random
+
 import expecttest
 import pytest
 import torch
@@ -8,342 +11,665 @@ import torch.nn.functional as TF
 
 import torch_dnn
 import torch_dnn.functional as F
-from torch_dnn.reference import avg_pool2d_reference
+from torch_dnn.reference import avg_pool1d_reference, avg_pool2d_reference, avg_pool3d_reference, lp_pool3d_reference
 from tests.utils import assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
 
 ops = torch.ops.torch_dnn
+RANKS = [1, 2, 3]
+HAS_LP3D = hasattr(TF, "lp_pool3d")  # torch >= 2.2
 
-# (shape, layout, kwargs)
-MAX_CASES = [
-    ((2, 3, 9, 11), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
-    ((2, 3, 9, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1)),
-    ((2, 16, 9, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1)),  # 16-byte vectors along C
-    ((2, 3, 10, 9), "contiguous", dict(kernel_size=3, stride=2, ceil_mode=True)),
-    ((2, 8, 10, 9), "channels_last", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
-    ((1, 2, 13, 12), "contiguous", dict(kernel_size=3, stride=1, padding=1, dilation=2)),
-    ((1, 8, 13, 12), "channels_last", dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 3))),
-    ((2, 3, 8, 8), "transposed", dict(kernel_size=2)),
-    ((2, 3, 8, 8), "strided", dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0))),
-    ((3, 7, 10), "contiguous", dict(kernel_size=2)),
-    ((5, 7, 10), "contiguous", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
-    ((1, 1, 1, 1), "contiguous", dict(kernel_size=1)),
-    ((0, 3, 8, 8), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
-    ((0, 3, 8, 8), "channels_last", dict(kernel_size=3, stride=2, padding=1)),
-]
 
-AVG_CASES = [
-    ((2, 3, 9, 11), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
-    ((2, 3, 9, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1)),
-    ((2, 16, 9, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
-    ((2, 3, 9, 11), "contiguous", dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
-    ((2, 3, 10, 9), "contiguous", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
-    ((2, 8, 10, 9), "channels_last", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
-    ((2, 3, 10, 9), "contiguous", dict(kernel_size=(3, 2), stride=(2, 3), padding=(1, 1), divisor_override=3)),
-    ((2, 8, 10, 9), "channels_last", dict(kernel_size=2, ceil_mode=True, divisor_override=5)),
-    ((2, 3, 8, 8), "transposed", dict(kernel_size=2)),
-    ((3, 7, 10), "contiguous", dict(kernel_size=3, stride=1, padding=1)),
-    ((0, 3, 8, 8), "channels_last", dict(kernel_size=3, stride=2)),
-]
+def _fn(name):
+    return getattr(F, name)
 
-ADAPTIVE_CASES = [
-    ((2, 3, 9, 11), "contiguous", dict(output_size=1)),
-    ((2, 16, 7, 7), "channels_last", dict(output_size=1)),
-    ((2, 3, 10, 9), "channels_last", dict(output_size=(3, 5))),
-    ((2, 3, 10, 9), "contiguous", dict(output_size=(4, None))),
-    ((2, 3, 3, 3), "contiguous", dict(output_size=5)),  # larger than the input: windows overlap
-    ((3, 13, 6), "contiguous", dict(output_size=(4, 4))),
-    ((2, 3, 8, 8), "transposed", dict(output_size=3)),
-    ((0, 3, 8, 8), "contiguous", dict(output_size=2)),
-]
 
-FNS = {
-    "max_pool2d": (F.max_pool2d, TF.max_pool2d, MAX_CASES),
-    "avg_pool2d": (F.avg_pool2d, avg_pool2d_reference, AVG_CASES),  # see torch_dnn/reference/pool.py
-    "adaptive_avg_pool2d": (F.adaptive_avg_pool2d, TF.adaptive_avg_pool2d, ADAPTIVE_CASES),
+# torch.nn.functional's op, or its reference where PyTorch has a bug (torch_dnn/reference/pool.py)
+TORCH = {
+    "max_pool1d": TF.max_pool1d, "max_pool2d": TF.max_pool2d, "max_pool3d": TF.max_pool3d,
+    "avg_pool1d": avg_pool1d_reference, "avg_pool2d": avg_pool2d_reference, "avg_pool3d": avg_pool3d_reference,
+    "adaptive_avg_pool1d": TF.adaptive_avg_pool1d, "adaptive_avg_pool2d": TF.adaptive_avg_pool2d,
+    "adaptive_avg_pool3d": TF.adaptive_avg_pool3d,
+    "adaptive_max_pool1d": TF.adaptive_max_pool1d, "adaptive_max_pool2d": TF.adaptive_max_pool2d,
+    "adaptive_max_pool3d": TF.adaptive_max_pool3d,
+    "lp_pool1d": TF.lp_pool1d, "lp_pool2d": TF.lp_pool2d, "lp_pool3d": lp_pool3d_reference if HAS_LP3D else None,
 }
 
-# Larger sizes for the GPU's grid-stride loops and both NHWC paths (vector and scalar along C).
-CUDA_CASES = [
-    ((4, 64, 56, 57), "channels_last", dict(kernel_size=3, stride=2, padding=1)),
-    ((4, 64, 56, 57), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
-    ((2, 12, 33, 31), "channels_last", dict(kernel_size=3, stride=2, padding=1)),
-]
+# (shape, layout, kwargs) per op and rank
+CASES = {
+    "max_pool1d": [
+        ((2, 3, 11), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 16, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1)),  # (N, L, C): 16-byte vectors
+        ((2, 5, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+        ((1, 2, 13), "contiguous", dict(kernel_size=3, stride=1, padding=1, dilation=2)),
+        ((2, 3, 12), "transposed", dict(kernel_size=2, stride=3, padding=1)),
+        ((3, 10), "contiguous", dict(kernel_size=2)),
+        ((1, 1, 1), "contiguous", dict(kernel_size=1)),
+        ((0, 3, 8), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
+    ],
+    "max_pool2d": [
+        ((2, 3, 9, 11), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 3, 9, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 16, 9, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1)),  # 16-byte vectors along C
+        ((2, 3, 10, 9), "contiguous", dict(kernel_size=3, stride=2, ceil_mode=True)),
+        ((2, 8, 10, 9), "channels_last", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+        ((1, 2, 13, 12), "contiguous", dict(kernel_size=3, stride=1, padding=1, dilation=2)),
+        ((1, 8, 13, 12), "channels_last", dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(2, 3))),
+        ((2, 3, 8, 8), "transposed", dict(kernel_size=2)),
+        ((2, 3, 8, 8), "strided", dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0))),
+        ((3, 7, 10), "contiguous", dict(kernel_size=2)),
+        ((5, 7, 10), "contiguous", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+        ((1, 1, 1, 1), "contiguous", dict(kernel_size=1)),
+        ((0, 3, 8, 8), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
+        ((0, 3, 8, 8), "channels_last", dict(kernel_size=3, stride=2, padding=1)),
+    ],
+    "max_pool3d": [
+        ((2, 3, 5, 6, 7), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 16, 5, 6, 7), "channels_last", dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 3, 5, 6, 7), "channels_last", dict(kernel_size=(2, 3, 2), stride=(1, 2, 2), padding=(1, 1, 0),
+                                                ceil_mode=True)),
+        ((1, 2, 7, 6, 5), "contiguous", dict(kernel_size=2, stride=1, padding=1, dilation=(2, 1, 2))),
+        ((2, 3, 4, 5, 6), "transposed", dict(kernel_size=2)),
+        ((3, 4, 5, 6), "contiguous", dict(kernel_size=2, stride=(1, 2, 3))),
+        ((0, 3, 4, 4, 4), "channels_last", dict(kernel_size=2)),
+    ],
+    "avg_pool1d": [
+        ((2, 3, 11), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 16, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+        ((2, 5, 10), "channels_last", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+        ((2, 3, 12), "transposed", dict(kernel_size=2, stride=3, padding=1, ceil_mode=True, count_include_pad=False)),
+        ((3, 10), "contiguous", dict(kernel_size=3, stride=1, padding=1)),
+        ((0, 3, 8), "channels_last", dict(kernel_size=3, stride=2)),
+    ],
+    "avg_pool2d": [
+        ((2, 3, 9, 11), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 3, 9, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 16, 9, 11), "channels_last", dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+        ((2, 3, 9, 11), "contiguous", dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+        ((2, 3, 10, 9), "contiguous", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+        ((2, 8, 10, 9), "channels_last", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+        ((2, 3, 10, 9), "contiguous", dict(kernel_size=(3, 2), stride=(2, 3), padding=(1, 1), divisor_override=3)),
+        ((2, 8, 10, 9), "channels_last", dict(kernel_size=2, ceil_mode=True, divisor_override=5)),
+        ((2, 3, 8, 8), "transposed", dict(kernel_size=2)),
+        ((3, 7, 10), "contiguous", dict(kernel_size=3, stride=1, padding=1)),
+        ((0, 3, 8, 8), "channels_last", dict(kernel_size=3, stride=2)),
+    ],
+    "avg_pool3d": [
+        ((2, 3, 5, 6, 7), "contiguous", dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 16, 5, 6, 7), "channels_last", dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+        ((2, 3, 6, 5, 7), "channels_last", dict(kernel_size=(2, 3, 3), stride=(2, 1, 2), padding=(1, 1, 0),
+                                                ceil_mode=True)),
+        ((2, 3, 5, 6, 7), "contiguous", dict(kernel_size=2, padding=1, ceil_mode=True, divisor_override=3)),
+        ((2, 3, 4, 5, 6), "transposed", dict(kernel_size=2, stride=1)),
+        ((3, 4, 5, 6), "contiguous", dict(kernel_size=3, stride=2, padding=1, count_include_pad=False)),
+        ((0, 3, 4, 4, 4), "contiguous", dict(kernel_size=2)),
+    ],
+    "adaptive_avg_pool1d": [
+        ((2, 3, 11), "contiguous", dict(output_size=4)),
+        ((2, 16, 11), "channels_last", dict(output_size=1)),
+        ((3, 10), "contiguous", dict(output_size=13)),  # larger than the input: windows overlap
+        ((0, 3, 5), "contiguous", dict(output_size=2)),
+    ],
+    "adaptive_avg_pool2d": [
+        ((2, 3, 9, 11), "contiguous", dict(output_size=1)),
+        ((2, 16, 7, 7), "channels_last", dict(output_size=1)),
+        ((2, 3, 10, 9), "channels_last", dict(output_size=(3, 5))),
+        ((2, 3, 10, 9), "contiguous", dict(output_size=(4, None))),
+        ((2, 3, 3, 3), "contiguous", dict(output_size=5)),
+        ((3, 13, 6), "contiguous", dict(output_size=(4, 4))),
+        ((2, 3, 8, 8), "transposed", dict(output_size=3)),
+        ((0, 3, 8, 8), "contiguous", dict(output_size=2)),
+    ],
+    "adaptive_avg_pool3d": [
+        ((2, 3, 5, 6, 7), "contiguous", dict(output_size=(2, 3, 4))),
+        ((2, 16, 5, 6, 7), "channels_last", dict(output_size=1)),
+        ((2, 3, 5, 6, 7), "channels_last", dict(output_size=(None, 2, 9))),
+        ((2, 3, 4, 5, 6), "transposed", dict(output_size=1)),
+        ((3, 4, 5, 6), "contiguous", dict(output_size=3)),
+    ],
+    "adaptive_max_pool1d": [
+        ((2, 3, 11), "contiguous", dict(output_size=4)),
+        ((2, 16, 11), "channels_last", dict(output_size=3)),
+        ((3, 10), "contiguous", dict(output_size=13)),
+        ((0, 3, 5), "contiguous", dict(output_size=2)),
+    ],
+    "adaptive_max_pool2d": [
+        ((2, 3, 9, 11), "contiguous", dict(output_size=(4, 3))),
+        ((2, 16, 7, 7), "channels_last", dict(output_size=1)),
+        ((2, 3, 10, 9), "channels_last", dict(output_size=(3, 5))),
+        ((2, 3, 3, 3), "contiguous", dict(output_size=5)),
+        ((3, 13, 6), "contiguous", dict(output_size=(4, None))),
+        ((2, 3, 8, 8), "transposed", dict(output_size=3)),
+    ],
+    "adaptive_max_pool3d": [
+        ((2, 3, 5, 6, 7), "contiguous", dict(output_size=(2, 3, 4))),
+        ((2, 16, 5, 6, 7), "channels_last", dict(output_size=(3, 2, 1))),
+        ((2, 3, 4, 5, 6), "transposed", dict(output_size=2)),
+        ((3, 4, 5, 6), "contiguous", dict(output_size=(5, 1, 7))),
+    ],
+    # signed inputs: norm_type 1 and 2 (other powers of negative sums are NaN: see test_lp_pool_powers)
+    "lp_pool1d": [
+        ((2, 3, 11), "contiguous", dict(norm_type=2, kernel_size=3, stride=2)),
+        ((2, 16, 11), "channels_last", dict(norm_type=1, kernel_size=2, ceil_mode=True)),
+        ((3, 10), "contiguous", dict(norm_type=2, kernel_size=3, stride=2, ceil_mode=True)),
+    ],
+    "lp_pool2d": [
+        ((2, 3, 9, 11), "contiguous", dict(norm_type=2, kernel_size=3, stride=2)),
+        ((2, 16, 9, 11), "channels_last", dict(norm_type=2, kernel_size=(2, 3), ceil_mode=True)),
+        ((2, 3, 9, 8), "transposed", dict(norm_type=1, kernel_size=2)),
+        ((3, 9, 8), "contiguous", dict(norm_type=2, kernel_size=3, stride=(1, 2))),
+    ],
+    "lp_pool3d": [
+        ((2, 3, 5, 6, 7), "contiguous", dict(norm_type=2, kernel_size=2)),
+        ((2, 16, 5, 6, 7), "channels_last", dict(norm_type=2, kernel_size=(2, 3, 2), stride=(1, 2, 2), ceil_mode=True)),
+        ((3, 4, 5, 6), "contiguous", dict(norm_type=1, kernel_size=3, stride=2, ceil_mode=True)),
+    ],
+}
+NAMES = [n for n in CASES if TORCH[n] is not None]
+
+# Larger sizes for the GPU's grid-stride loops, the NCDHW rows and both channels-last paths (vector, scalar).
+CUDA_CASES = {
+    1: [((8, 64, 1001), "channels_last"), ((8, 12, 1001), "contiguous")],
+    2: [((4, 64, 56, 57), "channels_last"), ((4, 64, 56, 57), "contiguous"), ((2, 12, 33, 31), "channels_last")],
+    3: [((2, 32, 9, 20, 21), "channels_last"), ((2, 5, 9, 20, 21), "contiguous")],
+}
+CUDA_KWARGS = {"max_pool": dict(kernel_size=3, stride=2, padding=1), "avg_pool": dict(kernel_size=3, stride=2, padding=1),
+               "adaptive_avg_pool": dict(output_size=5), "adaptive_max_pool": dict(output_size=5),
+               "lp_pool": dict(norm_type=2, kernel_size=3, stride=2)}
 
 
-def _input(shape, dtype, device, layout):
-    if layout == "transposed":  # NCHW with H and W swapped in memory: neither NCHW nor channels_last
-        return make_input(shape[:2] + shape[2:][::-1], dtype, device).transpose(-1, -2)
-    return make_input(shape, dtype, device, layout)
+def _rank(name):
+    return int(name[-2])
+
+
+def _kind(name):
+    return name[:-2]
+
+
+def _input(shape, dtype, device, layout="contiguous", low=-4.0, high=4.0):
+    """make_input, with channels-last for every rank ((N, L, C) in memory for 3-D tensors, channels_last_3d for
+    5-D) and "transposed" = the last two spatial dims swapped in memory (dense, neither layout)."""
+    if layout == "channels_last" and len(shape) == 3:
+        return make_input((shape[0], shape[2], shape[1]), dtype, device, low=low, high=high).transpose(1, 2)
+    if layout == "channels_last" and len(shape) == 5:
+        return make_input(shape, dtype, device, low=low, high=high).contiguous(memory_format=torch.channels_last_3d)
+    if layout == "transposed" and len(shape) == 3:
+        return make_input(shape, dtype, device, "strided", low, high)
+    if layout == "transposed":
+        return make_input(shape[:-2] + shape[-2:][::-1], dtype, device, low=low, high=high).transpose(-1, -2)
+    return make_input(shape, dtype, device, layout, low, high)
+
+
+def _is_channels_last(t):
+    if t.dim() == 3:
+        return t.transpose(1, 2).is_contiguous()
+    return t.is_contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+
+
+def _check_layout(name, y, y_ref, x, layout):
+    """2-D pooling returns PyTorch's strides; every rank returns channels-last for a channels-last batch."""
+    r = _rank(name)
+    if y.numel() <= 1 or x.dim() != r + 2:
+        return
+    if r == 2 and layout in ("contiguous", "channels_last"):
+        assert y.stride() == y_ref.stride(), f"{name} {layout}: strides {y.stride()} != {y_ref.stride()}"
+    if layout == "channels_last":
+        assert _is_channels_last(y), f"{name}: output strides {y.stride()} are not channels-last"
+    elif layout == "contiguous":
+        assert y.is_contiguous(), f"{name}: output strides {y.stride()} are not contiguous"
+
+
+def _first(y):
+    return y[0] if isinstance(y, tuple) else y
 
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-@pytest.mark.parametrize("name", list(FNS))
+@pytest.mark.parametrize("name", NAMES)
 def test_against_torch(name, dtype, device):
-    ours, theirs, cases = FNS[name]
-    extra = [] if device == "cpu" else [c for c in CUDA_CASES if name != "adaptive_avg_pool2d"]
-    for shape, layout, kw in cases + extra:
+    ours, theirs, r = _fn(name), TORCH[name], _rank(name)
+    cases = list(CASES[name])
+    if device != "cpu":
+        cases += [(shape, layout, CUDA_KWARGS[_kind(name)]) for shape, layout in CUDA_CASES[r]]
+    for shape, layout, kw in cases:
         x = _input(shape, dtype, device, layout)
         assert_matches_torch(lambda x: ours(x, **kw), lambda x: theirs(x, **kw), [x],
                              name=f"{name} {shape} {layout} {kw} {dtype}")
-        y, y_ref = ours(x, **kw), theirs(x, **kw)
-        # the output's layout follows PyTorch's (channels_last in, channels_last out)
-        if y.numel() > 1 and x.dim() == 4 and layout in ("contiguous", "channels_last"):
-            assert y.stride() == y_ref.stride(), f"{name} {shape} {layout}: strides {y.stride()} != {y_ref.stride()}"
+        _check_layout(name, ours(x, **kw), theirs(x, **kw), x, layout)
 
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_max_pool2d_indices(dtype, device):
-    for shape, layout, kw in MAX_CASES:
-        x = _input(shape, dtype, device, layout)
-        y, i = F.max_pool2d(x, **kw, return_indices=True)
-        y_ref, i_ref = TF.max_pool2d(x, **kw, return_indices=True)
-        assert i.dtype == torch.int64
-        assert torch.equal(i, i_ref), f"{shape} {layout} {kw}"
-        assert torch.equal(y, y_ref)
-        if x.dim() == 4 and "dilation" not in kw and "ceil_mode" not in kw:
-            # the index convention is PyTorch's: max_unpool2d puts every maximum back where it was
-            up = TF.max_unpool2d(y, i, kw["kernel_size"], kw.get("stride"), kw.get("padding", 0), output_size=x.shape[-2:])
-            assert torch.equal(up, TF.max_unpool2d(y_ref, i_ref, kw["kernel_size"], kw.get("stride"),
-                                                   kw.get("padding", 0), output_size=x.shape[-2:]))
+@pytest.mark.parametrize("rank", RANKS)
+def test_indices(rank, dtype, device):
+    for kind in ("max_pool", "adaptive_max_pool"):
+        name = f"{kind}{rank}d"
+        for shape, layout, kw in CASES[name]:
+            x = _input(shape, dtype, device, layout)
+            y, i = _fn(name)(x, **kw, return_indices=True)
+            y_ref, i_ref = TORCH[name](x, **kw, return_indices=True)
+            assert i.dtype == torch.int64
+            assert torch.equal(i, i_ref), f"{name} {shape} {layout} {kw}"
+            assert torch.equal(y, y_ref)
+            if kind == "max_pool" and x.dim() == rank + 2 and "dilation" not in kw and "ceil_mode" not in kw:
+                # the index convention is PyTorch's: max_unpool puts every maximum back where it was
+                unpool = getattr(TF, f"max_unpool{rank}d")
+                args = (kw["kernel_size"], kw.get("stride"), kw.get("padding", 0))
+                up = unpool(y, i, *args, output_size=x.shape[-rank:])
+                assert torch.equal(up, unpool(y_ref, i_ref, *args, output_size=x.shape[-rank:]))
 
 
 @pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_max_pool2d_special_values(layout, device):
+@pytest.mark.parametrize("rank", RANKS)
+def test_special_values(rank, layout, device):
     inf, nan = float("inf"), float("nan")
+    shape = (2, 8) + (6, 7, 5)[3 - rank:]
     for dtype in (torch.float32, torch.bfloat16):
-        x = make_input((2, 8, 6, 7), dtype, device, layout)
-        x[0, 0, 0, 0] = nan            # in the first window (with padding)
-        x[0, 1, 2, 2:4] = nan          # two NaNs in one window: PyTorch keeps the last
-        x[1, 2, :3, :3] = -inf         # a window of only -inf: the first element's index
-        x[1, 3, 4, 4] = inf
-        for kw in (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, ceil_mode=True)):
-            y, i = F.max_pool2d(x, **kw, return_indices=True)
-            y_ref, i_ref = TF.max_pool2d(x, **kw, return_indices=True)
-            torch.testing.assert_close(y, y_ref, equal_nan=True, rtol=0, atol=0)
-            assert torch.equal(i, i_ref), kw
-            assert_matches_torch(lambda x: F.max_pool2d(x, **kw), lambda x: TF.max_pool2d(x, **kw), [x],
-                                 name=f"max_pool2d special {layout} {kw}")
-        for fn, tfn in ((F.avg_pool2d, TF.avg_pool2d), (F.adaptive_avg_pool2d, TF.adaptive_avg_pool2d)):
-            torch.testing.assert_close(fn(x, 3), tfn(x, 3), equal_nan=True)
+        x = _input(shape, dtype, device, layout)
+        lead = (0,) * (rank - 1)
+        x[(0, 0) + lead + (0,)] = nan               # in the first window (with padding)
+        x[(0, 1) + lead + (2,)] = nan               # two NaNs in one window: PyTorch keeps the last
+        x[(0, 1) + lead + (3,)] = nan
+        x[(1, 3) + (2,) * rank] = inf
+        x[1, 2] = -inf                               # a volume of only -inf: the first element's index
+        windows = (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=2, ceil_mode=True))
+        for name, kws in ((f"max_pool{rank}d", windows), (f"adaptive_max_pool{rank}d", (dict(output_size=3),))):
+            for kw in kws:
+                y, i = _fn(name)(x, **kw, return_indices=True)
+                y_ref = TORCH[name](x, **kw)
+                # indices from float32 (the same values): PyTorch's CPU bfloat16 channels_last_3d max_pool3d
+                # drops the depth offset from the index of a window of only -inf
+                i_ref = TORCH[name](x.float(), **kw, return_indices=True)[1]
+                torch.testing.assert_close(y, y_ref, equal_nan=True, rtol=0, atol=0)
+                assert torch.equal(i, i_ref), f"{name} {kw}"
+                assert_matches_torch(lambda x: _fn(name)(x, **kw), lambda x: TORCH[name](x, **kw), [x],
+                                     name=f"{name} special {layout} {kw}")
+        for name, kw in ((f"avg_pool{rank}d", dict(kernel_size=3)), (f"adaptive_avg_pool{rank}d", dict(output_size=3)),
+                         (f"lp_pool{rank}d", dict(norm_type=2, kernel_size=2))):
+            if TORCH[name] is not None:
+                assert_matches_torch(lambda x: _fn(name)(x, **kw), lambda x: TORCH[name](x, **kw), [x], grad=False,
+                                     name=f"{name} special {layout}")
 
 
 @pytest.mark.parametrize("device", devices())
-def test_empty_batch_backward(device):
+@pytest.mark.parametrize("rank", RANKS)
+def test_empty_batch_backward(rank, device):
     for layout in ("contiguous", "channels_last"):
-        x = make_input((0, 3, 8, 8), torch.float32, device, layout).requires_grad_()
-        for fn in (lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: F.avg_pool2d(x, 3, 2, 1),
-                   lambda x: F.adaptive_avg_pool2d(x, 2)):
-            fn(x).sum().backward()
+        x = _input((0, 3) + (8,) * rank, torch.float32, device, layout).requires_grad_()
+        for name, kw in ((f"max_pool{rank}d", dict(kernel_size=3, stride=2, padding=1)),
+                         (f"avg_pool{rank}d", dict(kernel_size=3, stride=2, padding=1)),
+                         (f"adaptive_avg_pool{rank}d", dict(output_size=2)),
+                         (f"adaptive_max_pool{rank}d", dict(output_size=2)),
+                         (f"lp_pool{rank}d", dict(norm_type=2, kernel_size=2))):
+            _fn(name)(x, **kw).sum().backward()
             assert x.grad.shape == x.shape
             x.grad = None
 
 
 @pytest.mark.parametrize("device", devices())
-def test_gradcheck(device):
-    for layout in ("contiguous", "channels_last"):
-        x = make_input((2, 3, 7, 8), torch.float64, device, layout).requires_grad_()
-        assert torch.autograd.gradcheck(lambda x: F.max_pool2d(x, 3, 2, 1), (x,))
-        assert torch.autograd.gradcheck(lambda x: F.max_pool2d(x, 2, 1, 0, 2, ceil_mode=True), (x,))
-        assert torch.autograd.gradcheck(lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True), (x,))
-        assert torch.autograd.gradcheck(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), (x,))
-        assert torch.autograd.gradcheck(lambda x: F.avg_pool2d(x, 2, divisor_override=3), (x,))
-        assert torch.autograd.gradcheck(lambda x: F.adaptive_avg_pool2d(x, (3, 5)), (x,))
-    x3 = make_input((3, 7, 8), torch.float64, device).requires_grad_()
-    assert torch.autograd.gradcheck(lambda x: F.max_pool2d(x, 3, 2, 1), (x3,))
-    assert torch.autograd.gradcheck(lambda x: F.adaptive_avg_pool2d(x, 2), (x3,))
+def test_adaptive_output_size_zero(device):
+    # as PyTorch, an adaptive output size of 0 gives an empty output; its gradient is zero
+    x = make_input((2, 3, 5, 6), torch.float64, device).requires_grad_()
+    for fn in (F.adaptive_avg_pool2d, F.adaptive_max_pool2d):
+        y = fn(x, (0, 3))
+        assert y.shape == TF.adaptive_avg_pool2d(x, (0, 3)).shape
+        (g,) = torch.autograd.grad(y.sum(), [x])
+        assert torch.equal(g, torch.zeros_like(x))
 
 
 @pytest.mark.parametrize("device", devices())
-def test_opcheck(device):
-    def x(shape, dtype, layout="contiguous", grad=False):
-        t = make_input(shape, dtype, device, layout)
+@pytest.mark.parametrize("rank", RANKS)
+def test_gradcheck(rank, device):
+    shape = (2, 3) + (7, 8, 6)[3 - rank:]
+    for layout in ("contiguous", "channels_last"):
+        x = _input(shape, torch.float64, device, layout).requires_grad_()
+        maxp, avgp, lpp = (getattr(F, f"{k}{rank}d") for k in ("max_pool", "avg_pool", "lp_pool"))
+        amax, aavg = getattr(F, f"adaptive_max_pool{rank}d"), getattr(F, f"adaptive_avg_pool{rank}d")
+        checks = [
+            lambda x: maxp(x, 3, 2, 1),
+            lambda x: maxp(x, 2, 1, 0, 2, ceil_mode=True),
+            lambda x: avgp(x, 3, 2, 1, ceil_mode=True),
+            lambda x: avgp(x, 3, 2, 1, count_include_pad=False),
+            lambda x: aavg(x, 3),
+            lambda x: amax(x, 4),
+            lambda x: lpp(x, 2, 2, ceil_mode=True),
+            lambda x: lpp(x.abs() + 0.5, 1.5, 3, 2),
+        ]
+        if rank > 1:
+            checks.append(lambda x: avgp(x, 2, divisor_override=3))
+        for fn in checks:
+            assert torch.autograd.gradcheck(fn, (x,))
+    xu = _input(shape[1:], torch.float64, device).requires_grad_()  # unbatched
+    assert torch.autograd.gradcheck(lambda x: getattr(F, f"max_pool{rank}d")(x, 3, 2, 1), (xu,))
+    assert torch.autograd.gradcheck(lambda x: getattr(F, f"adaptive_avg_pool{rank}d")(x, 2), (xu,))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("rank", [1, 2] + ([3] if HAS_LP3D else []))
+def test_lp_pool_powers(rank, device):
+    # other norm types on positive inputs; zero windows have a zero gradient, as PyTorch's (relu's backward)
+    ours, theirs = getattr(F, f"lp_pool{rank}d"), TORCH[f"lp_pool{rank}d"]
+    shape = (2, 3) + (8, 9, 7)[3 - rank:]
+    for dtype in (torch.float32, torch.bfloat16):
+        x = _input(shape, dtype, device, low=0.1, high=2.0)
+        for p in (3, 1.5, 0.5, -1.0):
+            assert_matches_torch(lambda x: ours(x, p, 2, ceil_mode=True), lambda x: theirs(x, p, 2, ceil_mode=True),
+                                 [x], name=f"lp_pool{rank}d p={p} {dtype}")
+    x = _input(shape, torch.float64, device)
+    x[..., :4] = 0  # whole windows of zeros
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ga = torch.autograd.grad(ours(xa, 2, 2).sum(), [xa])[0]
+    gb = torch.autograd.grad(theirs(xb, 2, 2).sum(), [xb])[0]
+    torch.testing.assert_close(ga, gb, equal_nan=True)
+    assert not torch.isnan(ga).any()
+    # norm_type +-inf: the max (min) of |x| over each window, as torch.nn.functional 2.14 defines it
+    y = ours(x, float("inf"), 2)
+    torch.testing.assert_close(y, getattr(TF, f"max_pool{rank}d")(x.abs(), 2))
+    torch.testing.assert_close(ours(x, -float("inf"), 2), -getattr(TF, f"max_pool{rank}d")(-x.abs(), 2))
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("rank", RANKS)
+def test_opcheck(rank, device):
+    def x(spatial, dtype, layout="contiguous", grad=False, batch=(2, 8)):
+        t = _input(batch + spatial, dtype, device, layout)
         return t.requires_grad_() if grad else t
 
-    win = ((3, 3), (2, 2), (1, 1))
-    opcheck_samples(ops.max_pool2d, [
-        ((x((2, 3, 9, 8), torch.float32), *win, (1, 1), False), {}),
-        ((x((2, 8, 9, 8), torch.bfloat16, "channels_last", True), *win, (1, 1), True), {}),
-        ((x((3, 9, 8), torch.float64, grad=True), (2, 3), (1, 2), (1, 0), (2, 1), False), {}),
-        ((x((2, 3, 9, 8), torch.float16, "transposed", True), *win, (1, 1), True), {}),
+    sp = (9, 8, 7)[3 - rank:]
+    k, s, p, d, one = (3,) * rank, (2,) * rank, (1,) * rank, (2,) * rank, (1,) * rank
+    name = lambda kind: getattr(ops, f"{kind}{rank}d")  # noqa: E731
+    opcheck_samples(name("max_pool"), [
+        ((x(sp, torch.float32), k, s, p, one, False), {}),
+        ((x(sp, torch.bfloat16, "channels_last", True), k, s, p, one, True), {}),
+        ((x(sp, torch.float64, grad=True, batch=(3,)), k, one, p, d, False), {}),
+        ((x(sp, torch.float16, "transposed", True), k, s, p, one, True), {}),
     ])
-    opcheck_samples(ops.avg_pool2d, [
-        ((x((2, 3, 9, 8), torch.float32), *win, False, True, None), {}),
-        ((x((2, 8, 9, 8), torch.bfloat16, "channels_last", True), *win, True, False, None), {}),
-        ((x((3, 9, 8), torch.float64, grad=True), (2, 3), (1, 2), (1, 0), False, True, 5), {}),
+    opcheck_samples(name("avg_pool"), [
+        ((x(sp, torch.float32), k, s, p, False, True, None), {}),
+        ((x(sp, torch.bfloat16, "channels_last", True), k, s, p, True, False, None), {}),
+        ((x(sp, torch.float64, grad=True, batch=(3,)), k, one, p, False, True, 5), {}),
     ])
-    opcheck_samples(ops.adaptive_avg_pool2d, [
-        ((x((2, 3, 9, 8), torch.float32), (1, 1)), {}),
-        ((x((2, 8, 9, 8), torch.bfloat16, "channels_last", True), (4, 3)), {}),
-        ((x((3, 9, 8), torch.float64, grad=True), (5, 5)), {}),
+    for kind in ("adaptive_avg_pool", "adaptive_max_pool"):
+        opcheck_samples(name(kind), [
+            ((x(sp, torch.float32), one), {}),
+            ((x(sp, torch.bfloat16, "channels_last", True), (4, 3, 5)[:rank]), {}),
+            ((x(sp, torch.float64, grad=True, batch=(3,)), (5,) * rank), {}),
+        ])
+    opcheck_samples(name("lp_pool"), [
+        ((x(sp, torch.float32), 2.0, k, s, False), {}),
+        ((x(sp, torch.bfloat16, "channels_last", True), 1.0, (2,) * rank, (2,) * rank, True), {}),
+        ((x(sp, torch.float64, grad=True, batch=(3,)), 2.0, k, one, True), {}),
     ])
-    xi = x((2, 8, 9, 8), torch.float32, "channels_last")
-    y, idx = ops.max_pool2d(xi, *win, (1, 1), False)
+    xi = x(sp, torch.float32, "channels_last")
+    y, idx = name("max_pool")(xi, k, s, p, one, False)
     g = torch.randn_like(y)
-    opcheck_samples(ops.max_pool2d_backward, [((g, xi, idx, *win, (1, 1), False), {})])
-    opcheck_samples(ops.avg_pool2d_backward, [((g, xi, *win, False, True, None), {})])
-    opcheck_samples(ops.adaptive_avg_pool2d_backward, [((g, xi), {})])
+    opcheck_samples(getattr(ops, f"max_pool{rank}d_backward"), [((g, xi, idx, k, s, p, one, False), {})])
+    opcheck_samples(getattr(ops, f"avg_pool{rank}d_backward"), [((g, xi, k, s, p, False, True, None), {})])
+    ya, ia = name("adaptive_max_pool")(xi, (3,) * rank)
+    ga = torch.randn_like(ya)
+    opcheck_samples(getattr(ops, f"adaptive_avg_pool{rank}d_backward"), [((ga, xi), {})])
+    opcheck_samples(getattr(ops, f"adaptive_max_pool{rank}d_backward"), [((ga, xi, ia), {})])
+    yl = name("lp_pool")(xi, 2.0, k, s, False)
+    opcheck_samples(getattr(ops, f"lp_pool{rank}d_backward"), [((torch.randn_like(yl), xi, yl, 2.0, k, s, False), {})])
+
+
+MODULES = [
+    (torch.nn.MaxPool1d(3, 2, 1), 1), (torch.nn.MaxPool2d(3, 2, 1), 2), (torch.nn.MaxPool3d(2, 1, 1), 3),
+    (torch.nn.AvgPool1d(3, 1, 1, count_include_pad=False), 1), (torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False), 2),
+    (torch.nn.AvgPool3d(2, divisor_override=3), 3),
+    (torch.nn.AdaptiveAvgPool1d(4), 1), (torch.nn.AdaptiveAvgPool2d((2, 3)), 2), (torch.nn.AdaptiveAvgPool3d((2, None, 3)), 3),
+    (torch.nn.AdaptiveMaxPool1d(4), 1), (torch.nn.AdaptiveMaxPool2d((2, 3)), 2), (torch.nn.AdaptiveMaxPool3d(2), 3),
+    (torch.nn.LPPool1d(2, 3, 2), 1), (torch.nn.LPPool2d(1.0, 2, ceil_mode=True), 2),
+] + ([(torch.nn.LPPool3d(2, 2), 3)] if hasattr(torch.nn, "LPPool3d") else [])
 
 
 @pytest.mark.parametrize("device", devices())
 def test_modules_and_convert(device):
-    model = torch.nn.Sequential(
-        torch.nn.MaxPool2d(3, 2, 1), torch.nn.AvgPool2d(3, 1, 1, count_include_pad=False),
-        torch.nn.AdaptiveAvgPool2d((2, 3)),
-    ).to(device)
+    model = torch.nn.ModuleList([m for m, _ in MODULES]).to(device)
     ours, report = torch_dnn.convert(model)
-    assert [type(m) for m in ours] == [torch_dnn.nn.MaxPool2d, torch_dnn.nn.AvgPool2d, torch_dnn.nn.AdaptiveAvgPool2d]
-    assert len(report.swapped) == 3
-    x = make_input((2, 8, 11, 10), torch.float32, device, "channels_last")
-    torch.testing.assert_close(ours(x), model(x))
-    m = torch_dnn.nn.MaxPool2d(2, return_indices=True)
-    y, i = m(x)
-    y_ref, i_ref = torch.nn.MaxPool2d(2, return_indices=True)(x)
-    assert torch.equal(y, y_ref) and torch.equal(i, i_ref)
+    assert len(report.swapped) == len(MODULES), str(report)
+    for (m, r), o in zip(MODULES, ours):
+        assert type(o) is getattr(torch_dnn.nn, type(m).__name__)
+        assert isinstance(o, type(m)) and repr(o) == repr(m)
+        x = _input((2, 8) + (11, 10, 9)[3 - r:], torch.float32, device, "channels_last")
+        torch.testing.assert_close(o(x), m(x))
+    for cls, r in ((torch.nn.MaxPool1d, 1), (torch.nn.MaxPool3d, 3), (torch.nn.AdaptiveMaxPool2d, 2)):
+        x = _input((2, 8) + (11, 10, 9)[3 - r:], torch.float32, device, "channels_last")
+        m = cls(2, return_indices=True)
+        (y, i), (y_ref, i_ref) = getattr(torch_dnn.nn, cls.__name__)(2, return_indices=True)(x), m(x)
+        assert torch.equal(y, y_ref) and torch.equal(i, i_ref)
 
 
 @pytest.mark.parametrize("device", devices())
 def test_compile(device):
-    x = make_input((2, 8, 11, 10), torch.float32, device, "channels_last")
-    fn = torch.compile(lambda x: F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1), fullgraph=True)
-    torch.testing.assert_close(fn(x), TF.max_pool2d(x, 3, 2, 1) + TF.avg_pool2d(x, 3, 2, 1))
+    x1 = _input((2, 8, 12), torch.float32, device, "channels_last")
+    x2 = _input((2, 8, 11, 10), torch.float32, device, "channels_last")
+    x3 = _input((2, 8, 5, 6, 7), torch.float32, device, "channels_last").requires_grad_()
+
+    def ours(x1, x2, x3):
+        a = F.max_pool1d(x1, 3, 2, 1) + F.avg_pool1d(x1, 3, 2, 1) + F.lp_pool1d(x1, 2, 2, 2)
+        b = F.max_pool2d(x2, 3, 2, 1) + F.avg_pool2d(x2, 3, 2, 1) + F.adaptive_max_pool2d(x2, (6, 5))
+        c = F.max_pool3d(x3, 3, 2, 1) + F.avg_pool3d(x3, 3, 2, 1) + F.adaptive_avg_pool3d(x3, (3, 3, 4))
+        return a, b, c
+
+    def theirs(x1, x2, x3):
+        a = TF.max_pool1d(x1, 3, 2, 1) + TF.avg_pool1d(x1, 3, 2, 1) + TF.lp_pool1d(x1, 2, 2, 2)
+        b = TF.max_pool2d(x2, 3, 2, 1) + TF.avg_pool2d(x2, 3, 2, 1) + TF.adaptive_max_pool2d(x2, (6, 5))
+        c = TF.max_pool3d(x3, 3, 2, 1) + TF.avg_pool3d(x3, 3, 2, 1) + TF.adaptive_avg_pool3d(x3, (3, 3, 4))
+        return a, b, c
+
+    fn = torch.compile(ours, fullgraph=True)
+    out, ref = fn(x1, x2, x3), theirs(x1, x2, x3)
+    for a, r in zip(out, ref):
+        torch.testing.assert_close(a, r)
+    (g,) = torch.autograd.grad(out[2].sum(), [x3])
+    (g_ref,) = torch.autograd.grad(ref[2].sum(), [x3])
+    torch.testing.assert_close(g, g_ref)
 
 
 class TestErrors(expecttest.TestCase):
-    def _msg(self, fn):
-        with self.assertRaises(RuntimeError) as cm:
+    def _msg(self, fn, exc=RuntimeError):
+        with self.assertRaises(exc) as cm:
             fn()
         return first_line(cm.exception)
 
     def test_padding_over_half_kernel(self):
         self.assertExpectedInline(self._msg(lambda: F.max_pool2d(torch.ones(1, 1, 8, 8), 3, 1, 2)), """torch_dnn.max_pool2d: expected padding to be at most half of kernel_size, but got padding=[2, 2] and kernel_size=[3, 3]""")
+        self.assertExpectedInline(self._msg(lambda: F.avg_pool3d(torch.ones(1, 1, 8, 8, 8), (3, 3, 2), 1, (1, 1, 2))), """torch_dnn.avg_pool3d: expected padding to be at most half of kernel_size, but got padding=[1, 1, 2] and kernel_size=[3, 3, 2]""")
+
+    def test_zero_stride(self):
+        self.assertExpectedInline(self._msg(lambda: F.max_pool1d(torch.ones(1, 1, 8), 3, 0)), """torch_dnn.max_pool1d: expected stride to be positive, but got [0]""")
 
     def test_output_too_small(self):
-        self.assertExpectedInline(self._msg(lambda: F.avg_pool2d(torch.ones(1, 1, 2, 2), 3)), """torch_dnn.avg_pool2d: output size is too small: input size (2, 2) gives output size (0, 0)""")
+        self.assertExpectedInline(self._msg(lambda: F.avg_pool2d(torch.ones(1, 1, 2, 2), 3)), """torch_dnn.avg_pool2d: output size is too small: input size [2, 2] gives output size [0, 0]""")
+        self.assertExpectedInline(self._msg(lambda: F.max_pool3d(torch.ones(1, 1, 4, 2, 4), 3)), """torch_dnn.max_pool3d: output size is too small: input size [4, 2, 4] gives output size [1, 0, 1]""")
 
     def test_wrong_rank(self):
-        self.assertExpectedInline(self._msg(lambda: F.adaptive_avg_pool2d(torch.ones(4, 4), 2)), """torch_dnn.adaptive_avg_pool2d: expected input to be 3-D (C, H, W) or 4-D (N, C, H, W) with non-zero C, H and W, but got [4, 4]""")
+        self.assertExpectedInline(self._msg(lambda: F.adaptive_avg_pool2d(torch.ones(4, 4), 2)), """torch_dnn.adaptive_avg_pool2d: expected input to be 3-D (C, H, W) or 4-D (N, C, H, W) with non-zero channels and spatial sizes, but got [4, 4]""")
+        self.assertExpectedInline(self._msg(lambda: F.max_pool1d(torch.ones(1, 2, 4, 4), 2)), """torch_dnn.max_pool1d: expected input to be 2-D (C, L) or 3-D (N, C, L) with non-zero channels and spatial sizes, but got [1, 2, 4, 4]""")
+        self.assertExpectedInline(self._msg(lambda: F.adaptive_max_pool3d(torch.ones(2, 4, 4), 2)), """torch_dnn.adaptive_max_pool3d: expected input to be 4-D (C, D, H, W) or 5-D (N, C, D, H, W) with non-zero channels and spatial sizes, but got [2, 4, 4]""")
+
+    def test_lp_pool_norm_type(self):
+        self.assertExpectedInline(self._msg(lambda: F.lp_pool2d(torch.ones(1, 1, 4, 4), 0, 2), ValueError), """torch_dnn.lp_pool2d: norm_type must be a non-zero value, but got 0""")
+        self.assertExpectedInline(self._msg(lambda: ops.lp_pool1d(torch.ones(1, 1, 4), float("nan"), (2,), (2,), False)),
+                                  """torch_dnn.lp_pool1d: expected norm_type to be finite and non-zero, but got nan""")
 
     def test_other_bad_arguments(self):
         x = torch.ones(1, 2, 8, 8)
+        x3 = torch.ones(1, 2, 4, 4, 4)
         for fn, words in (
             (lambda: F.max_pool2d(x, 0), "kernel_size"),
-            (lambda: F.max_pool2d(x, 2, stride=0), "stride"),
+            (lambda: F.max_pool3d(x3, 2, stride=(1, 0, 1)), "stride"),
             (lambda: F.max_pool2d(x, 2, padding=-1), "padding"),
-            (lambda: F.max_pool2d(x, 2, dilation=0), "dilation"),
+            (lambda: F.max_pool1d(x[0], 2, dilation=0), "dilation"),
             (lambda: F.avg_pool2d(x, 2, divisor_override=0), "divisor_override"),
-            (lambda: F.adaptive_avg_pool2d(x, 0), "output_size"),
+            (lambda: F.avg_pool3d(x3, 2, divisor_override=0), "divisor_override"),
+            (lambda: F.adaptive_avg_pool2d(x, -1), "output_size"),
+            (lambda: F.adaptive_max_pool1d(x[0], -2), "output_size"),
             (lambda: F.max_pool2d(torch.ones(1, 2, 8, 8, dtype=torch.int32), 2), "input"),
             (lambda: F.max_pool2d(torch.ones(1, 0, 8, 8), 2), "input"),
+            (lambda: F.avg_pool3d(torch.ones(1, 2, 0, 8, 8), 2), "input"),
+            (lambda: ops.max_pool3d(x3, (2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1), False), "kernel_size"),
             (lambda: ops.avg_pool2d_backward(torch.ones(1, 2, 3, 3), x, (2, 2), (2, 2), (0, 0), False, True, None),
              "grad_output"),
+            (lambda: ops.max_pool1d_backward(torch.ones(1, 2, 4), x[0], torch.ones(1, 2, 4), (2,), (2,), (0,), (1,), False),
+             "indices"),
+            (lambda: ops.adaptive_max_pool2d_backward(torch.ones(2, 2, 2), x, torch.zeros(2, 2, 2, dtype=torch.long)),
+             "grad_output"),
+            (lambda: ops.lp_pool2d_backward(torch.ones(1, 2, 4, 4), x, torch.ones(1, 2, 4, 4, dtype=torch.float64),
+                                            2.0, (2, 2), (2, 2), False), "output"),
         ):
             msg = self._msg(fn)
             assert msg.startswith("torch_dnn.") and words in msg, msg
 
 
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("rank", [2, 3])
+def test_max_pool_window_only_in_padding(rank, device):
+    # With dilation a window can hold only padding: PyTorch returns -inf with the index of the element after
+    # the padding, which can lie outside the volume (its own CPU backward then writes out of bounds). We return
+    # the same values and indices; the gradient of such outputs reaches no input.
+    x = make_input((1,) * rank + (6,), torch.float64, device).requires_grad_()  # unbatched, leading sizes 1
+    kw = dict(kernel_size=2, stride=(1,) * (rank - 1) + (2,), padding=1, dilation=2)
+    y, i = getattr(F, f"max_pool{rank}d")(x, **kw, return_indices=True)
+    y_ref, i_ref = getattr(TF, f"max_pool{rank}d")(x.detach(), **kw, return_indices=True)
+    assert torch.equal(y, y_ref) and torch.equal(i, i_ref)
+    (g,) = torch.autograd.grad(y, [x], torch.ones_like(y))
+    assert torch.equal(g, torch.zeros_like(x))
+
+
+def _random_case(rng, rank):
+    """A random (input shape, layout, op name, kwargs) of one pooling op."""
+    ks = [rng.randint(1, 4) for _ in range(rank)]
+    small = 12 if rank < 3 else 7
+    shape = (rng.choice([1, 2]), rng.choice([1, 3, 8])) + tuple(rng.randint(1, small) for _ in range(rank))
+    win = dict(kernel_size=tuple(ks), stride=tuple(rng.randint(1, 3) for _ in range(rank)),
+               padding=tuple(rng.randint(0, k // 2) for k in ks), ceil_mode=rng.random() < 0.5)
+    kind = rng.choice(["max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "lp_pool"])
+    if kind == "max_pool":
+        kw = dict(win, dilation=tuple(rng.randint(1, 2) for _ in range(rank)), return_indices=True)
+    elif kind == "avg_pool":
+        kw = dict(win, count_include_pad=rng.random() < 0.5)
+        if rank > 1:
+            kw["divisor_override"] = rng.choice([None, 2])
+    elif kind == "lp_pool":
+        # torch's lp_pool1d takes int sizes only
+        unpack = (lambda t: t[0]) if rank == 1 else (lambda t: t)  # noqa: E731
+        kw = dict(norm_type=rng.choice([1, 2]), kernel_size=unpack(win["kernel_size"]), stride=unpack(win["stride"]),
+                  ceil_mode=win["ceil_mode"])
+    else:
+        kw = dict(output_size=tuple(rng.randint(1, 8) for _ in range(rank)))
+        if kind == "adaptive_max_pool":
+            kw["return_indices"] = True
+    return shape, rng.choice(["contiguous", "channels_last"]), f"{kind}{rank}d", kw
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("rank", RANKS)
+def test_random_configurations(rank, device):
+    # Random sizes, windows, strides, paddings, dilations and flags in float64: same accept/reject decision
+    # as PyTorch, same values, indices, strides and gradients.
+    rng = random.Random(rank)
+    for _ in range(200 if rank < 3 else 120):
+        shape, layout, name, kw = _random_case(rng, rank)
+        if TORCH[name] is None:
+            continue
+        x = _input(shape, torch.float64, device, layout)
+        x = (x[0] if rng.random() < 0.2 else x).requires_grad_()
+        try:
+            r = TORCH[name](x, **kw)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                _fn(name)(x, **kw)
+            continue
+        o = _fn(name)(x, **kw)
+        if isinstance(r, tuple):
+            # indices of windows that hold only padding (-inf) differ between PyTorch's own CPU and CUDA
+            # kernels: compare the others (see test_max_pool_window_only_in_padding)
+            finite = torch.isfinite(r[0])
+            assert torch.equal(o[1][finite], r[1][finite]), (name, kw)
+            o, r = o[0], r[0]
+        torch.testing.assert_close(o, r, msg=lambda m: f"{name} {x.shape} {kw}: {m}")
+        if rank == 2 and o.dim() == 4 and min(o.shape) > 1:  # strides of size-1 dims are arbitrary
+            assert o.stride() == r.stride(), (name, kw)
+        if torch.isinf(r).any():
+            continue  # windows only in padding: see test_max_pool_window_only_in_padding
+        g = torch.randn_like(r)
+        torch.testing.assert_close(torch.autograd.grad(o, x, g)[0], torch.autograd.grad(r, x, g)[0],
+                                   msg=lambda m: f"{name} {x.shape} {kw} grad: {m}")
+
+
+# ---- CUDA only ----
+
 @pytest.mark.cuda
-def test_cuda_past_2_31_elements_and_poison():
-    # 64-bit indexing: the last (n, c) planes of a channels_last input past 2^31 elements
-    x = torch.empty((2, 64, 4097, 4097), dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
-    x = x.contiguous(memory_format=torch.channels_last)
-    for fn, tfn in ((lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
-                    (lambda x: F.avg_pool2d(x, 3, 2, 1), lambda x: TF.avg_pool2d(x, 3, 2, 1))):
-        y = fn(x)
-        tail = x[-1:, -2:].contiguous()
-        torch.testing.assert_close(y[-1:, -2:], tfn(tail))
-        del y
-    del x
+def test_cuda_past_2_31_elements():
+    # 64-bit indexing: the last depth slices of a channels_last_3d input past 2^31 elements. C = 3 takes the
+    # one-channel-a-thread path, whose backward has more than 2^31 items (64-bit item splitting).
+    x = torch.empty((1, 3, 716, 1000, 1000), dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
+    x = x.contiguous(memory_format=torch.channels_last_3d)
+    assert x.numel() > 2**31
+    tail = x[:, :, -4:].contiguous()
+    y, i = F.max_pool3d(x, 2, return_indices=True)
+    y_ref, i_ref = TF.max_pool3d(tail, 2, return_indices=True)
+    torch.testing.assert_close(y[:, :, -2:], y_ref)
+    assert torch.equal(i[:, :, -2:] - 712 * 1000 * 1000, i_ref)
+    g = torch.ones_like(y)
+    dx = ops.max_pool3d_backward(g, x, i, (2, 2, 2), (2, 2, 2), (0, 0, 0), (1, 1, 1), False)
+    torch.testing.assert_close(dx[:, :, -4:], TF.max_unpool3d(g[:, :, -2:].contiguous(), i_ref, 2, output_size=tail.shape[-3:]))
+    del dx, g, i, y
+    torch.testing.assert_close(F.avg_pool3d(x, 2)[:, :, -2:], TF.avg_pool3d(tail, 2))
+
+
+@pytest.mark.cuda
+def test_cuda_poisoned_outputs():
     # every element written: the caching allocator hands back a NaN-poisoned block
-    for layout in ("contiguous", "channels_last"):
-        x = make_input((3, 24, 37, 41), torch.float32, "cuda", layout).requires_grad_()
-        for fn in (lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
-                   lambda x: F.adaptive_avg_pool2d(x, (5, 7))):
-            poison = torch.full((4 * x.numel(),), float("nan"), device="cuda")
-            del poison
-            y = fn(x)
-            (g,) = torch.autograd.grad(y.sum(), [x])
-            assert not torch.isnan(y).any() and not torch.isnan(g).any()
+    for rank in RANKS:
+        for layout in ("contiguous", "channels_last"):
+            x = _input((3, 24) + (9, 37, 41)[3 - rank:], torch.float32, "cuda", layout).requires_grad_()
+            for name, kw in ((f"max_pool{rank}d", dict(kernel_size=3, stride=2, padding=1)),
+                             (f"avg_pool{rank}d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+                             (f"adaptive_avg_pool{rank}d", dict(output_size=(3, 5, 7)[3 - rank:])),
+                             (f"adaptive_avg_pool{rank}d", dict(output_size=1)),
+                             (f"adaptive_max_pool{rank}d", dict(output_size=(3, 5, 7)[3 - rank:])),
+                             (f"lp_pool{rank}d", dict(norm_type=2, kernel_size=2, ceil_mode=True))):
+                poison = torch.full((4 * x.numel(),), float("nan"), device="cuda")
+                del poison
+                y = _fn(name)(x, **kw)
+                (g,) = torch.autograd.grad(y.sum(), [x])
+                assert not torch.isnan(y).any() and not torch.isnan(g).any(), (name, layout)
 
 
 @pytest.mark.cuda
 def test_cuda_graph_capture():
     x = make_input((4, 16, 28, 28), torch.bfloat16, "cuda", "channels_last").requires_grad_()
+    x3 = _input((2, 16, 6, 14, 14), torch.bfloat16, "cuda", "channels_last").requires_grad_()
+    x1 = _input((4, 16, 50), torch.bfloat16, "cuda").requires_grad_()
 
     def step():
         y = F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1)
         z = F.adaptive_avg_pool2d(y, 1)
-        (gx,) = torch.autograd.grad(z.float().square().sum(), [x])
-        return z, gx
+        z3 = F.adaptive_max_pool3d(F.max_pool3d(x3, 2), 1) + F.adaptive_avg_pool3d(F.avg_pool3d(x3, 3, 2, 1), 1)
+        w = F.lp_pool1d(x1, 2, 2, 2) + F.avg_pool1d(x1, 3, 2, 1)
+        loss = z.float().square().sum() + z3.float().square().sum() + w.float().square().sum()
+        return (z, z3, w) + torch.autograd.grad(loss, [x, x3, x1])
 
-    assert_cuda_graph_replays(step, lambda: x.copy_(make_input((4, 16, 28, 28), torch.bfloat16, "cuda", "channels_last")))
+    def refill():
+        x.copy_(make_input((4, 16, 28, 28), torch.bfloat16, "cuda", "channels_last"))
+        x3.copy_(_input((2, 16, 6, 14, 14), torch.bfloat16, "cuda"))
+        x1.copy_(_input((4, 16, 50), torch.bfloat16, "cuda"))
+
+    assert_cuda_graph_replays(step, refill)
 
 
 @pytest.mark.cuda
 def test_cuda_deterministic_backward():
     # gather-style backward: bitwise the same on every run
     x = make_input((8, 32, 56, 56), torch.float32, "cuda", "channels_last").requires_grad_()
+    x3 = _input((2, 8, 12, 20, 20), torch.float32, "cuda").requires_grad_()
     g = None
     for _ in range(3):
         y = F.max_pool2d(x, 3, 1, 1) + F.avg_pool2d(x, 3, 1, 1)
-        (gx,) = torch.autograd.grad(y, [x], torch.ones_like(y))
-        assert g is None or torch.equal(g, gx)
+        y3 = F.max_pool3d(x3, 3, 1, 1) + F.avg_pool3d(x3, 3, 1, 1) + F.adaptive_max_pool3d(x3, (12, 20, 20))
+        gx = torch.autograd.grad((y, y3), [x, x3], (torch.ones_like(y), torch.ones_like(y3)))
+        assert g is None or all(torch.equal(a, b) for a, b in zip(g, gx))
         g = gx
-
-
-@pytest.mark.parametrize("device", devices())
-def test_max_pool2d_window_only_in_padding(device):
-    # With dilation a window can hold only padding: PyTorch returns -inf with the index of the element after
-    # the padding, which can lie outside the plane (its own CPU backward then writes out of bounds). We return
-    # the same values and indices; the gradient of such outputs reaches no input.
-    x = make_input((1, 1, 6), torch.float64, device).requires_grad_()
-    kw = dict(kernel_size=2, stride=(1, 2), padding=1, dilation=2)
-    y, i = F.max_pool2d(x, **kw, return_indices=True)
-    y_ref, i_ref = TF.max_pool2d(x.detach(), **kw, return_indices=True)
-    assert torch.equal(y, y_ref) and torch.equal(i, i_ref)
-    (g,) = torch.autograd.grad(y, [x], torch.ones_like(y))
-    assert torch.equal(g, torch.zeros_like(x))
-
-
-@pytest.mark.parametrize("device", devices())
-def test_random_configurations(device):
-    # Random sizes, windows, strides, paddings, dilations and flags in float64: same accept/reject decision
-    # as PyTorch, same values, indices, strides and gradients.
-    import random
-
-    rng = random.Random(0)
-    for _ in range(150):
-        kh, kw = rng.randint(1, 4), rng.randint(1, 4)
-        shape = (rng.choice([1, 2]), rng.choice([1, 3, 8]), rng.randint(1, 12), rng.randint(1, 12))
-        x = make_input(shape, torch.float64, device, rng.choice(["contiguous", "channels_last"]))
-        x = (x[0] if rng.random() < 0.2 else x).requires_grad_()
-        win = dict(kernel_size=(kh, kw), stride=(rng.randint(1, 3), rng.randint(1, 3)),
-                   padding=(rng.randint(0, kh // 2), rng.randint(0, kw // 2)), ceil_mode=rng.random() < 0.5)
-        for ours, theirs, kw_ in (
-            (F.max_pool2d, TF.max_pool2d, dict(win, dilation=(rng.randint(1, 2), rng.randint(1, 2)), return_indices=True)),
-            (F.avg_pool2d, avg_pool2d_reference, dict(win, count_include_pad=rng.random() < 0.5,
-                                                divisor_override=rng.choice([None, 2]))),
-            (F.adaptive_avg_pool2d, TF.adaptive_avg_pool2d, dict(output_size=(rng.randint(1, 8), rng.randint(1, 8)))),
-        ):
-            try:
-                r = theirs(x, **kw_)
-            except RuntimeError:
-                with pytest.raises(RuntimeError):
-                    ours(x, **kw_)
-                continue
-            o = ours(x, **kw_)
-            if isinstance(r, tuple):
-                # indices of windows that hold only padding (-inf) differ between PyTorch's own CPU and CUDA
-                # kernels: compare the others (see test_max_pool2d_window_only_in_padding)
-                finite = torch.isfinite(r[0])
-                assert torch.equal(o[1][finite], r[1][finite]), kw_
-                o, r = o[0], r[0]
-            torch.testing.assert_close(o, r, msg=lambda m: f"{x.shape} {kw_}: {m}")
-            if o.dim() == 4 and o.numel() > 1:
-                assert o.stride() == r.stride(), kw_
-            if torch.isinf(r).any():
-                continue  # windows only in padding: see test_max_pool2d_window_only_in_padding
-            g = torch.randn_like(r)
-            torch.testing.assert_close(torch.autograd.grad(o, x, g)[0], torch.autograd.grad(r, x, g)[0])

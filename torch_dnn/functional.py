@@ -30,10 +30,15 @@ rms_norm = _norm.rms_norm
 add_layer_norm = _norm.add_layer_norm
 add_rms_norm = _norm.add_rms_norm
 
-max_pool2d = _pool.max_pool2d
-max_pool2d_with_indices = _pool.max_pool2d_with_indices
-avg_pool2d = _pool.avg_pool2d
-adaptive_avg_pool2d = _pool.adaptive_avg_pool2d
+from torch_dnn.ops.pool import (  # noqa: E402
+    adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d,
+    adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d,
+    adaptive_max_pool1d_with_indices, adaptive_max_pool2d_with_indices, adaptive_max_pool3d_with_indices,
+    avg_pool1d, avg_pool2d, avg_pool3d,
+    lp_pool1d, lp_pool2d, lp_pool3d,
+    max_pool1d, max_pool2d, max_pool3d,
+    max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d_with_indices,
+)
 
 group_norm = _group_norm.group_norm
 instance_norm = _group_norm.instance_norm

@@ -4,8 +4,9 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from torch_dnn.reference import (BIAS_ACT_TORCH, add_layer_norm_reference, add_rms_norm_reference, avg_pool2d_reference,
-                                 bias_act_reference, linear_act_reference, local_response_norm_reference)
+from torch_dnn.reference import (BIAS_ACT_TORCH, add_layer_norm_reference, add_rms_norm_reference, avg_pool1d_reference,
+                                 avg_pool2d_reference, avg_pool3d_reference, bias_act_reference, linear_act_reference,
+                                 local_response_norm_reference)
 from torch_dnn.testing import check_against_torch, random_like_case
 
 
@@ -47,16 +48,27 @@ def _checks():
                 [random_like_case(s, t, d), random_like_case(s, t, d), random_like_case((n,), t, d, low=0.5, high=1.5),
                  random_like_case((n,), t, d)], name=name)))
     pools = {
-        "max_pool2d 3x3/2 pad 1": (lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
-        "avg_pool2d 3x3/2 pad 1": (lambda x: F.avg_pool2d(x, 3, 2, 1), lambda x: avg_pool2d_reference(x, 3, 2, 1)),
-        "adaptive_avg_pool2d(3)": (lambda x: F.adaptive_avg_pool2d(x, 3), lambda x: TF.adaptive_avg_pool2d(x, 3)),
+        "max_pool2d 3x3/2 pad 1": (2, lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
+        "avg_pool2d 3x3/2 pad 1": (2, lambda x: F.avg_pool2d(x, 3, 2, 1), lambda x: avg_pool2d_reference(x, 3, 2, 1)),
+        "adaptive_avg_pool2d(3)": (2, lambda x: F.adaptive_avg_pool2d(x, 3), lambda x: TF.adaptive_avg_pool2d(x, 3)),
+        "adaptive_max_pool2d(3)": (2, lambda x: F.adaptive_max_pool2d(x, 3), lambda x: TF.adaptive_max_pool2d(x, 3)),
+        "lp_pool2d(2) 3x3/2": (2, lambda x: F.lp_pool2d(x, 2, 3, 2), lambda x: TF.lp_pool2d(x, 2, 3, 2)),
+        "max_pool1d 3/2 pad 1": (1, lambda x: F.max_pool1d(x, 3, 2, 1), lambda x: TF.max_pool1d(x, 3, 2, 1)),
+        "avg_pool1d 3/2 pad 1": (1, lambda x: F.avg_pool1d(x, 3, 2, 1), lambda x: avg_pool1d_reference(x, 3, 2, 1)),
+        "max_pool3d 3x3x3/2 pad 1": (3, lambda x: F.max_pool3d(x, 3, 2, 1), lambda x: TF.max_pool3d(x, 3, 2, 1)),
+        "avg_pool3d 3x3x3/2 pad 1": (3, lambda x: F.avg_pool3d(x, 3, 2, 1), lambda x: avg_pool3d_reference(x, 3, 2, 1)),
+        "adaptive_avg_pool3d(1)": (3, lambda x: F.adaptive_avg_pool3d(x, 1), lambda x: TF.adaptive_avg_pool3d(x, 1)),
     }
-    for name, (ours, theirs) in pools.items():
+    for name, (rank, ours, theirs) in pools.items():
         for cl in (False, True):
-            def make(d, t, cl=cl):
-                x = random_like_case((2, 16, 13, 11), t, d)
-                return x.contiguous(memory_format=torch.channels_last) if cl else x
-            out.append(("pool", f"{name}{' NHWC' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make:
+            def make(d, t, cl=cl, rank=rank):
+                x = random_like_case((2, 16) + (7, 13, 11)[3 - rank:], t, d)
+                if not cl:
+                    return x
+                if rank == 1:
+                    return x.transpose(1, 2).contiguous().transpose(1, 2)
+                return x.contiguous(memory_format=torch.channels_last if rank == 2 else torch.channels_last_3d)
+            out.append(("pool", f"{name}{' C-last' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make:
                         check_against_torch(o, p, [m(d, t)], name="pool")))
     group_norms = {
         "group_norm(4)": (lambda x, w, b: F.group_norm(x, 4, w, b), lambda x, w, b: TF.group_norm(x, 4, w, b)),

@@ -12,6 +12,8 @@ struct CpuBackend {
   static void max_backward(const at::Tensor& g, const at::Tensor& indices, at::Tensor& dx, const PoolShape& s);
   static void avg_forward(const at::Tensor& x, at::Tensor& y, const PoolShape& s);
   static void avg_backward(const at::Tensor& g, at::Tensor& dx, const PoolShape& s);
+  static void lp_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& y, at::Tensor& dx,
+                          const PoolShape& s);
 };
 
 }  // namespace pool

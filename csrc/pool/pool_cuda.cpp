@@ -27,6 +27,12 @@ struct CudaBackend {
     TD_CHECK_LAUNCH(launch_avg_backward(to_dtype(g.scalar_type()), g.const_data_ptr(), dx.data_ptr(), s,
                                         current_stream()));
   }
+  static void lp_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& y, at::Tensor& dx,
+                          const PoolShape& s) {
+    c10::cuda::CUDAGuard guard(g.device());
+    TD_CHECK_LAUNCH(launch_lp_backward(to_dtype(g.scalar_type()), g.const_data_ptr(), x.const_data_ptr(),
+                                       y.const_data_ptr(), dx.data_ptr(), s, current_stream()));
+  }
 };
 
 }  // namespace

@@ -1,12 +1,19 @@
-// The pooling family's ops, written once over a backend (CPU or CUDA). pool.cpp declares the schemas; each
-// backend file calls register_pool_impls<Backend>(m). A backend provides, on 4-D dense tensors of one layout
-// (NCHW-contiguous or channels_last, told by PoolShape::channels_last), shapes with N * C * H * W > 0:
-//   static void max_forward(const Tensor& x, Tensor& y, Tensor& indices, const PoolShape&);
+// The pooling family's ops, written once over a backend (CPU or CUDA) and the pooling rank R (1, 2, 3).
+// pool.cpp declares the schemas; each backend file calls register_pool_impls<Backend>(m). A rank-R op takes
+// an unbatched (C, *spatial) or batched (N, C, *spatial) input and runs as the 5-D problem of PoolShape
+// (pool_kernels.h), the unused leading spatial axes of size 1. A backend provides, on dense tensors of one
+// layout (NCDHW-contiguous or channels-last, told by PoolShape::channels_last), shapes with N * C * volume > 0:
+//   static void max_forward(const Tensor& x, Tensor& y, Tensor& indices, const PoolShape&);  // max, adaptive max
 //   static void max_backward(const Tensor& g, const Tensor& indices, Tensor& dx, const PoolShape&);
-//   static void avg_forward(const Tensor& x, Tensor& y, const PoolShape&);    // avg and adaptive avg
-//   static void avg_backward(const Tensor& g, Tensor& dx, const PoolShape&);
+//   static void avg_forward(const Tensor& x, Tensor& y, const PoolShape&);   // avg, adaptive avg, lp
+//   static void avg_backward(const Tensor& g, Tensor& dx, const PoolShape&); // avg, adaptive avg
+//   static void lp_backward(const Tensor& g, const Tensor& x, const Tensor& y, Tensor& dx, const PoolShape&);
 #pragma once
 #include <torch/library.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
 
 #include "common/tensor_utils.h"
 #include "pool/pool_kernels.h"
@@ -23,191 +30,363 @@ inline int64_t output_size(int64_t in, int64_t k, int64_t pad, int64_t stride, i
   return out;
 }
 
-inline void check_pair(at::IntArrayRef v, const char* op, const char* arg, int64_t min_value) {
-  TORCH_CHECK(v.size() == 2, op, ": expected ", arg, " to have 2 elements, but got ", v.size());
-  TORCH_CHECK(v[0] >= min_value && v[1] >= min_value, op, ": expected ", arg, " to be ",
-              min_value == 0 ? "non-negative" : "positive", ", but got ", v);
+inline void check_list(at::IntArrayRef v, int64_t R, const char* op, const char* arg, int64_t min_value) {
+  TORCH_CHECK(int64_t(v.size()) == R, op, ": expected ", arg, " to have ", R, " element", R > 1 ? "s" : "",
+              ", but got ", v.size());
+  for (const int64_t e : v)
+    TORCH_CHECK(e >= min_value, op, ": expected ", arg, " to be ", min_value == 0 ? "non-negative" : "positive",
+                ", but got ", v);
 }
 
-inline void check_input(const at::Tensor& x, const char* op) {
+inline const char* input_ranks(int R) {
+  switch (R) {
+    case 1: return "2-D (C, L) or 3-D (N, C, L)";
+    case 2: return "3-D (C, H, W) or 4-D (N, C, H, W)";
+    default: return "4-D (C, D, H, W) or 5-D (N, C, D, H, W)";
+  }
+}
+
+// A batched input may have N = 0; channels and spatial sizes must be non-zero (PyTorch's rule).
+template <int R>
+void check_input(const at::Tensor& x, const char* op) {
   check_floating(x, op, "input");
-  const bool ok = (x.dim() == 3 && x.numel() > 0) ||
-                  (x.dim() == 4 && x.size(1) > 0 && x.size(2) > 0 && x.size(3) > 0);
-  TORCH_CHECK(ok, op, ": expected input to be 3-D (C, H, W) or 4-D (N, C, H, W) with non-zero C, H and W, but got ",
+  bool ok = x.dim() == R + 1 || x.dim() == R + 2;
+  for (int64_t d = x.dim() - R - 1; ok && d < x.dim(); ++d) ok = x.size(d) > 0;
+  TORCH_CHECK(ok, op, ": expected input to be ", input_ranks(R), " with non-zero channels and spatial sizes, but got ",
               x.sizes());
 }
 
-// The input as a dense 4-D tensor in the layout the output will take: channels_last when the 4-D input
-// suggests it (as PyTorch), NCHW-contiguous otherwise.
-inline at::Tensor as_4d(const at::Tensor& x) {
-  if (x.dim() == 3) return x.contiguous().unsqueeze(0);
-  const auto fmt = x.suggest_memory_format();
-  return x.contiguous(fmt);
+// `t` (shaped as an input or an output of a rank-R op) dense in the layout the op computes in: channels-last
+// (C innermost in memory) or contiguous.
+template <int R>
+at::Tensor in_layout(const at::Tensor& t, bool channels_last) {
+  if (!channels_last) return t.contiguous();
+  if constexpr (R == 1) return t.transpose(1, 2).contiguous().transpose(1, 2);  // (N, L, C) in memory
+  else return t.contiguous(R == 2 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d);
 }
 
-inline at::Tensor empty_out(const at::Tensor& x4, int64_t OH, int64_t OW, at::ScalarType t) {
-  return at::empty({x4.size(0), x4.size(1), OH, OW}, x4.options().dtype(t).memory_format(x4.suggest_memory_format()));
+// Whether a rank-R op computes in channels-last: as PyTorch, when a batched input suggests that memory format
+// (for 1-D: when its (N, C, 1, L) view does); unbatched inputs run contiguous.
+template <int R>
+bool wants_channels_last(const at::Tensor& x) {
+  if (x.dim() != R + 2) return false;
+  if constexpr (R == 1) return x.unsqueeze(-2).suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+  else if constexpr (R == 2) return x.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+  else return x.suggest_memory_format() == at::MemoryFormat::ChannelsLast3d;
 }
 
-inline PoolShape base_shape(const at::Tensor& x4) {
+// A new tensor of `sizes` (the input's leading sizes, then spatial ones) in the layout of the computation.
+template <int R>
+at::Tensor empty_in_layout(std::vector<int64_t> sizes, const at::TensorOptions& opts, bool channels_last) {
+  if (!channels_last) return at::empty(sizes, opts);
+  if constexpr (R == 1) return at::empty({sizes[0], sizes[2], sizes[1]}, opts).transpose(1, 2);
+  else return at::empty(sizes, opts.memory_format(R == 2 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d));
+}
+
+// An output of the op: the input's leading (N, C) sizes and the output's spatial sizes.
+template <int R>
+at::Tensor empty_output(const at::Tensor& xd, const PoolShape& s, at::ScalarType t) {
+  std::vector<int64_t> sizes(xd.sizes().begin(), xd.sizes().end() - R);
+  for (int i = 3 - R; i < 3; ++i) sizes.push_back(s.ax[i].out);
+  return empty_in_layout<R>(sizes, xd.options().dtype(t), s.channels_last);
+}
+
+// A gradient of the input (strides fixed by the layout alone, whatever the input's strides of size-1 dims).
+template <int R>
+at::Tensor empty_input(const at::Tensor& xd, const PoolShape& s) {
+  return empty_in_layout<R>(xd.sizes().vec(), xd.options(), s.channels_last);
+}
+
+// The op's input made dense in its layout, and the shape's batch, channels and input sizes.
+template <int R>
+at::Tensor prepare_input(const at::Tensor& x, PoolShape& s) {
+  s.channels_last = wants_channels_last<R>(x);
+  s.N = x.dim() == R + 2 ? x.size(0) : 1;
+  s.C = x.size(-R - 1);
+  for (int i = 0; i < R; ++i) s.ax[3 - R + i].in = x.size(-R + i);
+  return in_layout<R>(x, s.channels_last);
+}
+
+// kernel/stride/padding/dilation checks (PyTorch's rules) and the output sizes. PyTorch's avg_pool3d (and so
+// lp_pool3d) also wants the input at least as large as the kernel, padding or not: `input_at_least_kernel`.
+template <int R>
+PoolShape window_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
+                       at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode, bool input_at_least_kernel = false) {
+  check_input<R>(x, op);
+  check_list(k, R, op, "kernel_size", 1);
+  check_list(st, R, op, "stride", 1);
+  check_list(pad, R, op, "padding", 0);
+  check_list(dil, R, op, "dilation", 1);
+  for (int i = 0; i < R; ++i)
+    TORCH_CHECK(pad[i] <= k[i] / 2, op, ": expected padding to be at most half of kernel_size, but got padding=", pad,
+                " and kernel_size=", k);
+  if (input_at_least_kernel) {
+    bool ok = true;
+    for (int i = 0; i < R; ++i) ok = ok && x.size(-R + i) >= k[i];
+    TORCH_CHECK(ok, op, ": input size ", x.sizes().slice(x.dim() - R), " is smaller than kernel_size ", k);
+  }
   PoolShape s;
-  s.N = x4.size(0), s.C = x4.size(1), s.H = x4.size(2), s.W = x4.size(3);
-  s.channels_last = x4.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+  std::vector<int64_t> in, out;
+  for (int i = 0; i < R; ++i) {
+    Axis& a = s.ax[3 - R + i];
+    a.in = x.size(-R + i);
+    a.k = k[i], a.s = st[i], a.p = pad[i], a.d = dil[i];
+    a.out = output_size(a.in, a.k, a.p, a.s, a.d, ceil_mode);
+    in.push_back(a.in);
+    out.push_back(a.out);
+  }
+  bool ok = true;
+  for (const int64_t o : out) ok = ok && o > 0;
+  TORCH_CHECK(ok, op, ": output size is too small: input size ", at::IntArrayRef(in), " gives output size ",
+              at::IntArrayRef(out));
   return s;
 }
 
-// kernel/stride/padding/dilation checks (PyTorch's rules) and the output size.
-inline PoolShape window_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
-                              at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
-  check_input(x, op);
-  check_pair(k, op, "kernel_size", 1);
-  check_pair(st, op, "stride", 1);
-  check_pair(pad, op, "padding", 0);
-  check_pair(dil, op, "dilation", 1);
-  TORCH_CHECK(pad[0] <= k[0] / 2 && pad[1] <= k[1] / 2, op,
-              ": expected padding to be at most half of kernel_size, but got padding=", pad, " and kernel_size=", k);
-  const int64_t H = x.size(-2), W = x.size(-1);
-  const int64_t OH = output_size(H, k[0], pad[0], st[0], dil[0], ceil_mode);
-  const int64_t OW = output_size(W, k[1], pad[1], st[1], dil[1], ceil_mode);
-  TORCH_CHECK(OH > 0 && OW > 0, op, ": output size is too small: input size (", H, ", ", W,
-              ") gives output size (", OH, ", ", OW, ")");
-  PoolShape s;
-  s.H = H, s.W = W, s.OH = OH, s.OW = OW;
-  s.kh = k[0], s.kw = k[1], s.sh = st[0], s.sw = st[1], s.ph = pad[0], s.pw = pad[1], s.dh = dil[0], s.dw = dil[1];
-  return s;
+// grad_output (or indices, or the forward's output) checked against the output's shape, in the op's layout.
+template <int R>
+at::Tensor like_output(const char* op, const at::Tensor& t, const at::Tensor& x, const PoolShape& s, const char* arg) {
+  std::vector<int64_t> want(x.sizes().begin(), x.sizes().end() - R);
+  for (int i = 3 - R; i < 3; ++i) want.push_back(s.ax[i].out);
+  TORCH_CHECK(t.sizes() == at::IntArrayRef(want), op, ": expected ", arg, " to have shape ", at::IntArrayRef(want),
+              ", but got ", t.sizes());
+  check_same_device(x, t, op, "input", arg);
+  return in_layout<R>(t, s.channels_last);
 }
 
-inline PoolShape with_layout(PoolShape s, const at::Tensor& x4) {
-  const PoolShape b = base_shape(x4);
-  s.N = b.N, s.C = b.C, s.channels_last = b.channels_last;
-  return s;
-}
-
-inline at::Tensor back_to_rank(const at::Tensor& t, int64_t rank) { return rank == 3 ? t.squeeze(0) : t; }
-
-// grad_output (and indices) as 4-D tensors laid out as the forward's output.
-inline at::Tensor grad_as_4d(const char* op, const at::Tensor& g, const at::Tensor& x, const PoolShape& s,
-                             const char* arg) {
-  std::vector<int64_t> want = {s.N, s.C, s.OH, s.OW};
-  if (x.dim() == 3) want.erase(want.begin());
-  TORCH_CHECK(g.sizes() == at::IntArrayRef(want), op, ": expected ", arg, " to have shape ", at::IntArrayRef(want),
-              ", but got ", g.sizes());
-  const at::Tensor g4 = x.dim() == 3 ? g.unsqueeze(0) : g;
-  return g4.contiguous(s.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
-}
-
-template <class B>
-std::tuple<at::Tensor, at::Tensor> max_pool2d(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
-                                              at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
-  const char* op = "torch_dnn.max_pool2d";
-  PoolShape s = window_shape(op, x, k, st, pad, dil, ceil_mode);
-  const at::Tensor x4 = as_4d(x);
-  s = with_layout(s, x4);
-  at::Tensor y = empty_out(x4, s.OH, s.OW, x.scalar_type());
-  at::Tensor idx = empty_out(x4, s.OH, s.OW, at::kLong);
-  if (y.numel() > 0) B::max_forward(x4, y, idx, s);
-  return {back_to_rank(y, x.dim()), back_to_rank(idx, x.dim())};
-}
-
-template <class B>
-at::Tensor max_pool2d_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& indices,
-                               at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad, at::IntArrayRef dil,
-                               bool ceil_mode) {
-  const char* op = "torch_dnn.max_pool2d_backward";
-  PoolShape s = window_shape(op, x, k, st, pad, dil, ceil_mode);
+inline void check_grad(const char* op, const at::Tensor& g, const at::Tensor& x) {
   check_same_dtype(x, g, op, "input", "grad_output");
   check_same_device(x, g, op, "input", "grad_output");
-  check_same_device(x, indices, op, "input", "indices");
-  TORCH_CHECK(indices.scalar_type() == at::kLong, op, ": expected indices to be int64, but got ", indices.scalar_type());
-  const at::Tensor x4 = as_4d(x);
-  s = with_layout(s, x4);
-  const at::Tensor g4 = grad_as_4d(op, g, x, s, "grad_output");
-  const at::Tensor i4 = grad_as_4d(op, indices, x, s, "indices");
-  at::Tensor dx = at::empty_like(x4);
-  if (dx.numel() > 0) B::max_backward(g4, i4, dx, s);
-  return back_to_rank(dx, x.dim());
 }
 
-inline PoolShape avg_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
-                           at::IntArrayRef pad, bool ceil_mode, bool count_include_pad, c10::optional<int64_t> div) {
-  const int64_t one[2] = {1, 1};
-  PoolShape s = window_shape(op, x, k, st, pad, one, ceil_mode);
+inline void check_indices(const char* op, const at::Tensor& indices) {
+  TORCH_CHECK(indices.scalar_type() == at::kLong, op, ": expected indices to be int64, but got ",
+              indices.scalar_type());
+}
+
+inline std::string op_name(const char* base, int R, const char* suffix = "") {
+  return std::string("torch_dnn.") + base + std::to_string(R) + "d" + suffix;
+}
+
+// ---- max_pool ----
+
+template <class B, int R>
+std::tuple<at::Tensor, at::Tensor> max_pool(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
+                                            at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
+  const std::string op = op_name("max_pool", R);
+  PoolShape s = window_shape<R>(op.c_str(), x, k, st, pad, dil, ceil_mode);
+  const at::Tensor xd = prepare_input<R>(x, s);
+  at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
+  at::Tensor idx = empty_output<R>(xd, s, at::kLong);
+  if (y.numel() > 0) B::max_forward(xd, y, idx, s);
+  return {y, idx};
+}
+
+template <class B, int R>
+at::Tensor max_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& indices, at::IntArrayRef k,
+                             at::IntArrayRef st, at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
+  const std::string op = op_name("max_pool", R, "_backward");
+  PoolShape s = window_shape<R>(op.c_str(), x, k, st, pad, dil, ceil_mode);
+  check_grad(op.c_str(), g, x);
+  check_indices(op.c_str(), indices);
+  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
+  const at::Tensor id = like_output<R>(op.c_str(), indices, x, s, "indices");
+  at::Tensor dx = empty_input<R>(xd, s);
+  if (dx.numel() > 0) B::max_backward(gd, id, dx, s);
+  return dx;
+}
+
+// ---- avg_pool ----
+
+template <int R>
+PoolShape avg_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad,
+                    bool ceil_mode, bool count_include_pad, std::optional<int64_t> div) {
+  const std::vector<int64_t> one(R, 1);
+  PoolShape s = window_shape<R>(op, x, k, st, pad, one, ceil_mode, R == 3);
   TORCH_CHECK(!div.has_value() || *div != 0, op, ": expected divisor_override to be non-zero");
   s.count_include_pad = count_include_pad;
   s.divisor_override = div.value_or(0);
   return s;
 }
 
-template <class B>
-at::Tensor avg_pool2d(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad, bool ceil_mode,
-                      bool count_include_pad, c10::optional<int64_t> div) {
-  PoolShape s = avg_shape("torch_dnn.avg_pool2d", x, k, st, pad, ceil_mode, count_include_pad, div);
-  const at::Tensor x4 = as_4d(x);
-  s = with_layout(s, x4);
-  at::Tensor y = empty_out(x4, s.OH, s.OW, x.scalar_type());
-  if (y.numel() > 0) B::avg_forward(x4, y, s);
-  return back_to_rank(y, x.dim());
+template <class B, int R>
+at::Tensor avg_pool(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad, bool ceil_mode,
+                    bool count_include_pad, std::optional<int64_t> div) {
+  const std::string op = op_name("avg_pool", R);
+  PoolShape s = avg_shape<R>(op.c_str(), x, k, st, pad, ceil_mode, count_include_pad, div);
+  const at::Tensor xd = prepare_input<R>(x, s);
+  at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
+  if (y.numel() > 0) B::avg_forward(xd, y, s);
+  return y;
 }
 
-template <class B>
-at::Tensor avg_pool2d_backward(const at::Tensor& g, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
-                               at::IntArrayRef pad, bool ceil_mode, bool count_include_pad,
-                               c10::optional<int64_t> div) {
-  const char* op = "torch_dnn.avg_pool2d_backward";
-  PoolShape s = avg_shape(op, x, k, st, pad, ceil_mode, count_include_pad, div);
-  check_same_dtype(x, g, op, "input", "grad_output");
-  check_same_device(x, g, op, "input", "grad_output");
-  const at::Tensor x4 = as_4d(x);
-  s = with_layout(s, x4);
-  const at::Tensor g4 = grad_as_4d(op, g, x, s, "grad_output");
-  at::Tensor dx = at::empty_like(x4);
-  if (dx.numel() > 0) B::avg_backward(g4, dx, s);
-  return back_to_rank(dx, x.dim());
+template <class B, int R>
+at::Tensor avg_pool_backward(const at::Tensor& g, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
+                             at::IntArrayRef pad, bool ceil_mode, bool count_include_pad, std::optional<int64_t> div) {
+  const std::string op = op_name("avg_pool", R, "_backward");
+  PoolShape s = avg_shape<R>(op.c_str(), x, k, st, pad, ceil_mode, count_include_pad, div);
+  check_grad(op.c_str(), g, x);
+  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
+  at::Tensor dx = empty_input<R>(xd, s);
+  if (dx.numel() > 0) B::avg_backward(gd, dx, s);
+  return dx;
 }
 
-inline PoolShape adaptive_shape(const char* op, const at::Tensor& x, at::IntArrayRef out) {
-  check_input(x, op);
-  check_pair(out, op, "output_size", 1);
-  const at::Tensor x4 = as_4d(x);
-  PoolShape s = base_shape(x4);
-  s.OH = out[0], s.OW = out[1];
+// ---- adaptive pooling ----
+
+template <int R>
+PoolShape adaptive_shape(const char* op, const at::Tensor& x, at::IntArrayRef out) {
+  check_input<R>(x, op);
+  check_list(out, R, op, "output_size", 0);  // as PyTorch, 0 gives an empty output
+  PoolShape s;
+  for (int i = 0; i < R; ++i) s.ax[3 - R + i].out = out[i];
   s.adaptive = true;
   return s;
 }
 
-template <class B>
-at::Tensor adaptive_avg_pool2d(const at::Tensor& x, at::IntArrayRef out) {
-  const PoolShape s = adaptive_shape("torch_dnn.adaptive_avg_pool2d", x, out);
-  const at::Tensor x4 = as_4d(x);
-  at::Tensor y = empty_out(x4, s.OH, s.OW, x.scalar_type());
-  if (y.numel() > 0) B::avg_forward(x4, y, s);
-  return back_to_rank(y, x.dim());
+// The output size of an adaptive op's backward, from grad_output.
+template <int R>
+std::vector<int64_t> adaptive_grad_size(const char* op, const at::Tensor& g, const at::Tensor& x) {
+  TORCH_CHECK(g.dim() == x.dim(), op, ": expected grad_output to have the rank of input (", x.dim(), "), but got ",
+              g.dim());
+  return std::vector<int64_t>(g.sizes().end() - R, g.sizes().end());
 }
 
-template <class B>
-at::Tensor adaptive_avg_pool2d_backward(const at::Tensor& g, const at::Tensor& x) {
-  const char* op = "torch_dnn.adaptive_avg_pool2d_backward";
-  TORCH_CHECK(g.dim() == x.dim() && g.dim() >= 2, op, ": expected grad_output to have the rank of input (", x.dim(),
-              "), but got ", g.dim());
-  const int64_t out[2] = {g.size(-2), g.size(-1)};
-  const PoolShape s = adaptive_shape(op, x, out);
-  check_same_dtype(x, g, op, "input", "grad_output");
-  check_same_device(x, g, op, "input", "grad_output");
-  const at::Tensor x4 = as_4d(x);
-  const at::Tensor g4 = grad_as_4d(op, g, x, s, "grad_output");
-  at::Tensor dx = at::empty_like(x4);
-  if (dx.numel() > 0) B::avg_backward(g4, dx, s);
-  return back_to_rank(dx, x.dim());
+template <class B, int R>
+at::Tensor adaptive_avg_pool(const at::Tensor& x, at::IntArrayRef out) {
+  const std::string op = op_name("adaptive_avg_pool", R);
+  PoolShape s = adaptive_shape<R>(op.c_str(), x, out);
+  const at::Tensor xd = prepare_input<R>(x, s);
+  at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
+  if (y.numel() > 0) B::avg_forward(xd, y, s);
+  return y;
+}
+
+template <class B, int R>
+at::Tensor adaptive_avg_pool_backward(const at::Tensor& g, const at::Tensor& x) {
+  const std::string op = op_name("adaptive_avg_pool", R, "_backward");
+  PoolShape s = adaptive_shape<R>(op.c_str(), x, adaptive_grad_size<R>(op.c_str(), g, x));
+  check_grad(op.c_str(), g, x);
+  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
+  at::Tensor dx = empty_input<R>(xd, s);
+  if (dx.numel() > 0) B::avg_backward(gd, dx, s);
+  return dx;
+}
+
+template <class B, int R>
+std::tuple<at::Tensor, at::Tensor> adaptive_max_pool(const at::Tensor& x, at::IntArrayRef out) {
+  const std::string op = op_name("adaptive_max_pool", R);
+  PoolShape s = adaptive_shape<R>(op.c_str(), x, out);
+  const at::Tensor xd = prepare_input<R>(x, s);
+  at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
+  at::Tensor idx = empty_output<R>(xd, s, at::kLong);
+  if (y.numel() > 0) B::max_forward(xd, y, idx, s);
+  return {y, idx};
+}
+
+template <class B, int R>
+at::Tensor adaptive_max_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& indices) {
+  const std::string op = op_name("adaptive_max_pool", R, "_backward");
+  PoolShape s = adaptive_shape<R>(op.c_str(), x, adaptive_grad_size<R>(op.c_str(), g, x));
+  check_grad(op.c_str(), g, x);
+  check_indices(op.c_str(), indices);
+  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
+  const at::Tensor id = like_output<R>(op.c_str(), indices, x, s, "indices");
+  at::Tensor dx = empty_input<R>(xd, s);
+  if (dx.numel() > 0) B::max_backward(gd, id, dx, s);
+  return dx;
+}
+
+// ---- lp_pool: PyTorch's avg_pool(x^p) (padding 0, dilation 1) -> (avg * kernel numel)^(1/p) ----
+
+template <int R>
+PoolShape lp_shape(const char* op, const at::Tensor& x, double norm_type, at::IntArrayRef k, at::IntArrayRef st,
+                   bool ceil_mode) {
+  TORCH_CHECK(std::isfinite(norm_type) && norm_type != 0, op, ": expected norm_type to be finite and non-zero, but got ",
+              norm_type);
+  const std::vector<int64_t> zero(R, 0), one(R, 1);
+  PoolShape s = window_shape<R>(op, x, k, st, zero, one, ceil_mode, R == 3);
+  s.norm_type = norm_type;
+  return s;
+}
+
+template <class B, int R>
+at::Tensor lp_pool(const at::Tensor& x, double norm_type, at::IntArrayRef k, at::IntArrayRef st, bool ceil_mode) {
+  const std::string op = op_name("lp_pool", R);
+  PoolShape s = lp_shape<R>(op.c_str(), x, norm_type, k, st, ceil_mode);
+  const at::Tensor xd = prepare_input<R>(x, s);
+  at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
+  if (y.numel() > 0) B::avg_forward(xd, y, s);
+  return y;
+}
+
+template <class B, int R>
+at::Tensor lp_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& y, double norm_type,
+                            at::IntArrayRef k, at::IntArrayRef st, bool ceil_mode) {
+  const std::string op = op_name("lp_pool", R, "_backward");
+  PoolShape s = lp_shape<R>(op.c_str(), x, norm_type, k, st, ceil_mode);
+  check_grad(op.c_str(), g, x);
+  check_same_dtype(x, y, op.c_str(), "input", "output");
+  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
+  const at::Tensor yd = like_output<R>(op.c_str(), y, x, s, "output");
+  at::Tensor dx = empty_input<R>(xd, s);
+  if (dx.numel() > 0) B::lp_backward(gd, xd, yd, dx, s);
+  return dx;
+}
+
+// ---- schemas and registration: the same templates for every rank ----
+
+// Every op exists for ranks 1, 2 and 3 (max_pool1d, max_pool2d, max_pool3d, ...), its size arguments lists of
+// that length (normalised in Python). In the schemas below "{r}" and "{n}" both stand for the rank.
+inline void define_pool_schemas(torch::Library& m) {
+  const char* schemas[] = {
+      // (output, indices): indices are flat (d * H + h) * W + w positions within each (n, c) volume, as PyTorch's
+      "max_pool{r}d(Tensor self, int[{n}] kernel_size, int[{n}] stride, int[{n}] padding, int[{n}] dilation, bool ceil_mode) -> (Tensor, Tensor)",
+      "max_pool{r}d_backward(Tensor grad_output, Tensor self, Tensor indices, int[{n}] kernel_size, int[{n}] stride, int[{n}] padding, int[{n}] dilation, bool ceil_mode) -> Tensor",
+      "avg_pool{r}d(Tensor self, int[{n}] kernel_size, int[{n}] stride, int[{n}] padding, bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor",
+      "avg_pool{r}d_backward(Tensor grad_output, Tensor self, int[{n}] kernel_size, int[{n}] stride, int[{n}] padding, bool ceil_mode, bool count_include_pad, int? divisor_override) -> Tensor",
+      "adaptive_avg_pool{r}d(Tensor self, int[{n}] output_size) -> Tensor",
+      "adaptive_avg_pool{r}d_backward(Tensor grad_output, Tensor self) -> Tensor",
+      "adaptive_max_pool{r}d(Tensor self, int[{n}] output_size) -> (Tensor, Tensor)",
+      "adaptive_max_pool{r}d_backward(Tensor grad_output, Tensor self, Tensor indices) -> Tensor",
+      // PyTorch's lp_pool: (avg_pool(x^p) * kernel numel)^(1/p), padding 0; norm_type finite and non-zero
+      "lp_pool{r}d(Tensor self, float norm_type, int[{n}] kernel_size, int[{n}] stride, bool ceil_mode) -> Tensor",
+      "lp_pool{r}d_backward(Tensor grad_output, Tensor self, Tensor output, float norm_type, int[{n}] kernel_size, int[{n}] stride, bool ceil_mode) -> Tensor",
+  };
+  for (int rank = 1; rank <= 3; ++rank) {
+    const std::string r = std::to_string(rank);
+    for (const char* schema : schemas) {
+      std::string s = schema;
+      for (size_t at = s.find('{'); at != std::string::npos; at = s.find('{', at)) s.replace(at, 3, r);
+      m.def(s.c_str());
+    }
+  }
+}
+
+template <class B, int R>
+void register_rank(torch::Library& m) {
+  const std::string r = std::to_string(R) + "d";
+  m.impl(("max_pool" + r).c_str(), &max_pool<B, R>);
+  m.impl(("max_pool" + r + "_backward").c_str(), &max_pool_backward<B, R>);
+  m.impl(("avg_pool" + r).c_str(), &avg_pool<B, R>);
+  m.impl(("avg_pool" + r + "_backward").c_str(), &avg_pool_backward<B, R>);
+  m.impl(("adaptive_avg_pool" + r).c_str(), &adaptive_avg_pool<B, R>);
+  m.impl(("adaptive_avg_pool" + r + "_backward").c_str(), &adaptive_avg_pool_backward<B, R>);
+  m.impl(("adaptive_max_pool" + r).c_str(), &adaptive_max_pool<B, R>);
+  m.impl(("adaptive_max_pool" + r + "_backward").c_str(), &adaptive_max_pool_backward<B, R>);
+  m.impl(("lp_pool" + r).c_str(), &lp_pool<B, R>);
+  m.impl(("lp_pool" + r + "_backward").c_str(), &lp_pool_backward<B, R>);
 }
 
 template <class B>
 void register_pool_impls(torch::Library& m) {
-  m.impl("max_pool2d", &max_pool2d<B>);
-  m.impl("max_pool2d_backward", &max_pool2d_backward<B>);
-  m.impl("avg_pool2d", &avg_pool2d<B>);
-  m.impl("avg_pool2d_backward", &avg_pool2d_backward<B>);
-  m.impl("adaptive_avg_pool2d", &adaptive_avg_pool2d<B>);
-  m.impl("adaptive_avg_pool2d_backward", &adaptive_avg_pool2d_backward<B>);
+  register_rank<B, 1>(m);
+  register_rank<B, 2>(m);
+  register_rank<B, 3>(m);
 }
 
 }  // namespace pool

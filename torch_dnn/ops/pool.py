@@ -1,15 +1,25 @@
-"""Pooling family: max_pool2d (with PyTorch's indices), avg_pool2d, adaptive_avg_pool2d. Fake kernels (mirroring
-the C++ shape and layout rules in csrc/pool/pool_ops.h), autograd (backward = torch_dnn ops), and functional
-wrappers mirroring torch.nn.functional. No autocast: PyTorch runs pooling in the input's dtype."""
+"""Pooling family, ranks 1 to 3: max_pool (with PyTorch's indices), avg_pool, adaptive_avg_pool,
+adaptive_max_pool, lp_pool. Fake kernels (mirroring the C++ shape and layout rules in csrc/pool/pool_ops.h),
+autograd (backward = torch_dnn ops), and functional wrappers mirroring torch.nn.functional. Each op exists per
+rank (max_pool1d, max_pool2d, max_pool3d, ...); the registrations below are made once for every rank. No
+autocast: PyTorch runs pooling in the input's dtype."""
+import math
+
 import torch
 from torch._prims_common import suggest_memory_format
 
 from torch_dnn.ops._registry import add_family
 
 _ops = torch.ops.torch_dnn
+RANKS = (1, 2, 3)
+KINDS = ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "lp_pool")
 
 
-# ---- shapes and layout: mirror output_size / as_4d / empty_out in csrc/pool/pool_ops.h ----
+def _op(kind, r, backward=False):
+    return getattr(_ops, f"{kind}{r}d{'_backward' if backward else ''}")
+
+
+# ---- shapes and layout: mirror output_size / wants_channels_last / empty_in_layout in csrc/pool/pool_ops.h ----
 
 def _out_size(size, k, pad, stride, dil, ceil_mode):
     num = size + 2 * pad - dil * (k - 1) - 1 + (stride - 1 if ceil_mode else 0)
@@ -19,145 +29,255 @@ def _out_size(size, k, pad, stride, dil, ceil_mode):
     return out
 
 
-def _empty_out(x, oh, ow, dtype=None):
-    """The output as the op makes it: channels_last when the 4-D input suggests it, 3-D inputs contiguous."""
+def _channels_last(x, r):
+    """Whether a rank-r op computes (and returns) channels-last: a batched input suggesting it, as PyTorch."""
+    if x.dim() != r + 2:
+        return False
+    if r == 1:
+        return suggest_memory_format(x.unsqueeze(-2)) == torch.channels_last
+    return suggest_memory_format(x) == (torch.channels_last if r == 2 else torch.channels_last_3d)
+
+
+def _empty(x, r, spatial, dtype=None):
+    """A tensor of x's leading sizes and `spatial` sizes, laid out as the op lays out its results."""
+    sizes = tuple(x.shape[:-r]) + tuple(spatial)
     dtype = dtype or x.dtype
-    if x.dim() == 3:
-        return x.new_empty((x.shape[0], oh, ow), dtype=dtype)
-    x4 = x.contiguous(memory_format=suggest_memory_format(x))
-    return torch.empty((x.shape[0], x.shape[1], oh, ow), dtype=dtype, device=x.device,
-                       memory_format=suggest_memory_format(x4))
+    if not _channels_last(x, r):
+        return x.new_empty(sizes, dtype=dtype)
+    if r == 1:
+        return x.new_empty((sizes[0], sizes[2], sizes[1]), dtype=dtype).transpose(1, 2)
+    fmt = torch.channels_last if r == 2 else torch.channels_last_3d
+    return torch.empty(sizes, dtype=dtype, device=x.device, memory_format=fmt)
 
 
-def _empty_input_like(x):
-    if x.dim() == 3:
-        return torch.empty_like(x, memory_format=torch.contiguous_format)
-    return torch.empty_like(x.contiguous(memory_format=suggest_memory_format(x)))
+def _window_out(x, r, k, s, p, d, ceil_mode):
+    return [_out_size(x.shape[-r + i], k[i], p[i], s[i], d[i], ceil_mode) for i in range(r)]
 
 
-def _window_out(x, k, s, p, d, ceil_mode):
-    return (_out_size(x.shape[-2], k[0], p[0], s[0], d[0], ceil_mode),
-            _out_size(x.shape[-1], k[1], p[1], s[1], d[1], ceil_mode))
+def _register_fakes(r):
+    def max_pool(x, kernel_size, stride, padding, dilation, ceil_mode):
+        out = _window_out(x, r, kernel_size, stride, padding, dilation, ceil_mode)
+        return _empty(x, r, out), _empty(x, r, out, torch.int64)
 
+    def avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+        return _empty(x, r, _window_out(x, r, kernel_size, stride, padding, (1,) * r, ceil_mode))
 
-@torch.library.register_fake("torch_dnn::max_pool2d")
-def _max_pool2d_fake(x, kernel_size, stride, padding, dilation, ceil_mode):
-    oh, ow = _window_out(x, kernel_size, stride, padding, dilation, ceil_mode)
-    return _empty_out(x, oh, ow), _empty_out(x, oh, ow, torch.int64)
+    def adaptive_avg_pool(x, output_size):
+        return _empty(x, r, output_size)
 
+    def adaptive_max_pool(x, output_size):
+        return _empty(x, r, output_size), _empty(x, r, output_size, torch.int64)
 
-@torch.library.register_fake("torch_dnn::max_pool2d_backward")
-def _max_pool2d_backward_fake(grad, x, indices, kernel_size, stride, padding, dilation, ceil_mode):
-    return _empty_input_like(x)
+    def lp_pool(x, norm_type, kernel_size, stride, ceil_mode):
+        return _empty(x, r, _window_out(x, r, kernel_size, stride, (0,) * r, (1,) * r, ceil_mode))
 
+    def backward(grad, x, *args):
+        return _empty(x, r, x.shape[-r:])
 
-@torch.library.register_fake("torch_dnn::avg_pool2d")
-def _avg_pool2d_fake(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    oh, ow = _window_out(x, kernel_size, stride, padding, (1, 1), ceil_mode)
-    return _empty_out(x, oh, ow)
-
-
-@torch.library.register_fake("torch_dnn::avg_pool2d_backward")
-def _avg_pool2d_backward_fake(grad, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    return _empty_input_like(x)
-
-
-@torch.library.register_fake("torch_dnn::adaptive_avg_pool2d")
-def _adaptive_avg_pool2d_fake(x, output_size):
-    return _empty_out(x, output_size[0], output_size[1])
-
-
-@torch.library.register_fake("torch_dnn::adaptive_avg_pool2d_backward")
-def _adaptive_avg_pool2d_backward_fake(grad, x):
-    return _empty_input_like(x)
+    for kind, fn in (("max_pool", max_pool), ("avg_pool", avg_pool), ("adaptive_avg_pool", adaptive_avg_pool),
+                     ("adaptive_max_pool", adaptive_max_pool), ("lp_pool", lp_pool)):
+        torch.library.register_fake(f"torch_dnn::{kind}{r}d")(fn)
+        torch.library.register_fake(f"torch_dnn::{kind}{r}d_backward")(backward)
 
 
 # ---- autograd: every backward is itself a torch_dnn op ----
 
-def _max_setup(ctx, inputs, output):
-    x, *params = inputs
-    ctx.save_for_backward(x, output[1])
-    ctx.params = params
+def _register_autograd(r):
+    def save_input(ctx, inputs, output):
+        x, *params = inputs
+        ctx.save_for_backward(x)
+        ctx.params = params
+
+    def save_input_and_indices(ctx, inputs, output):
+        x, *params = inputs
+        ctx.save_for_backward(x, output[1])
+        ctx.params = params
+
+    def save_input_and_output(ctx, inputs, output):
+        x, *params = inputs
+        ctx.save_for_backward(x, output)
+        ctx.params = params
+
+    def grads(ctx, dx):
+        return (dx,) + (None,) * len(ctx.params)
+
+    def max_pool(ctx, grad, _grad_indices):
+        x, indices = ctx.saved_tensors
+        return grads(ctx, _op("max_pool", r, True)(grad, x, indices, *ctx.params))
+
+    def avg_pool(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grads(ctx, _op("avg_pool", r, True)(grad, x, *ctx.params))
+
+    def adaptive_avg_pool(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grads(ctx, _op("adaptive_avg_pool", r, True)(grad, x))
+
+    def adaptive_max_pool(ctx, grad, _grad_indices):
+        x, indices = ctx.saved_tensors
+        return grads(ctx, _op("adaptive_max_pool", r, True)(grad, x, indices))
+
+    def lp_pool(ctx, grad):
+        x, y = ctx.saved_tensors
+        return grads(ctx, _op("lp_pool", r, True)(grad, x, y, *ctx.params))
+
+    for kind, backward, setup in (("max_pool", max_pool, save_input_and_indices), ("avg_pool", avg_pool, save_input),
+                                  ("adaptive_avg_pool", adaptive_avg_pool, save_input),
+                                  ("adaptive_max_pool", adaptive_max_pool, save_input_and_indices),
+                                  ("lp_pool", lp_pool, save_input_and_output)):
+        torch.library.register_autograd(f"torch_dnn::{kind}{r}d", backward, setup_context=setup)
 
 
-def _max_backward(ctx, grad, _grad_indices):
-    x, indices = ctx.saved_tensors
-    return (_ops.max_pool2d_backward(grad, x, indices, *ctx.params),) + (None,) * len(ctx.params)
+for _r in RANKS:
+    _register_fakes(_r)
+    _register_autograd(_r)
 
-
-def _avg_setup(ctx, inputs, output):
-    x, *params = inputs
-    ctx.save_for_backward(x)
-    ctx.params = params
-
-
-def _avg_backward(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return (_ops.avg_pool2d_backward(grad, x, *ctx.params),) + (None,) * len(ctx.params)
-
-
-def _adaptive_setup(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])
-
-
-def _adaptive_backward(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return _ops.adaptive_avg_pool2d_backward(grad, x), None
-
-
-torch.library.register_autograd("torch_dnn::max_pool2d", _max_backward, setup_context=_max_setup)
-torch.library.register_autograd("torch_dnn::avg_pool2d", _avg_backward, setup_context=_avg_setup)
-torch.library.register_autograd("torch_dnn::adaptive_avg_pool2d", _adaptive_backward, setup_context=_adaptive_setup)
-
-add_family("pool", ["max_pool2d", "max_pool2d_backward", "avg_pool2d", "avg_pool2d_backward",
-                    "adaptive_avg_pool2d", "adaptive_avg_pool2d_backward"])
+add_family("pool", [f"{kind}{r}d{b}" for kind in KINDS for r in RANKS for b in ("", "_backward")])
 
 
 # ---- functional wrappers (torch.nn.functional signatures) ----
 
-def _pair(v, name):
+def _tuple(v, r, name):
+    """An int or a sequence of 1 or r ints, as a tuple of r ints."""
     if isinstance(v, int):
-        return (v, v)
+        return (v,) * r
     v = tuple(v)
     if len(v) == 1:
-        return (v[0], v[0])
-    if len(v) != 2:
-        raise ValueError(f"torch_dnn: expected {name} to be an int or a pair of ints, but got {v}")
+        return v * r
+    if len(v) != r:
+        raise ValueError(f"torch_dnn: expected {name} to be an int or {r} ints, but got {v}")
     return v
 
 
-def _stride(stride, kernel):
+def _stride(stride, kernel, r):
     if stride is None or (not isinstance(stride, int) and len(stride) == 0):
         return kernel
-    return _pair(stride, "stride")
+    return _tuple(stride, r, "stride")
+
+
+def _output_size(input, output_size, r):
+    size = _tuple(output_size, r, "output_size") if output_size is not None else (None,) * r
+    # None keeps the input's size, as in torch.nn.functional
+    return tuple(input.shape[-r + i] if v is None else v for i, v in enumerate(size))
+
+
+def _max_pool(r, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
+    k = _tuple(kernel_size, r, "kernel_size")
+    out, indices = _op("max_pool", r)(input, k, _stride(stride, k, r), _tuple(padding, r, "padding"),
+                                      _tuple(dilation, r, "dilation"), ceil_mode)
+    return (out, indices) if return_indices else out
+
+
+def _avg_pool(r, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    k = _tuple(kernel_size, r, "kernel_size")
+    return _op("avg_pool", r)(input, k, _stride(stride, k, r), _tuple(padding, r, "padding"), ceil_mode,
+                              count_include_pad, divisor_override)
+
+
+def _adaptive_max_pool(r, input, output_size, return_indices):
+    out, indices = _op("adaptive_max_pool", r)(input, _output_size(input, output_size, r))
+    return (out, indices) if return_indices else out
+
+
+def _lp_pool(r, input, norm_type, kernel_size, stride, ceil_mode):
+    if norm_type == 0:
+        raise ValueError(f"torch_dnn.lp_pool{r}d: norm_type must be a non-zero value, but got {norm_type}")
+    if math.isinf(norm_type):
+        # the limit, as torch.nn.functional (2.14) computes it: the max (or min) of |x| over each window
+        out = _max_pool(r, input.abs() if norm_type > 0 else -input.abs(), kernel_size, stride, 0, 1, ceil_mode, False)
+        return out if norm_type > 0 else -out
+    k = _tuple(kernel_size, r, "kernel_size")
+    return _op("lp_pool", r)(input, float(norm_type), k, _stride(stride, k, r), ceil_mode)
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-    k = _pair(kernel_size, "kernel_size")
-    out, indices = _ops.max_pool2d(input, k, _stride(stride, k), _pair(padding, "padding"),
-                                   _pair(dilation, "dilation"), ceil_mode)
-    return (out, indices) if return_indices else out
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool3d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool1d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    return _max_pool(1, input, kernel_size, stride, padding, dilation, ceil_mode, True)
 
 
 def max_pool2d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
                             return_indices=True):
-    return max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode, True)
+    return _max_pool(2, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def max_pool3d_with_indices(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                            return_indices=True):
+    return _max_pool(3, input, kernel_size, stride, padding, dilation, ceil_mode, True)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    return _avg_pool(1, input, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None):
-    k = _pair(kernel_size, "kernel_size")
-    return _ops.avg_pool2d(input, k, _stride(stride, k), _pair(padding, "padding"), ceil_mode, count_include_pad,
-                           divisor_override)
+    return _avg_pool(2, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool(3, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def adaptive_avg_pool1d(input, output_size):
+    return _op("adaptive_avg_pool", 1)(input, _output_size(input, output_size, 1))
 
 
 def adaptive_avg_pool2d(input, output_size):
-    size = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
-    if len(size) == 1:
-        size = (size[0], size[0])
-    # None keeps the input's size, as in torch.nn.functional
-    size = tuple(input.shape[-2 + i] if v is None else v for i, v in enumerate(size))
-    return _ops.adaptive_avg_pool2d(input, size)
+    return _op("adaptive_avg_pool", 2)(input, _output_size(input, output_size, 2))
 
 
-FUNCTIONAL = ["max_pool2d", "max_pool2d_with_indices", "avg_pool2d", "adaptive_avg_pool2d"]
+def adaptive_avg_pool3d(input, output_size):
+    return _op("adaptive_avg_pool", 3)(input, _output_size(input, output_size, 3))
+
+
+def adaptive_max_pool1d(input, output_size, return_indices=False):
+    return _adaptive_max_pool(1, input, output_size, return_indices)
+
+
+def adaptive_max_pool2d(input, output_size, return_indices=False):
+    return _adaptive_max_pool(2, input, output_size, return_indices)
+
+
+def adaptive_max_pool3d(input, output_size, return_indices=False):
+    return _adaptive_max_pool(3, input, output_size, return_indices)
+
+
+def adaptive_max_pool1d_with_indices(input, output_size, return_indices=True):
+    return _adaptive_max_pool(1, input, output_size, True)
+
+
+def adaptive_max_pool2d_with_indices(input, output_size, return_indices=True):
+    return _adaptive_max_pool(2, input, output_size, True)
+
+
+def adaptive_max_pool3d_with_indices(input, output_size, return_indices=True):
+    return _adaptive_max_pool(3, input, output_size, True)
+
+
+def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _lp_pool(1, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool2d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _lp_pool(2, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
+    return _lp_pool(3, input, norm_type, kernel_size, stride, ceil_mode)
+
+
+FUNCTIONAL = [f"{kind}{r}d" for kind in KINDS for r in RANKS] + [
+    f"{kind}{r}d_with_indices" for kind in ("max_pool", "adaptive_max_pool") for r in RANKS]

@@ -2,16 +2,55 @@
 
 PyTorch's CUDA avg_pool2d backward for channels_last inputs with padding > 0 returns wrong input gradients
 (pytorch/pytorch#188344, fixed by #188345 in mid-2026; the device's torch 2.11 still has it): its NHWC kernel
-drops the padding offset when it maps an input pixel to the windows covering it. The reference therefore runs
-channels_last CUDA inputs through the NCHW kernels, which are right, and returns the result in channels_last.
+drops the padding offset when it maps an input pixel to the windows covering it. avg_pool1d runs through
+avg_pool2d, so an (N, L, C)-strided 1-D input meets the same kernel. PyTorch's 3-D avg_pool CUDA kernels
+compute on a contiguous copy (no channels_last_3d kernel in its source), so they should be free of it; the
+reference routes every non-contiguous CUDA input through the contiguous kernels all the same, so that it does
+not depend on that, and returns 4-D results in channels_last as PyTorch's own op does.
+
+PyTorch's CPU avg_pool3d (and so lp_pool3d) has no float16 / bfloat16 kernel: there the reference computes it in
+float32 and rounds the result once, as PyTorch's 2-D kernels (float accumulation) do in those dtypes; lp_pool3d
+runs PyTorch's own formula around that avg_pool3d.
 """
 import torch
 import torch.nn.functional as F
 
 
+def _through_contiguous(fn, x, *args):
+    if not (x.is_cuda and not x.is_contiguous()):
+        return fn(x, *args)
+    y = fn(x.contiguous(), *args)
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        return y.contiguous(memory_format=torch.channels_last)
+    return y
+
+
+def avg_pool1d_reference(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    return _through_contiguous(F.avg_pool1d, x, kernel_size, stride, padding, ceil_mode, count_include_pad)
+
+
 def avg_pool2d_reference(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                          divisor_override=None):
-    cl = x.is_cuda and x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-    y = F.avg_pool2d(x.contiguous() if cl else x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                     divisor_override)
-    return y.contiguous(memory_format=torch.channels_last) if cl else y
+    return _through_contiguous(F.avg_pool2d, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                               divisor_override)
+
+
+def _in_float32_on_cpu(fn, x, *args):
+    if x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):
+        return fn(x, *args)
+    return fn(x.float(), *args).to(x.dtype)
+
+
+def avg_pool3d_reference(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                         divisor_override=None):
+    return _in_float32_on_cpu(lambda x, *a: _through_contiguous(F.avg_pool3d, x, *a), x, kernel_size, stride, padding,
+                              ceil_mode, count_include_pad, divisor_override)
+
+
+def lp_pool3d_reference(x, norm_type, kernel_size, stride=None, ceil_mode=False):
+    """F.lp_pool3d, its avg_pool3d through avg_pool3d_reference where PyTorch has no kernel (its formula)."""
+    if x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):
+        return F.lp_pool3d(x, norm_type, kernel_size, stride, ceil_mode)
+    k = (kernel_size,) * 3 if isinstance(kernel_size, int) else tuple(kernel_size)
+    out = avg_pool3d_reference(x.pow(norm_type), k, stride, 0, ceil_mode)
+    return (torch.sign(out) * torch.relu(torch.abs(out))).mul(k[0] * k[1] * k[2]).pow(1.0 / norm_type)

@@ -1,0 +1,124 @@
+// Runs this project's CUDA kernel sources on the CPU, to test their index arithmetic without a GPU. Included
+// before the kernel sources in a g++ translation unit (TORCH_DNN_EMULATE_CUDA): the CUDA keywords stay host
+// attributes (cuda_runtime.h), the built-in indices become thread-local variables, and a launch runs every
+// block in turn on a pool of blockDim host threads, so that __syncthreads and warp shuffles (block-wide
+// exchanges here: every caller in this project shuffles with the whole block in step) really synchronise.
+// Results are those of the kernels' arithmetic in host float/double: not a model of the GPU's timing, memory
+// model or fast-math units.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <barrier>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+struct EmuDim {
+  unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local EmuDim emu_thread_idx, emu_block_idx;
+inline EmuDim emu_block_dim, emu_grid_dim;
+
+#undef threadIdx
+#undef blockIdx
+#undef blockDim
+#undef gridDim
+#define threadIdx emu_thread_idx
+#define blockIdx emu_block_idx
+#define blockDim emu_block_dim
+#define gridDim emu_grid_dim
+#undef __shared__
+#define __shared__ static  // one block runs at a time: a function-local static is that block's shared memory
+
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
+inline uint32_t __umulhi(uint32_t a, uint32_t b) { return uint32_t((uint64_t(a) * b) >> 32); }
+inline int4 __ldcs(const int4* p) { return *p; }
+inline void __stcs(int4* p, int4 v) { *p = v; }
+
+// blockDim host threads that run one block per job.
+class EmuBlockPool {
+ public:
+  explicit EmuBlockPool(unsigned n) : n_(n), start_(n + 1), done_(n + 1), sync_(n) {
+    for (unsigned t = 0; t < n; ++t)
+      workers_.emplace_back([this, t] {
+        emu_thread_idx = {t, 0, 0};
+        for (;;) {
+          start_.arrive_and_wait();
+          if (quit_) return;
+          emu_block_idx = {block_, 0, 0};
+          job_();
+          done_.arrive_and_wait();
+        }
+      });
+  }
+  ~EmuBlockPool() {
+    quit_ = true;
+    start_.arrive_and_wait();
+    for (auto& w : workers_) w.join();
+  }
+  void run(unsigned block, const std::function<void()>& job) {
+    block_ = block;
+    job_ = job;
+    start_.arrive_and_wait();
+    done_.arrive_and_wait();
+  }
+  void sync() { sync_.arrive_and_wait(); }
+  unsigned size() const { return n_; }
+
+ private:
+  unsigned n_;
+  std::barrier<> start_, done_, sync_;
+  std::vector<std::thread> workers_;
+  std::function<void()> job_;
+  unsigned block_ = 0;
+  bool quit_ = false;
+};
+
+inline EmuBlockPool& emu_pool(unsigned n) {
+  static std::unique_ptr<EmuBlockPool> pool;
+  if (!pool || pool->size() != n) pool = std::make_unique<EmuBlockPool>(n);
+  return *pool;
+}
+
+inline void __syncthreads() { emu_pool(emu_block_dim.x).sync(); }
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
+  static double exchange[1024];
+  const unsigned t = emu_thread_idx.x, w = unsigned(width);
+  exchange[t] = double(v);
+  __syncthreads();
+  const T r = T(exchange[(t & ~(w - 1)) | ((t & (w - 1)) ^ unsigned(lane_mask))]);
+  __syncthreads();
+  return r;
+}
+
+template <typename... P, typename... Args>
+void emulate_launch(void (*kernel)(P...), unsigned grid, unsigned block, Args... args) {
+  emu_grid_dim = {grid, 1, 1};
+  emu_block_dim = {block, 1, 1};
+  EmuBlockPool& pool = emu_pool(block);
+  for (unsigned b = 0; b < grid; ++b) pool.run(b, [&] { kernel(args...); });
+}
+
+// The CUDA runtime calls the launchers make, answered for a pretend device of two SMs (small grids, so that
+// grid-stride loops go round several times). Renamed, so that a CUDA runtime loaded by torch is not called.
+inline cudaError_t emu_cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+inline cudaError_t emu_cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
+  *value = 2;
+  return cudaSuccess;
+}
+inline cudaError_t emu_cudaGetLastError() { return cudaSuccess; }
+#define cudaGetDevice emu_cudaGetDevice
+#define cudaDeviceGetAttribute emu_cudaDeviceGetAttribute
+#define cudaGetLastError emu_cudaGetLastError

@@ -1,0 +1,164 @@
+"""The pooling family's CUDA kernels run on the CPU (tests/emulation/: the kernel sources compiled by g++ with a
+shim that runs each block's threads on host threads) against the CPU reference: every op and its backward,
+ranks 1-3, both layouts (channels-last with 16-byte vectors and with one channel a thread, NCDHW rows), the
+unrolled-tap and covering specialisations, the global-average reductions, grid-stride loops. This checks the
+kernels' index arithmetic and dispatch without a GPU; it says nothing of their speed or of device-only
+behaviour. Opt in with TORCH_DNN_EMULATE=1 (the first run builds the emulation: about two minutes)."""
+import os
+import random
+
+import pytest
+import torch
+
+import torch_dnn  # noqa: F401
+
+pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
+                                reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ref = torch.ops.torch_dnn
+
+
+@pytest.fixture(scope="module")
+def emu():
+    from torch.utils import cpp_extension
+
+    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    includes = [os.path.join(h, "include") for h in homes if h]
+    found = [d for d in includes if os.path.exists(os.path.join(d, "cuda_bf16.h"))]
+    if not found:
+        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
+    cpp_extension.load(
+        name="torch_dnn_pool_emulation",
+        sources=[os.path.join(HERE, "emulation", "pool_emulation.cpp")],
+        extra_include_paths=[os.path.join(os.path.dirname(HERE), "csrc"), os.path.join(HERE, "emulation"),
+                             found[0]],
+        extra_cflags=["-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-O1", "-std=c++20", "-Wno-attributes"],
+        is_python_module=False, verbose=False)
+    return torch.ops.torch_dnn_emu
+
+
+def _to_layout(x, layout):
+    r = x.dim() - 2
+    if layout == "channels_last":
+        if r == 1:
+            return x.transpose(1, 2).contiguous().transpose(1, 2)
+        return x.contiguous(memory_format=torch.channels_last if r == 2 else torch.channels_last_3d)
+    return x.contiguous()
+
+
+def _input(shape, dtype, layout, gen):
+    return _to_layout(torch.rand(shape, generator=gen, dtype=torch.float64).mul(8).sub(4).to(dtype), layout)
+
+
+def _args(kind, r, kw):
+    t = lambda v: (v,) * r if isinstance(v, int) else tuple(v)  # noqa: E731
+    if kind == "max_pool":
+        return (t(kw["k"]), t(kw["s"]), t(kw["p"]), t(kw.get("d", 1)), kw.get("ceil", False))
+    if kind == "avg_pool":
+        return (t(kw["k"]), t(kw["s"]), t(kw["p"]), kw.get("ceil", False), kw.get("cip", True), kw.get("div"))
+    if kind == "lp_pool":
+        return (float(kw["norm"]), t(kw["k"]), t(kw["s"]), kw.get("ceil", False))
+    return (t(kw["out"]),)
+
+
+def _compare(kind, r, x, kw, emu, gen):
+    name = f"{kind}{r}d"
+    args = _args(kind, r, kw)
+    y_ref, y = getattr(ref, name)(x, *args), getattr(emu, name)(x, *args)
+    msg = f"{name} {tuple(x.shape)} {x.stride()} {x.dtype} {kw}"
+    if isinstance(y_ref, tuple):
+        assert torch.equal(y[1], y_ref[1]), f"{msg}: indices"
+        y, y_ref, indices = y[0], y_ref[0], y_ref[1]
+    assert y.stride() == y_ref.stride(), msg
+    torch.testing.assert_close(y, y_ref, equal_nan=True, msg=lambda m: f"{msg}: {m}")
+    if y.numel() == 0:
+        return
+    g = torch.rand(y.shape, generator=gen, dtype=torch.float64).sub(0.5).to(x.dtype)
+    back = getattr(ref, f"{name}_backward"), getattr(emu, f"{name}_backward")
+    if kind == "max_pool":
+        extra, tail = (indices,), args
+    elif kind == "adaptive_max_pool":
+        extra, tail = (indices,), ()
+    elif kind == "lp_pool":
+        extra, tail = (y_ref,), args
+    elif kind == "adaptive_avg_pool":
+        extra, tail = (), ()
+    else:
+        extra, tail = (), args
+    dx_ref, dx = back[0](g, x, *extra, *tail), back[1](g, x, *extra, *tail)
+    assert dx.stride() == dx_ref.stride(), msg
+    torch.testing.assert_close(dx, dx_ref, equal_nan=True, msg=lambda m: f"{msg} backward: {m}")
+
+
+# (kind, rank, shape, layout, kwargs): the specialised paths and the reductions, by name
+FIXED = [
+    ("max_pool", 2, (2, 16, 13, 11), "channels_last", dict(k=3, s=2, p=1)),        # taps 3x3, vectors
+    ("max_pool", 2, (2, 5, 13, 11), "contiguous", dict(k=3, s=2, p=1)),            # taps 3x3, NCDHW rows
+    ("max_pool", 2, (2, 5, 13, 11), "channels_last", dict(k=3, s=2, p=1)),         # one channel a thread
+    ("avg_pool", 2, (2, 16, 12, 9), "channels_last", dict(k=2, s=2, p=1, ceil=True, cip=False)),  # taps 2x2
+    ("avg_pool", 2, (2, 3, 12, 9), "contiguous", dict(k=3, s=2, p=1, ceil=True)),
+    ("avg_pool", 1, (2, 3, 40), "contiguous", dict(k=3, s=2, p=1)),                # taps 1x3
+    ("max_pool", 1, (2, 8, 40), "channels_last", dict(k=3, s=2, p=1)),             # taps 1x3, (N, L, C)
+    ("max_pool", 3, (2, 8, 5, 9, 7), "channels_last", dict(k=3, s=2, p=1, d=(2, 1, 1))),  # depth dilation, taps
+    ("avg_pool", 3, (2, 3, 6, 9, 7), "contiguous", dict(k=(2, 3, 3), s=(1, 2, 2), p=1, div=5)),
+    ("max_pool", 2, (2, 4, 9, 10), "contiguous", dict(k=3, s=1, p=1, d=2)),        # dilation: loops
+    ("lp_pool", 2, (2, 16, 9, 10), "channels_last", dict(norm=2, k=3, s=2, ceil=True)),
+    ("lp_pool", 3, (2, 3, 5, 6, 7), "contiguous", dict(norm=1, k=2, s=2)),
+    ("adaptive_avg_pool", 2, (4, 64, 7, 7), "channels_last", dict(out=1)),         # global, vectors
+    ("adaptive_avg_pool", 2, (4, 6, 7, 7), "channels_last", dict(out=1)),          # global, one channel a thread
+    ("adaptive_avg_pool", 2, (3, 5, 7, 7), "contiguous", dict(out=1)),             # global, warp per plane
+    ("adaptive_avg_pool", 2, (2, 4, 16, 16), "contiguous", dict(out=1)),           # global, vectors per plane
+    ("adaptive_avg_pool", 2, (1, 3, 70, 70), "contiguous", dict(out=1)),           # global, block per plane
+    ("adaptive_avg_pool", 3, (2, 40, 3, 4, 5), "channels_last", dict(out=1)),
+    ("adaptive_avg_pool", 3, (2, 3, 5, 6, 7), "channels_last", dict(out=(2, 4, 3))),
+    ("adaptive_max_pool", 1, (2, 16, 30), "channels_last", dict(out=7)),
+    ("adaptive_max_pool", 3, (2, 3, 5, 6, 7), "contiguous", dict(out=(3, 8, 2))),
+    ("max_pool", 2, (4, 64, 40, 40), "channels_last", dict(k=3, s=2, p=1)),        # grid-stride loops
+    ("avg_pool", 2, (4, 16, 40, 40), "contiguous", dict(k=3, s=2, p=1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_fixed_cases(emu, dtype):
+    gen = torch.Generator().manual_seed(0)
+    for kind, r, shape, layout, kw in FIXED:
+        _compare(kind, r, _input(shape, dtype, layout, gen), kw, emu, gen)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_special_values(emu, layout):
+    # NaN wins (the last one), -inf windows keep their first index, inf propagates: taps and loops alike
+    gen = torch.Generator().manual_seed(1)
+    for r, shape in ((1, (2, 16, 12)), (2, (2, 16, 9, 8)), (3, (2, 8, 5, 6, 7))):
+        for dtype in (torch.float32, torch.bfloat16):
+            x = _input(shape, dtype, "contiguous", gen)
+            idx = torch.randint(0, x.numel(), (12,), generator=gen)
+            x.view(-1)[idx] = torch.tensor([float("nan"), float("inf"), -float("inf")] * 4, dtype=dtype)
+            x[1, 2] = -float("inf")
+            x = _to_layout(x, layout)
+            for kind, kw in (("max_pool", dict(k=3, s=2, p=1)), ("max_pool", dict(k=2, s=1, p=1, d=2)),
+                             ("adaptive_max_pool", dict(out=3)), ("avg_pool", dict(k=2, s=2, p=0)),
+                             ("adaptive_avg_pool", dict(out=1))):
+                _compare(kind, r, x, kw, emu, gen)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_random_cases(emu, rank):
+    rng = random.Random(10 + rank)
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(60):
+        ks = [rng.randint(1, 4) for _ in range(rank)]
+        kind = rng.choice(["max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "lp_pool"])
+        shape = (rng.choice([1, 2]), rng.choice([1, 3, 8, 16])) + tuple(rng.randint(4, 12) for _ in range(rank))
+        kw = dict(k=ks, s=[rng.randint(1, 3) for _ in range(rank)], ceil=rng.random() < 0.5,
+                  p=[0] * rank if kind == "lp_pool" else [rng.randint(0, k // 2) for k in ks],
+                  d=[rng.randint(1, 2) if kind == "max_pool" else 1 for _ in range(rank)],
+                  cip=rng.random() < 0.5, div=rng.choice([None, 3]) if kind == "avg_pool" else None,
+                  norm=rng.choice([1, 2]), out=[rng.randint(1, 6) for _ in range(rank)])
+        x = _input(shape, rng.choice([torch.float32, torch.float64]), rng.choice(["contiguous", "channels_last"]), gen)
+        try:
+            getattr(ref, f"{kind}{rank}d")(x, *_args(kind, rank, kw))
+        except RuntimeError:
+            continue  # a configuration the op rejects
+        _compare(kind, rank, x, kw, emu, gen)
