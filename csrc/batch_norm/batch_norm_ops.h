@@ -1,0 +1,191 @@
+// The batch_norm family's ops, written once over a backend (CPU now; a CUDA backend provides the same four
+// primitives, see batch_norm_cpu.h). batch_norm.cpp declares the schemas. x is (N, C, *) in any layout;
+// per-channel statistics are in the statistics dtype (float32; float64 for float64 input).
+//   batch_norm / batch_norm_add_act: y = act(bn(x) + res); training: batch statistics (two-pass), running
+//   stats updated in place with `momentum` (unbiased variance); evaluation: running statistics. Returns
+//   (y, save_mean, save_invstd); in evaluation they are the running statistics' mean and 1/sqrt(var + eps),
+//   so the backward reads one pair in both modes.
+//   batch_norm_stats: per-channel (mean, m2) of the local batch, for SyncBatchNorm's cross-process merge.
+#pragma once
+#include <torch/library.h>
+
+#include <array>
+#include <tuple>
+
+#include "common/tensor_utils.h"
+
+namespace torch_dnn {
+namespace batch_norm {
+
+using at::Tensor;
+using OptTensor = c10::optional<at::Tensor>;
+
+inline at::ScalarType stat_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+inline bool given(const OptTensor& t) { return t.has_value() && t->defined(); }
+
+inline int64_t check_input(const char* op, const Tensor& x) {
+  check_floating(x, op, "input");
+  TORCH_CHECK(x.dim() >= 2, op, ": expected input of shape (N, C, *) with at least 2 dimensions, but got input of size ",
+              x.sizes());
+  return x.size(1);
+}
+
+// A per-channel tensor (weight, bias, running stats, saved stats): C elements on the input's device.
+inline Tensor check_channel(const char* op, const char* arg, const Tensor& x, const OptTensor& p) {
+  if (!given(p)) return Tensor();
+  check_floating(*p, op, arg);
+  check_same_device(x, *p, op, "input", arg);
+  TORCH_CHECK(p->dim() == 1 && p->numel() == x.size(1), op, ": expected ", arg, " of shape [", x.size(1),
+              "] (the input's channel count, dim 1), but got ", p->sizes());
+  return p->to(stat_type(x.scalar_type())).contiguous();
+}
+
+inline Tensor out_like(const Tensor& x) { return at::empty_like(x, x.suggest_memory_format()); }
+
+template <class B>
+std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, const OptTensor& residual,
+                                           const OptTensor& weight, const OptTensor& bias, const OptTensor& running_mean,
+                                           const OptTensor& running_var, bool training, double momentum, double eps,
+                                           int64_t act) {
+  const int64_t C = check_input(op, x);
+  TORCH_CHECK(act >= 0 && act <= 2, op, ": act must be 0 (identity), 1 (relu) or 2 (silu), but got ", act);
+  Tensor res;
+  if (given(residual)) {
+    check_same_dtype(x, *residual, op, "input", "residual");
+    check_same_device(x, *residual, op, "input", "residual");
+    check_same_shape(x, *residual, op, "input", "residual");
+    res = *residual;
+  }
+  const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
+  const Tensor rm = check_channel(op, "running_mean", x, running_mean);
+  const Tensor rv = check_channel(op, "running_var", x, running_var);
+  TORCH_CHECK(given(running_mean) == given(running_var), op,
+              ": running_mean and running_var must both be given or both be None");
+  TORCH_CHECK(training || given(running_mean), op, ": running_mean and running_var must be defined in evaluation mode");
+  const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
+  Tensor y = out_like(x);
+  Tensor mean = at::empty({C}, sopt), invstd = at::empty({C}, sopt);
+  if (training) {
+    if (x.numel() == 0) {  // as PyTorch: nothing to normalise, running stats untouched
+      mean.zero_();
+      invstd.zero_();
+      return {y, mean, invstd};
+    }
+    const int64_t M = x.numel() / C;
+    Tensor m2 = at::empty({C}, sopt);
+    B::stats(x, mean, m2);
+    invstd = (m2 / double(M) + eps).rsqrt();
+    if (given(running_mean)) {
+      at::NoGradGuard ng;
+      const Tensor unbiased = m2 / double(M - 1);  // M == 1: 0/0 = NaN, as PyTorch
+      running_mean->mul_(1.0 - momentum).add_(mean.to(running_mean->scalar_type()), momentum);
+      running_var->mul_(1.0 - momentum).add_(unbiased.to(running_var->scalar_type()), momentum);
+    }
+  } else {
+    mean.copy_(rm);
+    invstd = (rv + eps).rsqrt();
+  }
+  if (x.numel() == 0) return {y, mean, invstd};
+  const Tensor scale = w.defined() ? invstd * w : invstd;
+  Tensor shift = -mean * scale;
+  if (b.defined()) shift = shift + b;
+  B::apply(x, res, scale, shift, y, act);
+  return {y, mean, invstd};
+}
+
+// (dx, dres, dw, db); unwanted ones are empty tensors. dres (= the gradient at the add) exists for the fused op.
+template <class B>
+std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x, const OptTensor& residual,
+                               const OptTensor& weight, const OptTensor& bias, const Tensor& save_mean,
+                               const Tensor& save_invstd, bool training, int64_t act, std::array<bool, 4> mask) {
+  const int64_t C = check_input(op, x);
+  check_same_dtype(x, dy, op, "input", "grad_out");
+  check_same_device(x, dy, op, "input", "grad_out");
+  check_same_shape(x, dy, op, "input", "grad_out");
+  const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
+  const Tensor mean = check_channel(op, "save_mean", x, save_mean);
+  const Tensor invstd = check_channel(op, "save_invstd", x, save_invstd);
+  Tensor res;
+  if (given(residual)) {
+    check_same_shape(x, *residual, op, "input", "residual");
+    res = *residual;
+  }
+  const auto pdtype = [&](const OptTensor& p) { return given(p) ? p->scalar_type() : x.scalar_type(); };
+  const auto empty0 = [&] { return at::empty({0}, x.options()); };
+  Tensor dx = mask[0] ? out_like(x) : empty0();
+  Tensor dres = mask[1] ? out_like(x) : empty0();
+  Tensor dw = mask[2] ? at::empty({C}, x.options().dtype(pdtype(weight))) : empty0();
+  Tensor db = mask[3] ? at::empty({C}, x.options().dtype(pdtype(bias))) : empty0();
+  if (x.numel() == 0) {
+    if (mask[2]) dw.zero_();
+    if (mask[3]) db.zero_();
+    return {dx, dres, dw, db};
+  }
+  const int64_t M = x.numel() / C;
+  const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
+  const Tensor scale = w.defined() ? invstd * w : invstd;
+  Tensor shift = -mean * scale;
+  if (b.defined()) shift = shift + b;
+  Tensor dz = (act != 0 || mask[1]) ? out_like(x) : Tensor();
+  Tensor sum_dz = at::empty({C}, sopt), sum_dz_xmu = at::empty({C}, sopt);
+  B::reduce(dy, x, res, scale, shift, mean, act, dz, sum_dz, sum_dz_xmu);
+  if (!dz.defined()) dz = dy;
+  if (mask[1]) dres.copy_(dz);
+  if (mask[2]) dw.copy_(sum_dz_xmu * invstd);
+  if (mask[3]) db.copy_(sum_dz);
+  if (mask[0]) {
+    const Tensor k = scale;
+    Tensor a = training ? sum_dz / double(M) : at::zeros({C}, sopt);
+    Tensor bb = training ? sum_dz_xmu * invstd * invstd / double(M) : at::zeros({C}, sopt);
+    B::elemt(dz, x, mean, k, a, bb, dx);
+  }
+  return {dx, dres, dw, db};
+}
+
+template <class B>
+void register_batch_norm_impls(torch::Library& m) {
+  m.impl("batch_norm", [](const Tensor& x, const OptTensor& w, const OptTensor& b, const OptTensor& rm,
+                          const OptTensor& rv, bool training, double momentum, double eps) {
+    return forward<B>("torch_dnn.batch_norm", x, c10::nullopt, w, b, rm, rv, training, momentum, eps, 0);
+  });
+  m.impl("batch_norm_add_act", [](const Tensor& x, const OptTensor& res, const OptTensor& w, const OptTensor& b,
+                                  const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps,
+                                  int64_t act) {
+    return forward<B>("torch_dnn.batch_norm_add_act", x, res, w, b, rm, rv, training, momentum, eps, act);
+  });
+  m.impl("batch_norm_backward", [](const Tensor& dy, const Tensor& x, const OptTensor& w, const OptTensor& rm,
+                                   const OptTensor& rv, const OptTensor& save_mean, const OptTensor& save_invstd,
+                                   bool training, double eps, std::array<bool, 3> mask) {
+    const char* op = "torch_dnn.batch_norm_backward";
+    Tensor mean, invstd;
+    if (given(save_mean) && given(save_invstd) && save_mean->numel() > 0) {
+      mean = *save_mean;
+      invstd = *save_invstd;
+    } else {
+      TORCH_CHECK(given(rm) && given(rv), op, ": needs save_mean/save_invstd or running_mean/running_var");
+      mean = *rm;
+      invstd = (rv->to(stat_type(x.scalar_type())) + eps).rsqrt();
+    }
+    auto r = backward<B>(op, dy, x, c10::nullopt, w, c10::nullopt, mean, invstd, training, 0,
+                         {mask[0], false, mask[1], mask[2]});
+    return std::make_tuple(r[0], r[2], r[3]);
+  });
+  m.impl("batch_norm_add_act_backward", [](const Tensor& dy, const Tensor& x, const OptTensor& res, const OptTensor& w,
+                                           const OptTensor& b, const Tensor& save_mean, const Tensor& save_invstd,
+                                           bool training, int64_t act, std::array<bool, 4> mask) {
+    auto r = backward<B>("torch_dnn.batch_norm_add_act_backward", dy, x, res, w, b, save_mean, save_invstd, training,
+                         act, mask);
+    return std::make_tuple(r[0], r[1], r[2], r[3]);
+  });
+  m.impl("batch_norm_stats", [](const Tensor& x) {
+    const char* op = "torch_dnn.batch_norm_stats";
+    const int64_t C = check_input(op, x);
+    const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
+    Tensor mean = at::zeros({C}, sopt), m2 = at::zeros({C}, sopt);
+    if (x.numel() > 0) B::stats(x, mean, m2);
+    return std::make_tuple(mean, m2);
+  });
+}
+
+}  // namespace batch_norm
+}  // namespace torch_dnn
