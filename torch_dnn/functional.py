@@ -1,5 +1,6 @@
 """The torch.nn.functional-like surface of torch_dnn: same names, arguments, defaults and in-place flags."""
 from torch_dnn.ops import activation as _activation
+from torch_dnn.ops import batch_norm as _batch_norm
 from torch_dnn.ops import norm as _norm
 from torch_dnn.ops import pool as _pool
 from torch_dnn.ops import softmax as _softmax
@@ -32,4 +33,7 @@ max_pool2d_with_indices = _pool.max_pool2d_with_indices
 avg_pool2d = _pool.avg_pool2d
 adaptive_avg_pool2d = _pool.adaptive_avg_pool2d
 
-__all__ = _activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL + _pool.FUNCTIONAL
+batch_norm = _batch_norm.batch_norm
+batch_norm_add_act = _batch_norm.batch_norm_add_act
+
+__all__ = _activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL + _pool.FUNCTIONAL + _batch_norm.FUNCTIONAL
