@@ -29,6 +29,22 @@ def _find_cuda_home():
     return None
 
 
+def _cutlass_include_dir():
+    """CUTLASS/CuTe headers of the nvidia-cutlass wheel (cutlass_library/source/include), found without importing
+    the package; None when it is not installed."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("cutlass_library")
+    except (ImportError, ValueError):
+        return None
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        d = os.path.join(base, "source", "include")
+        if os.path.exists(os.path.join(d, "cutlass", "cutlass.h")) and os.path.exists(os.path.join(d, "cute", "tensor.hpp")):
+            return d
+    return None
+
+
 def _pip_nvidia_include_dirs():
     """Library headers (cusparse.h, cublas_v2.h ...) that a slim toolkit lacks live in the pip nvidia packages."""
     bases = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
@@ -54,7 +70,18 @@ if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.i
 all_cpp = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
 cuda_launchers = [f for f in all_cpp if f.endswith("_cuda.cpp")]
 cuda_kernels = sorted(glob.glob("csrc/**/*.cu", recursive=True))
+# The Hopper GEMM (CUTLASS 3.x kernels) is built only when the CUTLASS headers are installed; the matmul
+# launcher then calls it (#ifdef TORCH_DNN_WITH_SM90_GEMM), else it uses the portable kernels alone.
+SM90_GEMM = "csrc/matmul/gemm_sm90.cu"
+cutlass_include = _cutlass_include_dir()
+if cutlass_include is None:
+    cuda_kernels = [f for f in cuda_kernels if f != SM90_GEMM]
 sources = [f for f in all_cpp if f not in cuda_launchers]
+# Two sources with one stem in one folder (x.cpp and x.cu) would build the same x.o: ninja refuses.
+_stems = [os.path.splitext(f)[0] for f in all_cpp + cuda_kernels]
+_clash = sorted({s for s in _stems if _stems.count(s) > 1})
+if _clash:
+    sys.exit(f"torch_dnn setup.py: sources that would build the same object file: {_clash}; rename one of each")
 
 cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
 define_macros = [("TORCH_DNN_BUILT_WITH_TORCH", f'"{torch.__version__}"')]
@@ -67,6 +94,10 @@ if with_cuda:
     archs = os.environ.get("TORCH_CUDA_ARCH_LIST", "").replace(";", " ")
     define_macros.append(("TORCH_DNN_CUDA_ARCHS", f'"{archs}"'))
     include_dirs += _pip_nvidia_include_dirs()
+    if cutlass_include is not None:
+        define_macros.append(("TORCH_DNN_WITH_SM90_GEMM", "1"))
+        # -isystem: CUTLASS's own headers stay out of our -Wall; only nvcc compiles them (gemm_sm90.cu)
+        nvcc_flags += ["-isystem", cutlass_include]
     ext = CUDAExtension(
         "torch_dnn._C",
         sources,

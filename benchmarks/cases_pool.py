@@ -1,11 +1,13 @@
 """Benchmark cases of the pooling family: max_pool2d 3x3/2 pad 1 and avg_pool2d 3x3/2 on 64x64x112x112 bf16
 (NHWC and NCHW, forward and backward), adaptive_avg_pool2d(1) on 256x2048x7x7 NHWC, against eager and
 torch.compile. Bytes are the minimum traffic: each input read once, each output written once."""
+import math
+
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case
+from benchmarks.harness import Case, rand_cuda
 
 ops = torch.ops.torch_dnn
 aten = torch.ops.aten
@@ -14,21 +16,10 @@ SHAPE = (64, 64, 112, 112)
 K, S, P = (3, 3), (2, 2), (1, 1)
 
 
-def _rand(shape, dtype, layout):
-    x = torch.empty(shape, dtype=dtype, device="cuda").uniform_(-4, 4)
-    return x.contiguous(memory_format=torch.channels_last) if layout == "NHWC" else x
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
-
 
 def _pool_cases(dtype, layout):
     es = torch.empty((), dtype=dtype).element_size()
-    n_in = _numel(SHAPE)
+    n_in = math.prod(SHAPE)
     oh = (SHAPE[2] + 2 * P[0] - K[0]) // S[0] + 1
     n_out = SHAPE[0] * SHAPE[1] * oh * oh
     tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
@@ -37,10 +28,10 @@ def _pool_cases(dtype, layout):
 
     # max_pool2d: forward writes values and int64 indices; backward reads grad and indices, writes grad_input
     def max_inputs(d=dtype, lay=layout):
-        return (_rand(SHAPE, d, lay),)
+        return (rand_cuda(SHAPE, d, lay),)
 
     def max_bwd_inputs(d=dtype, lay=layout):
-        x = _rand(SHAPE, d, lay)
+        x = rand_cuda(SHAPE, d, lay)
         y, i = ops.max_pool2d(x, K, S, P, (1, 1), False)
         return torch.randn_like(y), x, i
 
@@ -68,7 +59,7 @@ def _pool_cases(dtype, layout):
     }, bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
 
     def avg_bwd_inputs(d=dtype, lay=layout):
-        x = _rand(SHAPE, d, lay)
+        x = rand_cuda(SHAPE, d, lay)
         return torch.randn_like(TF.avg_pool2d(x, K, S)), x
 
     eager_avg_bwd = lambda g, x: aten.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None)  # noqa: E731
@@ -83,17 +74,17 @@ def _pool_cases(dtype, layout):
 def _adaptive_cases(dtype):
     shape = (256, 2048, 7, 7)
     es = torch.empty((), dtype=dtype).element_size()
-    n_in, n_out = _numel(shape), shape[0] * shape[1]
+    n_in, n_out = math.prod(shape), shape[0] * shape[1]
     tag = "256x2048x7x7 NHWC bf16"
     eager = lambda x: TF.adaptive_avg_pool2d(x, 1)  # noqa: E731
-    fwd = Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}", lambda: (_rand(shape, dtype, "NHWC"),), {
+    fwd = Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}", lambda: (rand_cuda(shape, dtype, "NHWC"),), {
         "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
         "eager": eager,
         "compile": torch.compile(eager, dynamic=False),
     }, bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive")
 
     def bwd_inputs():
-        x = _rand(shape, dtype, "NHWC")
+        x = rand_cuda(shape, dtype, "NHWC")
         return torch.randn_like(TF.adaptive_avg_pool2d(x, 1)), x
 
     eager_bwd = lambda g, x: aten._adaptive_avg_pool2d_backward(g, x)  # noqa: E731

@@ -36,6 +36,12 @@ class Case:
     extra: dict = field(default_factory=dict)
 
 
+def rand_cuda(shape, dtype, layout: str = "NCHW", lo: float = -4.0, hi: float = 4.0) -> torch.Tensor:
+    """A fresh uniform random CUDA tensor (never zeros); layout "NHWC" gives channels_last memory."""
+    x = torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
+    return x.contiguous(memory_format=torch.channels_last) if layout == "NHWC" else x
+
+
 def _time_impl(fn, input_sets, warmup: int, reps: int) -> list[float]:
     for i in range(warmup):
         fn(*input_sets[i % len(input_sets)])
@@ -142,8 +148,9 @@ def run(cases: list[Case], out_dir: str | None = None, md_path: str | None = Non
                 print(f"{r['case']:<48} {r['impl']:<10} FAILED {r['error']}", flush=True)
             else:
                 spd = f"x{r['ours_speedup']:.2f}" if "ours_speedup" in r else ""
+                tflops = f"{r['tflops']:7.1f} TFLOP/s " if "tflops" in r else ""
                 print(f"{r['case']:<48} {r['impl']:<10} {r['ms']:8.4f} ms {r.get('gbps', 0):7.0f} GB/s "
-                      f"{r.get('pct_copy', 0):5.1f}% {spd}", flush=True)
+                      f"{r.get('pct_copy', 0):5.1f}% {tflops}{spd}", flush=True)
     text = markdown(env, ceiling, rows, title)
     if md_path:
         with open(md_path, "w") as f:

@@ -7,7 +7,7 @@ import torch.nn.functional as TF
 import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.testing import compare
-from tests.utils import make_input
+from tests.utils import assert_cuda_graph_replays, make_input
 
 pytestmark = pytest.mark.cuda
 
@@ -44,22 +44,7 @@ def test_cuda_graph_capture():
         gx, gb = torch.autograd.grad(y.square().sum(), [x, b])
         return y, gx, gb
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = step()
-    with torch.no_grad():
-        x.copy_(make_input((64, 1000), torch.float32, "cuda"))
-    g.replay()
-    torch.cuda.synchronize()
-    ref = step()
-    for a, r in zip(out, ref):
-        torch.testing.assert_close(a, r)
+    assert_cuda_graph_replays(step, lambda: x.copy_(make_input((64, 1000), torch.float32, "cuda")))
 
 
 def test_outputs_fully_written():

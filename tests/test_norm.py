@@ -10,7 +10,7 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.reference import add_layer_norm_reference, add_rms_norm_reference
 from torch_dnn.testing import compare
-from tests.utils import ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
+from tests.utils import assert_models_agree, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
 
 ops = torch.ops.torch_dnn
 
@@ -289,17 +289,7 @@ def test_convert_prenorm_block(kind, device):
     assert isinstance(converted.norm1, torch_dnn.nn.RMSNorm if kind == "rms" else torch_dnn.nn.LayerNorm)
     assert converted.state_dict().keys() == model.state_dict().keys()
     x = make_input((2, 5, 32), torch.float64, device)
-    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
-    ya, yb = model(xa), converted(xb)
-    v = compare(yb, ya, ya, name="converted block")
-    assert v, v.message
-    ya.square().sum().backward()
-    yb.square().sum().backward()
-    v = compare(xb.grad, xa.grad, xa.grad, grad=True, name="input grad")
-    assert v, v.message
-    for (n, pa), (_, pb) in zip(model.named_parameters(), converted.named_parameters()):
-        v = compare(pb.grad, pa.grad, pa.grad, grad=True, name=n)
-        assert v, v.message
+    assert_models_agree(model, converted, x, name="converted block")
 
 
 @pytest.mark.parametrize("device", devices())

@@ -9,7 +9,7 @@ import torch.nn.functional as TF
 import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.reference import avg_pool2d_reference
-from tests.utils import ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
+from tests.utils import assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
 
 ops = torch.ops.torch_dnn
 
@@ -278,21 +278,7 @@ def test_cuda_graph_capture():
         (gx,) = torch.autograd.grad(z.float().square().sum(), [x])
         return z, gx
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = step()
-    with torch.no_grad():
-        x.copy_(make_input((4, 16, 28, 28), torch.bfloat16, "cuda", "channels_last"))
-    g.replay()
-    torch.cuda.synchronize()
-    for a, r in zip(out, step()):
-        torch.testing.assert_close(a, r)
+    assert_cuda_graph_replays(step, lambda: x.copy_(make_input((4, 16, 28, 28), torch.bfloat16, "cuda", "channels_last")))
 
 
 @pytest.mark.cuda
@@ -349,7 +335,10 @@ def test_random_configurations(device):
                 continue
             o = ours(x, **kw_)
             if isinstance(r, tuple):
-                assert torch.equal(o[1], r[1]), kw_
+                # indices of windows that hold only padding (-inf) differ between PyTorch's own CPU and CUDA
+                # kernels: compare the others (see test_max_pool2d_window_only_in_padding)
+                finite = torch.isfinite(r[0])
+                assert torch.equal(o[1][finite], r[1][finite]), kw_
                 o, r = o[0], r[0]
             torch.testing.assert_close(o, r, msg=lambda m: f"{x.shape} {kw_}: {m}")
             if o.dim() == 4 and o.numel() > 1:

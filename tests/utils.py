@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torch_dnn.testing import check_against_torch, random_like_case
+from torch_dnn.testing import check_against_torch, compare, random_like_case
 
 CUDA = torch.cuda.is_available()
 
@@ -85,3 +85,41 @@ def opcheck_samples(op, samples):
 
 def first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0]
+
+
+def assert_cuda_graph_replays(step, refill):
+    """Capture step() in a CUDA graph (after two warm-up runs on a side stream), call refill() to put fresh
+    values into the step's input tensors in place, replay, and check the graph's outputs against an eager
+    step() on the new inputs."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    with torch.no_grad():
+        refill()
+    g.replay()
+    torch.cuda.synchronize()
+    for a, r in zip(out, step()):
+        torch.testing.assert_close(a, r)
+
+
+def assert_models_agree(model, converted, x, *, name: str, loss=lambda y: y.square().sum()):
+    """A native model and its torch_dnn.convert-ed copy on the same input: outputs, the input's gradient and
+    every parameter's gradient agree by the error-ratio rule (native as both peer and reference: float64
+    inputs, so only rounding may differ)."""
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = model(xa), converted(xb)
+    v = compare(yb, ya, ya, name=name)
+    assert v, v.message
+    loss(ya).backward()
+    loss(yb).backward()
+    v = compare(xb.grad, xa.grad, xa.grad, grad=True, name="input grad")
+    assert v, v.message
+    for (n, pa), (_, pb) in zip(model.named_parameters(), converted.named_parameters()):
+        v = compare(pb.grad, pa.grad, pa.grad, grad=True, name=n)
+        assert v, v.message

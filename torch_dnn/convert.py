@@ -2,6 +2,12 @@
 
 The drop-ins subclass the torch.nn modules and add no state, so a swap changes only the module's class:
 parameters, buffers, device, dtype, training mode and hooks all stay exactly as they were.
+
+convert(model, fuse=True) first fuses, inside every nn.Sequential, a Linear directly followed by an activation
+module that the GEMM epilogue computes (ReLU, ReLU6, LeakyReLU, ELU, GELU, SiLU, Sigmoid, Tanh, Softplus, Mish,
+Hardswish, Hardsigmoid) into one torch_dnn.nn.LinearAct sharing the Linear's parameters; the activation's
+place holds a torch_dnn.nn.FusedAway (an identity), so indices and state_dict keys do not change. Modules with
+hooks are not fused.
 """
 from __future__ import annotations
 
@@ -27,9 +33,12 @@ def register_swap(torch_type):
 class ConvertReport:
     swapped: list = field(default_factory=list)  # (qualified name, torch type name, torch_dnn type name)
     left: list = field(default_factory=list)  # (qualified name, type name, why)
+    fused: list = field(default_factory=list)  # (Linear's qualified name, activation's qualified name, activation)
 
     def __str__(self):
-        lines = [f"torch_dnn.convert: {len(self.swapped)} module(s) swapped, {len(self.left)} left"]
+        lines = [f"torch_dnn.convert: {len(self.swapped)} module(s) swapped, {len(self.left)} left"
+                 + (f", {len(self.fused)} Linear+activation pair(s) fused" if self.fused else "")]
+        lines += [f"  fused   {a} + {b} -> torch_dnn.nn.LinearAct(activation={act!r})" for a, b, act in self.fused]
         lines += [f"  swapped {n or '<root>'}: {a} -> torch_dnn.nn.{b}" for n, a, b in self.swapped]
         lines += [f"  left    {n or '<root>'}: {t} ({why})" for n, t, why in self.left]
         return "\n".join(lines)
@@ -47,11 +56,61 @@ def _why_left(module) -> str | None:
     return None  # containers and user modules: their children are visited
 
 
-def convert(model: torch.nn.Module, inplace: bool = False):
-    """Return (model, report). With inplace=False the model is deep-copied first and the input is untouched."""
+# activation module type -> (linear_act activation name, act_a, act_b) for convert(fuse=True)
+FUSIBLE_ACTIVATIONS = {
+    torch.nn.ReLU: lambda m: ("relu", None, None),
+    torch.nn.ReLU6: lambda m: ("relu6", None, None),
+    torch.nn.LeakyReLU: lambda m: ("leaky_relu", float(m.negative_slope), None),
+    torch.nn.ELU: lambda m: ("elu", float(m.alpha), None),
+    torch.nn.GELU: lambda m: ("gelu" if m.approximate == "none" else "gelu_tanh", None, None),
+    torch.nn.SiLU: lambda m: ("silu", None, None),
+    torch.nn.Sigmoid: lambda m: ("sigmoid", None, None),
+    torch.nn.Tanh: lambda m: ("tanh", None, None),
+    torch.nn.Softplus: lambda m: ("softplus", float(m.beta), float(m.threshold)),
+    torch.nn.Mish: lambda m: ("mish", None, None),
+    torch.nn.Hardswish: lambda m: ("hardswish", None, None),
+    torch.nn.Hardsigmoid: lambda m: ("hardsigmoid", None, None),
+}
+
+
+def _exact(module, torch_type) -> bool:
+    """module is exactly torch_type or exactly its torch_dnn drop-in (not a user subclass)."""
+    return type(module) is torch_type or (torch_type in SWAPS and type(module) is SWAPS[torch_type])
+
+
+def _has_hooks(module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks)
+
+
+def _fuse_linear_act(model, report) -> None:
+    from torch_dnn.nn.linear import FusedAway, LinearAct
+
+    for seq_name, seq in list(model.named_modules()):
+        if type(seq) is not torch.nn.Sequential:
+            continue
+        keys = list(seq._modules.keys())
+        for k_lin, k_act in zip(keys, keys[1:]):
+            lin, act = seq._modules[k_lin], seq._modules[k_act]
+            if lin is None or act is None or not _exact(lin, torch.nn.Linear) or _has_hooks(lin) or _has_hooks(act):
+                continue
+            spec = next((f(act) for t, f in FUSIBLE_ACTIVATIONS.items() if _exact(act, t)), None)
+            if spec is None:
+                continue
+            q_lin, q_act = (f"{seq_name}.{k}" if seq_name else k for k in (k_lin, k_act))
+            seq._modules[k_lin] = LinearAct.from_linear(lin, *spec)
+            seq._modules[k_act] = FusedAway(q_lin, type(act).__name__)
+            report.fused.append((q_lin, q_act, spec[0]))
+
+
+def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False):
+    """Return (model, report). With inplace=False the model is deep-copied first and the input is untouched.
+    fuse=True also fuses Linear + activation pairs of nn.Sequential containers into LinearAct (see above)."""
     if not inplace:
         model = copy.deepcopy(model)
     report = ConvertReport()
+    if fuse:
+        _fuse_linear_act(model, report)
     for name, module in model.named_modules():
         t = type(module)
         if t in SWAPS:

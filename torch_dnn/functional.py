@@ -1,6 +1,9 @@
 """The torch.nn.functional-like surface of torch_dnn: same names, arguments, defaults and in-place flags."""
 from torch_dnn.ops import activation as _activation
 from torch_dnn.ops import batch_norm as _batch_norm
+from torch_dnn.ops import group_norm as _group_norm
+from torch_dnn.ops import lrn as _lrn
+from torch_dnn.ops import matmul as _matmul
 from torch_dnn.ops import norm as _norm
 from torch_dnn.ops import pool as _pool
 from torch_dnn.ops import softmax as _softmax
@@ -35,5 +38,14 @@ adaptive_avg_pool2d = _pool.adaptive_avg_pool2d
 
 batch_norm = _batch_norm.batch_norm
 batch_norm_add_act = _batch_norm.batch_norm_add_act
+group_norm = _group_norm.group_norm
+instance_norm = _group_norm.instance_norm
+local_response_norm = _lrn.local_response_norm
+matmul = _matmul.matmul
+mm = _matmul.mm
+bmm = _matmul.bmm
+linear = _matmul.linear
+linear_act = _matmul.linear_act
 
-__all__ = _activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL + _pool.FUNCTIONAL + _batch_norm.FUNCTIONAL
+__all__ = (_activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL + _pool.FUNCTIONAL + _group_norm.FUNCTIONAL
+           + _lrn.FUNCTIONAL + _matmul.FUNCTIONAL + _batch_norm.FUNCTIONAL)

@@ -5,7 +5,7 @@ import torch.nn.functional as TF
 
 import torch_dnn.functional as F
 from torch_dnn.reference import (BIAS_ACT_TORCH, add_layer_norm_reference, add_rms_norm_reference, avg_pool2d_reference,
-                                 bias_act_reference)
+                                 bias_act_reference, linear_act_reference, local_response_norm_reference)
 from torch_dnn.testing import check_against_torch, random_like_case
 
 
@@ -58,6 +58,40 @@ def _checks():
                 return x.contiguous(memory_format=torch.channels_last) if cl else x
             out.append(("pool", f"{name}{' NHWC' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make:
                         check_against_torch(o, p, [m(d, t)], name="pool")))
+    group_norms = {
+        "group_norm(4)": (lambda x, w, b: F.group_norm(x, 4, w, b), lambda x, w, b: TF.group_norm(x, 4, w, b)),
+        "instance_norm": (lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+                          lambda x, w, b: TF.instance_norm(x, weight=w, bias=b)),
+    }
+    for name, (ours, theirs) in group_norms.items():
+        for cl in (False, True):
+            def make_gn(d, t, cl=cl):
+                x = random_like_case((2, 16, 13, 11), t, d)
+                x = x.contiguous(memory_format=torch.channels_last) if cl else x
+                return [x, random_like_case((16,), t, d, low=0.5, high=1.5), random_like_case((16,), t, d)]
+            out.append(("group_norm", f"{name}{' NHWC' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make_gn:
+                        check_against_torch(o, p, m(d, t), name="group_norm")))
+    for cl in (False, True):
+        def make_lrn(d, t, cl=cl):
+            x = random_like_case((2, 16, 13, 11), t, d)
+            return [x.contiguous(memory_format=torch.channels_last) if cl else x]
+        out.append(("lrn", f"local_response_norm(5){' NHWC' if cl else ''}", lambda d, t, m=make_lrn:
+                    check_against_torch(lambda x: F.local_response_norm(x, 5, 1e-3, 0.75, 1.0),
+                                        lambda x: local_response_norm_reference(x, 5, 1e-3, 0.75, 1.0), m(d, t), name="lrn")))
+    mats = {
+        "mm 97x65 @ 65x33": (F.mm, torch.mm, ((97, 65), (65, 33))),
+        "matmul 2x1x9x65 @ 3x65x33": (F.matmul, torch.matmul, ((2, 1, 9, 65), (3, 65, 33))),
+        "bmm 4x9x65 @ 4x65x33": (F.bmm, torch.bmm, ((4, 9, 65), (4, 65, 33))),
+        "linear 3x9x65 -> 33": (F.linear, torch.nn.functional.linear, ((3, 9, 65), (33, 65), (33,))),
+    }
+    for name, (ours, theirs, shapes) in mats.items():
+        out.append(("matmul", name, lambda d, t, o=ours, p=theirs, ss=shapes: check_against_torch(
+            o, p, [random_like_case(s, t, d, low=-2, high=2) for s in ss], name=name)))
+    for act in ("gelu", "silu", "relu"):
+        out.append(("matmul", f"linear_act[{act}] + residual", lambda d, t, a=act: check_against_torch(
+            lambda x, w, b, r: F.linear_act(x, w, b, a, r), lambda x, w, b, r: linear_act_reference(x, w, b, a, r),
+            [random_like_case((37, 65), t, d, low=-2, high=2), random_like_case((33, 65), t, d, low=-1, high=1),
+             random_like_case((33,), t, d), random_like_case((37, 33), t, d)], name=f"linear_act {a}")))
     return out
 
 

@@ -33,7 +33,8 @@ struct MatrixRef {
 };
 
 struct GemmArgs {
-  DType dtype = DType::Float;  // of A, B, bias, residual, D and preact: Half, BFloat16 or Float
+  DType dtype = DType::Float32;  // of A, B, bias, residual, D and preact: Float16, BFloat16 or Float32
+                                //   (Float64 only in the portable path's SIMT kernel and on the CPU)
   bool allow_tf32 = false;     // Float only: TF32 tensor cores allowed (torch.backends.cuda.matmul.allow_tf32)
   int64_t M = 0, N = 0, K = 0, batch = 1;
   MatrixRef A, B;

@@ -8,3 +8,6 @@ from torch_dnn.nn.softmax import LogSoftmax, Softmax  # noqa: F401
 from torch_dnn.nn.norm import AddLayerNorm, AddRMSNorm, LayerNorm, RMSNorm  # noqa: F401
 from torch_dnn.nn.pool import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d  # noqa: F401
 from torch_dnn.nn.batch_norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormAddAct  # noqa: F401
+from torch_dnn.nn.group_norm import GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401
+from torch_dnn.nn.lrn import LocalResponseNorm  # noqa: F401
+from torch_dnn.nn.linear import FusedAway, Linear, LinearAct  # noqa: F401

@@ -37,6 +37,29 @@ __device__ __forceinline__ void store_vec_stream(T* p, const Vec<T, N>& v) {
   __stcs(reinterpret_cast<int4*>(p), *reinterpret_cast<const int4*>(&v));
 }
 
+// Loads V elements (a 16-byte vector, or one element when V == 1) as accumulation-type values.
+template <int V, typename T, typename A>
+__device__ __forceinline__ void load_acc(const T* p, A (&out)[V]) {
+  if constexpr (V == 1) {
+    out[0] = to_acc<A>(*p);
+  } else {
+    const Vec<T, V> v = load_vec<T, V>(p);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = to_acc<A>(v.v[j]);
+  }
+}
+template <int V, typename T, typename A>
+__device__ __forceinline__ void store_acc(T* p, const A (&in)[V]) {
+  if constexpr (V == 1) {
+    *p = from_acc<T>(in[0]);
+  } else {
+    Vec<T, V> v;
+#pragma unroll
+    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in[j]);
+    store_vec<T, V>(p, v);
+  }
+}
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace torch_dnn

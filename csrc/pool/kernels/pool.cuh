@@ -49,28 +49,6 @@ __device__ __forceinline__ int64_t offset(int64_t n, int64_t c, int64_t p, int64
   return CL ? ((n * P + p) * Q + q) * C + c : ((n * C + c) * P + p) * Q + q;
 }
 
-template <int V, typename T, typename A>
-__device__ __forceinline__ void load_v(const T* p, A (&out)[V]) {
-  if constexpr (V == 1) {
-    out[0] = to_acc<A>(*p);
-  } else {
-    const Vec<T, V> v = load_vec<T, V>(p);
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = to_acc<A>(v.v[j]);
-  }
-}
-template <int V, typename T, typename A>
-__device__ __forceinline__ void store_v(T* p, const A (&in)[V]) {
-  if constexpr (V == 1) {
-    *p = from_acc<T>(in[0]);
-  } else {
-    Vec<T, V> v;
-#pragma unroll
-    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in[j]);
-    store_vec<T, V>(p, v);
-  }
-}
-
 #define POOL_GRID_LOOP(t, items) \
   for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < (items); t += int64_t(gridDim.x) * blockDim.x)
 
@@ -91,13 +69,13 @@ __global__ void __launch_bounds__(kThreads) max_pool_fwd(const T* x, T* y, int64
     for (int64_t h = h0; h < h1; h += s.dh)
       for (int64_t w = w0; w < w1; w += s.dw) {
         A v[V];
-        load_v<V>(x + offset<CL>(l.n, l.c, h, w, s.C, s.H, s.W), v);
+        load_acc<V>(x + offset<CL>(l.n, l.c, h, w, s.C, s.H, s.W), v);
 #pragma unroll
         for (int j = 0; j < V; ++j)
           if (v[j] > m[j] || v[j] != v[j]) m[j] = v[j], mi[j] = h * s.W + w;
       }
     const int64_t o = offset<CL>(l.n, l.c, l.p, l.q, s.C, s.OH, s.OW);
-    store_v<V>(y + o, m);
+    store_acc<V>(y + o, m);
 #pragma unroll
     for (int j = 0; j < V; ++j) ind[o + (CL ? j : 0)] = mi[j];
   }
@@ -118,12 +96,12 @@ __global__ void __launch_bounds__(kThreads) max_pool_bwd(const T* g, const int64
       for (int64_t ow = rw.begin; ow < rw.end; ++ow) {
         const int64_t o = offset<CL>(l.n, l.c, oh, ow, s.C, s.OH, s.OW);
         A gv[V];
-        load_v<V>(g + o, gv);
+        load_acc<V>(g + o, gv);
 #pragma unroll
         for (int j = 0; j < V; ++j)
           if (ind[o + (CL ? j : 0)] == i) acc[j] += gv[j];
       }
-    store_v<V>(dx + offset<CL>(l.n, l.c, l.p, l.q, s.C, s.H, s.W), acc);
+    store_acc<V>(dx + offset<CL>(l.n, l.c, l.p, l.q, s.C, s.H, s.W), acc);
   }
 }
 
@@ -141,14 +119,14 @@ __global__ void __launch_bounds__(kThreads) avg_pool_fwd(const T* x, T* y, PoolS
     for (int64_t h = rh.begin; h < rh.end; ++h)
       for (int64_t w = rw.begin; w < rw.end; ++w) {
         A v[V];
-        load_v<V>(x + offset<CL>(l.n, l.c, h, w, s.C, s.H, s.W), v);
+        load_acc<V>(x + offset<CL>(l.n, l.c, h, w, s.C, s.H, s.W), v);
 #pragma unroll
         for (int j = 0; j < V; ++j) acc[j] += v[j];
       }
     const A inv = A(1) / A(avg_divisor(s, rh, rw, lh, lw));
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] *= inv;
-    store_v<V>(y + offset<CL>(l.n, l.c, l.p, l.q, s.C, s.OH, s.OW), acc);
+    store_acc<V>(y + offset<CL>(l.n, l.c, l.p, l.q, s.C, s.OH, s.OW), acc);
   }
 }
 
@@ -171,12 +149,12 @@ __global__ void __launch_bounds__(kThreads) avg_pool_bwd(const T* g, T* dx, Pool
         if (l.q < rw.begin || l.q >= rw.end) continue;
         const A inv = A(1) / A(avg_divisor(s, rh, rw, lh, lw));
         A gv[V];
-        load_v<V>(g + offset<CL>(l.n, l.c, oh, ow, s.C, s.OH, s.OW), gv);
+        load_acc<V>(g + offset<CL>(l.n, l.c, oh, ow, s.C, s.OH, s.OW), gv);
 #pragma unroll
         for (int j = 0; j < V; ++j) acc[j] += gv[j] * inv;
       }
     }
-    store_v<V>(dx + offset<CL>(l.n, l.c, l.p, l.q, s.C, s.H, s.W), acc);
+    store_acc<V>(dx + offset<CL>(l.n, l.c, l.p, l.q, s.C, s.H, s.W), acc);
   }
 }
 

@@ -13,29 +13,6 @@
 namespace torch_dnn {
 namespace softmax {
 
-// Loads V elements (a 16-byte vector, or one element when V == 1) as accumulation-type values.
-template <int V, typename T, typename A>
-__device__ __forceinline__ void load_acc(const T* p, A (&out)[V]) {
-  if constexpr (V == 1) {
-    out[0] = to_acc<A>(*p);
-  } else {
-    const Vec<T, V> v = load_vec<T, V>(p);
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = to_acc<A>(v.v[j]);
-  }
-}
-template <int V, typename T, typename A>
-__device__ __forceinline__ void store_acc(T* p, const A (&in)[V]) {
-  if constexpr (V == 1) {
-    *p = from_acc<T>(in[0]);
-  } else {
-    Vec<T, V> v;
-#pragma unroll
-    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in[j]);
-    store_vec<T, V>(p, v);
-  }
-}
-
 // Running max and sum of exp(x - max). Chunks whose max is -inf contribute nothing (so that -inf entries
 // never turn the sum into NaN); a row that is all -inf ends with max -inf and sum 0, and the output formula
 // then yields NaN exactly as PyTorch's softmax does.

@@ -1,0 +1,89 @@
+"""Benchmark cases of the group_norm family (and local_response_norm, csrc/lrn): group_norm(32) forward and
+backward on 64x256x56x56 bf16, NCHW and NHWC, against eager and torch.compile of the same function;
+instance_norm (2-D) forward; local_response_norm(5) forward. Bytes are the minimum traffic: each input read
+once, each output written once (parameters and statistics included, small)."""
+import math
+
+import torch
+import torch.nn.functional as TF
+
+import torch_dnn.functional as F
+from benchmarks.harness import Case, rand_cuda
+
+ops = torch.ops.torch_dnn
+aten = torch.ops.aten
+
+SHAPE = (64, 256, 56, 56)
+G = 32
+
+
+
+def _gn_cases(dtype, layout):
+    es = torch.empty((), dtype=dtype).element_size()
+    N, C, H, W = SHAPE
+    numel = math.prod(SHAPE)
+    tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
+    group = f"group_norm {layout}"
+    stats = N * G * 4 * 2
+
+    def gn(x, w, b):
+        return TF.group_norm(x, G, w, b)
+
+    def fwd_inputs(d=dtype, lay=layout):
+        return rand_cuda(SHAPE, d, lay), rand_cuda((C,), d, "NCHW", 0.5, 1.5), rand_cuda((C,), d, "NCHW")
+
+    fwd = Case("group_norm", f"group_norm({G}) fwd {tag}", fwd_inputs,
+               {"torch_dnn": lambda x, w, b: F.group_norm(x, G, w, b), "eager": gn,
+                "compile": torch.compile(gn, dynamic=False)},
+               bytes=2 * numel * es + 2 * C * es, target=">=3x eager (>=2.4 TB/s)", group=group)
+
+    def bwd_inputs(d=dtype, lay=layout):
+        x, w, b = fwd_inputs(d, lay)
+        _, mean, rstd = ops.group_norm(x, G, w, b, 1e-5)
+        _, mean_e, rstd_e = aten.native_group_norm(x, w, b, N, C, H * W, G, 1e-5)
+        return rand_cuda(SHAPE, d, lay, -1, 1), x, mean, rstd, w, mean_e, rstd_e
+
+    def bwd_eager(g, x, mean, rstd, w, mean_e, rstd_e):
+        return aten.native_group_norm_backward(g, x, mean_e, rstd_e, w, N, C, H * W, G, [True, True, True])
+
+    bwd = Case("group_norm", f"group_norm({G}) bwd {tag}", bwd_inputs,
+               {"torch_dnn": lambda g, x, mean, rstd, w, mean_e, rstd_e: ops.group_norm_backward(
+                   g, x, mean, rstd, w, G, False, [True, True, True]),
+                "eager": bwd_eager, "compile": torch.compile(bwd_eager, dynamic=False)},
+               bytes=3 * numel * es + 3 * C * es + stats, target=">=3x eager (>=2.4 TB/s)", group=group)
+    return [fwd, bwd]
+
+
+def _instance_norm_case(dtype):
+    shape = (32, 128, 64, 64)
+    es = torch.empty((), dtype=dtype).element_size()
+    c = shape[1]
+
+    def inorm(x, w, b):
+        return TF.instance_norm(x, weight=w, bias=b)
+
+    return Case("group_norm", "instance_norm2d fwd 32x128x64x64 NCHW bf16",
+                lambda: (rand_cuda(shape, dtype, "NCHW"), rand_cuda((c,), dtype, "NCHW", 0.5, 1.5), rand_cuda((c,), dtype, "NCHW")),
+                {"torch_dnn": lambda x, w, b: F.instance_norm(x, weight=w, bias=b), "eager": inorm,
+                 "compile": torch.compile(inorm, dynamic=False)},
+                bytes=2 * math.prod(shape) * es + 2 * c * es, target=">=90% copy", group="instance_norm / lrn")
+
+
+def _lrn_case(dtype):
+    shape = (64, 96, 55, 55)
+    es = torch.empty((), dtype=dtype).element_size()
+
+    def lrn(x):
+        return TF.local_response_norm(x, 5, 1e-4, 0.75, 2.0)
+
+    return Case("group_norm", "local_response_norm(5) fwd 64x96x55x55 NCHW bf16",
+                lambda: (rand_cuda(shape, dtype, "NCHW"),),
+                {"torch_dnn": lambda x: F.local_response_norm(x, 5, 1e-4, 0.75, 2.0), "eager": lrn,
+                 "compile": torch.compile(lrn, dynamic=False)},
+                bytes=2 * math.prod(shape) * es, target=">=80% copy", group="instance_norm / lrn")
+
+
+def cases(quick: bool = False):
+    layouts = ["NCHW"] if quick else ["NCHW", "NHWC"]
+    out = [c for lay in layouts for c in _gn_cases(torch.bfloat16, lay)]
+    return out + [_instance_norm_case(torch.bfloat16), _lrn_case(torch.bfloat16)]

@@ -1,0 +1,127 @@
+"""Benchmark cases of the matmul family (TFLOP/s; skinny cases also GB/s, since they stream the weight):
+  - bf16 / fp16 GEMM 8192^3 and 16384 x 16384 x 4096 (M x N x K) against torch.mm (cuBLAS);
+  - linear + bias + gelu 16384 x 4096 -> 16384 forward (linear_act against eager F.linear + F.gelu and its
+    torch.compile) and backward (linear_act_backward against eager gelu_backward + two mm + bias sum, and its
+    compile);
+  - skinny F.linear, M in {16, 64, 256}, K = N in {4096, 16384}, bf16 (split-K territory) against F.linear;
+  - fp32 8192^3 with TF32 on (both sides) against torch.mm.
+Where the build and device have the Hopper path, "torch_dnn" is the default choice (auto) and
+"torch_dnn sm80" forces the portable mma.sync path (TORCH_DNN_GEMM_PATH=sm80) for comparison."""
+import os
+
+import torch
+import torch.nn.functional as TF
+
+import torch_dnn.functional as F
+from benchmarks.harness import Case
+from torch_dnn.ops.matmul import gemm_paths
+
+ops = torch.ops.torch_dnn
+aten = torch.ops.aten
+
+
+def _rand(shape, dtype, lo=-1.0, hi=1.0):
+    return torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
+
+
+def _short(dtype):
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+
+
+def _forced(fn, path):
+    """fn run with TORCH_DNN_GEMM_PATH=path (the launcher reads it at every call)."""
+    def run(*args):
+        old = os.environ.get("TORCH_DNN_GEMM_PATH")
+        os.environ["TORCH_DNN_GEMM_PATH"] = path
+        try:
+            return fn(*args)
+        finally:
+            if old is None:
+                del os.environ["TORCH_DNN_GEMM_PATH"]
+            else:
+                os.environ["TORCH_DNN_GEMM_PATH"] = old
+    return run
+
+
+def _with_tf32(fn):
+    def run(*args):
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return fn(*args)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+    return run
+
+
+def _ours(fn):
+    """{"torch_dnn": fn} plus the forced portable path where a Hopper path exists."""
+    impls = {"torch_dnn": fn}
+    if "sm90" in gemm_paths():
+        impls["torch_dnn sm80"] = _forced(fn, "sm80")
+    return impls
+
+
+def _gemm_case(m, n, k, dtype, group, tf32=False):
+    mm = (lambda a, b: ops.mm(a, b, allow_tf32=True)) if tf32 else (lambda a, b: ops.mm(a, b))
+    impls = _ours(mm)
+    impls["cuBLAS (torch.mm)"] = _with_tf32(torch.mm) if tf32 else torch.mm
+    es = torch.empty((), dtype=dtype).element_size()
+    return Case("matmul", f"mm {m}x{n}x{k} {_short(dtype)}{' tf32' if tf32 else ''}",
+                lambda: (_rand((m, k), dtype), _rand((k, n), dtype)), impls,
+                bytes=(m * k + k * n + m * n) * es, flops=2 * m * n * k, group=group,
+                target=">= cuBLAS" if not tf32 else ">= 0.9 cuBLAS")
+
+
+def _linear_gelu_cases(m, k, n, dtype, group):
+    es = torch.empty((), dtype=dtype).element_size()
+
+    def eager(x, w, b):
+        return TF.gelu(TF.linear(x, w, b))
+
+    fwd = _ours(lambda x, w, b: F.linear_act(x, w, b, "gelu"))
+    fwd.update({"eager (cuBLAS + gelu)": eager, "compile": torch.compile(eager, dynamic=False)})
+    out = [Case("matmul", f"linear+bias+gelu fwd {m}x{k}->{n} {_short(dtype)}",
+                lambda: (_rand((m, k), dtype), _rand((n, k), dtype, -0.05, 0.05), _rand((n,), dtype)), fwd,
+                bytes=(m * k + n * k + n + m * n) * es, flops=2 * m * n * k, group=group, target=">= compile")]
+
+    def bwd_inputs():
+        x, w, b = _rand((m, k), dtype), _rand((n, k), dtype, -0.05, 0.05), _rand((n,), dtype)
+        pre = ops.linear_act(x, w, b, "none")[0]
+        return _rand((m, n), dtype), x, w, pre
+
+    def eager_bwd(g, x, w, pre):
+        d = aten.gelu_backward(g, pre)
+        return d @ w, d.t() @ x, d.sum(0)
+
+    bwd = _ours(lambda g, x, w, pre: ops.linear_act_backward(g, x, w, pre, "gelu", None, None, None, [True, True, True]))
+    bwd.update({"eager (gelu_backward + 2 mm + sum)": eager_bwd, "compile": torch.compile(eager_bwd, dynamic=False)})
+    # read g, pre, x, w; write d_pre (and read it twice), dx, dw, db
+    out.append(Case("matmul", f"linear+bias+gelu bwd {m}x{k}->{n} {_short(dtype)}", bwd_inputs, bwd,
+                    bytes=(2 * m * n + m * k + n * k + m * n * 3 + m * k + n * k + n) * es,
+                    flops=4 * m * n * k, group=group, target=">= compile"))
+    return out
+
+
+def _skinny_case(m, kn, dtype, group):
+    es = torch.empty((), dtype=dtype).element_size()
+    impls = _ours(lambda x, w: F.linear(x, w))
+    impls["cuBLAS (F.linear)"] = TF.linear
+    return Case("matmul", f"linear skinny M={m} K=N={kn} {_short(dtype)}",
+                lambda: (_rand((m, kn), dtype), _rand((kn, kn), dtype, -0.05, 0.05)), impls,
+                bytes=(m * kn + kn * kn + m * kn) * es, flops=2 * m * kn * kn, group=group,
+                target=">= cuBLAS")
+
+
+def cases(quick: bool = False):
+    out = []
+    gemm_shapes = [(8192, 8192, 8192)] + ([] if quick else [(16384, 16384, 4096)])
+    for dtype in (torch.bfloat16, torch.float16):
+        for m, n, k in gemm_shapes:
+            out.append(_gemm_case(m, n, k, dtype, f"GEMM {_short(dtype)}"))
+    out += _linear_gelu_cases(16384, 4096, 16384, torch.bfloat16, "linear + bias + gelu bf16")
+    for m in ((64,) if quick else (16, 64, 256)):
+        for kn in ((4096,) if quick else (4096, 16384)):
+            out.append(_skinny_case(m, kn, torch.bfloat16, "skinny linear bf16"))
+    out.append(_gemm_case(8192, 8192, 8192, torch.float32, "fp32 (TF32 on)", tf32=True))
+    return out

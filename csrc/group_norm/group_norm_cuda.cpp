@@ -1,0 +1,42 @@
+// CUDA launchers of the group_norm family: raw pointers, workspaces from the caching allocator and the current
+// stream to the torch-free entry points. Registered for the CUDA dispatch key only.
+#include "common/cuda_utils.h"
+#include "group_norm/group_norm_ops.h"
+
+namespace torch_dnn {
+namespace group_norm {
+namespace {
+
+const void* cptr(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
+void* mptr(at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+struct CudaBackend {
+  static void forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor& y, at::Tensor& mean,
+                      at::Tensor& rstd, const GnShape& s, double eps, bool stats_given) {
+    c10::cuda::CUDAGuard guard(x.device());
+    const DType dt = to_dtype(x.scalar_type());
+    const int64_t n_ws = forward_workspace(dt, s, stats_given);
+    at::Tensor ws = n_ws > 0 ? at::empty({n_ws}, x.options().dtype(stat_type(x.scalar_type()))) : at::Tensor();
+    const ForwardArgs a{cptr(x), cptr(w), cptr(b), mptr(y), mptr(mean), mptr(rstd), eps, stats_given, mptr(ws)};
+    TD_CHECK_LAUNCH(launch_forward(dt, a, s, current_stream()));
+  }
+  static void backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
+                       const at::Tensor& w, at::Tensor& dx, at::Tensor& dw, at::Tensor& db, const GnShape& s,
+                       bool stats_given) {
+    c10::cuda::CUDAGuard guard(x.device());
+    const DType dt = to_dtype(x.scalar_type());
+    const int64_t n_ws = backward_workspace(dt, s, stats_given, dw.defined() || db.defined());
+    at::Tensor ws = n_ws > 0 ? at::empty({n_ws}, x.options().dtype(stat_type(x.scalar_type()))) : at::Tensor();
+    const BackwardArgs a{cptr(dy), cptr(x), cptr(mean), cptr(rstd), cptr(w), mptr(dx), mptr(dw), mptr(db),
+                         stats_given, mptr(ws)};
+    TD_CHECK_LAUNCH(launch_backward(dt, a, s, current_stream()));
+  }
+};
+
+}  // namespace
+}  // namespace group_norm
+}  // namespace torch_dnn
+
+TORCH_LIBRARY_IMPL(torch_dnn, CUDA, m) {
+  torch_dnn::group_norm::register_group_norm_impls<torch_dnn::group_norm::CudaBackend>(m);
+}

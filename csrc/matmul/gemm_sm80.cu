@@ -1,0 +1,189 @@
+// The portable sm_80+ GEMM path (gemm_kernels.h): plan (kernel, split-K), operand checks, launches.
+//   Float16 / BFloat16         -> mma::gemm_kernel (mma.sync m16n8k16, float accumulation)
+//   Float32 with allow_tf32    -> mma::gemm_kernel (TF32 m16n8k8, float accumulation)
+//   Float32 without TF32       -> simt::gemm_kernel (FFMA: true float32, as PyTorch)
+//   Float64                    -> simt::gemm_kernel (DFMA)
+// Instantiations: 3 dtypes x 4 operand layouts of the tensor-core kernel, 2 SIMT kernels, 4 reductions.
+#include <algorithm>
+
+#include "common/cuda/device.cuh"
+#include "matmul/gemm_kernels.h"
+#include "matmul/kernels/gemm_mma.cuh"
+#include "matmul/kernels/gemm_simt.cuh"
+
+namespace torch_dnn {
+namespace matmul {
+namespace {
+
+enum class Kernel { Mma, Simt };
+
+struct Plan {
+  Kernel kernel;
+  int64_t bm, bn, bk;  // CTA tile
+  int splits = 1;
+  int64_t kt_per_split = 0;
+};
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t dtype_size(DType t) {
+  switch (t) {
+    case DType::Float16:
+    case DType::BFloat16: return 2;
+    case DType::Float32: return 4;
+    case DType::Float64: return 8;
+  }
+  return 4;
+}
+
+// Split-K when the output tiles cannot fill the GPU (skinny M or N) and K is long: enough splits to give
+// every SM a CTA, each split at least 4 K-tiles, at most 16.
+Plan make_plan(const GemmArgs& a) {
+  Plan p;
+  const bool tc = a.dtype == DType::Float16 || a.dtype == DType::BFloat16 || (a.dtype == DType::Float32 && a.allow_tf32);
+  p.kernel = tc ? Kernel::Mma : Kernel::Simt;
+  p.bm = tc ? mma::kBM : simt::kBM;
+  p.bn = tc ? mma::kBN : simt::kBN;
+  p.bk = tc ? 64 / dtype_size(a.dtype) : simt::kBK;
+  const int64_t tiles = cdiv(a.M, p.bm) * cdiv(a.N, p.bn) * a.batch;
+  const int64_t ktiles = cdiv(a.K, p.bk);
+  const int64_t sms = sm_count();
+  int64_t splits = 1;
+  if (tiles < sms && ktiles >= 8) {
+    splits = cdiv(sms, tiles);
+    splits = std::min<int64_t>({splits, ktiles / 4, 16});
+    splits = std::max<int64_t>(splits, 1);
+  }
+  p.kt_per_split = splits > 1 ? cdiv(ktiles, splits) : ktiles;
+  p.splits = int(splits > 1 ? cdiv(ktiles, p.kt_per_split) : 1);
+  return p;
+}
+
+bool aligned(const void* ptr, int64_t ld, int64_t bs, int64_t esize) {
+  const int64_t ke = 16 / esize;
+  return aligned16(ptr) && ld % ke == 0 && bs % ke == 0;
+}
+
+template <typename T>
+Epi<T> make_epi(const GemmArgs& a) {
+  using A = acc_t<T>;
+  Epi<T> e;
+  e.d = static_cast<T*>(a.D);
+  e.ldd = a.ldd;
+  e.bsd = a.batch_stride_d;
+  e.pre = static_cast<T*>(a.preact);
+  e.bias = static_cast<const T*>(a.bias);
+  e.res = static_cast<const T*>(a.residual);
+  e.ldr = a.ldr;
+  e.bsr = a.batch_stride_r;
+  e.alpha = A(a.alpha);
+  e.pa = A(a.act_params.a);
+  e.pb = A(a.act_params.b);
+  e.act = a.act;
+  e.vec_d = aligned(a.D, a.ldd, a.batch_stride_d, sizeof(T)) && (a.preact == nullptr || aligned16(a.preact));
+  e.vec_r = a.residual != nullptr && aligned(a.residual, a.ldr, a.batch_stride_r, sizeof(T));
+  return e;
+}
+
+template <typename T>
+Operand<T> make_operand(const MatrixRef& r) {
+  return {static_cast<const T*>(r.ptr), r.ld, r.batch_stride, aligned(r.ptr, r.ld, r.batch_stride, sizeof(T))};
+}
+
+unsigned grid_z(int64_t n) { return unsigned(n < 65535 ? n : 65535); }
+
+template <typename T>
+cudaError_t reduce_splits(const GemmArgs& a, const Plan& pl, const acc_t<T>* ws, cudaStream_t stream) {
+  const int64_t total = a.batch * a.M * a.N;
+  splitk_reduce_kernel<T><<<grid_for(total, 256, 4, 8), 256, 0, stream>>>(ws, pl.splits, a.batch, a.M, a.N, make_epi<T>(a));
+  return cudaGetLastError();
+}
+
+template <typename T, bool AK, bool BK>
+cudaError_t launch_mma_layout(const mma::Params<T>& p, dim3 grid, cudaStream_t stream) {
+  constexpr int smem = mma::smem_bytes<T>();
+  auto kernel = mma::gemm_kernel<T, AK, BK>;
+  static bool configured[64] = {false};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 0 && dev < 64 && !configured[dev]) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    configured[dev] = true;
+  }
+  kernel<<<grid, mma::kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t run_mma(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t stream) {
+  mma::Params<T> p;
+  p.A = make_operand<T>(a.A);  // stored [M][K] when row-major (K-contiguous), else [K][M]
+  p.B = make_operand<T>(a.B);  // stored [N][K] when column-major (K-contiguous), else [K][N]
+  p.M = a.M, p.N = a.N, p.K = a.K, p.batch = a.batch;
+  p.tiles_m = cdiv(a.M, pl.bm);
+  p.tiles_n = cdiv(a.N, pl.bn);
+  p.splits = pl.splits;
+  p.kt_per_split = int(pl.kt_per_split);
+  p.ws = static_cast<float*>(ws);
+  p.e = make_epi<T>(a);
+  const dim3 grid(unsigned(p.tiles_m * p.tiles_n), 1, grid_z(a.batch * pl.splits));
+  const bool ak = !a.A.col_major, bk = a.B.col_major;
+  cudaError_t err;
+  if (ak && bk) err = launch_mma_layout<T, true, true>(p, grid, stream);
+  else if (ak) err = launch_mma_layout<T, true, false>(p, grid, stream);
+  else if (bk) err = launch_mma_layout<T, false, true>(p, grid, stream);
+  else err = launch_mma_layout<T, false, false>(p, grid, stream);
+  if (err != cudaSuccess || pl.splits == 1) return err;
+  return reduce_splits<T>(a, pl, static_cast<const float*>(ws), stream);
+}
+
+template <typename T>
+cudaError_t run_simt(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t stream) {
+  simt::Params<T> p;
+  p.A = make_operand<T>(a.A);
+  p.B = make_operand<T>(a.B);
+  p.a_kmajor = !a.A.col_major;
+  p.b_kmajor = a.B.col_major;
+  p.M = a.M, p.N = a.N, p.K = a.K, p.batch = a.batch;
+  p.tiles_m = cdiv(a.M, pl.bm);
+  p.tiles_n = cdiv(a.N, pl.bn);
+  p.splits = pl.splits;
+  p.kt_per_split = int(pl.kt_per_split);
+  p.ws = static_cast<acc_t<T>*>(ws);
+  p.e = make_epi<T>(a);
+  const dim3 grid(unsigned(p.tiles_m * p.tiles_n), 1, grid_z(a.batch * pl.splits));
+  simt::gemm_kernel<T><<<grid, simt::kThreads, 0, stream>>>(p);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || pl.splits == 1) return err;
+  return reduce_splits<T>(a, pl, static_cast<const acc_t<T>*>(ws), stream);
+}
+
+}  // namespace
+
+int64_t gemm_sm80_workspace_bytes(const GemmArgs& a) {
+  if (a.M <= 0 || a.N <= 0 || a.batch <= 0) return 0;
+  const Plan pl = make_plan(a);
+  if (pl.splits == 1) return 0;
+  const int64_t acc = a.dtype == DType::Float64 ? 8 : 4;
+  return int64_t(pl.splits) * a.batch * a.M * a.N * acc;
+}
+
+cudaError_t gemm_sm80(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
+  if (a.M <= 0 || a.N <= 0 || a.batch <= 0) return cudaSuccess;
+  const Plan pl = make_plan(a);
+  if (pl.splits > 1 && (workspace == nullptr || workspace_bytes < gemm_sm80_workspace_bytes(a)))
+    return cudaErrorInvalidValue;
+  if (cdiv(a.M, pl.bm) * cdiv(a.N, pl.bn) > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  switch (a.dtype) {
+    case DType::Float16: return run_mma<__half>(a, pl, workspace, stream);
+    case DType::BFloat16: return run_mma<__nv_bfloat16>(a, pl, workspace, stream);
+    case DType::Float32:
+      return a.allow_tf32 ? run_mma<float>(a, pl, workspace, stream) : run_simt<float>(a, pl, workspace, stream);
+    case DType::Float64: return run_simt<double>(a, pl, workspace, stream);
+  }
+  return cudaErrorNotSupported;
+}
+
+}  // namespace matmul
+}  // namespace torch_dnn

@@ -1,0 +1,217 @@
+"""Matmul family: mm, bmm, linear_act (act(x @ W.T + bias) + residual in one kernel) and their backward.
+Fake kernels, autograd (backward = torch_dnn ops), and functional wrappers: matmul (torch.matmul's semantics,
+a Python composite over mm/bmm and views), mm, bmm, linear (F.linear) and linear_act. Autocast is registered
+in C++ (csrc/matmul/matmul.cpp) with aten::mm's policy: inputs cast to the autocast dtype.
+
+float32 follows torch.backends.cuda.matmul.allow_tf32 as PyTorch does (allow_tf32 <=>
+torch.get_float32_matmul_precision() != "highest"): the wrappers read it and pass the answer to the op."""
+import math
+
+import torch
+
+from torch_dnn.ops._registry import add_family, needs_autograd
+
+_ops = torch.ops.torch_dnn
+
+# bias_act's activation names (torch_dnn.ops.activation.BIAS_ACTS); "identity" is another name of "none"
+NO_ACT = ("none", "identity")
+
+
+def _needs_preact(activation) -> bool:
+    return activation not in NO_ACT
+
+
+# ---- fake kernels: mirror csrc/matmul/matmul_ops.h (outputs are fresh contiguous tensors) ----
+
+@torch.library.register_fake("torch_dnn::mm")
+def _mm_fake(a, b, *, allow_tf32=False):
+    torch._check(a.dim() == 2 and b.dim() == 2, lambda: "torch_dnn.mm: expected 2-D tensors")
+    torch._check(a.shape[1] == b.shape[0], lambda: "torch_dnn.mm: self and mat2 shapes cannot be multiplied")
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+@torch.library.register_fake("torch_dnn::bmm")
+def _bmm_fake(a, b, *, allow_tf32=False):
+    torch._check(a.dim() == 3 and b.dim() == 3, lambda: "torch_dnn.bmm: expected 3-D tensors")
+    torch._check(a.shape[0] == b.shape[0], lambda: "torch_dnn.bmm: expected the same batch size")
+    torch._check(a.shape[2] == b.shape[1], lambda: "torch_dnn.bmm: self and mat2 shapes cannot be multiplied")
+    return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
+
+
+@torch.library.register_fake("torch_dnn::linear_act")
+def _linear_act_fake(x, w, bias=None, activation="none", residual=None, act_a=None, act_b=None, *,
+                     allow_tf32=False, save_preact=False):
+    torch._check(x.shape[-1] == w.shape[1], lambda: "torch_dnn.linear_act: input and weight.T shapes cannot be multiplied")
+    shape = tuple(x.shape[:-1]) + (w.shape[0],)
+    pre = x.new_empty(shape) if save_preact and _needs_preact(activation) else x.new_empty((0,))
+    return x.new_empty(shape), pre
+
+
+@torch.library.register_fake("torch_dnn::linear_act_backward")
+def _linear_act_backward_fake(grad, x, w, preact, activation, act_a, act_b, grad_preact, output_mask, *,
+                              allow_tf32=False):
+    return (x.new_empty(x.shape) if output_mask[0] else x.new_empty((0,)),
+            x.new_empty(w.shape) if output_mask[1] else x.new_empty((0,)),
+            x.new_empty((w.shape[0],)) if output_mask[2] else x.new_empty((0,)))
+
+
+# ---- autograd ----
+
+def _mm_setup(ctx, inputs, keyword_only_inputs, output):
+    ctx.save_for_backward(*inputs)
+    ctx.tf32 = keyword_only_inputs.get("allow_tf32", False)
+
+
+def _mm_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    da = _ops.mm(grad, b.t(), allow_tf32=ctx.tf32) if ctx.needs_input_grad[0] else None
+    db = _ops.mm(a.t(), grad, allow_tf32=ctx.tf32) if ctx.needs_input_grad[1] else None
+    return da, db
+
+
+def _bmm_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    da = _ops.bmm(grad, b.transpose(1, 2), allow_tf32=ctx.tf32) if ctx.needs_input_grad[0] else None
+    db = _ops.bmm(a.transpose(1, 2), grad, allow_tf32=ctx.tf32) if ctx.needs_input_grad[1] else None
+    return da, db
+
+
+torch.library.register_autograd("torch_dnn::mm", _mm_backward, setup_context=_mm_setup)
+torch.library.register_autograd("torch_dnn::bmm", _bmm_backward, setup_context=_mm_setup)
+
+
+def _linear_act_setup(ctx, inputs, keyword_only_inputs, output):
+    x, w, bias, activation, residual, act_a, act_b = inputs
+    _, pre = output
+    ctx.activation, ctx.act_a, ctx.act_b = activation, act_a, act_b
+    ctx.tf32 = keyword_only_inputs.get("allow_tf32", False)
+    ctx.has_bias, ctx.has_residual = bias is not None, residual is not None
+    ctx.saved_preact = keyword_only_inputs.get("save_preact", False) and _needs_preact(activation)
+    ctx.save_for_backward(x, w, bias, pre if ctx.saved_preact else None)
+    ctx.set_materialize_grads(False)
+
+
+def _linear_act_backward(ctx, grad, grad_preact):
+    x, w, bias, pre = ctx.saved_tensors
+    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
+    if grad is None:
+        grad = x.new_zeros(tuple(x.shape[:-1]) + (w.shape[0],))
+    d_res = grad if ctx.has_residual and ctx.needs_input_grad[4] else None
+    if not any(mask):
+        return None, None, None, None, d_res, None, None
+    if _needs_preact(ctx.activation) and pre is None:
+        # saved without the pre-activation (the op was called with save_preact=False): recompute it
+        pre = _ops.linear_act(x, w, bias, "none", allow_tf32=ctx.tf32)[0]
+    if not ctx.saved_preact:
+        grad_preact = None
+    dx, dw, db = _ops.linear_act_backward(grad, x, w, pre, ctx.activation, ctx.act_a, ctx.act_b, grad_preact, mask,
+                                          allow_tf32=ctx.tf32)
+    return (dx if mask[0] else None, dw if mask[1] else None, db if mask[2] else None, None, d_res, None, None)
+
+
+torch.library.register_autograd("torch_dnn::linear_act", _linear_act_backward, setup_context=_linear_act_setup)
+
+add_family("matmul", ["mm", "bmm", "linear_act", "linear_act_backward"])
+
+
+# ---- functional wrappers ----
+
+def allow_tf32() -> bool:
+    """Whether float32 GEMMs may use TF32 tensor cores: PyTorch's own switch,
+    torch.backends.cuda.matmul.allow_tf32 (<=> torch.get_float32_matmul_precision() != "highest"). Read through
+    the backends flag because torch.compile traces it (a guarded constant) where it cannot trace the string."""
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
+def gemm_paths(device=None) -> list:
+    """The CUDA GEMM paths usable on `device` (default: the current CUDA device): "sm80" (mma.sync, any sm_80+
+    GPU) and "sm90" (wgmma + TMA) when this build has it and the device is a Hopper GPU. [] without CUDA.
+    TORCH_DNN_GEMM_PATH=auto|sm80|sm90 picks one (for tests and benchmarks; auto: sm90 where it can)."""
+    built = list(_ops.gemm_paths())
+    if not built or not torch.cuda.is_available():
+        return []
+    major, minor = torch.cuda.get_device_capability(device)
+    out = []
+    if "sm80" in built and major >= 8:
+        out.append("sm80")
+    if "sm90" in built and (major, minor) == (9, 0):
+        out.append("sm90")
+    return out
+
+
+def mm(input, mat2):
+    return _ops.mm(input, mat2, allow_tf32=allow_tf32())
+
+
+def bmm(input, mat2):
+    return _ops.bmm(input, mat2, allow_tf32=allow_tf32())
+
+
+def _rows_foldable(t) -> bool:
+    """Whether the leading dims of t [..., M, K] merge into one by a view (t.reshape(-1, K) copies nothing)."""
+    expected = None
+    for d in range(t.dim() - 2, -1, -1):
+        if t.shape[d] == 1:
+            continue
+        if expected is not None and t.stride(d) != expected:
+            return False
+        expected = t.stride(d) * t.shape[d]
+    return True
+
+
+def matmul(input, other):
+    """torch.matmul: 1-D (dot, matrix-vector), 2-D and batched with broadcasting, over torch_dnn's mm and bmm.
+    Transposed and strided operands are passed by their strides (views, no copies); a batch broadcast against
+    a matrix is a stride-0 batch, not a copy."""
+    da, db = input.dim(), other.dim()
+    if da == 0 or db == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {da}D and {db}D")
+    tf32 = allow_tf32()
+    if da <= 2 and db <= 2:
+        a = input.unsqueeze(0) if da == 1 else input
+        b = other.unsqueeze(1) if db == 1 else other
+        out = _ops.mm(a, b, allow_tf32=tf32)
+        if da == 1:
+            out = out.squeeze(0)
+        if db == 1:
+            out = out.squeeze(-1)
+        return out
+    if db <= 2 and _rows_foldable(input):
+        # [..., M, K] @ [K, N]: the leading dims fold into M (the x @ W case)
+        b = other.unsqueeze(1) if db == 1 else other
+        rows = math.prod(input.shape[:-1])
+        out = _ops.mm(input.reshape(rows, input.shape[-1]), b, allow_tf32=tf32)
+        return out.view(tuple(input.shape[:-1]) + ((b.shape[1],) if db == 2 else ()))
+    a = input.unsqueeze(0) if da == 1 else input
+    b = other.unsqueeze(-1) if db == 1 else other
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+    nb = math.prod(batch)
+    a3 = a.expand(tuple(batch) + (m, k)).reshape(nb, m, k)
+    b3 = b.expand(tuple(batch) + (k2, n)).reshape(nb, k2, n)
+    out = _ops.bmm(a3, b3, allow_tf32=tf32).view(tuple(batch) + (m, n))
+    if da == 1:
+        out = out.squeeze(-2)
+    if db == 1:
+        out = out.squeeze(-1)
+    return out
+
+
+def linear_act(input, weight, bias=None, activation="relu", residual=None, act_a=None, act_b=None):
+    """act(input @ weight.T + bias) + residual in one kernel (torch_dnn's own).
+
+    activation: one of torch_dnn.ops.activation.BIAS_ACTS ("none", "relu", "gelu", "gelu_tanh", "silu", ...).
+    act_a / act_b: the parameters of leaky_relu (negative_slope), elu (alpha) and softplus (beta, threshold);
+    None takes PyTorch's defaults. residual: of the output's shape, added after the activation.
+    """
+    save = _needs_preact(activation) and needs_autograd(input, weight, bias)
+    return _ops.linear_act(input, weight, bias, activation, residual, act_a, act_b, allow_tf32=allow_tf32(),
+                           save_preact=save)[0]
+
+
+def linear(input, weight, bias=None):
+    """torch.nn.functional.linear."""
+    return _ops.linear_act(input, weight, bias, "none", allow_tf32=allow_tf32())[0]
+
+
+FUNCTIONAL = ["matmul", "mm", "bmm", "linear", "linear_act"]
