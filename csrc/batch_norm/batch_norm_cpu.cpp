@@ -23,7 +23,7 @@ View view_of(const at::Tensor& x) {
 at::Tensor as64(const at::Tensor& t) { return t.to(at::kDouble).contiguous(); }
 
 double act_fwd(double z, int64_t act) {
-  if (act == 1) return z > 0 ? z : 0.0;
+  if (act == 1) return (z > 0 || std::isnan(z)) ? z : 0.0;  // NaN propagates, as torch.relu
   if (act == 2) return z / (1.0 + std::exp(-z));
   return z;
 }
@@ -92,7 +92,8 @@ void CpuBackend::reduce(const at::Tensor& dy, const at::Tensor& x, const at::Ten
                         at::Tensor& sum_dz, at::Tensor& sum_dz_xmu) {
   const View v = view_of(x);
   const at::Tensor x64 = as64(x), dy64 = as64(dy), r64 = res.defined() ? as64(res) : at::Tensor();
-  const at::Tensor sc = as64(scale), sh = as64(shift), m64 = as64(mean);
+  const at::Tensor m64 = as64(mean);
+  const at::Tensor sc = act != 0 ? as64(scale) : m64, sh = act != 0 ? as64(shift) : m64;  // act 0: unused
   at::Tensor dz64 = at::empty_like(x64);
   const double *px = x64.const_data_ptr<double>(), *pdy = dy64.const_data_ptr<double>();
   const double* pr = r64.defined() ? r64.const_data_ptr<double>() : nullptr;

@@ -2,6 +2,8 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include "batch_norm/batch_norm_coeffs.h"
+
 namespace torch_dnn {
 namespace batch_norm {
 
@@ -19,6 +21,13 @@ struct CpuBackend {
   // dx = k[c] * (dz - a[c] - (x - mean[c]) * b[c]) with per-channel coefficients in the statistics dtype.
   static void elemt(const at::Tensor& dz, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& k,
                     const at::Tensor& a, const at::Tensor& b, at::Tensor& dx);
+  // The per-channel steps (batch_norm_coeffs.h): tensor math on C elements.
+  static void fwd_coeffs(FwdCoeffArgs& a) { fwd_coeffs_tensor_math(a); }
+  static void affine(const at::Tensor& mean, const at::Tensor& invstd, const at::Tensor& w, const at::Tensor& b,
+                     at::Tensor& scale, at::Tensor& shift) {
+    affine_tensor_math(mean, invstd, w, b, scale, shift);
+  }
+  static void bwd_coeffs(BwdCoeffArgs& a) { bwd_coeffs_tensor_math(a); }
 };
 
 }  // namespace batch_norm

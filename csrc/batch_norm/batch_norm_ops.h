@@ -1,10 +1,11 @@
-// The batch_norm family's ops, written once over a backend (CPU now; a CUDA backend provides the same four
-// primitives, see batch_norm_cpu.h). batch_norm.cpp declares the schemas. x is (N, C, *) in any layout;
-// per-channel statistics are in the statistics dtype (float32; float64 for float64 input).
-//   batch_norm / batch_norm_add_act: y = act(bn(x) + res); training: batch statistics (two-pass), running
-//   stats updated in place with `momentum` (unbiased variance); evaluation: running statistics. Returns
-//   (y, save_mean, save_invstd); in evaluation they are the running statistics' mean and 1/sqrt(var + eps),
-//   so the backward reads one pair in both modes.
+// The batch_norm family's ops, written once over a backend (batch_norm_cpu.h, batch_norm_cuda.cpp) that
+// provides the big passes over the data (stats, apply, reduce, elemt) and the per-channel steps between them
+// (fwd_coeffs, affine, bwd_coeffs: batch_norm_coeffs.h). batch_norm.cpp declares the schemas. x is (N, C, *)
+// in any layout; per-channel statistics are in the statistics dtype (float32; float64 for float64 input).
+//   batch_norm / batch_norm_add_act: y = act(bn(x) + res); training: batch statistics, running stats updated
+//   in place with `momentum` (unbiased variance); evaluation: running statistics. Returns (y, save_mean,
+//   save_invstd); in evaluation they are the running statistics' mean and 1/sqrt(var + eps), so the backward
+//   reads one pair in both modes.
 //   batch_norm_stats: per-channel (mean, m2) of the local batch, for SyncBatchNorm's cross-process merge.
 #pragma once
 #include <torch/library.h>
@@ -12,6 +13,7 @@
 #include <array>
 #include <tuple>
 
+#include "batch_norm/batch_norm_coeffs.h"
 #include "common/tensor_utils.h"
 
 namespace torch_dnn {
@@ -30,14 +32,15 @@ inline int64_t check_input(const char* op, const Tensor& x) {
   return x.size(1);
 }
 
-// A per-channel tensor (weight, bias, running stats, saved stats): C elements on the input's device.
+// A per-channel tensor (weight, bias, running stats, saved stats): C elements on the input's device, contiguous,
+// in its own floating dtype (the backends read any of them).
 inline Tensor check_channel(const char* op, const char* arg, const Tensor& x, const OptTensor& p) {
   if (!given(p)) return Tensor();
   check_floating(*p, op, arg);
   check_same_device(x, *p, op, "input", arg);
   TORCH_CHECK(p->dim() == 1 && p->numel() == x.size(1), op, ": expected ", arg, " of shape [", x.size(1),
               "] (the input's channel count, dim 1), but got ", p->sizes());
-  return p->to(stat_type(x.scalar_type())).contiguous();
+  return p->contiguous();
 }
 
 inline Tensor out_like(const Tensor& x) { return at::empty_like(x, x.suggest_memory_format()); }
@@ -65,31 +68,41 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, cons
   const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
   Tensor y = out_like(x);
   Tensor mean = at::empty({C}, sopt), invstd = at::empty({C}, sopt);
+  if (training && x.numel() == 0) {  // as PyTorch: nothing to normalise, running stats untouched
+    mean.zero_();
+    invstd.zero_();
+    return {y, mean, invstd};
+  }
+  FwdCoeffArgs a;
+  a.weight = w;
+  a.bias = b;
+  a.training = training;
+  a.momentum = momentum;
+  a.eps = eps;
+  a.count = x.numel() / std::max<int64_t>(C, 1);
+  a.mean = mean;
+  a.invstd = invstd;
+  a.scale = at::empty({C}, sopt);
+  a.shift = at::empty({C}, sopt);
   if (training) {
-    if (x.numel() == 0) {  // as PyTorch: nothing to normalise, running stats untouched
-      mean.zero_();
-      invstd.zero_();
-      return {y, mean, invstd};
-    }
-    const int64_t M = x.numel() / C;
-    Tensor m2 = at::empty({C}, sopt);
-    B::stats(x, mean, m2);
-    invstd = (m2 / double(M) + eps).rsqrt();
-    if (given(running_mean)) {
-      at::NoGradGuard ng;
-      const Tensor unbiased = m2 / double(M - 1);  // M == 1: 0/0 = NaN, as PyTorch
-      running_mean->mul_(1.0 - momentum).add_(mean.to(running_mean->scalar_type()), momentum);
-      running_var->mul_(1.0 - momentum).add_(unbiased.to(running_var->scalar_type()), momentum);
-    }
+    a.stat_mean = at::empty({C}, sopt);
+    a.stat_var = at::empty({C}, sopt);
+    B::stats(x, a.stat_mean, a.stat_var);
+    // the in-place update goes to the caller's tensors (contiguous ones: the usual buffers)
+    a.running_mean = given(running_mean) && running_mean->is_contiguous() ? *running_mean : rm;
+    a.running_var = given(running_var) && running_var->is_contiguous() ? *running_var : rv;
   } else {
-    mean.copy_(rm);
-    invstd = (rv + eps).rsqrt();
+    a.stat_mean = rm;
+    a.stat_var = rv;
+  }
+  B::fwd_coeffs(a);
+  if (training && given(running_mean) && !a.running_mean.is_same(*running_mean)) {
+    at::NoGradGuard ng;
+    running_mean->copy_(a.running_mean);
+    running_var->copy_(a.running_var);
   }
   if (x.numel() == 0) return {y, mean, invstd};
-  const Tensor scale = w.defined() ? invstd * w : invstd;
-  Tensor shift = -mean * scale;
-  if (b.defined()) shift = shift + b;
-  B::apply(x, res, scale, shift, y, act);
+  B::apply(x, res, a.scale, a.shift, y, act);
   return {y, mean, invstd};
 }
 
@@ -103,8 +116,9 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   check_same_device(x, dy, op, "input", "grad_out");
   check_same_shape(x, dy, op, "input", "grad_out");
   const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
-  const Tensor mean = check_channel(op, "save_mean", x, save_mean);
-  const Tensor invstd = check_channel(op, "save_invstd", x, save_invstd);
+  const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
+  const Tensor mean = check_channel(op, "save_mean", x, save_mean).to(sopt.dtype());
+  const Tensor invstd = check_channel(op, "save_invstd", x, save_invstd).to(sopt.dtype());
   Tensor res;
   if (given(residual)) {
     check_same_shape(x, *residual, op, "input", "residual");
@@ -121,24 +135,30 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
     if (mask[3]) db.zero_();
     return {dx, dres, dw, db};
   }
-  const int64_t M = x.numel() / C;
-  const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
-  const Tensor scale = w.defined() ? invstd * w : invstd;
-  Tensor shift = -mean * scale;
-  if (b.defined()) shift = shift + b;
-  Tensor dz = (act != 0 || mask[1]) ? out_like(x) : Tensor();
-  Tensor sum_dz = at::empty({C}, sopt), sum_dz_xmu = at::empty({C}, sopt);
-  B::reduce(dy, x, res, scale, shift, mean, act, dz, sum_dz, sum_dz_xmu);
-  if (!dz.defined()) dz = dy;
-  if (mask[1]) dres.copy_(dz);
-  if (mask[2]) dw.copy_(sum_dz_xmu * invstd);
-  if (mask[3]) db.copy_(sum_dz);
-  if (mask[0]) {
-    const Tensor k = scale;
-    Tensor a = training ? sum_dz / double(M) : at::zeros({C}, sopt);
-    Tensor bb = training ? sum_dz_xmu * invstd * invstd / double(M) : at::zeros({C}, sopt);
-    B::elemt(dz, x, mean, k, a, bb, dx);
+  Tensor scale, shift;  // the forward's affine map, to recompute the activation's input
+  if (act != 0) {
+    scale = at::empty({C}, sopt);
+    shift = at::empty({C}, sopt);
+    B::affine(mean, invstd, w, b, scale, shift);
   }
+  // dz, the gradient at the activation's input: written for dres, else only when an activation needs it
+  Tensor dz = mask[1] ? dres : (act != 0 ? out_like(x) : Tensor());
+  BwdCoeffArgs a;
+  a.sum_dz = at::empty({C}, sopt);
+  a.sum_dz_xmu = at::empty({C}, sopt);
+  B::reduce(dy, x, res, scale, shift, mean, act, dz, a.sum_dz, a.sum_dz_xmu);
+  if (!dz.defined()) dz = dy;
+  a.invstd = invstd;
+  a.weight = w;
+  a.training = training;
+  a.count = x.numel() / C;
+  if (mask[2]) a.dw = dw;
+  if (mask[3]) a.db = db;
+  a.k = at::empty({C}, sopt);
+  a.a = at::empty({C}, sopt);
+  a.b = at::empty({C}, sopt);
+  B::bwd_coeffs(a);
+  if (mask[0]) B::elemt(dz, x, mean, a.k, a.a, a.b, dx);
   return {dx, dres, dw, db};
 }
 
@@ -163,7 +183,7 @@ void register_batch_norm_impls(torch::Library& m) {
       invstd = *save_invstd;
     } else {
       TORCH_CHECK(given(rm) && given(rv), op, ": needs save_mean/save_invstd or running_mean/running_var");
-      mean = *rm;
+      mean = rm->to(stat_type(x.scalar_type()));
       invstd = (rv->to(stat_type(x.scalar_type())) + eps).rsqrt();
     }
     auto r = backward<B>(op, dy, x, c10::nullopt, w, c10::nullopt, mean, invstd, training, 0,
