@@ -2,11 +2,12 @@
 (also reachable as python -m torch_dnn bench ...)."""
 import argparse
 
-from benchmarks import cases_activation, cases_group_norm, cases_matmul, cases_norm, cases_pool, cases_softmax
+from benchmarks import cases_activation, cases_batch_norm, cases_group_norm, cases_matmul, cases_norm, cases_pool, cases_softmax
 from benchmarks.harness import run
 
 FAMILIES = {"activation": cases_activation, "softmax": cases_softmax, "norm": cases_norm, "pool": cases_pool,
-            "group_norm": cases_group_norm, "matmul": cases_matmul}
+            "group_norm": cases_group_norm, "matmul": cases_matmul,
+            "batch_norm": cases_batch_norm}
 
 
 def main(argv=None):

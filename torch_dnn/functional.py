@@ -1,5 +1,6 @@
 """The torch.nn.functional-like surface of torch_dnn: same names, arguments, defaults and in-place flags."""
 from torch_dnn.ops import activation as _activation
+from torch_dnn.ops import batch_norm as _batch_norm
 from torch_dnn.ops import group_norm as _group_norm
 from torch_dnn.ops import lrn as _lrn
 from torch_dnn.ops import matmul as _matmul
@@ -40,6 +41,8 @@ from torch_dnn.ops.pool import (  # noqa: E402
     max_pool1d_with_indices, max_pool2d_with_indices, max_pool3d_with_indices,
 )
 
+batch_norm = _batch_norm.batch_norm
+batch_norm_add_act = _batch_norm.batch_norm_add_act
 group_norm = _group_norm.group_norm
 instance_norm = _group_norm.instance_norm
 local_response_norm = _lrn.local_response_norm
@@ -50,4 +53,4 @@ linear = _matmul.linear
 linear_act = _matmul.linear_act
 
 __all__ = (_activation.FUNCTIONAL + _softmax.FUNCTIONAL + _norm.FUNCTIONAL + _pool.FUNCTIONAL + _group_norm.FUNCTIONAL
-           + _lrn.FUNCTIONAL + _matmul.FUNCTIONAL)
+           + _lrn.FUNCTIONAL + _matmul.FUNCTIONAL + _batch_norm.FUNCTIONAL)

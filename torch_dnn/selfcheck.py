@@ -70,6 +70,19 @@ def _checks():
                 return x.contiguous(memory_format=torch.channels_last if rank == 2 else torch.channels_last_3d)
             out.append(("pool", f"{name}{' C-last' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make:
                         check_against_torch(o, p, [m(d, t)], name="pool")))
+    for cl in (False, True):
+        def make_bn(d, t, cl=cl):
+            x = random_like_case((4, 16, 13, 11), t, d)
+            x = x.contiguous(memory_format=torch.channels_last) if cl else x
+            return [x, random_like_case((16,), t, d, low=0.5, high=1.5), random_like_case((16,), t, d),
+                    random_like_case((4, 16, 13, 11), t, d)]
+        out.append(("batch_norm", f"batch_norm train{' NHWC' if cl else ''}", lambda d, t, m=make_bn: check_against_torch(
+            lambda x, w, b, r: F.batch_norm(x, None, None, w, b, True), lambda x, w, b, r: TF.batch_norm(x, None, None, w, b, True),
+            m(d, t), name="batch_norm")))
+        out.append(("batch_norm", f"batch_norm_add_act(relu) train{' NHWC' if cl else ''}", lambda d, t, m=make_bn:
+                    check_against_torch(lambda x, w, b, r: F.batch_norm_add_act(x, None, None, w, b, r, "relu", True),
+                                        lambda x, w, b, r: torch.relu(TF.batch_norm(x, None, None, w, b, True) + r),
+                                        m(d, t), name="batch_norm_add_act")))
     group_norms = {
         "group_norm(4)": (lambda x, w, b: F.group_norm(x, 4, w, b), lambda x, w, b: TF.group_norm(x, 4, w, b)),
         "instance_norm": (lambda x, w, b: F.instance_norm(x, weight=w, bias=b),

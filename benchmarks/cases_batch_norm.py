@@ -1,0 +1,95 @@
+"""Benchmark cases of the batch_norm family: batch_norm2d training on 64x256x56x56 bf16, NHWC and NCHW,
+forward alone and forward+backward (autograd: d_input, d_weight, d_bias), against eager (cuDNN through
+F.batch_norm) and torch.compile; batch_norm_add_act (bn + residual + relu) forward+backward NHWC against eager
+bn, add, relu. Bytes are the minimum traffic: forward reads x and writes y (2 tensors), backward reads x and dy
+and writes dx (3 tensors); the fused op adds the residual read and its gradient write."""
+import math
+
+import torch
+import torch.nn.functional as TF
+
+import torch_dnn.functional as F
+from benchmarks.harness import Case, rand_cuda
+
+SHAPE = (64, 256, 56, 56)
+
+
+def _params(c, dtype, grad=False):
+    w = rand_cuda((c,), dtype, "NCHW", 0.5, 1.5).requires_grad_(grad)
+    b = rand_cuda((c,), dtype, "NCHW", -1, 1).requires_grad_(grad)
+    rm = torch.zeros(c, device="cuda")
+    rv = torch.ones(c, device="cuda")
+    return w, b, rm, rv
+
+
+def _bn_cases(dtype, layout):
+    es = torch.empty((), dtype=dtype).element_size()
+    numel = math.prod(SHAPE)
+    C = SHAPE[1]
+    tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
+    group = f"batch_norm {layout}"
+    target = ">=1.8x cuDNN fwd+bwd" if layout == "NHWC" else ">=1x cuDNN"
+
+    def fwd_inputs():
+        return (rand_cuda(SHAPE, dtype, layout),) + _params(C, dtype)
+
+    def eager_fwd(x, w, b, rm, rv):
+        return TF.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
+
+    fwd = Case("batch_norm", f"batch_norm2d train fwd {tag}", fwd_inputs,
+               {"torch_dnn": lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5),
+                "eager": eager_fwd, "compile": torch.compile(eager_fwd, dynamic=False)},
+               bytes=2 * numel * es, target=target, group=group)
+
+    def fb_inputs():
+        x = rand_cuda(SHAPE, dtype, layout).requires_grad_()
+        return (x,) + _params(C, dtype, grad=True) + (rand_cuda(SHAPE, dtype, layout, -1, 1),)
+
+    def fwd_bwd(fn):
+        def run(x, w, b, rm, rv, g):
+            y = fn(x, rm, rv, w, b, True, 0.1, 1e-5)
+            return torch.autograd.grad(y, [x, w, b], g)
+        return run
+
+    compiled = torch.compile(lambda x, rm, rv, w, b, t, m, e: TF.batch_norm(x, rm, rv, w, b, t, m, e), dynamic=False)
+    fb = Case("batch_norm", f"batch_norm2d train fwd+bwd {tag}", fb_inputs,
+              {"torch_dnn": fwd_bwd(F.batch_norm), "eager": fwd_bwd(TF.batch_norm), "compile": fwd_bwd(compiled)},
+              bytes=5 * numel * es, target=target, group=group)
+    return [fwd, fb]
+
+
+def _fused_case(dtype):
+    es = torch.empty((), dtype=dtype).element_size()
+    numel = math.prod(SHAPE)
+    C = SHAPE[1]
+    tag = f"{'x'.join(map(str, SHAPE))} NHWC bf16"
+
+    def inputs():
+        x = rand_cuda(SHAPE, dtype, "NHWC").requires_grad_()
+        r = rand_cuda(SHAPE, dtype, "NHWC").requires_grad_()
+        return (x, r) + _params(C, dtype, grad=True) + (rand_cuda(SHAPE, dtype, "NHWC", -1, 1),)
+
+    def ours(x, r, w, b, rm, rv, g):
+        y = F.batch_norm_add_act(x, rm, rv, w, b, r, "relu", True, 0.1, 1e-5)
+        return torch.autograd.grad(y, [x, r, w, b], g)
+
+    def eager_fn(x, r, w, b, rm, rv):
+        return torch.relu(TF.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5) + r)
+
+    def grads(fn):
+        def run(x, r, w, b, rm, rv, g):
+            return torch.autograd.grad(fn(x, r, w, b, rm, rv), [x, r, w, b], g)
+        return run
+
+    # minimum: fwd reads x, r, writes y; bwd reads x, r (or y), dy, writes dx, dr
+    return Case("batch_norm", f"batch_norm_add_act(relu) fwd+bwd {tag}", inputs,
+                {"torch_dnn": ours, "eager": grads(eager_fn), "compile": grads(torch.compile(eager_fn, dynamic=False))},
+                bytes=8 * numel * es, target=">=1.8x eager", group="batch_norm_add_act NHWC")
+
+
+def cases(quick: bool = False):
+    dtype = torch.bfloat16
+    out = _bn_cases(dtype, "NHWC") + _bn_cases(dtype, "NCHW")
+    if not quick:
+        out.append(_fused_case(dtype))
+    return out

@@ -1,0 +1,34 @@
+// CPU kernels of the batch_norm family (the readable reference; see batch_norm_ops.h for the contract).
+#pragma once
+#include <ATen/ATen.h>
+
+#include "batch_norm/batch_norm_coeffs.h"
+
+namespace torch_dnn {
+namespace batch_norm {
+
+struct CpuBackend {
+  // Per-channel mean and m2 (sum of squared deviations) of x (N, C, *), in the statistics dtype.
+  static void stats(const at::Tensor& x, at::Tensor& mean, at::Tensor& m2);
+  // y = act(x * scale[c] + shift[c] + res), scale/shift per channel in the statistics dtype.
+  static void apply(const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale, const at::Tensor& shift,
+                    at::Tensor& y, int64_t act);
+  // dz = dy * act'(z) with z = x * scale + shift + res recomputed; returns sums over (N, *) per channel of
+  // dz and dz * (x - mean), and writes dz into `dz` (same layout as x).
+  static void reduce(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
+                     const at::Tensor& shift, const at::Tensor& mean, int64_t act, at::Tensor& dz,
+                     at::Tensor& sum_dz, at::Tensor& sum_dz_xmu);
+  // dx = k[c] * (dz - a[c] - (x - mean[c]) * b[c]) with per-channel coefficients in the statistics dtype.
+  static void elemt(const at::Tensor& dz, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& k,
+                    const at::Tensor& a, const at::Tensor& b, at::Tensor& dx);
+  // The per-channel steps (batch_norm_coeffs.h): tensor math on C elements.
+  static void fwd_coeffs(FwdCoeffArgs& a) { fwd_coeffs_tensor_math(a); }
+  static void affine(const at::Tensor& mean, const at::Tensor& invstd, const at::Tensor& w, const at::Tensor& b,
+                     at::Tensor& scale, at::Tensor& shift) {
+    affine_tensor_math(mean, invstd, w, b, scale, shift);
+  }
+  static void bwd_coeffs(BwdCoeffArgs& a) { bwd_coeffs_tensor_math(a); }
+};
+
+}  // namespace batch_norm
+}  // namespace torch_dnn

@@ -1,0 +1,147 @@
+// CUDA backend of the batch_norm family: the four primitives of batch_norm_ops.h on the kernels of
+// batch_norm_kernels.cu. Any dense layout is walked in place as [outer][C][inner] (NCHW: inner = H*W;
+// channels_last: inner = 1); other strides are copied to a dense layout first. Registered for CUDA only.
+#include "batch_norm/batch_norm_kernels.h"
+#include "batch_norm/batch_norm_ops.h"
+#include "common/cuda_utils.h"
+
+namespace torch_dnn {
+namespace batch_norm {
+namespace {
+
+const void* cptr(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
+
+BnShape shape_of(const at::Tensor& xd) {
+  const DimSplit d = split_at_dim(xd, 1);
+  return BnShape{d.outer, d.size, d.inner};
+}
+
+// An input in xd's layout (undefined stays undefined).
+at::Tensor like(const at::Tensor& t, const at::Tensor& xd) { return t.defined() ? same_layout_as(t, xd) : t; }
+
+// Runs `write(out)` on an output laid out as xd: `out` itself when it already is, else a temporary copied back.
+template <class F>
+void write_as(at::Tensor& out, const at::Tensor& xd, F&& write) {
+  if (!out.defined()) {
+    write(out);
+    return;
+  }
+  if (out.strides() == xd.strides()) {
+    write(out);
+    return;
+  }
+  at::Tensor tmp = at::empty_like(xd);
+  write(tmp);
+  out.copy_(tmp);
+}
+
+at::Tensor stat(const at::Tensor& t) { return t.contiguous(); }
+at::Tensor workspace(int64_t n, const at::Tensor& x) {
+  return at::empty({n > 0 ? n : 1}, x.options().dtype(stat_type(x.scalar_type())));
+}
+
+// A per-channel tensor for the per-channel kernels (contiguous by the ops layer's checks).
+ChannelVec vec(const at::Tensor& t) {
+  if (!t.defined()) return ChannelVec{};
+  TORCH_INTERNAL_ASSERT(t.is_contiguous());
+  return ChannelVec{t.data_ptr(), to_dtype(t.scalar_type())};
+}
+
+struct CudaBackend {
+  static void fwd_coeffs(FwdCoeffArgs& a) {
+    c10::cuda::CUDAGuard guard(a.mean.device());
+    FwdCoeffPtrs p;
+    p.stat_mean = vec(a.stat_mean);
+    p.stat_var = vec(a.stat_var);
+    p.weight = vec(a.weight);
+    p.bias = vec(a.bias);
+    p.running_mean = vec(a.running_mean);
+    p.running_var = vec(a.running_var);
+    p.training = a.training;
+    p.momentum = a.momentum;
+    p.eps = a.eps;
+    p.count = a.count;
+    p.mean = vec(a.mean);
+    p.invstd = vec(a.invstd);
+    p.scale = vec(a.scale);
+    p.shift = vec(a.shift);
+    TD_CHECK_LAUNCH(launch_fwd_coeffs(p, a.mean.numel(), current_stream()));
+  }
+  static void affine(const at::Tensor& mean, const at::Tensor& invstd, const at::Tensor& w, const at::Tensor& b,
+                     at::Tensor& scale, at::Tensor& shift) {
+    c10::cuda::CUDAGuard guard(mean.device());
+    TD_CHECK_LAUNCH(launch_affine(vec(mean), vec(invstd), vec(w), vec(b), vec(scale), vec(shift), mean.numel(),
+                                  current_stream()));
+  }
+  static void bwd_coeffs(BwdCoeffArgs& a) {
+    c10::cuda::CUDAGuard guard(a.invstd.device());
+    BwdCoeffPtrs p;
+    p.sum_dz = vec(a.sum_dz);
+    p.sum_dz_xmu = vec(a.sum_dz_xmu);
+    p.invstd = vec(a.invstd);
+    p.weight = vec(a.weight);
+    p.training = a.training;
+    p.count = a.count;
+    p.dw = vec(a.dw);
+    p.db = vec(a.db);
+    p.k = vec(a.k);
+    p.a = vec(a.a);
+    p.b = vec(a.b);
+    TD_CHECK_LAUNCH(launch_bwd_coeffs(p, a.invstd.numel(), current_stream()));
+  }
+  static void stats(const at::Tensor& x, at::Tensor& mean, at::Tensor& m2) {
+    c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xd = dense_like(x);
+    const BnShape s = shape_of(xd);
+    const DType dt = to_dtype(x.scalar_type());
+    at::Tensor ws = workspace(stats_workspace(dt, s), x);
+    TD_CHECK_LAUNCH(launch_stats(dt, s, xd.const_data_ptr(), mean.data_ptr(), m2.data_ptr(), ws.data_ptr(),
+                                 current_stream()));
+  }
+  static void apply(const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale, const at::Tensor& shift,
+                    at::Tensor& y, int64_t act) {
+    c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xd = dense_like(x), rd = like(res, xd), sc = stat(scale), sh = stat(shift);
+    const BnShape s = shape_of(xd);
+    write_as(y, xd, [&](at::Tensor& out) {
+      TD_CHECK_LAUNCH(launch_apply(to_dtype(x.scalar_type()), s, xd.const_data_ptr(), cptr(rd), sc.const_data_ptr(),
+                                   sh.const_data_ptr(), out.data_ptr(), int(act), current_stream()));
+    });
+  }
+  static void reduce(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
+                     const at::Tensor& shift, const at::Tensor& mean, int64_t act, at::Tensor& dz,
+                     at::Tensor& sum_dz, at::Tensor& sum_dz_xmu) {
+    c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xd = dense_like(x), dyd = like(dy, xd), rd = like(res, xd);
+    const at::Tensor sc = stat(scale), sh = stat(shift), mu = stat(mean);
+    const BnShape s = shape_of(xd);
+    const DType dt = to_dtype(x.scalar_type());
+    at::Tensor ws = workspace(reduce_workspace(dt, s), x);
+    write_as(dz, xd, [&](at::Tensor& out) {
+      TD_CHECK_LAUNCH(launch_reduce(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), cptr(rd), sc.const_data_ptr(),
+                                    sh.const_data_ptr(), mu.const_data_ptr(), int(act),
+                                    out.defined() ? out.data_ptr() : nullptr, sum_dz.data_ptr(),
+                                    sum_dz_xmu.data_ptr(), ws.data_ptr(), current_stream()));
+    });
+  }
+  static void elemt(const at::Tensor& dz, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& k,
+                    const at::Tensor& a, const at::Tensor& b, at::Tensor& dx) {
+    c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xd = dense_like(x), dzd = like(dz, xd);
+    const at::Tensor mu = stat(mean), kk = stat(k), aa = stat(a), bb = stat(b);
+    const BnShape s = shape_of(xd);
+    write_as(dx, xd, [&](at::Tensor& out) {
+      TD_CHECK_LAUNCH(launch_elemt(to_dtype(x.scalar_type()), s, dzd.const_data_ptr(), xd.const_data_ptr(),
+                                   mu.const_data_ptr(), kk.const_data_ptr(), aa.const_data_ptr(), bb.const_data_ptr(),
+                                   out.data_ptr(), current_stream()));
+    });
+  }
+};
+
+}  // namespace
+}  // namespace batch_norm
+}  // namespace torch_dnn
+
+TORCH_LIBRARY_IMPL(torch_dnn, CUDA, m) {
+  torch_dnn::batch_norm::register_batch_norm_impls<torch_dnn::batch_norm::CudaBackend>(m);
+}

@@ -1,0 +1,725 @@
+// batch_norm CUDA kernels. Two walks over a dense [outer][C][inner] tensor:
+//   rows   (inner == 1, e.g. channels_last): [R = outer][C] rows; a block is TX threads across channel vectors
+//          (V channels each, 16-byte accesses when C allows) times TY rows, each thread keeping its own
+//          channels' parameters or partial sums in registers while it strides down the rows.
+//   planes (inner > 1, e.g. NCHW): planes of `inner` contiguous elements, one channel each, cut into pieces
+//          of at most kPiece accesses; a warp walks a piece with 16-byte accesses when inner allows.
+// Reductions (stats, backward sums) write per-block partials, then a finalize kernel merges them per channel
+// in a fixed order: no atomics, deterministic. Statistics are per-thread shifted sums (shift = the channel's
+// first element, folded every 64 accesses) merged with Chan's parallel formula, so large means do not cancel.
+#include "batch_norm/batch_norm_kernels.h"
+#include "common/cuda/device.cuh"
+#include "common/cuda/reduce.cuh"
+#include "common/cuda/types.cuh"
+#include "common/cuda/vec.cuh"
+
+namespace torch_dnn {
+namespace batch_norm {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kFold = 64;     // accesses between folds of the shifted sums
+constexpr int kPiece = 512;   // accesses of a plane a warp takes at a time (16 per lane)
+
+// act: 0 identity, 1 relu (NaN propagates, as torch.relu), 2 silu
+template <typename A>
+__device__ __forceinline__ A act_fwd(A z, int act) {
+  if (act == 1) return (z > A(0) || z != z) ? z : A(0);
+  if (act == 2) return z / (A(1) + td_exp(-z));
+  return z;
+}
+template <typename A>
+__device__ __forceinline__ A act_grad(A z, int act) {
+  if (act == 1) return z > A(0) ? A(1) : A(0);
+  if (act == 2) {
+    const A s = A(1) / (A(1) + td_exp(-z));
+    return s * (A(1) + z * (A(1) - s));
+  }
+  return A(1);
+}
+
+template <typename A>
+struct Moments {
+  A n, mean, m2;
+};
+template <typename A>
+__device__ __forceinline__ Moments<A> merge(const Moments<A>& a, const Moments<A>& b) {
+  const A n = a.n + b.n;
+  if (b.n == A(0)) return a;
+  if (a.n == A(0)) return b;
+  const A d = b.mean - a.mean, f = b.n / n;
+  return {n, a.mean + d * f, a.m2 + b.m2 + d * d * a.n * f};
+}
+// cnt values v with sum(v - shift) = s and sum((v - shift)^2) = q
+template <typename A>
+__device__ __forceinline__ Moments<A> from_sums(int cnt, A shift, A s, A q) {
+  if (cnt == 0) return {A(0), A(0), A(0)};
+  const A n = A(cnt), md = s / n, m2 = q - s * md;
+  return {n, shift + md, m2 < A(0) ? A(0) : m2};  // rounding may go below 0; NaN stays NaN
+}
+template <typename A>
+__device__ __forceinline__ Moments<A> warp_merge(Moments<A> m) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const Moments<A> b{__shfl_down_sync(0xffffffffu, m.n, o), __shfl_down_sync(0xffffffffu, m.mean, o),
+                       __shfl_down_sync(0xffffffffu, m.m2, o)};
+    m = merge(m, b);
+  }
+  return m;  // lane 0 holds the warp's moments
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int pow2_at_least(int64_t v, int cap) {
+  int p = 1;
+  while (p < v && p < cap) p *= 2;
+  return p;
+}
+bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// ---- launch geometry (a function of the shape alone, so the workspace size is known before the launch) ----
+
+struct RowsGeom {
+  int V, TX, TY;
+  int64_t gx;
+};
+template <typename T>
+RowsGeom rows_geom(const BnShape& s, bool vec) {
+  RowsGeom g;
+  g.V = vec ? kVec16<T> : 1;
+  const int64_t cv = s.C / g.V;
+  g.TX = pow2_at_least(cv, 32);
+  g.TY = kThreads / g.TX;
+  g.gx = ceil_div(cv, g.TX);
+  return g;
+}
+// Pieces per plane (planes walk): units of work are (plane, piece).
+template <typename T>
+int64_t pieces_of(const BnShape& s, bool vec) {
+  return ceil_div(s.inner / (vec ? kVec16<T> : 1), kPiece);
+}
+// Row (or plane) splits of a reduction: about four blocks per SM in all.
+template <typename T>
+int reduction_splits(const BnShape& s) {
+  const int64_t target = 4 * int64_t(sm_count());
+  int64_t splits, most;
+  if (s.inner == 1) {
+    const RowsGeom g = rows_geom<T>(s, s.C % kVec16<T> == 0);
+    splits = ceil_div(target, g.gx);
+    most = ceil_div(s.outer, g.TY);
+  } else {
+    splits = ceil_div(target, s.C);
+    most = ceil_div(s.outer * pieces_of<T>(s, s.inner % kVec16<T> == 0), kWarps);
+  }
+  splits = splits < most ? splits : most;
+  splits = splits < 65535 ? splits : 65535;
+  return int(splits < 1 ? 1 : splits);
+}
+
+// ---- statistics ----
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) stats_rows(const T* __restrict__ x, int64_t R, int64_t C, int TX,
+                                                       acc_t<T>* __restrict__ part) {
+  using A = acc_t<T>;
+  __shared__ Moments<A> sm[kThreads * V];
+  const int TY = kThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  const int64_t c0 = (int64_t(blockIdx.x) * TX + tx) * V;
+  const bool active = c0 < C;
+  Moments<A> m[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) m[j] = {A(0), A(0), A(0)};
+  if (active) {
+    A sh[V], s[V], q[V];
+    load_acc<V>(x + c0, sh);
+    const int64_t step = int64_t(gridDim.y) * TY;
+    int64_t r = int64_t(blockIdx.y) * TY + ty;
+    while (r < R) {
+      const int64_t end = min(R, r + kFold * step);
+      int cnt = 0;
+#pragma unroll
+      for (int j = 0; j < V; ++j) s[j] = q[j] = A(0);
+#pragma unroll 4
+      for (; r < end; r += step) {
+        A v[V];
+        load_acc<V>(x + r * C + c0, v);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const A d = v[j] - sh[j];
+          s[j] += d;
+          q[j] = fma(d, d, q[j]);
+        }
+        ++cnt;
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) m[j] = merge(m[j], from_sums(cnt, sh[j], s[j], q[j]));
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) sm[threadIdx.x * V + j] = m[j];
+  __syncthreads();
+  for (int h = TY / 2; h > 0; h >>= 1) {
+    if (ty < h) {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        sm[threadIdx.x * V + j] = merge(sm[threadIdx.x * V + j], sm[(threadIdx.x + h * TX) * V + j]);
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && active) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const Moments<A> t = sm[threadIdx.x * V + j];
+      A* o = part + (int64_t(blockIdx.y) * C + c0 + j) * 3;
+      o[0] = t.n;
+      o[1] = t.mean;
+      o[2] = t.m2;
+    }
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) stats_planes(const T* __restrict__ x, int64_t N, int64_t C, int64_t S,
+                                                         int64_t pieces, acc_t<T>* __restrict__ part) {
+  using A = acc_t<T>;
+  __shared__ Moments<A> sm[kWarps];
+  const int64_t c = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const A sh = to_acc<A>(x[c * S]);
+  const int64_t sv = S / V;
+  Moments<A> m{A(0), A(0), A(0)};
+  for (int64_t u = int64_t(blockIdx.y) * kWarps + warp; u < N * pieces; u += int64_t(gridDim.y) * kWarps) {
+    const int64_t n = u / pieces, i0 = (u - n * pieces) * kPiece, end = min(sv, i0 + kPiece);
+    const T* p = x + (n * C + c) * S;
+    static_assert(kPiece <= kFold * 32, "one fold per piece");
+    A s = A(0), q = A(0);
+    int cnt = 0;
+#pragma unroll 4
+    for (int64_t i = i0 + lane; i < end; i += 32) {
+      A v[V];
+      load_acc<V>(p + i * V, v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const A d = v[j] - sh;
+        s += d;
+        q = fma(d, d, q);
+      }
+      cnt += V;
+    }
+    m = merge(m, from_sums(cnt, sh, s, q));
+  }
+  m = warp_merge(m);
+  if (lane == 0) sm[warp] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    Moments<A> t = sm[0];
+    for (int w = 1; w < kWarps; ++w) t = merge(t, sm[w]);
+    A* o = part + (int64_t(blockIdx.y) * C + c) * 3;
+    o[0] = t.n;
+    o[1] = t.mean;
+    o[2] = t.m2;
+  }
+}
+
+// One warp per channel merges the splits' moments: lane-strided, then across the warp (fixed order).
+template <typename A>
+__global__ void __launch_bounds__(kThreads) stats_finalize(const A* __restrict__ part, int splits, int64_t C,
+                                                           A* __restrict__ mean, A* __restrict__ m2) {
+  const int64_t c = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (c >= C) return;
+  Moments<A> m{A(0), A(0), A(0)};
+  for (int j = lane; j < splits; j += 32) {
+    const A* p = part + (int64_t(j) * C + c) * 3;
+    m = merge(m, Moments<A>{p[0], p[1], p[2]});
+  }
+  m = warp_merge(m);
+  if (lane == 0) {
+    mean[c] = m.mean;
+    m2[c] = m.m2;
+  }
+}
+
+// ---- backward sums ----
+
+template <typename T>
+struct GradArgs {
+  using A = acc_t<T>;
+  const T* dy;
+  const T* x;
+  const T* res;
+  const A* scale;
+  const A* shift;
+  const A* mean;
+  T* dz;
+  int act;
+};
+
+template <typename T, int V>
+__device__ __forceinline__ void grad_step(const GradArgs<T>& g, int64_t o, const acc_t<T> (&mu)[V],
+                                          const acc_t<T> (&sc)[V], const acc_t<T> (&sh)[V], acc_t<T> (&s1)[V],
+                                          acc_t<T> (&s2)[V]) {
+  using A = acc_t<T>;
+  A d[V], v[V];
+  load_acc<V>(g.dy + o, d);
+  load_acc<V>(g.x + o, v);
+  if (g.act != 0) {
+    A r[V];
+    if (g.res) {
+      load_acc<V>(g.res + o, r);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) r[j] = A(0);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) d[j] *= act_grad(fma(v[j], sc[j], sh[j]) + r[j], g.act);
+  }
+  if (g.dz) store_acc<V>(g.dz + o, d);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    s1[j] += d[j];
+    s2[j] = fma(d[j], v[j] - mu[j], s2[j]);
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) reduce_rows(GradArgs<T> g, int64_t R, int64_t C, int TX,
+                                                        acc_t<T>* __restrict__ part) {
+  using A = acc_t<T>;
+  __shared__ A sm[2][kThreads * V];
+  const int TY = kThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  const int64_t c0 = (int64_t(blockIdx.x) * TX + tx) * V;
+  const bool active = c0 < C;
+  A s1[V], s2[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) s1[j] = s2[j] = A(0);
+  if (active) {
+    A mu[V], sc[V], sh[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      mu[j] = g.mean[c0 + j];
+      sc[j] = g.act ? g.scale[c0 + j] : A(0);
+      sh[j] = g.act ? g.shift[c0 + j] : A(0);
+    }
+    const int64_t step = int64_t(gridDim.y) * TY;
+#pragma unroll 4
+    for (int64_t r = int64_t(blockIdx.y) * TY + ty; r < R; r += step) grad_step<T, V>(g, r * C + c0, mu, sc, sh, s1, s2);
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sm[0][threadIdx.x * V + j] = s1[j];
+    sm[1][threadIdx.x * V + j] = s2[j];
+  }
+  __syncthreads();
+  for (int h = TY / 2; h > 0; h >>= 1) {
+    if (ty < h) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        sm[0][threadIdx.x * V + j] += sm[0][(threadIdx.x + h * TX) * V + j];
+        sm[1][threadIdx.x * V + j] += sm[1][(threadIdx.x + h * TX) * V + j];
+      }
+    }
+    __syncthreads();
+  }
+  if (ty == 0 && active) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      A* o = part + (int64_t(blockIdx.y) * C + c0 + j) * 2;
+      o[0] = sm[0][threadIdx.x * V + j];
+      o[1] = sm[1][threadIdx.x * V + j];
+    }
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) reduce_planes(GradArgs<T> g, int64_t N, int64_t C, int64_t S,
+                                                          int64_t pieces, acc_t<T>* __restrict__ part) {
+  using A = acc_t<T>;
+  __shared__ A sm[2][kWarps];
+  const int64_t c = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  A mu[V], sc[V], sh[V], s1[V], s2[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    mu[j] = g.mean[c];
+    sc[j] = g.act ? g.scale[c] : A(0);
+    sh[j] = g.act ? g.shift[c] : A(0);
+    s1[j] = s2[j] = A(0);
+  }
+  const int64_t sv = S / V;
+  for (int64_t u = int64_t(blockIdx.y) * kWarps + warp; u < N * pieces; u += int64_t(gridDim.y) * kWarps) {
+    const int64_t n = u / pieces, i0 = (u - n * pieces) * kPiece, end = min(sv, i0 + kPiece);
+    const int64_t base = (n * C + c) * S;
+#pragma unroll 4
+    for (int64_t i = i0 + lane; i < end; i += 32) grad_step<T, V>(g, base + i * V, mu, sc, sh, s1, s2);
+  }
+  A a = A(0), b = A(0);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    a += s1[j];
+    b += s2[j];
+  }
+  a = warp_reduce(a, SumOp{});
+  b = warp_reduce(b, SumOp{});
+  if (lane == 0) {
+    sm[0][warp] = a;
+    sm[1][warp] = b;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) {
+      a += sm[0][w];
+      b += sm[1][w];
+    }
+    A* o = part + (int64_t(blockIdx.y) * C + c) * 2;
+    o[0] = a;
+    o[1] = b;
+  }
+}
+
+template <typename A>
+__global__ void __launch_bounds__(kThreads) reduce_finalize(const A* __restrict__ part, int splits, int64_t C,
+                                                            A* __restrict__ sum_dz, A* __restrict__ sum_dz_xmu) {
+  const int64_t c = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (c >= C) return;
+  A a = A(0), b = A(0);
+  for (int j = lane; j < splits; j += 32) {
+    a += part[(int64_t(j) * C + c) * 2];
+    b += part[(int64_t(j) * C + c) * 2 + 1];
+  }
+  a = warp_reduce(a, SumOp{});
+  b = warp_reduce(b, SumOp{});
+  if (lane == 0) {
+    sum_dz[c] = a;
+    sum_dz_xmu[c] = b;
+  }
+}
+
+// ---- elementwise passes: an Op holds its pointers, loads V channels' parameters, and runs on V elements ----
+
+template <typename T>
+struct ApplyOp {
+  using A = acc_t<T>;
+  const T* x;
+  const T* res;
+  const A* scale;
+  const A* shift;
+  T* y;
+  int act;
+  template <int V>
+  struct P {
+    A sc[V], sh[V];
+  };
+  template <int V>
+  __device__ __forceinline__ void params(P<V>& p, int64_t c, bool one_channel) const {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      p.sc[j] = scale[one_channel ? c : c + j];
+      p.sh[j] = shift[one_channel ? c : c + j];
+    }
+  }
+  template <int V>
+  __device__ __forceinline__ void run(const P<V>& p, int64_t o) const {
+    A v[V], r[V];
+    load_acc<V>(x + o, v);
+    if (res) {
+      load_acc<V>(res + o, r);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) r[j] = A(0);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = act_fwd(fma(v[j], p.sc[j], p.sh[j]) + r[j], act);
+    store_acc<V>(y + o, v);
+  }
+};
+
+template <typename T>
+struct ElemtOp {
+  using A = acc_t<T>;
+  const T* dz;
+  const T* x;
+  const A* mean;
+  const A* k;
+  const A* a;
+  const A* b;
+  T* dx;
+  template <int V>
+  struct P {
+    A mu[V], k[V], a[V], b[V];
+  };
+  template <int V>
+  __device__ __forceinline__ void params(P<V>& p, int64_t c, bool one_channel) const {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int64_t i = one_channel ? c : c + j;
+      p.mu[j] = mean[i];
+      p.k[j] = k[i];
+      p.a[j] = a[i];
+      p.b[j] = b[i];
+    }
+  }
+  template <int V>
+  __device__ __forceinline__ void run(const P<V>& p, int64_t o) const {
+    A g[V], v[V];
+    load_acc<V>(dz + o, g);
+    load_acc<V>(x + o, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) g[j] = p.k[j] * (g[j] - p.a[j] - (v[j] - p.mu[j]) * p.b[j]);
+    store_acc<V>(dx + o, g);
+  }
+};
+
+template <int V, class Op>
+__global__ void __launch_bounds__(kThreads) elementwise_rows(Op op, int64_t R, int64_t C, int TX) {
+  const int TY = kThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  const int64_t c0 = (int64_t(blockIdx.x) * TX + tx) * V;
+  if (c0 >= C) return;
+  typename Op::template P<V> p;
+  op.params(p, c0, false);
+  const int64_t step = int64_t(gridDim.y) * TY;
+#pragma unroll 4
+  for (int64_t r = int64_t(blockIdx.y) * TY + ty; r < R; r += step) op.template run<V>(p, r * C + c0);
+}
+
+template <int V, class Op>
+__global__ void __launch_bounds__(kThreads) elementwise_planes(Op op, int64_t planes, int64_t C, int64_t S,
+                                                               int64_t pieces) {
+  const int lane = threadIdx.x % 32;
+  const int64_t sv = S / V;
+  for (int64_t u = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; u < planes * pieces;
+       u += int64_t(gridDim.x) * kWarps) {
+    const int64_t pl = u / pieces, i0 = (u - pl * pieces) * kPiece, end = min(sv, i0 + kPiece);
+    typename Op::template P<V> p;
+    op.params(p, pl % C, true);
+    const int64_t base = pl * S;
+#pragma unroll 4
+    for (int64_t i = i0 + lane; i < end; i += 32) op.template run<V>(p, base + i * V);
+  }
+}
+
+template <typename T, int V, class Op>
+void launch_elementwise(const Op& op, const BnShape& s, cudaStream_t stream) {
+  if (s.inner == 1) {
+    const RowsGeom g = rows_geom<T>(s, V > 1);
+    const int64_t most = ceil_div(s.outer, g.TY);
+    int64_t gy = ceil_div(int64_t(sm_count()) * 8, g.gx);
+    gy = gy < most ? gy : most;
+    gy = gy < 65535 ? gy : 65535;
+    elementwise_rows<V><<<dim3(unsigned(g.gx), unsigned(gy < 1 ? 1 : gy)), kThreads, 0, stream>>>(op, s.outer, s.C,
+                                                                                                    g.TX);
+  } else {
+    const int64_t planes = s.outer * s.C, pieces = pieces_of<T>(s, V > 1);
+    elementwise_planes<V><<<grid_for(planes * pieces, kWarps, 1), kThreads, 0, stream>>>(op, planes, s.C, s.inner,
+                                                                                         pieces);
+  }
+}
+
+// 16-byte accesses when the channel count (rows) or the plane size (planes) is a multiple of the vector and
+// every pointer is aligned.
+template <typename T>
+bool use_vectors(const BnShape& s, std::initializer_list<const void*> ptrs) {
+  if ((s.inner == 1 ? s.C : s.inner) % kVec16<T> != 0) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
+bool empty(const BnShape& s) { return s.outer == 0 || s.C == 0 || s.inner == 0; }
+
+// ---- per-channel steps: computed in double, read and written in each vector's own dtype ----
+
+__device__ double load_any(const ChannelVec& v, int64_t i, double absent) {
+  if (v.p == nullptr) return absent;
+  switch (v.t) {
+    case DType::Float32: return static_cast<const float*>(v.p)[i];
+    case DType::Float16: return __half2float(static_cast<const __half*>(v.p)[i]);
+    case DType::BFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(v.p)[i]);
+    case DType::Float64: return static_cast<const double*>(v.p)[i];
+  }
+  return absent;
+}
+__device__ void store_any(const ChannelVec& v, int64_t i, double x) {
+  if (v.p == nullptr) return;
+  switch (v.t) {
+    case DType::Float32: static_cast<float*>(v.p)[i] = float(x); break;
+    case DType::Float16: static_cast<__half*>(v.p)[i] = __float2half_rn(float(x)); break;
+    case DType::BFloat16: static_cast<__nv_bfloat16*>(v.p)[i] = __float2bfloat16_rn(float(x)); break;
+    case DType::Float64: static_cast<double*>(v.p)[i] = x; break;
+  }
+}
+
+__global__ void fwd_coeffs_kernel(FwdCoeffPtrs p, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double mu = load_any(p.stat_mean, c, 0.0), v = load_any(p.stat_var, c, 0.0);
+  const double n = double(p.count);
+  const double invstd = 1.0 / sqrt((p.training ? v / n : v) + p.eps);
+  if (p.training && p.running_mean.p != nullptr) {
+    const double m = p.momentum;
+    store_any(p.running_mean, c, (1.0 - m) * load_any(p.running_mean, c, 0.0) + m * mu);
+    store_any(p.running_var, c, (1.0 - m) * load_any(p.running_var, c, 0.0) + m * (v / (n - 1.0)));
+  }
+  const double scale = invstd * load_any(p.weight, c, 1.0);
+  store_any(p.mean, c, mu);
+  store_any(p.invstd, c, invstd);
+  store_any(p.scale, c, scale);
+  store_any(p.shift, c, load_any(p.bias, c, 0.0) - mu * scale);
+}
+
+__global__ void affine_kernel(ChannelVec mean, ChannelVec invstd, ChannelVec w, ChannelVec b, ChannelVec scale,
+                              ChannelVec shift, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double sc = load_any(invstd, c, 0.0) * load_any(w, c, 1.0);
+  store_any(scale, c, sc);
+  store_any(shift, c, load_any(b, c, 0.0) - load_any(mean, c, 0.0) * sc);
+}
+
+__global__ void bwd_coeffs_kernel(BwdCoeffPtrs p, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const double s1 = load_any(p.sum_dz, c, 0.0), s2 = load_any(p.sum_dz_xmu, c, 0.0);
+  const double is = load_any(p.invstd, c, 0.0), n = double(p.count);
+  store_any(p.dw, c, s2 * is);
+  store_any(p.db, c, s1);
+  store_any(p.k, c, is * load_any(p.weight, c, 1.0));
+  store_any(p.a, c, p.training ? s1 / n : 0.0);
+  store_any(p.b, c, p.training ? s2 * is * is / n : 0.0);
+}
+
+unsigned channel_blocks(int64_t C) { return unsigned(ceil_div(C, kThreads)); }
+
+}  // namespace
+
+int64_t stats_workspace(DType dtype, const BnShape& s) {
+  if (empty(s)) return 0;
+  int64_t n = 0;
+  dispatch_dtype(dtype, [&](auto tag) { n = int64_t(reduction_splits<decltype(tag)>(s)) * s.C * 3; });
+  return n;
+}
+
+cudaError_t launch_stats(DType dtype, const BnShape& s, const void* x, void* mean, void* m2, void* ws,
+                         cudaStream_t stream) {
+  if (empty(s)) return cudaSuccess;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const int splits = reduction_splits<T>(s);
+    const T* xp = static_cast<const T*>(x);
+    A* part = static_cast<A*>(ws);
+    constexpr int VM = kVec16<T>;
+    const bool vec = use_vectors<T>(s, {x});
+    if (s.inner == 1) {
+      const RowsGeom g = rows_geom<T>(s, vec);
+      const dim3 grid(unsigned(g.gx), unsigned(splits));
+      if (vec)
+        stats_rows<T, VM><<<grid, kThreads, 0, stream>>>(xp, s.outer, s.C, g.TX, part);
+      else
+        stats_rows<T, 1><<<grid, kThreads, 0, stream>>>(xp, s.outer, s.C, g.TX, part);
+    } else {
+      const dim3 grid(unsigned(s.C), unsigned(splits));
+      if (vec)
+        stats_planes<T, VM><<<grid, kThreads, 0, stream>>>(xp, s.outer, s.C, s.inner, pieces_of<T>(s, vec), part);
+      else
+        stats_planes<T, 1><<<grid, kThreads, 0, stream>>>(xp, s.outer, s.C, s.inner, pieces_of<T>(s, vec), part);
+    }
+    stats_finalize<A><<<unsigned(ceil_div(s.C, kWarps)), kThreads, 0, stream>>>(part, splits, s.C, static_cast<A*>(mean),
+                                                                                 static_cast<A*>(m2));
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_apply(DType dtype, const BnShape& s, const void* x, const void* res, const void* scale,
+                         const void* shift, void* y, int act, cudaStream_t stream) {
+  if (empty(s)) return cudaSuccess;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const ApplyOp<T> op{static_cast<const T*>(x), static_cast<const T*>(res), static_cast<const A*>(scale),
+                        static_cast<const A*>(shift), static_cast<T*>(y), act};
+    if (use_vectors<T>(s, {x, res, y}))
+      launch_elementwise<T, kVec16<T>>(op, s, stream);
+    else
+      launch_elementwise<T, 1>(op, s, stream);
+  });
+  return cudaGetLastError();
+}
+
+int64_t reduce_workspace(DType dtype, const BnShape& s) {
+  if (empty(s)) return 0;
+  int64_t n = 0;
+  dispatch_dtype(dtype, [&](auto tag) { n = int64_t(reduction_splits<decltype(tag)>(s)) * s.C * 2; });
+  return n;
+}
+
+cudaError_t launch_reduce(DType dtype, const BnShape& s, const void* dy, const void* x, const void* res,
+                          const void* scale, const void* shift, const void* mean, int act, void* dz, void* sum_dz,
+                          void* sum_dz_xmu, void* ws, cudaStream_t stream) {
+  if (empty(s)) return cudaSuccess;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const int splits = reduction_splits<T>(s);
+    const GradArgs<T> g{static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(res),
+                        static_cast<const A*>(scale), static_cast<const A*>(shift), static_cast<const A*>(mean),
+                        static_cast<T*>(dz), act};
+    A* part = static_cast<A*>(ws);
+    constexpr int VM = kVec16<T>;
+    const bool vec = use_vectors<T>(s, {dy, x, res, dz});
+    if (s.inner == 1) {
+      const RowsGeom geo = rows_geom<T>(s, vec);
+      const dim3 grid(unsigned(geo.gx), unsigned(splits));
+      if (vec)
+        reduce_rows<T, VM><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, geo.TX, part);
+      else
+        reduce_rows<T, 1><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, geo.TX, part);
+    } else {
+      const dim3 grid(unsigned(s.C), unsigned(splits));
+      if (vec)
+        reduce_planes<T, VM><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, s.inner, pieces_of<T>(s, vec), part);
+      else
+        reduce_planes<T, 1><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, s.inner, pieces_of<T>(s, vec), part);
+    }
+    reduce_finalize<A><<<unsigned(ceil_div(s.C, kWarps)), kThreads, 0, stream>>>(
+        part, splits, s.C, static_cast<A*>(sum_dz), static_cast<A*>(sum_dz_xmu));
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_elemt(DType dtype, const BnShape& s, const void* dz, const void* x, const void* mean,
+                         const void* k, const void* a, const void* b, void* dx, cudaStream_t stream) {
+  if (empty(s)) return cudaSuccess;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const ElemtOp<T> op{static_cast<const T*>(dz), static_cast<const T*>(x), static_cast<const A*>(mean),
+                        static_cast<const A*>(k), static_cast<const A*>(a), static_cast<const A*>(b),
+                        static_cast<T*>(dx)};
+    if (use_vectors<T>(s, {dz, x, dx}))
+      launch_elementwise<T, kVec16<T>>(op, s, stream);
+    else
+      launch_elementwise<T, 1>(op, s, stream);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fwd_coeffs(const FwdCoeffPtrs& p, int64_t C, cudaStream_t stream) {
+  if (C > 0) fwd_coeffs_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(p, C);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_affine(ChannelVec mean, ChannelVec invstd, ChannelVec weight, ChannelVec bias, ChannelVec scale,
+                          ChannelVec shift, int64_t C, cudaStream_t stream) {
+  if (C > 0) affine_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(mean, invstd, weight, bias, scale, shift, C);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_bwd_coeffs(const BwdCoeffPtrs& p, int64_t C, cudaStream_t stream) {
+  if (C > 0) bwd_coeffs_kernel<<<channel_blocks(C), kThreads, 0, stream>>>(p, C);
+  return cudaGetLastError();
+}
+
+}  // namespace batch_norm
+}  // namespace torch_dnn

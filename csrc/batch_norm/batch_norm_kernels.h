@@ -1,0 +1,71 @@
+// Torch-free entry points of the batch_norm family's CUDA kernels: the four primitives of batch_norm_ops.h's
+// Backend contract. Every tensor is dense and seen in memory as [outer][C][inner] (channel dim 1 of the
+// input; outer and inner are whatever dims come before and after it in memory order: NCHW has inner = H*W,
+// channels_last has inner = 1). Per-channel vectors (mean, m2, scale, shift, k, a, b, sums) are C contiguous
+// elements of the accumulation type (float; double for double). Every call enqueues on `stream` and returns
+// cudaGetLastError().
+#pragma once
+#include "common/cuda_decl.h"
+
+#include <cstdint>
+
+#include "common/hd.h"
+
+namespace torch_dnn {
+namespace batch_norm {
+
+struct BnShape {
+  int64_t outer = 0, C = 0, inner = 1;
+};
+
+// Per-channel mean and m2 (sum of squared deviations): per-block partial moments merged (Chan et al.) in a
+// fixed order, so the result is deterministic. ws: stats_workspace() accumulation-type elements.
+int64_t stats_workspace(DType dtype, const BnShape& s);
+cudaError_t launch_stats(DType dtype, const BnShape& s, const void* x, void* mean, void* m2, void* ws,
+                         cudaStream_t stream);
+
+// y = act(x * scale[c] + shift[c] + res); res may be null. act: 0 identity, 1 relu, 2 silu.
+cudaError_t launch_apply(DType dtype, const BnShape& s, const void* x, const void* res, const void* scale,
+                         const void* shift, void* y, int act, cudaStream_t stream);
+
+// dz = dy * act'(x * scale + shift + res) (act 0: dz = dy); writes dz when dz is not null; per-channel
+// sum_dz and sum_dz_xmu = sum(dz * (x - mean[c])), deterministic. ws: reduce_workspace() elements.
+int64_t reduce_workspace(DType dtype, const BnShape& s);
+cudaError_t launch_reduce(DType dtype, const BnShape& s, const void* dy, const void* x, const void* res,
+                          const void* scale, const void* shift, const void* mean, int act, void* dz, void* sum_dz,
+                          void* sum_dz_xmu, void* ws, cudaStream_t stream);
+
+// dx = k[c] * (dz - a[c] - (x - mean[c]) * b[c]).
+cudaError_t launch_elemt(DType dtype, const BnShape& s, const void* dz, const void* x, const void* mean,
+                         const void* k, const void* a, const void* b, void* dx, cudaStream_t stream);
+
+// ---- per-channel steps (batch_norm_coeffs.h's math, one thread per channel) ----
+
+// C contiguous elements of any floating dtype; p == nullptr: absent.
+struct ChannelVec {
+  void* p = nullptr;
+  DType t = DType::Float32;
+};
+
+struct FwdCoeffPtrs {
+  ChannelVec stat_mean, stat_var, weight, bias, running_mean, running_var;
+  bool training = true;
+  double momentum = 0.1, eps = 1e-5;
+  int64_t count = 0;
+  ChannelVec mean, invstd, scale, shift;
+};
+cudaError_t launch_fwd_coeffs(const FwdCoeffPtrs& p, int64_t C, cudaStream_t stream);
+
+cudaError_t launch_affine(ChannelVec mean, ChannelVec invstd, ChannelVec weight, ChannelVec bias, ChannelVec scale,
+                          ChannelVec shift, int64_t C, cudaStream_t stream);
+
+struct BwdCoeffPtrs {
+  ChannelVec sum_dz, sum_dz_xmu, invstd, weight;
+  bool training = true;
+  int64_t count = 0;
+  ChannelVec dw, db, k, a, b;
+};
+cudaError_t launch_bwd_coeffs(const BwdCoeffPtrs& p, int64_t C, cudaStream_t stream);
+
+}  // namespace batch_norm
+}  // namespace torch_dnn

@@ -1,0 +1,211 @@
+// The batch_norm family's ops, written once over a backend (batch_norm_cpu.h, batch_norm_cuda.cpp) that
+// provides the big passes over the data (stats, apply, reduce, elemt) and the per-channel steps between them
+// (fwd_coeffs, affine, bwd_coeffs: batch_norm_coeffs.h). batch_norm.cpp declares the schemas. x is (N, C, *)
+// in any layout; per-channel statistics are in the statistics dtype (float32; float64 for float64 input).
+//   batch_norm / batch_norm_add_act: y = act(bn(x) + res); training: batch statistics, running stats updated
+//   in place with `momentum` (unbiased variance); evaluation: running statistics. Returns (y, save_mean,
+//   save_invstd); in evaluation they are the running statistics' mean and 1/sqrt(var + eps), so the backward
+//   reads one pair in both modes.
+//   batch_norm_stats: per-channel (mean, m2) of the local batch, for SyncBatchNorm's cross-process merge.
+#pragma once
+#include <torch/library.h>
+
+#include <array>
+#include <tuple>
+
+#include "batch_norm/batch_norm_coeffs.h"
+#include "common/tensor_utils.h"
+
+namespace torch_dnn {
+namespace batch_norm {
+
+using at::Tensor;
+using OptTensor = c10::optional<at::Tensor>;
+
+inline at::ScalarType stat_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+inline bool given(const OptTensor& t) { return t.has_value() && t->defined(); }
+
+inline int64_t check_input(const char* op, const Tensor& x) {
+  check_floating(x, op, "input");
+  TORCH_CHECK(x.dim() >= 2, op, ": expected input of shape (N, C, *) with at least 2 dimensions, but got input of size ",
+              x.sizes());
+  return x.size(1);
+}
+
+// A per-channel tensor (weight, bias, running stats, saved stats): C elements on the input's device, contiguous,
+// in its own floating dtype (the backends read any of them).
+inline Tensor check_channel(const char* op, const char* arg, const Tensor& x, const OptTensor& p) {
+  if (!given(p)) return Tensor();
+  check_floating(*p, op, arg);
+  check_same_device(x, *p, op, "input", arg);
+  TORCH_CHECK(p->dim() == 1 && p->numel() == x.size(1), op, ": expected ", arg, " of shape [", x.size(1),
+              "] (the input's channel count, dim 1), but got ", p->sizes());
+  return p->contiguous();
+}
+
+inline Tensor out_like(const Tensor& x) { return at::empty_like(x, x.suggest_memory_format()); }
+
+template <class B>
+std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, const OptTensor& residual,
+                                           const OptTensor& weight, const OptTensor& bias, const OptTensor& running_mean,
+                                           const OptTensor& running_var, bool training, double momentum, double eps,
+                                           int64_t act) {
+  const int64_t C = check_input(op, x);
+  TORCH_CHECK(act >= 0 && act <= 2, op, ": act must be 0 (identity), 1 (relu) or 2 (silu), but got ", act);
+  Tensor res;
+  if (given(residual)) {
+    check_same_dtype(x, *residual, op, "input", "residual");
+    check_same_device(x, *residual, op, "input", "residual");
+    check_same_shape(x, *residual, op, "input", "residual");
+    res = *residual;
+  }
+  const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
+  const Tensor rm = check_channel(op, "running_mean", x, running_mean);
+  const Tensor rv = check_channel(op, "running_var", x, running_var);
+  TORCH_CHECK(given(running_mean) == given(running_var), op,
+              ": running_mean and running_var must both be given or both be None");
+  TORCH_CHECK(training || given(running_mean), op, ": running_mean and running_var must be defined in evaluation mode");
+  const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
+  Tensor y = out_like(x);
+  Tensor mean = at::empty({C}, sopt), invstd = at::empty({C}, sopt);
+  if (training && x.numel() == 0) {  // as PyTorch: nothing to normalise, running stats untouched
+    mean.zero_();
+    invstd.zero_();
+    return {y, mean, invstd};
+  }
+  FwdCoeffArgs a;
+  a.weight = w;
+  a.bias = b;
+  a.training = training;
+  a.momentum = momentum;
+  a.eps = eps;
+  a.count = x.numel() / std::max<int64_t>(C, 1);
+  a.mean = mean;
+  a.invstd = invstd;
+  a.scale = at::empty({C}, sopt);
+  a.shift = at::empty({C}, sopt);
+  if (training) {
+    a.stat_mean = at::empty({C}, sopt);
+    a.stat_var = at::empty({C}, sopt);
+    B::stats(x, a.stat_mean, a.stat_var);
+    // the in-place update goes to the caller's tensors (contiguous ones: the usual buffers)
+    a.running_mean = given(running_mean) && running_mean->is_contiguous() ? *running_mean : rm;
+    a.running_var = given(running_var) && running_var->is_contiguous() ? *running_var : rv;
+  } else {
+    a.stat_mean = rm;
+    a.stat_var = rv;
+  }
+  B::fwd_coeffs(a);
+  if (training && given(running_mean) && !a.running_mean.is_same(*running_mean)) {
+    at::NoGradGuard ng;
+    running_mean->copy_(a.running_mean);
+    running_var->copy_(a.running_var);
+  }
+  if (x.numel() == 0) return {y, mean, invstd};
+  B::apply(x, res, a.scale, a.shift, y, act);
+  return {y, mean, invstd};
+}
+
+// (dx, dres, dw, db); unwanted ones are empty tensors. dres (= the gradient at the add) exists for the fused op.
+template <class B>
+std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x, const OptTensor& residual,
+                               const OptTensor& weight, const OptTensor& bias, const Tensor& save_mean,
+                               const Tensor& save_invstd, bool training, int64_t act, std::array<bool, 4> mask) {
+  const int64_t C = check_input(op, x);
+  check_same_dtype(x, dy, op, "input", "grad_out");
+  check_same_device(x, dy, op, "input", "grad_out");
+  check_same_shape(x, dy, op, "input", "grad_out");
+  const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
+  const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
+  const Tensor mean = check_channel(op, "save_mean", x, save_mean).to(sopt.dtype());
+  const Tensor invstd = check_channel(op, "save_invstd", x, save_invstd).to(sopt.dtype());
+  Tensor res;
+  if (given(residual)) {
+    check_same_shape(x, *residual, op, "input", "residual");
+    res = *residual;
+  }
+  const auto pdtype = [&](const OptTensor& p) { return given(p) ? p->scalar_type() : x.scalar_type(); };
+  const auto empty0 = [&] { return at::empty({0}, x.options()); };
+  Tensor dx = mask[0] ? out_like(x) : empty0();
+  Tensor dres = mask[1] ? out_like(x) : empty0();
+  Tensor dw = mask[2] ? at::empty({C}, x.options().dtype(pdtype(weight))) : empty0();
+  Tensor db = mask[3] ? at::empty({C}, x.options().dtype(pdtype(bias))) : empty0();
+  if (x.numel() == 0) {
+    if (mask[2]) dw.zero_();
+    if (mask[3]) db.zero_();
+    return {dx, dres, dw, db};
+  }
+  Tensor scale, shift;  // the forward's affine map, to recompute the activation's input
+  if (act != 0) {
+    scale = at::empty({C}, sopt);
+    shift = at::empty({C}, sopt);
+    B::affine(mean, invstd, w, b, scale, shift);
+  }
+  // dz, the gradient at the activation's input: written for dres, else only when an activation needs it
+  Tensor dz = mask[1] ? dres : (act != 0 ? out_like(x) : Tensor());
+  BwdCoeffArgs a;
+  a.sum_dz = at::empty({C}, sopt);
+  a.sum_dz_xmu = at::empty({C}, sopt);
+  B::reduce(dy, x, res, scale, shift, mean, act, dz, a.sum_dz, a.sum_dz_xmu);
+  if (!dz.defined()) dz = dy;
+  a.invstd = invstd;
+  a.weight = w;
+  a.training = training;
+  a.count = x.numel() / C;
+  if (mask[2]) a.dw = dw;
+  if (mask[3]) a.db = db;
+  a.k = at::empty({C}, sopt);
+  a.a = at::empty({C}, sopt);
+  a.b = at::empty({C}, sopt);
+  B::bwd_coeffs(a);
+  if (mask[0]) B::elemt(dz, x, mean, a.k, a.a, a.b, dx);
+  return {dx, dres, dw, db};
+}
+
+template <class B>
+void register_batch_norm_impls(torch::Library& m) {
+  m.impl("batch_norm", [](const Tensor& x, const OptTensor& w, const OptTensor& b, const OptTensor& rm,
+                          const OptTensor& rv, bool training, double momentum, double eps) {
+    return forward<B>("torch_dnn.batch_norm", x, c10::nullopt, w, b, rm, rv, training, momentum, eps, 0);
+  });
+  m.impl("batch_norm_add_act", [](const Tensor& x, const OptTensor& res, const OptTensor& w, const OptTensor& b,
+                                  const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps,
+                                  int64_t act) {
+    return forward<B>("torch_dnn.batch_norm_add_act", x, res, w, b, rm, rv, training, momentum, eps, act);
+  });
+  m.impl("batch_norm_backward", [](const Tensor& dy, const Tensor& x, const OptTensor& w, const OptTensor& rm,
+                                   const OptTensor& rv, const OptTensor& save_mean, const OptTensor& save_invstd,
+                                   bool training, double eps, std::array<bool, 3> mask) {
+    const char* op = "torch_dnn.batch_norm_backward";
+    Tensor mean, invstd;
+    if (given(save_mean) && given(save_invstd) && save_mean->numel() > 0) {
+      mean = *save_mean;
+      invstd = *save_invstd;
+    } else {
+      TORCH_CHECK(given(rm) && given(rv), op, ": needs save_mean/save_invstd or running_mean/running_var");
+      mean = rm->to(stat_type(x.scalar_type()));
+      invstd = (rv->to(stat_type(x.scalar_type())) + eps).rsqrt();
+    }
+    auto r = backward<B>(op, dy, x, c10::nullopt, w, c10::nullopt, mean, invstd, training, 0,
+                         {mask[0], false, mask[1], mask[2]});
+    return std::make_tuple(r[0], r[2], r[3]);
+  });
+  m.impl("batch_norm_add_act_backward", [](const Tensor& dy, const Tensor& x, const OptTensor& res, const OptTensor& w,
+                                           const OptTensor& b, const Tensor& save_mean, const Tensor& save_invstd,
+                                           bool training, int64_t act, std::array<bool, 4> mask) {
+    auto r = backward<B>("torch_dnn.batch_norm_add_act_backward", dy, x, res, w, b, save_mean, save_invstd, training,
+                         act, mask);
+    return std::make_tuple(r[0], r[1], r[2], r[3]);
+  });
+  m.impl("batch_norm_stats", [](const Tensor& x) {
+    const char* op = "torch_dnn.batch_norm_stats";
+    const int64_t C = check_input(op, x);
+    const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
+    Tensor mean = at::zeros({C}, sopt), m2 = at::zeros({C}, sopt);
+    if (x.numel() > 0) B::stats(x, mean, m2);
+    return std::make_tuple(mean, m2);
+  });
+}
+
+}  // namespace batch_norm
+}  // namespace torch_dnn
