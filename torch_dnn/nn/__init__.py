@@ -7,4 +7,4 @@ from torch_dnn.nn.activation import (  # noqa: F401
 from torch_dnn.nn.softmax import LogSoftmax, Softmax  # noqa: F401
 from torch_dnn.nn.norm import AddLayerNorm, AddRMSNorm, LayerNorm, RMSNorm  # noqa: F401
 from torch_dnn.nn.pool import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d  # noqa: F401
-from torch_dnn.nn.batch_norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormAddAct  # noqa: F401
+from torch_dnn.nn.batch_norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormAddAct, SyncBatchNorm  # noqa: F401
