@@ -11,7 +11,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import torch_dnn
-import torch_dnn.functional as F
 from tests.utils import ALL_DTYPES, first_line, make_input, opcheck_samples
 from torch_dnn.ops.batch_norm import sync_batch_norm
 from torch_dnn.testing import compare
@@ -212,6 +211,8 @@ SCENARIOS = {
                        layout="contiguous"),
     "no_affine_no_stats": dict(sizes=(2, 3), shape=(4,), dtype=torch.float64, momentum=0.1, affine=False,
                                track=False, layout="contiguous"),
+    "bf16_3d": dict(sizes=(3, 2), shape=(2, 3, 2, 2), dtype=torch.bfloat16, momentum=0.1, affine=True, track=True,
+                    layout="contiguous"),
 }
 STEPS = 3
 LR = 0.5
@@ -309,6 +310,8 @@ def _reference(sc, make, dtype):
 
 
 def _bn_types(sc):
+    if len(sc["shape"]) == 4:
+        return torch.nn.BatchNorm3d, torch_dnn.nn.BatchNorm3d
     if len(sc["shape"]) == 3:
         return torch.nn.BatchNorm2d, torch_dnn.nn.BatchNorm2d
     return torch.nn.BatchNorm1d, torch_dnn.nn.BatchNorm1d
