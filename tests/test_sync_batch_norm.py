@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import torch_dnn
-from tests.utils import ALL_DTYPES, first_line, make_input, opcheck_samples
+from tests.utils import ALL_DTYPES, devices, first_line, make_input, opcheck_samples
 from torch_dnn.ops.batch_norm import sync_batch_norm
 from torch_dnn.testing import compare
 
@@ -37,21 +37,22 @@ def _dims(x):
     return [0] + list(range(2, x.dim()))
 
 
-def _stats(c, dtype):
+def _stats(c, dtype, device):
     sd = _sd(dtype)
-    mean = torch.randn(c, dtype=torch.float64).to(sd)
-    invstd = (torch.rand(c, dtype=torch.float64) + 0.5).to(sd)
+    mean = torch.randn(c, dtype=torch.float64).to(device, sd)
+    invstd = (torch.rand(c, dtype=torch.float64) + 0.5).to(device, sd)
     return mean, invstd
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("affine", [True, False])
-def test_elemt_against_formula(dtype, affine):
+def test_elemt_against_formula(device, dtype, affine):
     for shape, layout in SHAPES:
-        x = make_input(shape, dtype, "cpu", layout)
-        mean, invstd = _stats(3, dtype)
-        w = torch.rand(3, dtype=dtype) + 0.5 if affine else None
-        b = torch.randn(3, dtype=dtype) if affine else None
+        x = make_input(shape, dtype, device, layout)
+        mean, invstd = _stats(3, dtype, device)
+        w = torch.rand(3, dtype=dtype, device=device) + 0.5 if affine else None
+        b = torch.randn(3, dtype=dtype, device=device) if affine else None
         y = ops.batch_norm_elemt(x, mean, invstd, w, b)
 
         def formula(x, m, s, w, b):
@@ -68,11 +69,12 @@ def test_elemt_against_formula(dtype, affine):
             assert y.is_contiguous(memory_format=torch.channels_last)
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_backward_reduce_against_formula(dtype):
+def test_backward_reduce_against_formula(device, dtype):
     for shape, layout in SHAPES:
-        x, dy = make_input(shape, dtype, "cpu", layout), make_input(shape, dtype, "cpu", "contiguous")
-        mean, invstd = _stats(3, dtype)
+        x, dy = make_input(shape, dtype, device, layout), make_input(shape, dtype, device, "contiguous")
+        mean, invstd = _stats(3, dtype, device)
         s1, s2 = ops.batch_norm_backward_reduce(dy, x, mean, invstd)
         sd = _sd(dtype)
         assert s1.dtype == sd and s2.dtype == sd and s1.shape == (3,)
@@ -86,16 +88,17 @@ def test_backward_reduce_against_formula(dtype):
         _check(s2, p2, r2, f"sum_dy_xmu {shape} {layout}", grad=True)
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 @pytest.mark.parametrize("affine", [True, False])
-def test_backward_elemt_against_formula(dtype, affine):
+def test_backward_elemt_against_formula(device, dtype, affine):
     for shape, layout in SHAPES:
-        x, dy = make_input(shape, dtype, "cpu", layout), make_input(shape, dtype, "cpu", "channels_last"
+        x, dy = make_input(shape, dtype, device, layout), make_input(shape, dtype, device, "channels_last"
                                                                     if layout == "channels_last" else "strided")
         sd = _sd(dtype)
-        mean, invstd = _stats(3, dtype)
-        w = torch.rand(3, dtype=dtype) + 0.5 if affine else None
-        s1, s2 = torch.randn(3, dtype=sd) * 10, torch.randn(3, dtype=sd) * 10
+        mean, invstd = _stats(3, dtype, device)
+        w = torch.rand(3, dtype=dtype, device=device) + 0.5 if affine else None
+        s1, s2 = torch.randn(3, dtype=sd, device=device) * 10, torch.randn(3, dtype=sd, device=device) * 10
         count = 2 * max(x.numel() // 3, 1)  # as if another process held as many elements again
         dx = ops.batch_norm_backward_elemt(dy, x, mean, invstd, w, s1, s2, count)
         assert dx.dtype == dtype and dx.shape == x.shape
@@ -126,15 +129,16 @@ def test_pieces_compose_to_batch_norm_backward():
                                ops.batch_norm(x, w, None, None, None, True, 0.1, 1e-5)[0])
 
 
-def test_opcheck():
-    x = torch.randn(3, 4, 5, 2)
-    w, b = torch.rand(4), torch.randn(4)
-    m, i = torch.randn(4), torch.rand(4) + 0.5
+@pytest.mark.parametrize("device", devices())
+def test_opcheck(device):
+    x = torch.randn(3, 4, 5, 2, device=device)
+    w, b = torch.rand(4, device=device), torch.randn(4, device=device)
+    m, i = torch.randn(4, device=device), torch.rand(4, device=device) + 0.5
     xc = x.to(memory_format=torch.channels_last)
     opcheck_samples(ops.batch_norm_elemt, [((x, m, i, w, b), {}), ((xc, m, i, None, None), {})])
     opcheck_samples(ops.batch_norm_backward_reduce, [((torch.randn_like(x), x, m, i), {}),
                                                      ((torch.randn_like(xc), xc, m, i), {})])
-    s1, s2 = torch.randn(4), torch.randn(4)
+    s1, s2 = torch.randn(4, device=device), torch.randn(4, device=device)
     opcheck_samples(ops.batch_norm_backward_elemt, [((torch.randn_like(x), x, m, i, w, s1, s2, 60), {}),
                                                     ((torch.randn_like(xc), xc, m, i, None, s1, s2, 30), {})])
 
