@@ -17,6 +17,13 @@ TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
         "-> (Tensor, Tensor, Tensor, Tensor)");
   // per-channel (mean, m2 = sum of squared deviations) of the local batch (SyncBatchNorm)
   m.def("batch_norm_stats(Tensor input) -> (Tensor mean, Tensor m2)");
+  // SyncBatchNorm's other pieces: normalise with given (global) statistics; the backward's local per-channel
+  // sums; the input gradient from the (all-reduced) sums over `count` elements per channel.
+  m.def("batch_norm_elemt(Tensor input, Tensor mean, Tensor invstd, Tensor? weight, Tensor? bias) -> Tensor");
+  m.def("batch_norm_backward_reduce(Tensor grad_out, Tensor input, Tensor mean, Tensor invstd) "
+        "-> (Tensor sum_dy, Tensor sum_dy_xmu)");
+  m.def("batch_norm_backward_elemt(Tensor grad_out, Tensor input, Tensor mean, Tensor invstd, Tensor? weight, "
+        "Tensor sum_dy, Tensor sum_dy_xmu, int count) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {

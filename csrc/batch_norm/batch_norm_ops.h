@@ -7,6 +7,9 @@
 //   save_invstd); in evaluation they are the running statistics' mean and 1/sqrt(var + eps), so the backward
 //   reads one pair in both modes.
 //   batch_norm_stats: per-channel (mean, m2) of the local batch, for SyncBatchNorm's cross-process merge.
+//   batch_norm_elemt / batch_norm_backward_reduce / batch_norm_backward_elemt: SyncBatchNorm's forward apply
+//   with given statistics, the backward's local sums (sum dy, sum dy*(x-mean)), and the input gradient from
+//   the all-reduced sums over `count` elements per channel (all processes together).
 #pragma once
 #include <torch/library.h>
 
@@ -204,6 +207,57 @@ void register_batch_norm_impls(torch::Library& m) {
     Tensor mean = at::zeros({C}, sopt), m2 = at::zeros({C}, sopt);
     if (x.numel() > 0) B::stats(x, mean, m2);
     return std::make_tuple(mean, m2);
+  });
+  m.impl("batch_norm_elemt", [](const Tensor& x, const Tensor& mean, const Tensor& invstd, const OptTensor& weight,
+                                const OptTensor& bias) {
+    const char* op = "torch_dnn.batch_norm_elemt";
+    check_input(op, x);
+    const Tensor m = check_channel(op, "mean", x, mean), is = check_channel(op, "invstd", x, invstd);
+    const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
+    Tensor y = out_like(x);
+    if (x.numel() == 0) return y;
+    const Tensor scale = w.defined() ? is * w : is;
+    Tensor shift = -m * scale;
+    if (b.defined()) shift = shift + b;
+    B::apply(x, Tensor(), scale, shift, y, 0);
+    return y;
+  });
+  m.impl("batch_norm_backward_reduce", [](const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                          const Tensor& invstd) {
+    const char* op = "torch_dnn.batch_norm_backward_reduce";
+    const int64_t C = check_input(op, x);
+    check_same_dtype(x, dy, op, "input", "grad_out");
+    check_same_device(x, dy, op, "input", "grad_out");
+    check_same_shape(x, dy, op, "input", "grad_out");
+    const Tensor m = check_channel(op, "mean", x, mean), is = check_channel(op, "invstd", x, invstd);
+    const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
+    Tensor sum_dy = at::zeros({C}, sopt), sum_dy_xmu = at::zeros({C}, sopt);
+    if (x.numel() == 0) return std::make_tuple(sum_dy, sum_dy_xmu);
+    const Tensor shift = -m * is;
+    Tensor dz;  // act 0, no residual: dz is dy itself, not written
+    B::reduce(dy, x, Tensor(), is, shift, m, 0, dz, sum_dy, sum_dy_xmu);
+    return std::make_tuple(sum_dy, sum_dy_xmu);
+  });
+  m.impl("batch_norm_backward_elemt", [](const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                                         const OptTensor& weight, const Tensor& sum_dy, const Tensor& sum_dy_xmu,
+                                         int64_t count) {
+    const char* op = "torch_dnn.batch_norm_backward_elemt";
+    check_input(op, x);
+    check_same_dtype(x, dy, op, "input", "grad_out");
+    check_same_device(x, dy, op, "input", "grad_out");
+    check_same_shape(x, dy, op, "input", "grad_out");
+    const Tensor m = check_channel(op, "mean", x, mean), is = check_channel(op, "invstd", x, invstd);
+    const Tensor w = check_channel(op, "weight", x, weight);
+    const Tensor s1 = check_channel(op, "sum_dy", x, sum_dy), s2 = check_channel(op, "sum_dy_xmu", x, sum_dy_xmu);
+    TORCH_CHECK(count > 0, op, ": expected count (the number of elements per channel over all processes) > 0, but got ",
+                count);
+    Tensor dx = out_like(x);
+    if (x.numel() == 0) return dx;
+    const Tensor k = w.defined() ? is * w : is;
+    const Tensor a = s1 / double(count);
+    const Tensor bb = s2 * is * is / double(count);
+    B::elemt(dy, x, m, k, a, bb, dx);
+    return dx;
   });
 }
 

@@ -10,7 +10,7 @@ from torch_dnn.nn.pool import (  # noqa: F401
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d,
     AvgPool1d, AvgPool2d, AvgPool3d, LPPool1d, LPPool2d, MaxPool1d, MaxPool2d, MaxPool3d,
 )
-from torch_dnn.nn.batch_norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormAddAct  # noqa: F401
+from torch_dnn.nn.batch_norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormAddAct, SyncBatchNorm  # noqa: F401
 from torch_dnn.nn.group_norm import GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401
 from torch_dnn.nn.lrn import LocalResponseNorm  # noqa: F401
 from torch_dnn.nn.linear import FusedAway, Linear, LinearAct  # noqa: F401

@@ -1,8 +1,9 @@
-"""Drop-in BatchNorm1d/2d/3d, and BatchNormAddAct (torch_dnn's own: act(bn(x) + residual))."""
+"""Drop-in BatchNorm1d/2d/3d and SyncBatchNorm, and BatchNormAddAct (torch_dnn's own: act(bn(x) + residual))."""
 import torch
 
 from torch_dnn import functional as F
 from torch_dnn.convert import register_swap
+from torch_dnn.ops import batch_norm as _ops_bn
 
 
 def _factor_and_mode(m):
@@ -50,3 +51,35 @@ class BatchNormAddAct(torch.nn.BatchNorm2d):
         self._check_input_dim(x)
         eaf, bn_training, rm, rv = _factor_and_mode(self)
         return F.batch_norm_add_act(x, rm, rv, self.weight, self.bias, residual, self.act, bn_training, eaf, self.eps)
+
+
+@register_swap(torch.nn.SyncBatchNorm)
+class SyncBatchNorm(torch.nn.SyncBatchNorm):
+    """Drop-in torch.nn.SyncBatchNorm (same constructor, parameters, buffers, state_dict keys, process_group).
+    In training with more than one process (torch.distributed initialised), the local statistics come from
+    torch_dnn's kernels and are merged across the process group through torch.distributed (NCCL on GPUs, gloo
+    on CPU: unlike torch.nn.SyncBatchNorm, CPU tensors are accepted); otherwise torch_dnn's batch_norm."""
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        self._check_non_zero_input_channels(input)
+        eaf, bn_training, rm, rv = _factor_and_mode(self)
+        need_sync = (bn_training and self.training and torch.distributed.is_available()
+                     and torch.distributed.is_initialized())
+        if need_sync:
+            process_group = self.process_group or torch.distributed.group.WORLD
+            world_size = torch.distributed.get_world_size(process_group)
+            need_sync = world_size > 1
+        if not need_sync:
+            return F.batch_norm(input, rm, rv, self.weight, self.bias, bn_training, eaf, self.eps)
+        return _ops_bn.sync_batch_norm(input, rm, rv, self.weight, self.bias, eaf, self.eps, process_group,
+                                       world_size)
+
+    @classmethod
+    def convert_sync_batchnorm(cls, module, process_group=None):
+        """torch.nn.SyncBatchNorm.convert_sync_batchnorm, producing torch_dnn.nn.SyncBatchNorm layers."""
+        out = torch.nn.SyncBatchNorm.convert_sync_batchnorm(module, process_group)
+        for m in out.modules():
+            if type(m) is torch.nn.SyncBatchNorm:
+                m.__class__ = cls
+        return out

@@ -1,5 +1,7 @@
 """batch_norm family: batch_norm and batch_norm_add_act (y = act(bn(x) + residual)), forward and backward;
-batch_norm_stats (per-channel mean and m2, for SyncBatchNorm). Fake kernels, autograd and functional wrappers."""
+batch_norm_stats (per-channel mean and m2), batch_norm_elemt, batch_norm_backward_reduce and
+batch_norm_backward_elemt (SyncBatchNorm's pieces; its autograd.Function is in torch_dnn/nn/batch_norm.py).
+Fake kernels, autograd and functional wrappers."""
 import torch
 
 from torch_dnn.ops._registry import add_family
@@ -59,6 +61,22 @@ def _stats_fake(x):
     return x.new_empty((c,), dtype=_stat_dtype(x.dtype)), x.new_empty((c,), dtype=_stat_dtype(x.dtype))
 
 
+@torch.library.register_fake("torch_dnn::batch_norm_elemt")
+def _elemt_fake(x, mean, invstd, weight, bias):
+    return _out_like(x)
+
+
+@torch.library.register_fake("torch_dnn::batch_norm_backward_reduce")
+def _bwd_reduce_fake(grad_out, x, mean, invstd):
+    c = x.shape[1]
+    return x.new_empty((c,), dtype=_stat_dtype(x.dtype)), x.new_empty((c,), dtype=_stat_dtype(x.dtype))
+
+
+@torch.library.register_fake("torch_dnn::batch_norm_backward_elemt")
+def _bwd_elemt_fake(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
+    return _out_like(x)
+
+
 # The forward ops mutate the running stats, and a mutating custom op cannot carry a register_autograd formula,
 # so autograd goes through torch.autograd.Function (torch.compile traces it; the backward ops are functional).
 
@@ -100,8 +118,102 @@ class _BatchNormAddActFn(torch.autograd.Function):
                 None, None, None, None, None, None)
 
 
+def _sync_backend_gathers_list(process_group):
+    import torch.distributed as dist
+    return dist.get_backend(process_group) == "gloo"  # gloo has no all_gather_into_tensor
+
+
+def _sync_gather(row, process_group, world_size):
+    """(world_size, len(row)): every process's row, in rank order."""
+    import torch.distributed as dist
+    if _sync_backend_gathers_list(process_group):
+        rows = [torch.empty_like(row) for _ in range(world_size)]
+        dist.all_gather(rows, row, group=process_group)
+        return torch.stack(rows)
+    table = row.new_empty((world_size, row.numel()))
+    dist.all_gather_into_tensor(table, row, group=process_group)
+    return table
+
+
+def _chan_merge(table, c):
+    """Merge rows (count, mean[c], m2[c]) in rank order with Chan's parallel formula: the same order, so the
+    same bits, on every process. Rows with count 0 (empty local batches) leave the running result unchanged.
+    No host synchronisation (counts stay tensors)."""
+    n, mean, m2 = table[0, 0], table[0, 1:c + 1], table[0, c + 1:]
+    for r in range(1, table.shape[0]):
+        nb, mb, m2b = table[r, 0], table[r, 1:c + 1], table[r, c + 1:]
+        tot = n + nb
+        frac = torch.where(tot > 0, nb / tot.clamp(min=1), torch.zeros_like(tot))
+        delta = mb - mean
+        mean = mean + delta * frac
+        m2 = m2 + m2b + delta * delta * (n * frac)
+        n = tot
+    return n, mean, m2
+
+
+class _SyncBatchNormFn(torch.autograd.Function):
+    """SyncBatchNorm in training: local (mean, m2) by batch_norm_stats, all_gather of (count, mean, m2), Chan merge
+    in float64, running stats updated as torch.nn.SyncBatchNorm does, batch_norm_elemt. Backward: local
+    batch_norm_backward_reduce, all_reduce(sum) of (sum_dy, sum_dy_xmu), batch_norm_backward_elemt over the
+    global count. grad_weight / grad_bias are the local sums, as torch.nn.SyncBatchNorm returns them (DDP
+    all-reduces parameter gradients)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size):
+        c = x.shape[1]
+        sd = _stat_dtype(x.dtype)
+        local = x.numel() // c
+        if local > 0:
+            mean, m2 = _ops.batch_norm_stats(x)
+        else:
+            mean = m2 = x.new_zeros((c,), dtype=sd)
+        row = torch.cat([x.new_full((1,), float(local), dtype=torch.float64), mean.double(), m2.double()])
+        n, gmean, gm2 = _chan_merge(_sync_gather(row, process_group, world_size), c)
+        invstd = (gm2 / n + eps).rsqrt()
+        if running_mean is not None:
+            unbiased = gm2 / (n - 1)  # n == 1: 0/0 = NaN, as PyTorch
+            running_mean.mul_(1.0 - momentum).add_(gmean.to(running_mean.dtype), alpha=momentum)
+            running_var.mul_(1.0 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
+        gmean, invstd = gmean.to(sd), invstd.to(sd)
+        out = _ops.batch_norm_elemt(x, gmean, invstd, weight, bias)
+        ctx.save_for_backward(x, weight, gmean, invstd, n)
+        ctx.process_group, ctx.bias_dtype = process_group, (bias.dtype if bias is not None else None)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        import torch.distributed as dist
+        x, weight, mean, invstd, n = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        dx = dw = db = None
+        if x.numel() > 0:
+            sum_dy, sum_dy_xmu = _ops.batch_norm_backward_reduce(grad_out, x, mean, invstd)
+            if weight is not None and need[1]:
+                dw = (sum_dy_xmu * invstd).to(weight.dtype)
+            if ctx.bias_dtype is not None and need[2]:
+                db = sum_dy.to(ctx.bias_dtype)
+            if need[0]:
+                both = torch.cat([sum_dy, sum_dy_xmu])
+                dist.all_reduce(both, dist.ReduceOp.SUM, group=ctx.process_group)
+                sum_dy, sum_dy_xmu = both.split(x.shape[1])
+                dx = _ops.batch_norm_backward_elemt(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu,
+                                                    int(n.item()))
+        elif need[0]:
+            # an empty local batch still joins the all_reduce that its peers make; its gradients stay None
+            both = x.new_zeros((2 * x.shape[1],), dtype=mean.dtype)
+            dist.all_reduce(both, dist.ReduceOp.SUM, group=ctx.process_group)
+        return dx, dw, db, None, None, None, None, None, None
+
+
+def sync_batch_norm(input, running_mean, running_var, weight, bias, momentum, eps, process_group, world_size):
+    """SyncBatchNorm's training step over `process_group` (world_size > 1): every process calls it together."""
+    return _SyncBatchNormFn.apply(input, weight, bias, running_mean, running_var, float(eps), float(momentum),
+                                  process_group, int(world_size))
+
+
 add_family("batch_norm", ["batch_norm", "batch_norm_backward", "batch_norm_add_act", "batch_norm_add_act_backward",
-                          "batch_norm_stats"])
+                          "batch_norm_stats", "batch_norm_elemt", "batch_norm_backward_reduce",
+                          "batch_norm_backward_elemt"])
 
 
 def _verify_batch_size(input, training):
