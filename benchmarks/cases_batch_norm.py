@@ -15,8 +15,9 @@ SHAPE = (64, 256, 56, 56)
 
 
 def _params(c, dtype, grad=False):
-    w = rand_cuda((c,), dtype, "NCHW", 0.5, 1.5).requires_grad_(grad)
-    b = rand_cuda((c,), dtype, "NCHW", -1, 1).requires_grad_(grad)
+    # float32 parameters and running statistics with bf16 activations, as in mixed-precision training
+    w = rand_cuda((c,), torch.float32, "NCHW", 0.5, 1.5).requires_grad_(grad)
+    b = rand_cuda((c,), torch.float32, "NCHW", -1, 1).requires_grad_(grad)
     rm = torch.zeros(c, device="cuda")
     rv = torch.ones(c, device="cuda")
     return w, b, rm, rv

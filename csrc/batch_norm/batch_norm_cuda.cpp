@@ -35,7 +35,7 @@ void write_as(at::Tensor& out, const at::Tensor& xd, F&& write) {
   out.copy_(tmp);
 }
 
-at::Tensor stat(const at::Tensor& t) { return t.contiguous(); }
+at::Tensor stat(const at::Tensor& t) { return t.defined() ? t.contiguous() : t; }
 at::Tensor workspace(int64_t n, const at::Tensor& x) {
   return at::empty({n > 0 ? n : 1}, x.options().dtype(stat_type(x.scalar_type())));
 }
@@ -118,8 +118,8 @@ struct CudaBackend {
     const DType dt = to_dtype(x.scalar_type());
     at::Tensor ws = workspace(reduce_workspace(dt, s), x);
     write_as(dz, xd, [&](at::Tensor& out) {
-      TD_CHECK_LAUNCH(launch_reduce(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), cptr(rd), sc.const_data_ptr(),
-                                    sh.const_data_ptr(), mu.const_data_ptr(), int(act),
+      TD_CHECK_LAUNCH(launch_reduce(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), cptr(rd), cptr(sc), cptr(sh),
+                                    mu.const_data_ptr(), int(act),
                                     out.defined() ? out.data_ptr() : nullptr, sum_dz.data_ptr(),
                                     sum_dz_xmu.data_ptr(), ws.data_ptr(), current_stream()));
     });

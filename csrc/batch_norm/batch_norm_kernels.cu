@@ -22,6 +22,13 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kFold = 64;     // accesses between folds of the shifted sums
 constexpr int kPiece = 512;   // accesses of a plane a warp takes at a time (16 per lane)
 
+// Partial k of channel c from split j, laid out [k][c][j] so that a finalize warp reads a channel's splits
+// with consecutive lanes.
+template <typename A>
+__device__ __forceinline__ A* partial(A* part, int k, int64_t c, int64_t j, int64_t C) {
+  return part + (int64_t(k) * C + c) * gridDim.y + j;
+}
+
 // act: 0 identity, 1 relu (NaN propagates, as torch.relu), 2 silu
 template <typename A>
 __device__ __forceinline__ A act_fwd(A z, int act) {
@@ -98,24 +105,6 @@ template <typename T>
 int64_t pieces_of(const BnShape& s, bool vec) {
   return ceil_div(s.inner / (vec ? kVec16<T> : 1), kPiece);
 }
-// Row (or plane) splits of a reduction: about four blocks per SM in all.
-template <typename T>
-int reduction_splits(const BnShape& s) {
-  const int64_t target = 4 * int64_t(sm_count());
-  int64_t splits, most;
-  if (s.inner == 1) {
-    const RowsGeom g = rows_geom<T>(s, s.C % kVec16<T> == 0);
-    splits = ceil_div(target, g.gx);
-    most = ceil_div(s.outer, g.TY);
-  } else {
-    splits = ceil_div(target, s.C);
-    most = ceil_div(s.outer * pieces_of<T>(s, s.inner % kVec16<T> == 0), kWarps);
-  }
-  splits = splits < most ? splits : most;
-  splits = splits < 65535 ? splits : 65535;
-  return int(splits < 1 ? 1 : splits);
-}
-
 // ---- statistics ----
 
 template <typename T, int V>
@@ -139,7 +128,21 @@ __global__ void __launch_bounds__(kThreads) stats_rows(const T* __restrict__ x, 
       int cnt = 0;
 #pragma unroll
       for (int j = 0; j < V; ++j) s[j] = q[j] = A(0);
-#pragma unroll 4
+      // four rows' loads issued before any is used: enough bytes in flight per thread
+      for (; r + 3 * step < end; r += 4 * step) {
+        A v[4][V];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) load_acc<V>(x + (r + u * step) * C + c0, v[u]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const A d = v[u][j] - sh[j];
+            s[j] += d;
+            q[j] = fma(d, d, q[j]);
+          }
+        cnt += 4;
+      }
       for (; r < end; r += step) {
         A v[V];
         load_acc<V>(x + r * C + c0, v);
@@ -170,10 +173,9 @@ __global__ void __launch_bounds__(kThreads) stats_rows(const T* __restrict__ x, 
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const Moments<A> t = sm[threadIdx.x * V + j];
-      A* o = part + (int64_t(blockIdx.y) * C + c0 + j) * 3;
-      o[0] = t.n;
-      o[1] = t.mean;
-      o[2] = t.m2;
+      *partial(part, 0, c0 + j, blockIdx.y, C) = t.n;
+      *partial(part, 1, c0 + j, blockIdx.y, C) = t.mean;
+      *partial(part, 2, c0 + j, blockIdx.y, C) = t.m2;
     }
   }
 }
@@ -194,8 +196,22 @@ __global__ void __launch_bounds__(kThreads) stats_planes(const T* __restrict__ x
     static_assert(kPiece <= kFold * 32, "one fold per piece");
     A s = A(0), q = A(0);
     int cnt = 0;
-#pragma unroll 4
-    for (int64_t i = i0 + lane; i < end; i += 32) {
+    int64_t i = i0 + lane;
+    for (; i + 96 < end; i += 128) {
+      A v[4][V];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) load_acc<V>(p + (i + 32 * u) * V, v[u]);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const A d = v[u][j] - sh;
+          s += d;
+          q = fma(d, d, q);
+        }
+      cnt += 4 * V;
+    }
+    for (; i < end; i += 32) {
       A v[V];
       load_acc<V>(p + i * V, v);
 #pragma unroll
@@ -214,10 +230,9 @@ __global__ void __launch_bounds__(kThreads) stats_planes(const T* __restrict__ x
   if (threadIdx.x == 0) {
     Moments<A> t = sm[0];
     for (int w = 1; w < kWarps; ++w) t = merge(t, sm[w]);
-    A* o = part + (int64_t(blockIdx.y) * C + c) * 3;
-    o[0] = t.n;
-    o[1] = t.mean;
-    o[2] = t.m2;
+    *partial(part, 0, c, blockIdx.y, C) = t.n;
+    *partial(part, 1, c, blockIdx.y, C) = t.mean;
+    *partial(part, 2, c, blockIdx.y, C) = t.m2;
   }
 }
 
@@ -229,9 +244,10 @@ __global__ void __launch_bounds__(kThreads) stats_finalize(const A* __restrict__
   const int lane = threadIdx.x % 32;
   if (c >= C) return;
   Moments<A> m{A(0), A(0), A(0)};
+  const int64_t cs = C * splits;
   for (int j = lane; j < splits; j += 32) {
-    const A* p = part + (int64_t(j) * C + c) * 3;
-    m = merge(m, Moments<A>{p[0], p[1], p[2]});
+    const A* p = part + c * splits + j;
+    m = merge(m, Moments<A>{p[0], p[cs], p[2 * cs]});
   }
   m = warp_merge(m);
   if (lane == 0) {
@@ -256,30 +272,50 @@ struct GradArgs {
 };
 
 template <typename T, int V>
-__device__ __forceinline__ void grad_step(const GradArgs<T>& g, int64_t o, const acc_t<T> (&mu)[V],
-                                          const acc_t<T> (&sc)[V], const acc_t<T> (&sh)[V], acc_t<T> (&s1)[V],
-                                          acc_t<T> (&s2)[V]) {
+struct GradIn {
+  acc_t<T> d[V], v[V], r[V];
+};
+template <typename T, int V>
+__device__ __forceinline__ void grad_load(const GradArgs<T>& g, int64_t o, GradIn<T, V>& in) {
+  load_acc<V>(g.dy + o, in.d);
+  load_acc<V>(g.x + o, in.v);
+  if (g.act != 0 && g.res) load_acc<V>(g.res + o, in.r);
+}
+template <typename T, int V>
+__device__ __forceinline__ void grad_use(const GradArgs<T>& g, int64_t o, GradIn<T, V>& in, const acc_t<T> (&mu)[V],
+                                         const acc_t<T> (&sc)[V], const acc_t<T> (&sh)[V], acc_t<T> (&s1)[V],
+                                         acc_t<T> (&s2)[V]) {
   using A = acc_t<T>;
-  A d[V], v[V];
-  load_acc<V>(g.dy + o, d);
-  load_acc<V>(g.x + o, v);
   if (g.act != 0) {
-    A r[V];
-    if (g.res) {
-      load_acc<V>(g.res + o, r);
-    } else {
 #pragma unroll
-      for (int j = 0; j < V; ++j) r[j] = A(0);
-    }
-#pragma unroll
-    for (int j = 0; j < V; ++j) d[j] *= act_grad(fma(v[j], sc[j], sh[j]) + r[j], g.act);
+    for (int j = 0; j < V; ++j)
+      in.d[j] *= act_grad(fma(in.v[j], sc[j], sh[j]) + (g.res ? in.r[j] : A(0)), g.act);
   }
-  if (g.dz) store_acc<V>(g.dz + o, d);
+  if (g.dz) store_acc<V>(g.dz + o, in.d);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    s1[j] += d[j];
-    s2[j] = fma(d[j], v[j] - mu[j], s2[j]);
+    s1[j] += in.d[j];
+    s2[j] = fma(in.d[j], in.v[j] - mu[j], s2[j]);
   }
+}
+// Two accesses' loads issued before either is used.
+template <typename T, int V>
+__device__ __forceinline__ void grad_pair(const GradArgs<T>& g, int64_t o0, int64_t o1, const acc_t<T> (&mu)[V],
+                                          const acc_t<T> (&sc)[V], const acc_t<T> (&sh)[V], acc_t<T> (&s1)[V],
+                                          acc_t<T> (&s2)[V]) {
+  GradIn<T, V> a, b;
+  grad_load(g, o0, a);
+  grad_load(g, o1, b);
+  grad_use(g, o0, a, mu, sc, sh, s1, s2);
+  grad_use(g, o1, b, mu, sc, sh, s1, s2);
+}
+template <typename T, int V>
+__device__ __forceinline__ void grad_one(const GradArgs<T>& g, int64_t o, const acc_t<T> (&mu)[V],
+                                         const acc_t<T> (&sc)[V], const acc_t<T> (&sh)[V], acc_t<T> (&s1)[V],
+                                         acc_t<T> (&s2)[V]) {
+  GradIn<T, V> a;
+  grad_load(g, o, a);
+  grad_use(g, o, a, mu, sc, sh, s1, s2);
 }
 
 template <typename T, int V>
@@ -302,8 +338,9 @@ __global__ void __launch_bounds__(kThreads) reduce_rows(GradArgs<T> g, int64_t R
       sh[j] = g.act ? g.shift[c0 + j] : A(0);
     }
     const int64_t step = int64_t(gridDim.y) * TY;
-#pragma unroll 4
-    for (int64_t r = int64_t(blockIdx.y) * TY + ty; r < R; r += step) grad_step<T, V>(g, r * C + c0, mu, sc, sh, s1, s2);
+    int64_t r = int64_t(blockIdx.y) * TY + ty;
+    for (; r + step < R; r += 2 * step) grad_pair<T, V>(g, r * C + c0, (r + step) * C + c0, mu, sc, sh, s1, s2);
+    if (r < R) grad_one<T, V>(g, r * C + c0, mu, sc, sh, s1, s2);
   }
 #pragma unroll
   for (int j = 0; j < V; ++j) {
@@ -324,9 +361,8 @@ __global__ void __launch_bounds__(kThreads) reduce_rows(GradArgs<T> g, int64_t R
   if (ty == 0 && active) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      A* o = part + (int64_t(blockIdx.y) * C + c0 + j) * 2;
-      o[0] = sm[0][threadIdx.x * V + j];
-      o[1] = sm[1][threadIdx.x * V + j];
+      *partial(part, 0, c0 + j, blockIdx.y, C) = sm[0][threadIdx.x * V + j];
+      *partial(part, 1, c0 + j, blockIdx.y, C) = sm[1][threadIdx.x * V + j];
     }
   }
 }
@@ -350,8 +386,9 @@ __global__ void __launch_bounds__(kThreads) reduce_planes(GradArgs<T> g, int64_t
   for (int64_t u = int64_t(blockIdx.y) * kWarps + warp; u < N * pieces; u += int64_t(gridDim.y) * kWarps) {
     const int64_t n = u / pieces, i0 = (u - n * pieces) * kPiece, end = min(sv, i0 + kPiece);
     const int64_t base = (n * C + c) * S;
-#pragma unroll 4
-    for (int64_t i = i0 + lane; i < end; i += 32) grad_step<T, V>(g, base + i * V, mu, sc, sh, s1, s2);
+    int64_t i = i0 + lane;
+    for (; i + 32 < end; i += 64) grad_pair<T, V>(g, base + i * V, base + (i + 32) * V, mu, sc, sh, s1, s2);
+    if (i < end) grad_one<T, V>(g, base + i * V, mu, sc, sh, s1, s2);
   }
   A a = A(0), b = A(0);
 #pragma unroll
@@ -371,9 +408,8 @@ __global__ void __launch_bounds__(kThreads) reduce_planes(GradArgs<T> g, int64_t
       a += sm[0][w];
       b += sm[1][w];
     }
-    A* o = part + (int64_t(blockIdx.y) * C + c) * 2;
-    o[0] = a;
-    o[1] = b;
+    *partial(part, 0, c, blockIdx.y, C) = a;
+    *partial(part, 1, c, blockIdx.y, C) = b;
   }
 }
 
@@ -385,8 +421,8 @@ __global__ void __launch_bounds__(kThreads) reduce_finalize(const A* __restrict_
   if (c >= C) return;
   A a = A(0), b = A(0);
   for (int j = lane; j < splits; j += 32) {
-    a += part[(int64_t(j) * C + c) * 2];
-    b += part[(int64_t(j) * C + c) * 2 + 1];
+    a += part[c * splits + j];
+    b += part[(C + c) * splits + j];
   }
   a = warp_reduce(a, SumOp{});
   b = warp_reduce(b, SumOp{});
@@ -479,8 +515,9 @@ __global__ void __launch_bounds__(kThreads) elementwise_rows(Op op, int64_t R, i
   typename Op::template P<V> p;
   op.params(p, c0, false);
   const int64_t step = int64_t(gridDim.y) * TY;
+  // back to front: the reduction before this pass walked front to back, so its last rows are still in L2
 #pragma unroll 4
-  for (int64_t r = int64_t(blockIdx.y) * TY + ty; r < R; r += step) op.template run<V>(p, r * C + c0);
+  for (int64_t r = int64_t(blockIdx.y) * TY + ty; r < R; r += step) op.template run<V>(p, (R - 1 - r) * C + c0);
 }
 
 template <int V, class Op>
@@ -488,8 +525,9 @@ __global__ void __launch_bounds__(kThreads) elementwise_planes(Op op, int64_t pl
                                                                int64_t pieces) {
   const int lane = threadIdx.x % 32;
   const int64_t sv = S / V;
-  for (int64_t u = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; u < planes * pieces;
-       u += int64_t(gridDim.x) * kWarps) {
+  const int64_t units = planes * pieces;
+  for (int64_t t = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32; t < units; t += int64_t(gridDim.x) * kWarps) {
+    const int64_t u = units - 1 - t;  // back to front, as elementwise_rows
     const int64_t pl = u / pieces, i0 = (u - pl * pieces) * kPiece, end = min(sv, i0 + kPiece);
     typename Op::template P<V> p;
     op.params(p, pl % C, true);
@@ -514,6 +552,37 @@ void launch_elementwise(const Op& op, const BnShape& s, cudaStream_t stream) {
     elementwise_planes<V><<<grid_for(planes * pieces, kWarps, 1), kThreads, 0, stream>>>(op, planes, s.C, s.inner,
                                                                                          pieces);
   }
+}
+
+// Splits of a reduction: one full wave of resident blocks (so the pass walks the tensor front to back, which
+// the reversed elementwise pass after it relies on for L2 hits), capped by the work.
+template <class K>
+int64_t resident_blocks(K kernel) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess || per_sm < 1)
+    per_sm = 1;
+  return int64_t(per_sm) * sm_count();
+}
+template <typename T, bool STATS>
+int reduction_splits(const BnShape& s) {
+  constexpr int VM = kVec16<T>;
+  const bool vec = (s.inner == 1 ? s.C : s.inner) % VM == 0;
+  int64_t splits, most;
+  if (s.inner == 1) {
+    const RowsGeom g = rows_geom<T>(s, vec);
+    const int64_t res = STATS ? (vec ? resident_blocks(stats_rows<T, VM>) : resident_blocks(stats_rows<T, 1>))
+                              : (vec ? resident_blocks(reduce_rows<T, VM>) : resident_blocks(reduce_rows<T, 1>));
+    splits = res / g.gx;
+    most = ceil_div(s.outer, g.TY);
+  } else {
+    const int64_t res = STATS ? (vec ? resident_blocks(stats_planes<T, VM>) : resident_blocks(stats_planes<T, 1>))
+                              : (vec ? resident_blocks(reduce_planes<T, VM>) : resident_blocks(reduce_planes<T, 1>));
+    splits = res / s.C;
+    most = ceil_div(s.outer * pieces_of<T>(s, vec), kWarps);
+  }
+  splits = splits < most ? splits : most;
+  splits = splits < 65535 ? splits : 65535;
+  return int(splits < 1 ? 1 : splits);
 }
 
 // 16-byte accesses when the channel count (rows) or the plane size (planes) is a multiple of the vector and
@@ -596,7 +665,7 @@ unsigned channel_blocks(int64_t C) { return unsigned(ceil_div(C, kThreads)); }
 int64_t stats_workspace(DType dtype, const BnShape& s) {
   if (empty(s)) return 0;
   int64_t n = 0;
-  dispatch_dtype(dtype, [&](auto tag) { n = int64_t(reduction_splits<decltype(tag)>(s)) * s.C * 3; });
+  dispatch_dtype(dtype, [&](auto tag) { n = int64_t(reduction_splits<decltype(tag), true>(s)) * s.C * 3; });
   return n;
 }
 
@@ -606,7 +675,7 @@ cudaError_t launch_stats(DType dtype, const BnShape& s, const void* x, void* mea
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    const int splits = reduction_splits<T>(s);
+    const int splits = reduction_splits<T, true>(s);
     const T* xp = static_cast<const T*>(x);
     A* part = static_cast<A*>(ws);
     constexpr int VM = kVec16<T>;
@@ -650,7 +719,7 @@ cudaError_t launch_apply(DType dtype, const BnShape& s, const void* x, const voi
 int64_t reduce_workspace(DType dtype, const BnShape& s) {
   if (empty(s)) return 0;
   int64_t n = 0;
-  dispatch_dtype(dtype, [&](auto tag) { n = int64_t(reduction_splits<decltype(tag)>(s)) * s.C * 2; });
+  dispatch_dtype(dtype, [&](auto tag) { n = int64_t(reduction_splits<decltype(tag), false>(s)) * s.C * 2; });
   return n;
 }
 
@@ -661,7 +730,7 @@ cudaError_t launch_reduce(DType dtype, const BnShape& s, const void* dy, const v
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    const int splits = reduction_splits<T>(s);
+    const int splits = reduction_splits<T, false>(s);
     const GradArgs<T> g{static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(res),
                         static_cast<const A*>(scale), static_cast<const A*>(shift), static_cast<const A*>(mean),
                         static_cast<T*>(dz), act};
