@@ -48,6 +48,11 @@ inline Tensor check_channel(const char* op, const char* arg, const Tensor& x, co
 
 inline Tensor out_like(const Tensor& x) { return at::empty_like(x, x.suggest_memory_format()); }
 
+// A per-channel tensor in the statistics dtype of input x (what the backends' passes read).
+inline Tensor as_stat(const Tensor& x, const Tensor& t) {
+  return t.defined() ? t.to(stat_type(x.scalar_type())).contiguous() : t;
+}
+
 template <class B>
 std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, const OptTensor& residual,
                                            const OptTensor& weight, const OptTensor& bias, const OptTensor& running_mean,
@@ -216,10 +221,10 @@ void register_batch_norm_impls(torch::Library& m) {
     const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
     Tensor y = out_like(x);
     if (x.numel() == 0) return y;
-    const Tensor scale = w.defined() ? is * w : is;
+    const Tensor scale = as_stat(x, w.defined() ? is * w : is);
     Tensor shift = -m * scale;
     if (b.defined()) shift = shift + b;
-    B::apply(x, Tensor(), scale, shift, y, 0);
+    B::apply(x, Tensor(), scale, as_stat(x, shift), y, 0);
     return y;
   });
   m.impl("batch_norm_backward_reduce", [](const Tensor& dy, const Tensor& x, const Tensor& mean,
@@ -233,9 +238,8 @@ void register_batch_norm_impls(torch::Library& m) {
     const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
     Tensor sum_dy = at::zeros({C}, sopt), sum_dy_xmu = at::zeros({C}, sopt);
     if (x.numel() == 0) return std::make_tuple(sum_dy, sum_dy_xmu);
-    const Tensor shift = -m * is;
-    Tensor dz;  // act 0, no residual: dz is dy itself, not written
-    B::reduce(dy, x, Tensor(), is, shift, m, 0, dz, sum_dy, sum_dy_xmu);
+    Tensor dz;  // act 0, no residual: dz is dy itself, not written; scale and shift are not read then
+    B::reduce(dy, x, Tensor(), Tensor(), Tensor(), as_stat(x, m), 0, dz, sum_dy, sum_dy_xmu);
     return std::make_tuple(sum_dy, sum_dy_xmu);
   });
   m.impl("batch_norm_backward_elemt", [](const Tensor& dy, const Tensor& x, const Tensor& mean, const Tensor& invstd,
@@ -253,10 +257,10 @@ void register_batch_norm_impls(torch::Library& m) {
                 count);
     Tensor dx = out_like(x);
     if (x.numel() == 0) return dx;
-    const Tensor k = w.defined() ? is * w : is;
-    const Tensor a = s1 / double(count);
-    const Tensor bb = s2 * is * is / double(count);
-    B::elemt(dy, x, m, k, a, bb, dx);
+    const Tensor k = as_stat(x, w.defined() ? is * w : is);
+    const Tensor a = as_stat(x, s1 / double(count));
+    const Tensor bb = as_stat(x, s2 * is * is / double(count));
+    B::elemt(dy, x, as_stat(x, m), k, a, bb, dx);
     return dx;
   });
 }
