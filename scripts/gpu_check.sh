@@ -2,7 +2,9 @@
 # The one command for the GPU machine: build in place, run the CUDA tests and the self-check, run the
 # benchmarks; logs, JSON and the results table go under $OUT (default ./.out).
 #
-#   scripts/gpu_check.sh [-k PYTEST_EXPR] [--tests all|cuda|none] [--bench FAMILY,...|all|none] [--quick]
+#   scripts/gpu_check.sh [-k PYTEST_EXPR] [--tests all|cuda|none] [--bench FAMILY,...|all|none] [--quick] [--no-sm90]
+# --no-sm90 leaves the CUTLASS headers uninstalled, so the Hopper GEMM (the longest compile) is not built: for
+# runs that do not touch matmul.
 #
 # Carried wheels (.whl/*.whl, e.g. expecttest) are installed first. Build: MAX_JOBS=16, TORCH_CUDA_ARCH_LIST=9.0a
 # unless set. Exit status: non-zero if the build, a test or the self-check failed.
@@ -11,19 +13,26 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-KEXPR="" TESTS=cuda BENCH=all QUICK=""
+KEXPR="" TESTS=cuda BENCH=all QUICK="" NO_SM90=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -k) KEXPR="$2"; shift 2 ;;
     --tests) TESTS="$2"; shift 2 ;;
     --bench) BENCH="$2"; shift 2 ;;
     --quick) QUICK="--quick"; shift ;;
+    --no-sm90) NO_SM90=1; shift ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+wheels=()
+for w in .whl/*.whl; do
+  [ -e "$w" ] || continue
+  [ -n "$NO_SM90" ] && [[ "$(basename "$w")" == nvidia_cutlass* ]] && continue
+  wheels+=("$w")
+done
+if [ ${#wheels[@]} -gt 0 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}" \
     && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 

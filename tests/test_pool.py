@@ -11,7 +11,8 @@ import torch.nn.functional as TF
 
 import torch_dnn
 import torch_dnn.functional as F
-from torch_dnn.reference import avg_pool1d_reference, avg_pool2d_reference, avg_pool3d_reference, lp_pool3d_reference
+from torch_dnn.reference import (avg_pool1d_reference, avg_pool2d_reference, avg_pool3d_reference, lp_pool3d_reference,
+                                 max_pool1d_reference, max_pool2d_reference, max_pool3d_reference)
 from tests.utils import assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
 
 ops = torch.ops.torch_dnn
@@ -25,7 +26,7 @@ def _fn(name):
 
 # torch.nn.functional's op, or its reference where PyTorch has a bug (torch_dnn/reference/pool.py)
 TORCH = {
-    "max_pool1d": TF.max_pool1d, "max_pool2d": TF.max_pool2d, "max_pool3d": TF.max_pool3d,
+    "max_pool1d": max_pool1d_reference, "max_pool2d": max_pool2d_reference, "max_pool3d": max_pool3d_reference,
     "avg_pool1d": avg_pool1d_reference, "avg_pool2d": avg_pool2d_reference, "avg_pool3d": avg_pool3d_reference,
     "adaptive_avg_pool1d": TF.adaptive_avg_pool1d, "adaptive_avg_pool2d": TF.adaptive_avg_pool2d,
     "adaptive_avg_pool3d": TF.adaptive_avg_pool3d,

@@ -16,13 +16,30 @@ import torch
 import torch.nn.functional as F
 
 
-def _through_contiguous(fn, x, *args):
+def _through_contiguous(fn, x, *args, **kwargs):
     if not (x.is_cuda and not x.is_contiguous()):
-        return fn(x, *args)
-    y = fn(x.contiguous(), *args)
+        return fn(x, *args, **kwargs)
+    y = fn(x.contiguous(), *args, **kwargs)
     if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        if isinstance(y, tuple):
+            return tuple(t.contiguous(memory_format=torch.channels_last) for t in y)
         return y.contiguous(memory_format=torch.channels_last)
     return y
+
+
+# PyTorch's CUDA max_pool NHWC kernel writes float64 values to a misaligned shared-memory address (on the H100
+# with torch 2.11, compute-sanitizer: "Invalid __shared__ write of size 8" in max_pool_forward_nhwc<double, int>,
+# a sticky error that ends the process's CUDA context): max pooling's reference runs on the contiguous kernels too.
+def max_pool1d_reference(x, *args, **kwargs):
+    return _through_contiguous(F.max_pool1d, x, *args, **kwargs)
+
+
+def max_pool2d_reference(x, *args, **kwargs):
+    return _through_contiguous(F.max_pool2d, x, *args, **kwargs)
+
+
+def max_pool3d_reference(x, *args, **kwargs):
+    return _through_contiguous(F.max_pool3d, x, *args, **kwargs)
 
 
 def avg_pool1d_reference(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):

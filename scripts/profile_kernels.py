@@ -1,0 +1,53 @@
+"""Per-kernel GPU times of one step, from torch.profiler: `python scripts/profile_kernels.py batch_norm`.
+Prints each kernel's name, calls and mean microseconds per step, for torch_dnn and the eager peer."""
+import sys
+
+import torch
+import torch.nn.functional as TF
+from torch.profiler import ProfilerActivity, profile
+
+import torch_dnn.functional as F
+
+
+def bn_steps(layout):
+    x = torch.randn(64, 256, 56, 56, device="cuda", dtype=torch.bfloat16)
+    if layout == "NHWC":
+        x = x.contiguous(memory_format=torch.channels_last)
+    x.requires_grad_()
+    w = torch.rand(256, device="cuda").requires_grad_()
+    b = torch.randn(256, device="cuda").requires_grad_()
+    rm, rv = torch.zeros(256, device="cuda"), torch.ones(256, device="cuda")
+    g = torch.randn_like(x)
+
+    def step(fn):
+        def run():
+            y = fn(x, rm, rv, w, b, True, 0.1, 1e-5)
+            torch.autograd.grad(y, [x, w, b], g)
+        return run
+    return {f"torch_dnn {layout}": step(F.batch_norm), f"eager {layout}": step(TF.batch_norm)}
+
+
+def report(name, fn, steps=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t > 0 and e.count >= steps:
+            rows.append((t / steps, e.count // steps, e.key))
+    rows.sort(reverse=True)
+    print(f"== {name}: {sum(r[0] for r in rows):.1f} us of kernels per step")
+    for t, n, k in rows[:14]:
+        print(f"  {t:8.1f} us  x{n}  {k[:110]}")
+
+
+if __name__ == "__main__":
+    fams = {"batch_norm": lambda: {**bn_steps("NHWC"), **bn_steps("NCHW")}}
+    for fam in sys.argv[1:] or list(fams):
+        for name, fn in fams[fam]().items():
+            report(name, fn)
