@@ -18,6 +18,7 @@ def main():
     p.add_argument("source")
     p.add_argument("--arch", action="append", help="CUDA archs (default: 8.0 and 9.0a)")
     p.add_argument("-o", default="/tmp/compile_one.o")
+    p.add_argument("--extra", action="append", default=[], help="extra compiler flags, e.g. --extra=-Xptxas=-v")
     a = p.parse_args()
     archs = a.arch or ["8.0", "9.0a"]
     env = dict(os.environ, TORCH_DNN_PRINT_FLAGS="1", TORCH_CUDA_ARCH_LIST=";".join(archs))
@@ -33,7 +34,7 @@ def main():
         cmd = [os.path.join(f["cuda_home"], "bin", "nvcc"), *f["nvcc"], *gencode, "-Xcompiler=-fPIC"]
     else:
         cmd = ["g++", *f["cxx"], "-fPIC"]
-    cmd += [*defs, *incs, "-c", a.source, "-o", a.o]
+    cmd += [*defs, *incs, *a.extra, "-c", a.source, "-o", a.o]
     t = time.time()
     r = subprocess.run(cmd, cwd=ROOT)
     print(f"{a.source}: {'ok' if r.returncode == 0 else 'FAILED'} in {time.time() - t:.1f} s", file=sys.stderr)

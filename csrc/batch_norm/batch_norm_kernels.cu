@@ -8,6 +8,9 @@
 // in a fixed order: no atomics, deterministic. Statistics are per-thread shifted sums (shift = the channel's
 // first element, folded every 64 accesses) merged with Chan's parallel formula, so large means do not cancel.
 #include "batch_norm/batch_norm_kernels.h"
+
+#include <cstdlib>
+
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/types.cuh"
@@ -108,7 +111,7 @@ int64_t pieces_of(const BnShape& s, bool vec) {
 // ---- statistics ----
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) stats_rows(const T* __restrict__ x, int64_t R, int64_t C, int TX,
+__global__ void __launch_bounds__(kThreads, 3) stats_rows(const T* __restrict__ x, int64_t R, int64_t C, int TX,
                                                        acc_t<T>* __restrict__ part) {
   using A = acc_t<T>;
   __shared__ Moments<A> sm[kThreads * V];
@@ -181,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) stats_rows(const T* __restrict__ x, 
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) stats_planes(const T* __restrict__ x, int64_t N, int64_t C, int64_t S,
+__global__ void __launch_bounds__(kThreads, 3) stats_planes(const T* __restrict__ x, int64_t N, int64_t C, int64_t S,
                                                          int64_t pieces, acc_t<T>* __restrict__ part) {
   using A = acc_t<T>;
   __shared__ Moments<A> sm[kWarps];
@@ -275,18 +278,20 @@ template <typename T, int V>
 struct GradIn {
   acc_t<T> d[V], v[V], r[V];
 };
-template <typename T, int V>
+// ACT: an activation (and maybe a residual) to differentiate through; false is plain batch_norm, whose
+// kernels then keep no activation state in registers.
+template <typename T, int V, bool ACT>
 __device__ __forceinline__ void grad_load(const GradArgs<T>& g, int64_t o, GradIn<T, V>& in) {
   load_acc<V>(g.dy + o, in.d);
   load_acc<V>(g.x + o, in.v);
-  if (g.act != 0 && g.res) load_acc<V>(g.res + o, in.r);
+  if (ACT && g.res) load_acc<V>(g.res + o, in.r);
 }
-template <typename T, int V>
+template <typename T, int V, bool ACT>
 __device__ __forceinline__ void grad_use(const GradArgs<T>& g, int64_t o, GradIn<T, V>& in, const acc_t<T> (&mu)[V],
                                          const acc_t<T> (&sc)[V], const acc_t<T> (&sh)[V], acc_t<T> (&s1)[V],
                                          acc_t<T> (&s2)[V]) {
   using A = acc_t<T>;
-  if (g.act != 0) {
+  if constexpr (ACT) {
 #pragma unroll
     for (int j = 0; j < V; ++j)
       in.d[j] *= act_grad(fma(in.v[j], sc[j], sh[j]) + (g.res ? in.r[j] : A(0)), g.act);
@@ -299,27 +304,27 @@ __device__ __forceinline__ void grad_use(const GradArgs<T>& g, int64_t o, GradIn
   }
 }
 // Two accesses' loads issued before either is used.
-template <typename T, int V>
+template <typename T, int V, bool ACT>
 __device__ __forceinline__ void grad_pair(const GradArgs<T>& g, int64_t o0, int64_t o1, const acc_t<T> (&mu)[V],
                                           const acc_t<T> (&sc)[V], const acc_t<T> (&sh)[V], acc_t<T> (&s1)[V],
                                           acc_t<T> (&s2)[V]) {
   GradIn<T, V> a, b;
-  grad_load(g, o0, a);
-  grad_load(g, o1, b);
-  grad_use(g, o0, a, mu, sc, sh, s1, s2);
-  grad_use(g, o1, b, mu, sc, sh, s1, s2);
+  grad_load<T, V, ACT>(g, o0, a);
+  grad_load<T, V, ACT>(g, o1, b);
+  grad_use<T, V, ACT>(g, o0, a, mu, sc, sh, s1, s2);
+  grad_use<T, V, ACT>(g, o1, b, mu, sc, sh, s1, s2);
 }
-template <typename T, int V>
+template <typename T, int V, bool ACT>
 __device__ __forceinline__ void grad_one(const GradArgs<T>& g, int64_t o, const acc_t<T> (&mu)[V],
                                          const acc_t<T> (&sc)[V], const acc_t<T> (&sh)[V], acc_t<T> (&s1)[V],
                                          acc_t<T> (&s2)[V]) {
   GradIn<T, V> a;
-  grad_load(g, o, a);
-  grad_use(g, o, a, mu, sc, sh, s1, s2);
+  grad_load<T, V, ACT>(g, o, a);
+  grad_use<T, V, ACT>(g, o, a, mu, sc, sh, s1, s2);
 }
 
-template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) reduce_rows(GradArgs<T> g, int64_t R, int64_t C, int TX,
+template <typename T, int V, bool ACT>
+__global__ void __launch_bounds__(kThreads, 3) reduce_rows(GradArgs<T> g, int64_t R, int64_t C, int TX,
                                                         acc_t<T>* __restrict__ part) {
   using A = acc_t<T>;
   __shared__ A sm[2][kThreads * V];
@@ -334,13 +339,13 @@ __global__ void __launch_bounds__(kThreads) reduce_rows(GradArgs<T> g, int64_t R
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       mu[j] = g.mean[c0 + j];
-      sc[j] = g.act ? g.scale[c0 + j] : A(0);
-      sh[j] = g.act ? g.shift[c0 + j] : A(0);
+      sc[j] = ACT ? g.scale[c0 + j] : A(0);
+      sh[j] = ACT ? g.shift[c0 + j] : A(0);
     }
     const int64_t step = int64_t(gridDim.y) * TY;
     int64_t r = int64_t(blockIdx.y) * TY + ty;
-    for (; r + step < R; r += 2 * step) grad_pair<T, V>(g, r * C + c0, (r + step) * C + c0, mu, sc, sh, s1, s2);
-    if (r < R) grad_one<T, V>(g, r * C + c0, mu, sc, sh, s1, s2);
+    for (; r + step < R; r += 2 * step) grad_pair<T, V, ACT>(g, r * C + c0, (r + step) * C + c0, mu, sc, sh, s1, s2);
+    if (r < R) grad_one<T, V, ACT>(g, r * C + c0, mu, sc, sh, s1, s2);
   }
 #pragma unroll
   for (int j = 0; j < V; ++j) {
@@ -367,8 +372,8 @@ __global__ void __launch_bounds__(kThreads) reduce_rows(GradArgs<T> g, int64_t R
   }
 }
 
-template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) reduce_planes(GradArgs<T> g, int64_t N, int64_t C, int64_t S,
+template <typename T, int V, bool ACT>
+__global__ void __launch_bounds__(kThreads, 3) reduce_planes(GradArgs<T> g, int64_t N, int64_t C, int64_t S,
                                                           int64_t pieces, acc_t<T>* __restrict__ part) {
   using A = acc_t<T>;
   __shared__ A sm[2][kWarps];
@@ -378,8 +383,8 @@ __global__ void __launch_bounds__(kThreads) reduce_planes(GradArgs<T> g, int64_t
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     mu[j] = g.mean[c];
-    sc[j] = g.act ? g.scale[c] : A(0);
-    sh[j] = g.act ? g.shift[c] : A(0);
+    sc[j] = ACT ? g.scale[c] : A(0);
+    sh[j] = ACT ? g.shift[c] : A(0);
     s1[j] = s2[j] = A(0);
   }
   const int64_t sv = S / V;
@@ -387,8 +392,8 @@ __global__ void __launch_bounds__(kThreads) reduce_planes(GradArgs<T> g, int64_t
     const int64_t n = u / pieces, i0 = (u - n * pieces) * kPiece, end = min(sv, i0 + kPiece);
     const int64_t base = (n * C + c) * S;
     int64_t i = i0 + lane;
-    for (; i + 32 < end; i += 64) grad_pair<T, V>(g, base + i * V, base + (i + 32) * V, mu, sc, sh, s1, s2);
-    if (i < end) grad_one<T, V>(g, base + i * V, mu, sc, sh, s1, s2);
+    for (; i + 32 < end; i += 64) grad_pair<T, V, ACT>(g, base + i * V, base + (i + 32) * V, mu, sc, sh, s1, s2);
+    if (i < end) grad_one<T, V, ACT>(g, base + i * V, mu, sc, sh, s1, s2);
   }
   A a = A(0), b = A(0);
 #pragma unroll
@@ -443,6 +448,7 @@ struct ApplyOp {
   const A* shift;
   T* y;
   int act;
+  bool stream;  // evict-first stores of y
   template <int V>
   struct P {
     A sc[V], sh[V];
@@ -467,7 +473,10 @@ struct ApplyOp {
     }
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = act_fwd(fma(v[j], p.sc[j], p.sh[j]) + r[j], act);
-    store_acc<V>(y + o, v);
+    if (stream)
+      store_acc_stream<V>(y + o, v);
+    else
+      store_acc<V>(y + o, v);
   }
 };
 
@@ -481,6 +490,7 @@ struct ElemtOp {
   const A* a;
   const A* b;
   T* dx;
+  bool stream;  // evict-first stores of dx
   template <int V>
   struct P {
     A mu[V], k[V], a[V], b[V];
@@ -503,7 +513,10 @@ struct ElemtOp {
     load_acc<V>(x + o, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) g[j] = p.k[j] * (g[j] - p.a[j] - (v[j] - p.mu[j]) * p.b[j]);
-    store_acc<V>(dx + o, g);
+    if (stream)
+      store_acc_stream<V>(dx + o, g);
+    else
+      store_acc<V>(dx + o, g);
   }
 };
 
@@ -571,12 +584,12 @@ int reduction_splits(const BnShape& s) {
   if (s.inner == 1) {
     const RowsGeom g = rows_geom<T>(s, vec);
     const int64_t res = STATS ? (vec ? resident_blocks(stats_rows<T, VM>) : resident_blocks(stats_rows<T, 1>))
-                              : (vec ? resident_blocks(reduce_rows<T, VM>) : resident_blocks(reduce_rows<T, 1>));
+                              : (vec ? resident_blocks(reduce_rows<T, VM, false>) : resident_blocks(reduce_rows<T, 1, false>));
     splits = res / g.gx;
     most = ceil_div(s.outer, g.TY);
   } else {
     const int64_t res = STATS ? (vec ? resident_blocks(stats_planes<T, VM>) : resident_blocks(stats_planes<T, 1>))
-                              : (vec ? resident_blocks(reduce_planes<T, VM>) : resident_blocks(reduce_planes<T, 1>));
+                              : (vec ? resident_blocks(reduce_planes<T, VM, false>) : resident_blocks(reduce_planes<T, 1, false>));
     splits = res / s.C;
     most = ceil_div(s.outer * pieces_of<T>(s, vec), kWarps);
   }
@@ -596,6 +609,15 @@ bool use_vectors(const BnShape& s, std::initializer_list<const void*> ptrs) {
 }
 
 bool empty(const BnShape& s) { return s.outer == 0 || s.C == 0 || s.inner == 0; }
+
+// TORCH_DNN_BN_STREAM=1: evict-first stores in the elementwise passes (an experiment, read once per process)
+bool streaming_stores() {
+  static const bool on = [] {
+    const char* e = std::getenv("TORCH_DNN_BN_STREAM");
+    return e != nullptr && e[0] == '1';
+  }();
+  return on;
+}
 
 // ---- per-channel steps: computed in double, read and written in each vector's own dtype ----
 
@@ -707,7 +729,7 @@ cudaError_t launch_apply(DType dtype, const BnShape& s, const void* x, const voi
     using T = decltype(tag);
     using A = acc_t<T>;
     const ApplyOp<T> op{static_cast<const T*>(x), static_cast<const T*>(res), static_cast<const A*>(scale),
-                        static_cast<const A*>(shift), static_cast<T*>(y), act};
+                        static_cast<const A*>(shift), static_cast<T*>(y), act, streaming_stores()};
     if (use_vectors<T>(s, {x, res, y}))
       launch_elementwise<T, kVec16<T>>(op, s, stream);
     else
@@ -737,20 +759,27 @@ cudaError_t launch_reduce(DType dtype, const BnShape& s, const void* dy, const v
     A* part = static_cast<A*>(ws);
     constexpr int VM = kVec16<T>;
     const bool vec = use_vectors<T>(s, {dy, x, res, dz});
-    if (s.inner == 1) {
-      const RowsGeom geo = rows_geom<T>(s, vec);
-      const dim3 grid(unsigned(geo.gx), unsigned(splits));
-      if (vec)
-        reduce_rows<T, VM><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, geo.TX, part);
-      else
-        reduce_rows<T, 1><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, geo.TX, part);
-    } else {
-      const dim3 grid(unsigned(s.C), unsigned(splits));
-      if (vec)
-        reduce_planes<T, VM><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, s.inner, pieces_of<T>(s, vec), part);
-      else
-        reduce_planes<T, 1><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, s.inner, pieces_of<T>(s, vec), part);
-    }
+    const auto run = [&](auto act_tag) {
+      constexpr bool ACT = decltype(act_tag)::value;
+      if (s.inner == 1) {
+        const RowsGeom geo = rows_geom<T>(s, vec);
+        const dim3 grid(unsigned(geo.gx), unsigned(splits));
+        if (vec)
+          reduce_rows<T, VM, ACT><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, geo.TX, part);
+        else
+          reduce_rows<T, 1, ACT><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, geo.TX, part);
+      } else {
+        const dim3 grid(unsigned(s.C), unsigned(splits));
+        if (vec)
+          reduce_planes<T, VM, ACT><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, s.inner, pieces_of<T>(s, vec), part);
+        else
+          reduce_planes<T, 1, ACT><<<grid, kThreads, 0, stream>>>(g, s.outer, s.C, s.inner, pieces_of<T>(s, vec), part);
+      }
+    };
+    if (act != 0)
+      run(std::true_type{});
+    else
+      run(std::false_type{});
     reduce_finalize<A><<<unsigned(ceil_div(s.C, kWarps)), kThreads, 0, stream>>>(
         part, splits, s.C, static_cast<A*>(sum_dz), static_cast<A*>(sum_dz_xmu));
   });
@@ -765,7 +794,7 @@ cudaError_t launch_elemt(DType dtype, const BnShape& s, const void* dz, const vo
     using A = acc_t<T>;
     const ElemtOp<T> op{static_cast<const T*>(dz), static_cast<const T*>(x), static_cast<const A*>(mean),
                         static_cast<const A*>(k), static_cast<const A*>(a), static_cast<const A*>(b),
-                        static_cast<T*>(dx)};
+                        static_cast<T*>(dx), streaming_stores()};
     if (use_vectors<T>(s, {dz, x, dx}))
       launch_elementwise<T, kVec16<T>>(op, s, stream);
     else

@@ -199,22 +199,27 @@ __device__ __forceinline__ void fwd_one(const T* xv, int64_t step, T* yo, int64_
     const T* slice = xv + d * H * W * step;
     if constexpr (KH > 0) {
       // taps (h0 + i, w0 + j): the window before clipping; those outside the input are skipped
+      // one window row's KW loads in flight at a time: all KH * KW of them took 139 registers (one block of
+      // 256 threads per SM on the H100) for 16-byte max pooling, half the bandwidth of the plain loop
       const int64_t h0 = oh * aH.s - aH.p, w0 = ow * aW.s - aW.p;
-      Vec<T, V> raw[KH * KW];
-      bool in[KH * KW];
-#pragma unroll
-      for (int i = 0; i < KH; ++i)
+#pragma unroll 1
+      for (int i = 0; i < KH; ++i) {
+        const int64_t h = h0 + i;
+        if (h < 0 || h >= H) continue;
+        Vec<T, V> raw[KW];
+        bool in[KW];
 #pragma unroll
         for (int j = 0; j < KW; ++j) {
-          const int64_t h = h0 + i, w = w0 + j;
-          in[i * KW + j] = h >= 0 && h < H && w >= 0 && w < W;
-          if (in[i * KW + j]) raw[i * KW + j] = load_vec<T, V>(slice + (h * W + w) * step);
+          const int64_t w = w0 + j;
+          in[j] = w >= 0 && w < W;
+          if (in[j]) raw[j] = load_vec<T, V>(slice + (h * W + w) * step);
         }
 #pragma unroll
-      for (int t = 0; t < KH * KW; ++t) {
-        if (!in[t]) continue;
-        if constexpr (OP == Op::Max) mx.add(raw[t], (d * H + h0 + t / KW) * W + w0 + t % KW);
-        else sum.template add<OP>(raw[t], p);
+        for (int j = 0; j < KW; ++j) {
+          if (!in[j]) continue;
+          if constexpr (OP == Op::Max) mx.add(raw[j], (d * H + h) * W + w0 + j);
+          else sum.template add<OP>(raw[j], p);
+        }
       }
     } else {
       for (int64_t h = r[1].begin; h < r[1].end; h += step_h) {
@@ -243,7 +248,7 @@ __device__ __forceinline__ void fwd_one(const T* xv, int64_t step, T* yo, int64_
 
 // channels-last: items (channel group, ow, oh, od, n)
 template <typename T, Op OP, int V, int KH, int KW>
-__global__ void __launch_bounds__(kThreads) pool_fwd_cl(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(kThreads, 3) pool_fwd_cl(const T* __restrict__ x, T* __restrict__ y,
                                                          int64_t* __restrict__ ind, Args<4> a) {
   const PoolShape& s = a.s;
   POOL_GRID_LOOP(t, a.items) {
