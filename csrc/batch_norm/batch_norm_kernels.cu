@@ -8,9 +8,6 @@
 // in a fixed order: no atomics, deterministic. Statistics are per-thread shifted sums (shift = the channel's
 // first element, folded every 64 accesses) merged with Chan's parallel formula, so large means do not cancel.
 #include "batch_norm/batch_norm_kernels.h"
-
-#include <cstdlib>
-
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/types.cuh"
@@ -448,7 +445,6 @@ struct ApplyOp {
   const A* shift;
   T* y;
   int act;
-  bool stream;  // evict-first stores of y
   template <int V>
   struct P {
     A sc[V], sh[V];
@@ -473,10 +469,7 @@ struct ApplyOp {
     }
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] = act_fwd(fma(v[j], p.sc[j], p.sh[j]) + r[j], act);
-    if (stream)
-      store_acc_stream<V>(y + o, v);
-    else
-      store_acc<V>(y + o, v);
+    store_acc<V>(y + o, v);
   }
 };
 
@@ -490,7 +483,6 @@ struct ElemtOp {
   const A* a;
   const A* b;
   T* dx;
-  bool stream;  // evict-first stores of dx
   template <int V>
   struct P {
     A mu[V], k[V], a[V], b[V];
@@ -513,10 +505,7 @@ struct ElemtOp {
     load_acc<V>(x + o, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) g[j] = p.k[j] * (g[j] - p.a[j] - (v[j] - p.mu[j]) * p.b[j]);
-    if (stream)
-      store_acc_stream<V>(dx + o, g);
-    else
-      store_acc<V>(dx + o, g);
+    store_acc<V>(dx + o, g);
   }
 };
 
@@ -609,15 +598,6 @@ bool use_vectors(const BnShape& s, std::initializer_list<const void*> ptrs) {
 }
 
 bool empty(const BnShape& s) { return s.outer == 0 || s.C == 0 || s.inner == 0; }
-
-// TORCH_DNN_BN_STREAM=1: evict-first stores in the elementwise passes (an experiment, read once per process)
-bool streaming_stores() {
-  static const bool on = [] {
-    const char* e = std::getenv("TORCH_DNN_BN_STREAM");
-    return e != nullptr && e[0] == '1';
-  }();
-  return on;
-}
 
 // ---- per-channel steps: computed in double, read and written in each vector's own dtype ----
 
@@ -729,7 +709,7 @@ cudaError_t launch_apply(DType dtype, const BnShape& s, const void* x, const voi
     using T = decltype(tag);
     using A = acc_t<T>;
     const ApplyOp<T> op{static_cast<const T*>(x), static_cast<const T*>(res), static_cast<const A*>(scale),
-                        static_cast<const A*>(shift), static_cast<T*>(y), act, streaming_stores()};
+                        static_cast<const A*>(shift), static_cast<T*>(y), act};
     if (use_vectors<T>(s, {x, res, y}))
       launch_elementwise<T, kVec16<T>>(op, s, stream);
     else
@@ -794,7 +774,7 @@ cudaError_t launch_elemt(DType dtype, const BnShape& s, const void* dz, const vo
     using A = acc_t<T>;
     const ElemtOp<T> op{static_cast<const T*>(dz), static_cast<const T*>(x), static_cast<const A*>(mean),
                         static_cast<const A*>(k), static_cast<const A*>(a), static_cast<const A*>(b),
-                        static_cast<T*>(dx), streaming_stores()};
+                        static_cast<T*>(dx)};
     if (use_vectors<T>(s, {dz, x, dx}))
       launch_elementwise<T, kVec16<T>>(op, s, stream);
     else

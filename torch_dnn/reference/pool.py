@@ -29,17 +29,26 @@ def _through_contiguous(fn, x, *args, **kwargs):
 
 # PyTorch's CUDA max_pool NHWC kernel writes float64 values to a misaligned shared-memory address (on the H100
 # with torch 2.11, compute-sanitizer: "Invalid __shared__ write of size 8" in max_pool_forward_nhwc<double, int>,
-# a sticky error that ends the process's CUDA context): max pooling's reference runs on the contiguous kernels too.
+# a sticky error that ends the process's CUDA context). PyTorch picks that kernel for contiguous inputs too when
+# their strides also read as channels_last (C == 1, 1-D pooling's unsqueezed dim), so float64 CUDA max pooling's
+# reference runs on the CPU; the other dtypes go through the contiguous kernels, as avg pooling's.
+def _max_pool(fn, x, *args, **kwargs):
+    if x.is_cuda and x.dtype == torch.float64:
+        y = fn(x.cpu(), *args, **kwargs)
+        return tuple(t.to(x.device) for t in y) if isinstance(y, tuple) else y.to(x.device)
+    return _through_contiguous(fn, x, *args, **kwargs)
+
+
 def max_pool1d_reference(x, *args, **kwargs):
-    return _through_contiguous(F.max_pool1d, x, *args, **kwargs)
+    return _max_pool(F.max_pool1d, x, *args, **kwargs)
 
 
 def max_pool2d_reference(x, *args, **kwargs):
-    return _through_contiguous(F.max_pool2d, x, *args, **kwargs)
+    return _max_pool(F.max_pool2d, x, *args, **kwargs)
 
 
 def max_pool3d_reference(x, *args, **kwargs):
-    return _through_contiguous(F.max_pool3d, x, *args, **kwargs)
+    return _max_pool(F.max_pool3d, x, *args, **kwargs)
 
 
 def avg_pool1d_reference(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):

@@ -60,20 +60,6 @@ __device__ __forceinline__ void store_acc(T* p, const A (&in)[V]) {
   }
 }
 
-// store_acc with an evict-first (streaming) store: output that no later kernel of the op reads soon, so that
-// it does not push still-needed input out of L2.
-template <int V, typename T, typename A>
-__device__ __forceinline__ void store_acc_stream(T* p, const A (&in)[V]) {
-  if constexpr (V == 1 || sizeof(Vec<T, V>) != 16) {
-    store_acc<V>(p, in);
-  } else {
-    Vec<T, V> v;
-#pragma unroll
-    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in[j]);
-    store_vec_stream<T, V>(p, v);
-  }
-}
-
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace torch_dnn
