@@ -16,7 +16,16 @@ import torch
 import torch.nn.functional as F
 
 
-def _through_contiguous(fn, x, *args, **kwargs):
+def _on_cpu(fn, x, *args, **kwargs):
+    y = fn(x.cpu(), *args, **kwargs)
+    return tuple(t.to(x.device) for t in y) if isinstance(y, tuple) else y.to(x.device)
+
+
+def _through_contiguous(fn, x, *args, rank=None, **kwargs):
+    if x.is_cuda and rank is not None and x.dim() > rank and x.size(x.dim() - rank - 1) == 1:
+        # one channel: a contiguous tensor's strides then read as channels_last as well, PyTorch takes its NHWC
+        # kernel (and its bug) anyway; the CPU kernel is the reference there
+        return _on_cpu(fn, x, *args, **kwargs)
     if not (x.is_cuda and not x.is_contiguous()):
         return fn(x, *args, **kwargs)
     y = fn(x.contiguous(), *args, **kwargs)
@@ -34,8 +43,7 @@ def _through_contiguous(fn, x, *args, **kwargs):
 # reference runs on the CPU; the other dtypes go through the contiguous kernels, as avg pooling's.
 def _max_pool(fn, x, *args, **kwargs):
     if x.is_cuda and x.dtype == torch.float64:
-        y = fn(x.cpu(), *args, **kwargs)
-        return tuple(t.to(x.device) for t in y) if isinstance(y, tuple) else y.to(x.device)
+        return _on_cpu(fn, x, *args, **kwargs)
     return _through_contiguous(fn, x, *args, **kwargs)
 
 
@@ -52,13 +60,13 @@ def max_pool3d_reference(x, *args, **kwargs):
 
 
 def avg_pool1d_reference(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
-    return _through_contiguous(F.avg_pool1d, x, kernel_size, stride, padding, ceil_mode, count_include_pad)
+    return _through_contiguous(F.avg_pool1d, x, kernel_size, stride, padding, ceil_mode, count_include_pad, rank=1)
 
 
 def avg_pool2d_reference(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                          divisor_override=None):
     return _through_contiguous(F.avg_pool2d, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                               divisor_override)
+                               divisor_override, rank=2)
 
 
 def _in_float32_on_cpu(fn, x, *args):
