@@ -2,7 +2,6 @@
 // contiguous float64 copies (a readable reference, not a fast path). Statistics are two-pass (the mean, then
 // the centred sum of squares), each channel summed in a fixed order, so results do not depend on threads.
 #include "batch_norm/batch_norm_cpu.h"
-#include "batch_norm/batch_norm_kernels.h"
 
 #include <ATen/Parallel.h>
 
@@ -22,6 +21,20 @@ View view_of(const at::Tensor& x) {
   return v;
 }
 at::Tensor as64(const at::Tensor& t) { return t.to(at::kDouble).contiguous(); }
+
+double act_fwd(double z, int64_t act) {
+  if (act == 1) return (z > 0 || std::isnan(z)) ? z : 0.0;  // NaN propagates, as torch.relu
+  if (act == 2) return z / (1.0 + std::exp(-z));
+  return z;
+}
+double act_grad(double z, int64_t act) {
+  if (act == 1) return z > 0 ? 1.0 : 0.0;
+  if (act == 2) {
+    const double s = 1.0 / (1.0 + std::exp(-z));
+    return s * (1.0 + z * (1.0 - s));
+  }
+  return 1.0;
+}
 
 }  // namespace
 
@@ -67,7 +80,7 @@ void CpuBackend::apply(const at::Tensor& x, const at::Tensor& res, const at::Ten
       for (int64_t i = 0; i < v.S; ++i) {
         const int64_t o = r * v.S + i;
         const double z = px[o] * psc[c] + psh[c] + (pr ? pr[o] : 0.0);
-        py[o] = bn_act(z, int(act));
+        py[o] = act_fwd(z, act);
       }
     }
   });
@@ -96,7 +109,7 @@ void CpuBackend::reduce(const at::Tensor& dy, const at::Tensor& x, const at::Ten
         for (int64_t i = 0; i < v.S; ++i) {
           const int64_t o = (n * v.C + c) * v.S + i;
           double g = pdy[o];
-          if (act != 0) g = bn_act_backward(g, px[o] * psc[c] + psh[c] + (pr ? pr[o] : 0.0), int(act));
+          if (act != 0) g *= act_grad(px[o] * psc[c] + psh[c] + (pr ? pr[o] : 0.0), act);
           pdz[o] = g;
           a += g;
           b += g * (px[o] - pm[c]);

@@ -29,6 +29,23 @@ __device__ __forceinline__ A* partial(A* part, int k, int64_t c, int64_t j, int6
   return part + (int64_t(k) * C + c) * gridDim.y + j;
 }
 
+// act: 0 identity, 1 relu (NaN propagates, as torch.relu), 2 silu
+template <typename A>
+__device__ __forceinline__ A act_fwd(A z, int act) {
+  if (act == 1) return (z > A(0) || z != z) ? z : A(0);
+  if (act == 2) return z / (A(1) + td_exp(-z));
+  return z;
+}
+template <typename A>
+__device__ __forceinline__ A act_grad(A z, int act) {
+  if (act == 1) return z > A(0) ? A(1) : A(0);
+  if (act == 2) {
+    const A s = A(1) / (A(1) + td_exp(-z));
+    return s * (A(1) + z * (A(1) - s));
+  }
+  return A(1);
+}
+
 template <typename A>
 struct Moments {
   A n, mean, m2;
@@ -274,7 +291,7 @@ __device__ __forceinline__ void grad_use(const GradArgs<T>& g, int64_t o, GradIn
   if constexpr (ACT) {
 #pragma unroll
     for (int j = 0; j < V; ++j)
-      in.d[j] = bn_act_backward(in.d[j], fma(in.v[j], sc[j], sh[j]) + (g.res ? in.r[j] : A(0)), g.act);
+      in.d[j] *= act_grad(fma(in.v[j], sc[j], sh[j]) + (g.res ? in.r[j] : A(0)), g.act);
   }
   if (g.dz) store_acc<V>(g.dz + o, in.d);
 #pragma unroll
@@ -451,7 +468,7 @@ struct ApplyOp {
       for (int j = 0; j < V; ++j) r[j] = A(0);
     }
 #pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = bn_act(fma(v[j], p.sc[j], p.sh[j]) + r[j], act);
+    for (int j = 0; j < V; ++j) v[j] = act_fwd(fma(v[j], p.sc[j], p.sh[j]) + r[j], act);
     store_acc<V>(y + o, v);
   }
 };

@@ -9,28 +9,10 @@
 
 #include <cstdint>
 
-#include "activation/activation_math.h"
 #include "common/hd.h"
 
 namespace torch_dnn {
 namespace batch_norm {
-
-// batch_norm_add_act's activation codes (0 identity, 1 relu, 2 silu) on the activation family's math, shared by
-// the CPU and CUDA kernels. z is the activation's input.
-template <typename A>
-TD_HD A bn_act(A z, int act) {
-  using activation::Act;
-  if (act == 1) return activation::act_forward<Act::Relu>(z, A(0), A(0));
-  if (act == 2) return activation::act_forward<Act::Silu>(z, A(0), A(0));
-  return z;
-}
-template <typename A>
-TD_HD A bn_act_backward(A g, A z, int act) {
-  using activation::Act;
-  if (act == 1) return activation::act_backward<Act::Relu>(g, z, A(0), A(0));
-  if (act == 2) return activation::act_backward<Act::Silu>(g, z, A(0), A(0));
-  return g;
-}
 
 struct BnShape {
   int64_t outer = 0, C = 0, inner = 1;
