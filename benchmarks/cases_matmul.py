@@ -28,18 +28,19 @@ def _short(dtype):
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
 
 
-def _forced(fn, path):
-    """fn run with TORCH_DNN_GEMM_PATH=path (the launcher reads it at every call)."""
+def _forced(fn, value, var="TORCH_DNN_GEMM_PATH"):
+    """fn run with the environment variable var=value (the launcher reads TORCH_DNN_GEMM_PATH and
+    TORCH_DNN_SM90_KERNEL at every call)."""
     def run(*args):
-        old = os.environ.get("TORCH_DNN_GEMM_PATH")
-        os.environ["TORCH_DNN_GEMM_PATH"] = path
+        old = os.environ.get(var)
+        os.environ[var] = value
         try:
             return fn(*args)
         finally:
             if old is None:
-                del os.environ["TORCH_DNN_GEMM_PATH"]
+                del os.environ[var]
             else:
-                os.environ["TORCH_DNN_GEMM_PATH"] = old
+                os.environ[var] = old
     return run
 
 
@@ -54,17 +55,20 @@ def _with_tf32(fn):
     return run
 
 
-def _ours(fn):
-    """{"torch_dnn": fn} plus the forced portable path where a Hopper path exists."""
+def _ours(fn, pingpong=False):
+    """{"torch_dnn": fn} plus the forced portable path where a Hopper path exists (and, with pingpong, the bf16
+    ping-pong Hopper kernel instead of the cooperative one)."""
     impls = {"torch_dnn": fn}
     if "sm90" in gemm_paths():
         impls["torch_dnn sm80"] = _forced(fn, "sm80")
+        if pingpong:
+            impls["torch_dnn pingpong"] = _forced(fn, "pingpong", "TORCH_DNN_SM90_KERNEL")
     return impls
 
 
 def _gemm_case(m, n, k, dtype, group, tf32=False):
     mm = (lambda a, b: ops.mm(a, b, allow_tf32=True)) if tf32 else (lambda a, b: ops.mm(a, b))
-    impls = _ours(mm)
+    impls = _ours(mm, pingpong=dtype == torch.bfloat16)
     impls["cuBLAS (torch.mm)"] = _with_tf32(torch.mm) if tf32 else torch.mm
     es = torch.empty((), dtype=dtype).element_size()
     return Case("matmul", f"mm {m}x{n}x{k} {_short(dtype)}{' tf32' if tf32 else ''}",
@@ -79,7 +83,7 @@ def _linear_gelu_cases(m, k, n, dtype, group):
     def eager(x, w, b):
         return TF.gelu(TF.linear(x, w, b))
 
-    fwd = _ours(lambda x, w, b: F.linear_act(x, w, b, "gelu"))
+    fwd = _ours(lambda x, w, b: F.linear_act(x, w, b, "gelu"), pingpong=dtype == torch.bfloat16)
     fwd.update({"eager (cuBLAS + gelu)": eager, "compile": torch.compile(eager, dynamic=False)})
     out = [Case("matmul", f"linear+bias+gelu fwd {m}x{k}->{n} {_short(dtype)}",
                 lambda: (_rand((m, k), dtype), _rand((n, k), dtype, -0.05, 0.05), _rand((n,), dtype)), fwd,

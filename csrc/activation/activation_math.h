@@ -61,13 +61,18 @@ TD_HD T act_forward(T x, T a, T b) {
   } else if constexpr (K == Act::Elu) {
     return x > T(0) ? x : a * td_expm1(x);
   } else if constexpr (K == Act::Gelu) {
-    return T(0.5) * x * (T(1) + (FAST ? td_erf_fast(x * kSqrt1_2) : td_erf(x * kSqrt1_2)));
+    if constexpr (FAST) return x * td_phi_fast(x);
+    else return T(0.5) * x * (T(1) + td_erf(x * kSqrt1_2));
   } else if constexpr (K == Act::GeluTanh) {
-    return T(0.5) * x * (T(1) + td_tanh(kSqrt2OverPi * (x + kKappa * x * x * x)));
+    // (1 + tanh u) / 2 = 1 / (1 + e^(-2u)): one exp and one reciprocal, and no cancellation for negative x
+    if constexpr (FAST) return x * td_rcp_fast(T(1) + td_exp_fast(T(-2) * kSqrt2OverPi * (x + kKappa * x * x * x)));
+    else return T(0.5) * x * (T(1) + td_tanh(kSqrt2OverPi * (x + kKappa * x * x * x)));
   } else if constexpr (K == Act::Silu) {
-    return x / (T(1) + td_exp(-x));
+    if constexpr (FAST) return x * td_rcp_fast(T(1) + td_exp_fast(-x));
+    else return x / (T(1) + td_exp(-x));
   } else if constexpr (K == Act::Sigmoid) {
-    return T(1) / (T(1) + td_exp(-x));
+    if constexpr (FAST) return td_rcp_fast(T(1) + td_exp_fast(-x));
+    else return T(1) / (T(1) + td_exp(-x));
   } else if constexpr (K == Act::Tanh) {
     return td_tanh(x);
   } else if constexpr (K == Act::Softplus) {

@@ -139,14 +139,20 @@ const DeviceInfo& device_info() {
   return infos[dev];
 }
 
-// Raster swizzle of the persistent scheduler (a tuning knob: TORCH_DNN_SM90_SWIZZLE=1,2,4,8).
+// Raster swizzle and order of the persistent scheduler (tuning knobs, read at every call like the others:
+// TORCH_DNN_SM90_SWIZZLE=1,2,4,8; TORCH_DNN_SM90_RASTER=m|n, default CUTLASS's heuristic).
 int swizzle() {
-  static const int s = [] {
-    const char* e = std::getenv("TORCH_DNN_SM90_SWIZZLE");
-    int v = e ? std::atoi(e) : 1;
-    return (v == 1 || v == 2 || v == 4 || v == 8) ? v : 1;
-  }();
-  return s;
+  const char* e = std::getenv("TORCH_DNN_SM90_SWIZZLE");
+  const int v = e ? std::atoi(e) : 1;
+  return (v == 1 || v == 2 || v == 4 || v == 8) ? v : 1;
+}
+
+using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
+RasterOrder raster_order() {
+  const char* e = std::getenv("TORCH_DNN_SM90_RASTER");
+  if (e != nullptr && std::strcmp(e, "m") == 0) return RasterOrder::AlongM;
+  if (e != nullptr && std::strcmp(e, "n") == 0) return RasterOrder::AlongN;
+  return RasterOrder::Heuristic;
 }
 
 // ---- TMA rules --------------------------------------------------------------------------------------------
@@ -177,12 +183,10 @@ enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, NnBig, TtBig, 
 
 // TORCH_DNN_SM90_KERNEL=pingpong: bf16 K-major x K-major problems that would take TnBigPlain take the ping-pong
 // kernel instead (to compare the two on the device; see benchmarks/NOTES.md).
+// Read at every call, as TORCH_DNN_GEMM_PATH is, so that one benchmark process can compare both kernels.
 bool prefer_pingpong() {
-  static const bool p = [] {
-    const char* e = std::getenv("TORCH_DNN_SM90_KERNEL");
-    return e != nullptr && std::strcmp(e, "pingpong") == 0;
-  }();
-  return p;
+  const char* e = std::getenv("TORCH_DNN_SM90_KERNEL");
+  return e != nullptr && std::strcmp(e, "pingpong") == 0;
 }
 
 Kind choose(const GemmArgs& a) {
@@ -255,6 +259,7 @@ typename Cfg::Gemm::Arguments make_arguments(const GemmArgs& a) {
   cudaGetDevice(&args.hw_info.device_id);
   args.hw_info.sm_count = device_info().sm_count;
   args.scheduler.max_swizzle_size = swizzle();
+  args.scheduler.raster_order = raster_order();
   return args;
 }
 
@@ -263,19 +268,40 @@ int64_t workspace_bytes(const GemmArgs& a) {
   return static_cast<int64_t>(Cfg::Gemm::get_workspace_size(make_arguments<Cfg>(a)));
 }
 
+// The kernel's dynamic shared-memory limit, raised once per device (CUTLASS's adapter sets it at every call:
+// a driver call per GEMM that skinny, microsecond-scale problems notice).
+template <class Kernel>
+cudaError_t raise_smem_limit() {
+  static std::once_flag flags[kMaxDevices];
+  static cudaError_t results[kMaxDevices];
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::call_once(flags[dev], [dev] {
+    constexpr int smem = Kernel::SharedStorageSize;
+    results[dev] = smem >= (48 << 10) ? cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
+                                      : cudaSuccess;
+  });
+  return results[dev];
+}
+
 template <class Cfg>
 cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
   using Gemm = typename Cfg::Gemm;
+  using Kernel = typename Cfg::Kernel;
   auto args = make_arguments<Cfg>(a);
-  Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
+  if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
   const size_t need = Gemm::get_workspace_size(args);
   if (need > 0 && (workspace == nullptr || static_cast<int64_t>(need) > workspace_bytes)) return cudaErrorInvalidValue;
-  if (gemm.initialize(args, need > 0 ? workspace : nullptr, stream) != cutlass::Status::kSuccess) {
+  void* ws = need > 0 ? workspace : nullptr;
+  if (cudaError_t e = raise_smem_limit<Kernel>(); e != cudaSuccess) return e;
+  if (Kernel::initialize_workspace(args, ws, stream, nullptr) != cutlass::Status::kSuccess) {
     cudaError_t e = cudaGetLastError();
     return e != cudaSuccess ? e : cudaErrorLaunchFailure;
   }
-  if (gemm.run(stream) != cutlass::Status::kSuccess) {
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, ws);
+  if (Gemm::run(params, stream) != cutlass::Status::kSuccess) {
     cudaError_t e = cudaGetLastError();
     return e != cudaSuccess ? e : cudaErrorLaunchFailure;
   }
