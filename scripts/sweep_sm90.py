@@ -10,6 +10,9 @@ import itertools
 import json
 import os
 import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
 
 import torch
 import torch.nn.functional as TF
