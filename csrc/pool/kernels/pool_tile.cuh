@@ -1,0 +1,325 @@
+// NCDHW plane-tile kernels for window pooling whose depth window is trivial (2-D and 1-D pooling, 3-D with
+// a 1x1x1-deep window): a block takes a band of rows of one (n, c, d) plane, copies the rows it reads from
+// global memory into shared memory ONCE with coalesced (16-byte when rows allow) loads, then computes from
+// shared memory. This replaces the per-element path (pool.cuh: one output or input per thread, strided
+// loads, windows and divisors recomputed per covering output) for NCDHW:
+//   forward : band of output rows; the input rows it covers are staged (halo rows are read twice, from L2);
+//             every window tap is a shared-memory read, outputs are stored coalesced.
+//   backward: band of input rows; the grad_output rows covering it are staged as float, avg's already
+//             divided by their window's divisor (once per output, not once per covering input); max's
+//             indices staged as int32 relative to the plane. Each input gathers its covering outputs
+//             (fixed order: deterministic, no atomics, no zero fill).
+// Sizes inside a plane are 32-bit (the host checks H * W, OH * OW and their paddings < 2^31); plane offsets are
+// 64-bit. Row/column walking inside a band is incremental (no division per element).
+#pragma once
+#include <cstdlib>
+#include <cstring>
+
+#include "pool/kernels/pool.cuh"
+
+namespace torch_dnn {
+namespace pool {
+
+TD_HD int imin(int a, int b) { return a < b ? a : b; }
+TD_HD int imax(int a, int b) { return a > b ? a : b; }
+
+// Dynamic shared memory of the running block (the emulation hands out a host buffer instead).
+#if defined(TORCH_DNN_EMULATE_CUDA)
+inline unsigned char* tile_smem() { return emu_dyn_smem(); }
+#else
+__device__ __forceinline__ unsigned char* tile_smem() {
+  extern __shared__ __align__(16) unsigned char pool_tile_smem[];
+  return pool_tile_smem;
+}
+#endif
+
+template <typename... P, typename... Args>
+void launch_smem(void (*kernel)(P...), unsigned grid, unsigned block, size_t smem, cudaStream_t stream,
+                 Args... args) {
+#if defined(TORCH_DNN_EMULATE_CUDA)
+  emulate_launch_smem(kernel, grid, block, smem, args...);
+#else
+  kernel<<<grid, block, smem, stream>>>(args...);
+#endif
+}
+
+struct TileArgs {
+  int64_t planes;  // N * C * D
+  int64_t tiles;   // planes * bands
+  int D, H, W, OH, OW;
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+  int rows;   // rows per band: output rows (forward), input rows (backward)
+  int bands;  // bands per plane
+  int step_r, step_c;  // kThreads = step_r * cols + step_c: the walk of one thread over a band's elements
+  bool cip;
+  int divisor_override;
+  FastDivmod32 by_sh, by_sw;
+};
+
+// Copies n elements from global src to shared dst (both 16-byte aligned and n % V == 0 when V > 1), U loads
+// in flight per thread before their stores.
+template <typename T, int V>
+__device__ __forceinline__ void stage_rows(T* dst, const T* src, int n) {
+  constexpr int U = V > 1 ? 4 : 8;
+  const int nv = n / V;
+  for (int i0 = threadIdx.x; i0 < nv; i0 += U * kThreads) {
+    Vec<T, V> r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(i0 + u * kThreads) * V);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * kThreads < nv) store_vec<T, V>(dst + (i0 + u * kThreads) * V, r[u]);
+  }
+}
+
+// ---- forward ----
+// KH x KW > 0: a window of exactly that many taps (dilation 1); 0: run-time window (any dilation).
+template <typename T, Op OP, int V, int KH, int KW>
+__global__ void __launch_bounds__(kThreads) pool_fwd_tile(const T* __restrict__ x, T* __restrict__ y,
+                                                           int64_t* __restrict__ ind, TileArgs a) {
+  using A = acc_t<T>;
+  T* tile = reinterpret_cast<T*>(tile_smem());
+  const int H = a.H, W = a.W, OW = a.OW;
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int64_t plane = t / a.bands;
+    const int oh0 = int(t - plane * a.bands) * a.rows;
+    const int oh1 = imin(oh0 + a.rows, a.OH);
+    const int h_lo = imax(oh0 * a.sh - a.ph, 0);
+    const int h_hi = imin((oh1 - 1) * a.sh - a.ph + (a.kh - 1) * a.dh + 1, H);
+    __syncthreads();  // the previous band's readers are done with the tile
+    if (h_hi > h_lo) stage_rows<T, V>(tile, x + (plane * H + h_lo) * W, (h_hi - h_lo) * W);
+    __syncthreads();
+    const int64_t obase = plane * a.OH * OW;
+    const int64_t ibase = int64_t(plane % a.D) * H * W;  // indices are flat in the (n, c) volume
+    int r = threadIdx.x / OW, c = threadIdx.x % OW;
+    for (; r < oh1 - oh0; r += a.step_r) {
+      const int oh = oh0 + r, ow = c;
+      const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
+      const int64_t o = obase + int64_t(oh) * OW + ow;
+      if constexpr (OP == Op::Max) {
+        A m = A(-INFINITY);
+        int hb = hs, wb = ws;  // the first position inside the input: the index of a window of only -inf
+        if (hb < 0) hb += ((-hb + a.dh - 1) / a.dh) * a.dh;
+        if (wb < 0) wb += ((-wb + a.dw - 1) / a.dw) * a.dw;
+        int mi = hb * W + wb;
+        auto tap = [&](int h, int w) {
+          const A v = to_acc<A>(tile[(h - h_lo) * W + w]);
+          if (v > m || v != v) m = v, mi = h * W + w;  // a NaN wins (the last one seen), as PyTorch
+        };
+        if constexpr (KH > 0) {
+#pragma unroll
+          for (int i = 0; i < KH; ++i) {
+            const int h = hs + i;
+            if (h < 0 || h >= H) continue;
+#pragma unroll
+            for (int j = 0; j < KW; ++j) {
+              const int w = ws + j;
+              if (w >= 0 && w < W) tap(h, w);
+            }
+          }
+        } else {
+          const int he = imin(hs + (a.kh - 1) * a.dh + 1, H), we = imin(ws + (a.kw - 1) * a.dw + 1, W);
+          for (int h = hb; h < he; h += a.dh)
+            for (int w = wb; w < we; w += a.dw) tap(h, w);
+        }
+        y[o] = from_acc<T>(m);
+        ind[o] = ibase + mi;
+      } else {
+        // avg: window [hs, he) clamped to the padded input, divisor from its padded or clipped size
+        const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
+        const int hb = imax(hs, 0), wb = imax(ws, 0), he = imin(he_p, H), we = imin(we_p, W);
+        A acc = A(0);
+        if constexpr (KH > 0) {
+#pragma unroll
+          for (int i = 0; i < KH; ++i) {
+            const int h = hs + i;
+            if (h < 0 || h >= H) continue;
+#pragma unroll
+            for (int j = 0; j < KW; ++j) {
+              const int w = ws + j;
+              if (w >= 0 && w < W) acc += to_acc<A>(tile[(h - h_lo) * W + w]);
+            }
+          }
+        } else {
+          for (int h = hb; h < he; ++h)
+            for (int w = wb; w < we; ++w) acc += to_acc<A>(tile[(h - h_lo) * W + w]);
+        }
+        const int div = a.divisor_override ? a.divisor_override
+                        : a.cip            ? (he_p - hs) * (we_p - ws)
+                                           : (he - hb) * (we - wb);
+        y[o] = from_acc<T>(acc * (A(1) / A(div)));
+      }
+      c += a.step_c;
+      if (c >= OW) c -= OW, ++r;
+    }
+  }
+}
+
+// ---- backward ----
+
+// Outputs whose window may cover input position i along one axis: [lo, hi) (pool_kernels.h's
+// covering_outputs with the stride's 32-bit divisor; a superset for dilated max windows).
+__device__ __forceinline__ void cover(int i, int k, int d, int p, int out, const FastDivmod32& by_s, int& lo,
+                                      int& hi) {
+  const int span = (k - 1) * d + 1, ip = i + p;
+  lo = ip < span ? 0 : int(by_s.div(uint32_t(ip - span))) + 1;
+  hi = imin(int(by_s.div(uint32_t(ip))) + 1, out);
+}
+
+// C > 0: at most C outputs cover a position along each axis (unrolled); 0: run-time loops.
+template <typename T, Op OP, int C>
+__global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ g, const int64_t* __restrict__ ind,
+                                                           T* __restrict__ dx, TileArgs a) {
+  using A = acc_t<T>;
+  A* sg = reinterpret_cast<A*>(tile_smem());
+  const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int64_t plane = t / a.bands;
+    const int h0 = int(t - plane * a.bands) * a.rows;
+    const int h1 = imin(h0 + a.rows, H);
+    int oh_lo, oh_hi, unused;
+    cover(h0, a.kh, a.dh, a.ph, OH, a.by_sh, oh_lo, unused);
+    cover(h1 - 1, a.kh, a.dh, a.ph, OH, a.by_sh, unused, oh_hi);
+    const int n_out = imax(oh_hi - oh_lo, 0) * OW;
+    int* sidx = reinterpret_cast<int*>(sg + n_out);  // max only
+    const int64_t gbase = plane * OH * OW + int64_t(oh_lo) * OW;
+    const int64_t ibase = int64_t(plane % a.D) * H * W;
+    __syncthreads();  // the previous band's readers are done
+    {
+      // stage: grad rows [oh_lo, oh_hi) as float (avg: divided by the window's divisor), max's indices
+      constexpr int U = 4;
+      int r = threadIdx.x / OW, c = threadIdx.x % OW;
+      for (int e0 = threadIdx.x; e0 < n_out; e0 += U * kThreads) {
+        T gv[U];
+        int64_t iv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e < n_out) {
+            gv[u] = g[gbase + e];
+            if constexpr (OP == Op::Max) iv[u] = ind[gbase + e];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e < n_out) {
+            if constexpr (OP == Op::Max) {
+              const int64_t rel = iv[u] - ibase;  // outside the plane: matches no input
+              sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+              sg[e] = to_acc<A>(gv[u]);
+            } else {
+              const int hs = (oh_lo + r) * a.sh - a.ph, ws = c * a.sw - a.pw;
+              const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
+              const int div = a.divisor_override ? a.divisor_override
+                              : a.cip            ? (he_p - hs) * (we_p - ws)
+                                                 : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+              sg[e] = to_acc<A>(gv[u]) / A(div);
+            }
+          }
+          c += a.step_c;
+          if (c >= OW) c -= OW, ++r;
+        }
+      }
+    }
+    __syncthreads();
+    const int64_t xbase = plane * H * W;
+    int r = threadIdx.x / W, w = threadIdx.x % W;
+    for (; r < h1 - h0; r += a.step_r) {
+      const int h = h0 + r;
+      int hl, hh, wl, wh;
+      cover(h, a.kh, a.dh, a.ph, OH, a.by_sh, hl, hh);
+      cover(w, a.kw, a.dw, a.pw, OW, a.by_sw, wl, wh);
+      const int i = h * W + w;
+      A acc = A(0);
+      // one covering output: max adds it where its index is this input, avg always (its window holds
+      // the input: dilation 1 and the covering range is exact)
+      auto add = [&](int oh, int ow) {
+        const int e = (oh - oh_lo) * OW + ow;
+        if constexpr (OP == Op::Max) {
+          if (sidx[e] == i) acc += sg[e];
+        } else {
+          acc += sg[e];
+        }
+      };
+      if constexpr (C > 0) {
+#pragma unroll
+        for (int u = 0; u < C; ++u)
+#pragma unroll
+          for (int v = 0; v < C; ++v)
+            if (hl + u < hh && wl + v < wh) add(hl + u, wl + v);
+      } else {
+        for (int oh = hl; oh < hh; ++oh)
+          for (int ow = wl; ow < wh; ++ow) add(oh, ow);
+      }
+      dx[xbase + i] = from_acc<T>(acc);
+      w += a.step_c;
+      if (w >= W) w -= W, ++r;
+    }
+  }
+}
+
+// ---- host side ----
+
+// Variant switches, read per call so that one process can measure both (benchmarks/cases_pool.py):
+// TORCH_DNN_POOL_NC=item: the per-element NCDHW kernels (pool.cuh) instead of the plane tiles.
+inline bool nc_item() {
+  const char* v = std::getenv("TORCH_DNN_POOL_NC");
+  return v && std::strcmp(v, "item") == 0;
+}
+// TORCH_DNN_POOL_GLOBAL=old: the first global-average kernels (forward: a warp per plane, rows one at a time;
+// backward: the generic gather) instead of the chunked forward and the broadcast backward.
+inline bool global_old() {
+  const char* v = std::getenv("TORCH_DNN_POOL_GLOBAL");
+  return v && std::strcmp(v, "old") == 0;
+}
+
+constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: several blocks per SM
+
+// The tile path applies: NCDHW, window pooling (max, avg), depth window trivial, plane sizes in 32 bits.
+inline bool tile_applies(const PoolShape& s) {
+  if (s.channels_last || s.adaptive || s.lp()) return false;
+  const Axis& d = s.ax[0];
+  if (d.k != 1 || d.s != 1 || d.p != 0 || d.d != 1 || d.out != d.in) return false;
+  const int64_t lim = int64_t(1) << 30;
+  for (int i = 1; i < 3; ++i) {
+    const Axis& a = s.ax[i];
+    if (a.in + 2 * a.p + (a.k - 1) * a.d + 1 >= lim || a.out * a.s >= lim || a.k >= lim || a.d >= lim) return false;
+  }
+  if (s.ax[1].in * s.ax[2].in >= lim || s.ax[1].out * s.ax[2].out >= lim) return false;
+  if (s.ax[0].in >= lim) return false;
+  return true;
+}
+
+// Fills the shape part of TileArgs; rows/bands/steps are set by the caller.
+inline TileArgs tile_args(const PoolShape& s) {
+  TileArgs a;
+  const Axis &h = s.ax[1], &w = s.ax[2];
+  a.planes = s.N * s.C * s.ax[0].in;
+  a.D = int(s.ax[0].in);
+  a.H = int(h.in), a.W = int(w.in), a.OH = int(h.out), a.OW = int(w.out);
+  a.kh = int(h.k), a.kw = int(w.k), a.sh = int(h.s), a.sw = int(w.s);
+  a.ph = int(h.p), a.pw = int(w.p), a.dh = int(h.d), a.dw = int(w.d);
+  a.cip = s.count_include_pad;
+  a.divisor_override = int(s.divisor_override);
+  a.by_sh = FastDivmod32(uint32_t(a.sh));
+  a.by_sw = FastDivmod32(uint32_t(a.sw));
+  a.rows = a.bands = 1;
+  a.tiles = 0;
+  a.step_r = a.step_c = 0;
+  return a;
+}
+
+// Splits `total` rows into bands of at most `max_rows` rows, balanced.
+inline void set_bands(TileArgs& a, int total, int max_rows, int cols) {
+  a.bands = (total + max_rows - 1) / max_rows;
+  a.rows = (total + a.bands - 1) / a.bands;
+  a.bands = (total + a.rows - 1) / a.rows;
+  a.tiles = a.planes * a.bands;
+  a.step_r = kThreads / cols;
+  a.step_c = kThreads % cols;
+}
+
+}  // namespace pool
+}  // namespace torch_dnn
