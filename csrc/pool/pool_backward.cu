@@ -87,6 +87,13 @@ void launch_gather(DType t, const void* g, const int64_t* ind, const void* x, co
     const T* xp = static_cast<const T*>(x);
     const T* yp = static_cast<const T*>(y);
     T* dxp = static_cast<T*>(dx);
+    if constexpr (cl.value && OP != Op::Lp) {
+      if (owner_applies(s) && !cl_bwd_item()) {
+        const OwnerArgs oa = owner_args(s, v.value);
+        launch(pool_bwd_cl_owner<T, OP, v.value>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind, dxp, oa);
+        return;
+      }
+    }
     // the scalar channels-last path (C not a multiple of the vector) is the rare one: loops only
     dispatch_cover<OP, (!decltype(cl)::value || decltype(v)::value > 1)>(s, [&](auto ch, auto cw) {
       if constexpr (cl.value) {

@@ -323,3 +323,145 @@ inline void set_bands(TileArgs& a, int total, int max_rows, int cols) {
 
 }  // namespace pool
 }  // namespace torch_dnn
+
+namespace torch_dnn {
+namespace pool {
+
+// ---- channels-last backward by owner blocks ----
+// With windows of span <= 2 * stride along H and W (3x3/2, 2x2/2, ...), input position h along an axis is
+// covered only by outputs o - 1 and o, o = (h + p) / s its "owner": the inputs [o * s - p, o * s - p + s).
+// An item is one owner (oh, ow) and V channels: it loads the (at most) 2 x 2 outputs o - 1, o along each
+// axis (grad vectors; max: index vectors as int32, avg: the divisors) ONCE and writes the s x s inputs it
+// owns. Each output's grad and indices are read by 4 items instead of by every input it covers (4x fewer
+// index bytes through L1/L2 at 3x3/2: the per-input gather re-read 64-byte index vectors 9 times per output),
+// and the window arithmetic is per output, not per (input, covering output).
+
+struct OwnerArgs {
+  Splitter<4> sp;  // items (channel vector, owner w, owner h, depth slice, n)
+  int64_t items, C;
+  int D, H, W, OH, OW;
+  int kh, kw, sh, sw, ph, pw;
+  bool cip;
+  int divisor_override;
+};
+
+template <typename T, Op OP, int V>
+__global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restrict__ g,
+                                                               const int64_t* __restrict__ ind,
+                                                               T* __restrict__ dx, OwnerArgs a) {
+  using A = acc_t<T>;
+  const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
+  POOL_GRID_LOOP(t, a.items) {
+    int64_t q[5];
+    split(a.sp, t, q);
+    const int64_t c = q[0] * V, n = q[4];
+    const int ow_own = int(q[1]), oh_own = int(q[2]), d = int(q[3]);
+    const int64_t gplane = (n * a.D + d) * OH;  // first output row of this (n, d) slice
+    // the 2 x 2 covering outputs: (oh_own - 1 + u, ow_own - 1 + v)
+    Vec<T, V> gv[2][2];
+    int idx[2][2][V];
+    A inv[2][2];
+    bool ok[2][2];
+    const int64_t ibase = int64_t(d) * H * W;
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
+        ok[u][v] = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
+        inv[u][v] = A(0);
+        if (ok[u][v]) {
+          const int64_t o = ((gplane + oh) * OW + ow) * a.C + c;
+          gv[u][v] = load_vec<T, V>(g + o);
+          if constexpr (OP == Op::Max) {
+            int64_t raw[V];
+            load_idx<V>(ind + o, raw);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              // relative to the slice; outside it: matches no input
+              const int64_t rel = raw[j] - ibase;
+              idx[u][v][j] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+            }
+          } else {
+            const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
+            const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
+            const int div = a.divisor_override ? a.divisor_override
+                            : a.cip            ? (he_p - hs) * (we_p - ws)
+                                               : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+            inv[u][v] = A(1) / A(div);
+          }
+        }
+      }
+    for (int r = 0; r < a.sh; ++r) {
+      const int h = oh_own * a.sh - a.ph + r;
+      if (h < 0 || h >= H) continue;
+      for (int e = 0; e < a.sw; ++e) {
+        const int w = ow_own * a.sw - a.pw + e;
+        if (w < 0 || w >= W) continue;
+        const int i = h * W + w;
+        A acc[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = A(0);
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int v = 0; v < 2; ++v) {
+            if (!ok[u][v]) continue;
+            if constexpr (OP == Op::Max) {
+#pragma unroll
+              for (int j = 0; j < V; ++j)
+                if (idx[u][v][j] == i) acc[j] += to_acc<A>(gv[u][v].v[j]);
+            } else {
+              // the output's window starts at or before h (its owner is not after h's); does it reach h?
+              const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
+              if (h < oh * a.sh - a.ph + a.kh && w < ow * a.sw - a.pw + a.kw) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(gv[u][v].v[j]) * inv[u][v];
+              }
+            }
+          }
+        store_acc<V>(dx + (((n * a.D + d) * H + h) * int64_t(W) + w) * a.C + c, acc);
+      }
+    }
+  }
+}
+
+// The owner path applies: channels-last window max/avg pooling, trivial depth window, span <= 2 * stride
+// along H and W (max may be dilated), 32-bit positions in a slice.
+inline bool owner_applies(const PoolShape& s) {
+  if (!s.channels_last || s.adaptive || s.lp()) return false;
+  const Axis& d = s.ax[0];
+  if (d.k != 1 || d.s != 1 || d.p != 0 || d.d != 1 || d.out != d.in) return false;
+  const int64_t lim = int64_t(1) << 30;
+  for (int i = 1; i < 3; ++i) {
+    const Axis& a = s.ax[i];
+    if ((a.k - 1) * a.d + 1 > 2 * a.s) return false;
+    if (a.in + 2 * a.p + a.k + a.s >= lim || a.out * a.s >= lim) return false;
+  }
+  return s.ax[1].in * s.ax[2].in < lim && s.ax[0].in < lim;
+}
+
+// TORCH_DNN_POOL_CL_BWD=item: the per-input channels-last gather (pool.cuh) instead of the owner blocks.
+inline bool cl_bwd_item() {
+  const char* v = std::getenv("TORCH_DNN_POOL_CL_BWD");
+  return v && std::strcmp(v, "item") == 0;
+}
+
+inline OwnerArgs owner_args(const PoolShape& s, int V) {
+  OwnerArgs a;
+  const Axis &h = s.ax[1], &w = s.ax[2];
+  a.C = s.C;
+  a.D = int(s.ax[0].in);
+  a.H = int(h.in), a.W = int(w.in), a.OH = int(h.out), a.OW = int(w.out);
+  a.kh = int(h.k), a.kw = int(w.k), a.sh = int(h.s), a.sw = int(w.s), a.ph = int(h.p), a.pw = int(w.p);
+  a.cip = s.count_include_pad;
+  a.divisor_override = int(s.divisor_override);
+  const int64_t own_h = (h.in - 1 + h.p) / h.s + 1, own_w = (w.in - 1 + w.p) / w.s + 1;
+  const int64_t div[4] = {s.C / V, own_w, own_h, s.ax[0].in};
+  a.items = s.N * s.ax[0].in * own_h * own_w * (s.C / V);
+  a.sp = make_splitter(div, a.items);
+  return a;
+}
+
+}  // namespace pool
+}  // namespace torch_dnn
