@@ -49,8 +49,13 @@ def _pool_cases(dtype, layout):
     tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
     group = f"pool {layout}"
     out = []
-    # NCHW: the per-element kernels (TORCH_DNN_POOL_NC=item) beside the plane tiles, for the A/B
-    var = (lambda d: _variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item")) if layout == "NCHW" else (lambda d: d)
+    # A/B rows: NCHW, the per-element kernels (TORCH_DNN_POOL_NC=item) beside the plane tiles; NHWC backward,
+    # the per-input gather (TORCH_DNN_POOL_CL_BWD=item) beside the owner blocks
+    if layout == "NCHW":
+        var = var_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item")  # noqa: E731
+    else:
+        var = lambda d: d  # noqa: E731
+        var_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_CL_BWD", "item", "torch_dnn item")  # noqa: E731
 
     # max_pool2d: forward writes values and int64 indices; backward reads grad and indices, writes grad_input
     def max_inputs(d=dtype, lay=layout):
@@ -68,7 +73,7 @@ def _pool_cases(dtype, layout):
         "compile": torch.compile(eager_max, dynamic=False),
     }), bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group=group))
     eager_max_bwd = lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, K, S, P, (1, 1), False, i)  # noqa: E731
-    out.append(Case("pool", f"max_pool2d 3x3/2 bwd {tag}", max_bwd_inputs, var({
+    out.append(Case("pool", f"max_pool2d 3x3/2 bwd {tag}", max_bwd_inputs, var_bwd({
         "torch_dnn": lambda g, x, i: ops.max_pool2d_backward(g, x, i, K, S, P, (1, 1), False),
         "eager": eager_max_bwd,
         "compile": torch.compile(eager_max_bwd, dynamic=False),
@@ -89,7 +94,7 @@ def _pool_cases(dtype, layout):
         return torch.randn_like(TF.avg_pool2d(x, K, S)), x
 
     eager_avg_bwd = lambda g, x: aten.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None)  # noqa: E731
-    out.append(Case("pool", f"avg_pool2d 3x3/2 bwd {tag}", avg_bwd_inputs, var({
+    out.append(Case("pool", f"avg_pool2d 3x3/2 bwd {tag}", avg_bwd_inputs, var_bwd({
         "torch_dnn": lambda g, x: ops.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None),
         "eager": eager_avg_bwd,
         "compile": torch.compile(eager_avg_bwd, dynamic=False),
@@ -159,11 +164,11 @@ def _rank_cases(dtype):
     n_in1, n_out1 = math.prod(shape1), shape1[0] * shape1[1] * ((shape1[2] + 2 - 3) // 2 + 1)
     eager1 = lambda x: TF.avg_pool1d(x, 3, 2, 1)  # noqa: E731
     out.append(Case("pool", "avg_pool1d 3/2 pad 1 fwd 32x512x8192 NCL bf16",
-                    lambda: (torch.empty(shape1, dtype=dtype, device="cuda").uniform_(-4, 4),), {
+                    lambda: (torch.empty(shape1, dtype=dtype, device="cuda").uniform_(-4, 4),), _variant({
                         "torch_dnn": lambda x: F.avg_pool1d(x, 3, 2, 1),
                         "eager": eager1,
                         "compile": torch.compile(eager1, dynamic=False),
-                    }, bytes=(n_in1 + n_out1) * es, target=">=90% copy", group="pool 3-D / 1-D"))
+                    }, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"), bytes=(n_in1 + n_out1) * es, target=">=90% copy", group="pool 3-D / 1-D"))
     return out
 
 
