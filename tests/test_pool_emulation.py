@@ -124,6 +124,11 @@ FIXED = [
     ("avg_pool", 2, (1, 2, 61, 300), "contiguous", dict(k=(3, 2), s=(2, 1), p=1, cip=False)),
     ("max_pool", 2, (1, 2, 45, 300), "contiguous", dict(k=(2, 3), s=(1, 3), p=(1, 0), d=(3, 2), ceil=True)),
     ("avg_pool", 2, (2, 3, 11, 13), "contiguous", dict(k=4, s=3, p=2, ceil=True, cip=False, div=None)),
+    # edge divisors (count_include_pad=False) with several staging rounds, W and OW walks of different steps
+    ("avg_pool", 2, (2, 3, 40, 40), "contiguous", dict(k=3, s=2, p=1, cip=False)),
+    ("avg_pool", 2, (2, 3, 45, 20), "contiguous", dict(k=3, s=2, p=1, ceil=True, cip=False)),
+    ("avg_pool", 2, (1, 2, 37, 150), "contiguous", dict(k=3, s=1, p=1, cip=False)),             # per-input gather
+    ("max_pool", 2, (1, 2, 37, 150), "contiguous", dict(k=(3, 4), s=(3, 1), p=1, d=(1, 2))),  # per-input gather
     ("max_pool", 3, (2, 3, 4, 9, 8), "contiguous", dict(k=(1, 3, 3), s=(1, 2, 2), p=(0, 1, 1))),
     ("avg_pool", 3, (2, 3, 4, 9, 8), "contiguous", dict(k=(1, 3, 2), s=(1, 1, 2), p=(0, 1, 1), div=7)),
     ("max_pool", 1, (2, 5, 70), "contiguous", dict(k=4, s=1, p=2, d=3)),
@@ -148,7 +153,8 @@ def test_fixed_cases(emu, dtype):
         _compare(kind, r, _input(shape, dtype, layout, gen), kw, emu, gen)
 
 
-@pytest.mark.parametrize("variant", ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_GLOBAL=old", "TORCH_DNN_POOL_CL_BWD=item"])
+@pytest.mark.parametrize("variant", ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_GLOBAL=old", "TORCH_DNN_POOL_CL_BWD=item",
+                                     "TORCH_DNN_POOL_NC_BWD=gather"])
 def test_fixed_cases_old_paths(emu, variant, monkeypatch):
     # the kernels the plane tiles and the new global-average kernels replaced stay selectable: keep them right
     name, value = variant.split("=")

@@ -19,6 +19,19 @@ bool launch_tile_bwd(DType t, const void* g, const int64_t* ind, void* dx, const
     const int64_t row_bytes = int64_t(a.OW) * int64_t(sizeof(A) + (OP == Op::Max ? 4 : 0));
     const int span_h = (a.kh - 1) * a.dh + 1, span_w = (a.kw - 1) * a.dw + 1;
     const int64_t fit = kTileSmem / row_bytes;  // grad rows that fit
+    const T* gp = static_cast<const T*>(g);
+    T* dxp = static_cast<T*>(dx);
+    if (span_h <= 2 * a.sh && span_w <= 2 * a.sw && !nc_bwd_gather()) {
+      // owner blocks: a band of R owner rows stages grad rows [o0 - 1, o0 + R)
+      if (fit < 2) return;
+      const int own_h = int((a.H - 1 + a.ph) / a.sh + 1), own_w = int((a.W - 1 + a.pw) / a.sw + 1);
+      set_bands(a, own_h, int(fit - 1 < own_h ? fit - 1 : own_h), own_w);
+      const int64_t out_rows = int64_t(a.rows) + 1 < a.OH ? int64_t(a.rows) + 1 : a.OH;
+      const size_t smem = size_t(out_rows * row_bytes + 15) / 16 * 16;
+      launch_smem(pool_bwd_tile_owner<T, OP>, grid_for(a.tiles, 1), kThreads, smem, stream, gp, ind, dxp, a);
+      done = true;
+      return;
+    }
     // input rows R whose covering output rows (at most (R + span - 2) / s + 2) fit
     int64_t max_rows = fit >= a.OH ? a.H : (fit - 2) * a.sh - span_h + 2;
     if (max_rows < 1) return;
@@ -27,8 +40,6 @@ bool launch_tile_bwd(DType t, const void* g, const int64_t* ind, void* dx, const
     out_rows = out_rows < a.OH ? out_rows : a.OH;
     const size_t smem = size_t(out_rows * row_bytes + 15) / 16 * 16;
     const unsigned grid = grid_for(a.tiles, 1);
-    const T* gp = static_cast<const T*>(g);
-    T* dxp = static_cast<T*>(dx);
     // at most two outputs cover a position along each axis
     if (span_h <= 2 * a.sh && span_w <= 2 * a.sw)
       launch_smem(pool_bwd_tile<T, OP, 2>, grid, kThreads, smem, stream, gp, ind, dxp, a);

@@ -189,6 +189,8 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ 
     {
       // stage: grad rows [oh_lo, oh_hi) as float (avg: divided by the window's divisor), max's indices
       constexpr int U = 4;
+      // walk over the staged outputs (a.step_* walk the band's inputs or owners, not these)
+      const int step_r = kThreads / OW, step_c = kThreads % OW;
       int r = threadIdx.x / OW, c = threadIdx.x % OW;
       for (int e0 = threadIdx.x; e0 < n_out; e0 += U * kThreads) {
         T gv[U];
@@ -218,7 +220,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ 
               sg[e] = to_acc<A>(gv[u]) / A(div);
             }
           }
-          c += a.step_c;
+          c += step_c, r += step_r;
           if (c >= OW) c -= OW, ++r;
         }
       }
@@ -256,6 +258,116 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ 
       dx[xbase + i] = from_acc<T>(acc);
       w += a.step_c;
       if (w >= W) w -= W, ++r;
+    }
+  }
+}
+
+// Backward by owner blocks (span <= 2 * stride along H and W): input h is covered only by outputs o - 1 and
+// o, o = (h + p) / s its owner. A band is a range of owner rows [o0, o1); the staged grad rows are
+// [o0 - 1, o1). A thread takes one owner (oh, ow): it reads the 2 x 2 outputs (o - 1, o) x (o - 1, o) from
+// shared memory once and writes the s x s inputs it owns, so the covering arithmetic is per owner, not per
+// input (the per-input gather above spends ~60 instructions an input on it: instruction-bound at ~1.2 TB/s).
+template <typename T, Op OP>
+__global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restrict__ g,
+                                                                 const int64_t* __restrict__ ind,
+                                                                 T* __restrict__ dx, TileArgs a) {
+  using A = acc_t<T>;
+  A* sg = reinterpret_cast<A*>(tile_smem());
+  const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
+  const int own_h = (H - 1 + a.ph) / a.sh + 1, own_w = (W - 1 + a.pw) / a.sw + 1;
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int64_t plane = t / a.bands;
+    const int o0 = int(t - plane * a.bands) * a.rows;
+    const int o1 = imin(o0 + a.rows, own_h);
+    const int oh_lo = imax(o0 - 1, 0), oh_hi = imin(o1, OH);
+    const int n_out = imax(oh_hi - oh_lo, 0) * OW;
+    int* sidx = reinterpret_cast<int*>(sg + n_out);  // max only
+    const int64_t gbase = plane * OH * OW + int64_t(oh_lo) * OW;
+    const int64_t ibase = int64_t(plane % a.D) * H * W;
+    __syncthreads();  // the previous band's readers are done
+    {
+      constexpr int U = 4;
+      // walk over the staged outputs (a.step_* walk the band's inputs or owners, not these)
+      const int step_r = kThreads / OW, step_c = kThreads % OW;
+      int r = threadIdx.x / OW, c = threadIdx.x % OW;
+      for (int e0 = threadIdx.x; e0 < n_out; e0 += U * kThreads) {
+        T gv[U];
+        int64_t iv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e < n_out) {
+            gv[u] = g[gbase + e];
+            if constexpr (OP == Op::Max) iv[u] = ind[gbase + e];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e < n_out) {
+            if constexpr (OP == Op::Max) {
+              const int64_t rel = iv[u] - ibase;  // outside the plane: matches no input
+              sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+              sg[e] = to_acc<A>(gv[u]);
+            } else {
+              const int hs = (oh_lo + r) * a.sh - a.ph, ws = c * a.sw - a.pw;
+              const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
+              const int div = a.divisor_override ? a.divisor_override
+                              : a.cip            ? (he_p - hs) * (we_p - ws)
+                                                 : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+              sg[e] = to_acc<A>(gv[u]) / A(div);
+            }
+          }
+          c += step_c, r += step_r;
+          if (c >= OW) c -= OW, ++r;
+        }
+      }
+    }
+    __syncthreads();
+    const int64_t xbase = plane * H * W;
+    int r = threadIdx.x / own_w, q = threadIdx.x % own_w;
+    for (; r < o1 - o0; r += a.step_r) {
+      const int oh_own = o0 + r, ow_own = q;
+      A gv[2][2];
+      int iv[2][2];
+      int hend[2], wend[2];  // avg: the windows' ends (their starts are at or before every owned input)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        hend[u] = (oh_own - 1 + u) * a.sh - a.ph + a.kh;
+        wend[u] = (ow_own - 1 + u) * a.sw - a.pw + a.kw;
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+          const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
+          const bool ok = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
+          const int e = (oh - oh_lo) * OW + ow;
+          gv[u][v] = ok ? sg[e] : A(0);  // a missing output contributes zero
+          if constexpr (OP == Op::Max) iv[u][v] = ok ? sidx[e] : -1;
+        }
+      for (int rr = 0; rr < a.sh; ++rr) {
+        const int h = oh_own * a.sh - a.ph + rr;
+        if (h < 0 || h >= H) continue;
+        for (int ee = 0; ee < a.sw; ++ee) {
+          const int w = ow_own * a.sw - a.pw + ee;
+          if (w < 0 || w >= W) continue;
+          A acc = A(0);
+#pragma unroll
+          for (int u = 0; u < 2; ++u)
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+              if constexpr (OP == Op::Max) {
+                if (iv[u][v] == h * W + w) acc += gv[u][v];
+              } else {
+                if (h < hend[u] && w < wend[v]) acc += gv[u][v];
+              }
+            }
+          dx[xbase + int64_t(h) * W + w] = from_acc<T>(acc);
+        }
+      }
+      q += a.step_c;
+      if (q >= own_w) q -= own_w, ++r;
     }
   }
 }
@@ -439,6 +551,12 @@ inline bool owner_applies(const PoolShape& s) {
     if (a.in + 2 * a.p + a.k + a.s >= lim || a.out * a.s >= lim) return false;
   }
   return s.ax[1].in * s.ax[2].in < lim && s.ax[0].in < lim;
+}
+
+// TORCH_DNN_POOL_NC_BWD=gather: the per-input tile gather instead of the NCDHW owner blocks.
+inline bool nc_bwd_gather() {
+  const char* v = std::getenv("TORCH_DNN_POOL_NC_BWD");
+  return v && std::strcmp(v, "gather") == 0;
 }
 
 // TORCH_DNN_POOL_CL_BWD=item: the per-input channels-last gather (pool.cuh) instead of the owner blocks.
