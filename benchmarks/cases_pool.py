@@ -49,14 +49,15 @@ def _pool_cases(dtype, layout):
     tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
     group = f"pool {layout}"
     out = []
-    # A/B rows (the old paths on the same inputs): NCHW, the per-element kernels (TORCH_DNN_POOL_NC=item) beside the plane tiles; NHWC backward,
-    # the per-input gather (TORCH_DNN_POOL_CL_BWD=item) beside the owner blocks
+    # A/B rows (the old paths on the same inputs): NCHW, the per-element kernels (TORCH_DNN_POOL_NC=item) beside
+    # the plane tiles; NHWC forward, the row-at-a-time kernel (TORCH_DNN_POOL_CL_FWD=item) beside all taps in
+    # flight; NHWC backward, the per-input gather (TORCH_DNN_POOL_CL_BWD=item) beside the owner blocks
     if layout == "NCHW":
         var = lambda d: _variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item")  # noqa: E731
         # backward: also the per-input tile gather (TORCH_DNN_POOL_NC_BWD=gather) beside the owner blocks
         var_bwd = lambda d: _variant(var(d), "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather")  # noqa: E731
     else:
-        var = lambda d: d  # noqa: E731
+        var = lambda d: _variant(d, "TORCH_DNN_POOL_CL_FWD", "item", "torch_dnn item")  # noqa: E731
         var_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_CL_BWD", "item", "torch_dnn item")  # noqa: E731
 
     # max_pool2d: forward writes values and int64 indices; backward reads grad and indices, writes grad_input

@@ -583,3 +583,108 @@ inline OwnerArgs owner_args(const PoolShape& s, int V) {
 
 }  // namespace pool
 }  // namespace torch_dnn
+
+namespace torch_dnn {
+namespace pool {
+
+// ---- channels-last forward, 2-D windows of exactly KH x KW taps (dilation 1), trivial depth window ----
+// As pool_fwd_cl (pool.cuh) but with every tap's 16-byte load issued before any is used (KH * KW loads in
+// flight a thread instead of KW: the row-at-a-time loop keeps ~36 KB in flight per SM, short of what 3 TB/s
+// needs), 32-bit in-slice positions and int32 running indices (widened on the store), so that the nine
+// loads fit in registers (the 64-bit version took 139). Bounded to 2 blocks per SM (128 registers): with 3
+// (80 registers) bf16 3x3 spilled 124 bytes; 512 threads x 9 x 16 B = 72 KB of loads in flight per SM is ample.
+template <typename T, Op OP, int V, int KH, int KW>
+__global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict__ x, T* __restrict__ y,
+                                                              int64_t* __restrict__ ind, Args<4> a) {
+  using A = acc_t<T>;
+  const PoolShape& s = a.s;
+  const int H = int(s.ax[1].in), W = int(s.ax[2].in), OH = int(s.ax[1].out), OW = int(s.ax[2].out);
+  const int sh = int(s.ax[1].s), sw = int(s.ax[2].s), ph = int(s.ax[1].p), pw = int(s.ax[2].p);
+  const int64_t C = s.C, D = s.ax[0].in;
+  POOL_GRID_LOOP(t, a.items) {
+    int64_t q[5];
+    split(a.sp, t, q);
+    const int64_t c = q[0] * V, n = q[4], d = q[3];
+    const int ow = int(q[1]), oh = int(q[2]);
+    const int hs = oh * sh - ph, ws = ow * sw - pw;
+    const T* xs = x + (n * D + d) * int64_t(H) * W * C + c;  // the (n, d) slice, channel c
+    Vec<T, V> raw[KH][KW];
+#pragma unroll
+    for (int i = 0; i < KH; ++i)
+#pragma unroll
+      for (int j = 0; j < KW; ++j) {
+        const int h = hs + i, w = ws + j;
+        if (h >= 0 && h < H && w >= 0 && w < W) raw[i][j] = load_vec<T, V>(xs + int64_t(h * W + w) * C);
+      }
+    const int64_t o = (((n * D + d) * OH + oh) * int64_t(OW) + ow) * C + c;
+    if constexpr (OP == Op::Max) {
+      A m[V];
+      int mi[V];
+      const int first = imax(hs, 0) * W + imax(ws, 0);  // the index of a window of only -inf
+#pragma unroll
+      for (int j = 0; j < V; ++j) m[j] = A(-INFINITY), mi[j] = first;
+#pragma unroll
+      for (int i = 0; i < KH; ++i)
+#pragma unroll
+        for (int j = 0; j < KW; ++j) {
+          const int h = hs + i, w = ws + j;
+          if (h < 0 || h >= H || w < 0 || w >= W) continue;
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const A v = to_acc<A>(raw[i][j].v[k]);
+            if (v > m[k] || v != v) m[k] = v, mi[k] = h * W + w;  // a NaN wins (the last one), as PyTorch
+          }
+        }
+      store_acc<V>(y + o, m);
+      const int64_t base = d * int64_t(H) * W;
+      int64_t idx[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) idx[k] = base + mi[k];
+      store_idx<V>(ind + o, idx);
+    } else {
+      A acc[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] = A(0);
+#pragma unroll
+      for (int i = 0; i < KH; ++i)
+#pragma unroll
+        for (int j = 0; j < KW; ++j) {
+          const int h = hs + i, w = ws + j;
+          if (h < 0 || h >= H || w < 0 || w >= W) continue;
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[k] += to_acc<A>(raw[i][j].v[k]);
+        }
+      const int he_p = imin(hs + KH, H + ph), we_p = imin(ws + KW, W + pw);
+      const int div = s.divisor_override ? int(s.divisor_override)
+                      : s.count_include_pad ? (he_p - hs) * (we_p - ws)
+                                            : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+      const A inv = A(1) / A(div);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] *= inv;
+      store_acc<V>(y + o, acc);
+    }
+  }
+}
+
+// TORCH_DNN_POOL_CL_FWD=item: the row-at-a-time channels-last forward (pool.cuh) instead of pool_fwd_cl2d.
+inline bool cl_fwd_item() {
+  const char* v = std::getenv("TORCH_DNN_POOL_CL_FWD");
+  return v && std::strcmp(v, "item") == 0;
+}
+
+// pool_fwd_cl2d applies: channels-last window max/avg, trivial depth window, dilation 1 along H and W,
+// 32-bit positions in a slice.
+inline bool cl2d_applies(const PoolShape& s) {
+  if (!s.channels_last || s.adaptive || s.lp()) return false;
+  const Axis& d = s.ax[0];
+  if (d.k != 1 || d.s != 1 || d.p != 0 || d.d != 1 || d.out != d.in) return false;
+  const int64_t lim = int64_t(1) << 30;
+  for (int i = 1; i < 3; ++i) {
+    const Axis& a = s.ax[i];
+    if (a.d != 1 || a.in + 2 * a.p + a.k >= lim || a.out * a.s >= lim) return false;
+  }
+  return s.ax[1].in * s.ax[2].in < lim;
+}
+
+}  // namespace pool
+}  // namespace torch_dnn
