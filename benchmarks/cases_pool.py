@@ -4,6 +4,7 @@ max_pool3d 3x3x3/2 pad 1 on 8x64x32x56x56 NDHWC (forward and backward) and avg_p
 32x512x8192 NCL, against eager and torch.compile. Bytes are the minimum traffic: each input read once, each
 output written once (max pooling's int64 indices included)."""
 import math
+import os
 
 import torch
 import torch.nn.functional as TF
@@ -15,6 +16,28 @@ ops = torch.ops.torch_dnn
 aten = torch.ops.aten
 
 SHAPE = (64, 64, 112, 112)
+
+
+def _with_env(name, value, fn):
+    """fn run with environment variable name=value (the CUDA launchers read the pool variant switches per
+    call), so that one benchmark process measures both variants on the same inputs."""
+    def run(*args):
+        old = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            return fn(*args)
+        finally:
+            if old is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = old
+    return run
+
+
+def _variant(impls, name, value, label):
+    """Adds a `label` row: torch_dnn's callable under name=value."""
+    impls[label] = _with_env(name, value, impls["torch_dnn"])
+    return impls
 K, S, P = (3, 3), (2, 2), (1, 1)
 
 
@@ -26,6 +49,16 @@ def _pool_cases(dtype, layout):
     tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
     group = f"pool {layout}"
     out = []
+    # A/B rows (the old paths on the same inputs): NCHW, the per-element kernels (TORCH_DNN_POOL_NC=item) beside
+    # the plane tiles; NHWC forward, the row-at-a-time kernel (TORCH_DNN_POOL_CL_FWD=item) beside all taps in
+    # flight; NHWC backward, the per-input gather (TORCH_DNN_POOL_CL_BWD=item) beside the owner blocks
+    if layout == "NCHW":
+        var = lambda d: _variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item")  # noqa: E731
+        # backward: also the per-input tile gather (TORCH_DNN_POOL_NC_BWD=gather) beside the owner blocks
+        var_bwd = lambda d: _variant(var(d), "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather")  # noqa: E731
+    else:
+        var = lambda d: _variant(d, "TORCH_DNN_POOL_CL_FWD", "item", "torch_dnn item")  # noqa: E731
+        var_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_CL_BWD", "item", "torch_dnn item")  # noqa: E731
 
     # max_pool2d: forward writes values and int64 indices; backward reads grad and indices, writes grad_input
     def max_inputs(d=dtype, lay=layout):
@@ -37,38 +70,38 @@ def _pool_cases(dtype, layout):
         return torch.randn_like(y), x, i
 
     eager_max = lambda x: aten.max_pool2d_with_indices(x, K, S, P)  # noqa: E731
-    out.append(Case("pool", f"max_pool2d 3x3/2 fwd {tag}", max_inputs, {
+    out.append(Case("pool", f"max_pool2d 3x3/2 fwd {tag}", max_inputs, var({
         "torch_dnn": lambda x: ops.max_pool2d(x, K, S, P, (1, 1), False),
         "eager": eager_max,
         "compile": torch.compile(eager_max, dynamic=False),
-    }, bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group=group))
+    }), bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group=group))
     eager_max_bwd = lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, K, S, P, (1, 1), False, i)  # noqa: E731
-    out.append(Case("pool", f"max_pool2d 3x3/2 bwd {tag}", max_bwd_inputs, {
+    out.append(Case("pool", f"max_pool2d 3x3/2 bwd {tag}", max_bwd_inputs, var_bwd({
         "torch_dnn": lambda g, x, i: ops.max_pool2d_backward(g, x, i, K, S, P, (1, 1), False),
         "eager": eager_max_bwd,
         "compile": torch.compile(eager_max_bwd, dynamic=False),
-    }, bytes=n_out * (es + 8) + n_in * es, target=">=90% copy", group=group))
+    }), bytes=n_out * (es + 8) + n_in * es, target=">=90% copy", group=group))
 
     # avg_pool2d 3x3/2 (no padding: the common "avg 3x3/2" of the design table)
     oh_a = (SHAPE[2] - K[0]) // S[0] + 1
     n_out_a = SHAPE[0] * SHAPE[1] * oh_a * oh_a
     eager_avg = lambda x: TF.avg_pool2d(x, K, S)  # noqa: E731
-    out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag}", max_inputs, {
+    out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag}", max_inputs, var({
         "torch_dnn": lambda x: F.avg_pool2d(x, K, S),
         "eager": eager_avg,
         "compile": torch.compile(eager_avg, dynamic=False),
-    }, bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
+    }), bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
 
     def avg_bwd_inputs(d=dtype, lay=layout):
         x = rand_cuda(SHAPE, d, lay)
         return torch.randn_like(TF.avg_pool2d(x, K, S)), x
 
     eager_avg_bwd = lambda g, x: aten.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None)  # noqa: E731
-    out.append(Case("pool", f"avg_pool2d 3x3/2 bwd {tag}", avg_bwd_inputs, {
+    out.append(Case("pool", f"avg_pool2d 3x3/2 bwd {tag}", avg_bwd_inputs, var_bwd({
         "torch_dnn": lambda g, x: ops.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None),
         "eager": eager_avg_bwd,
         "compile": torch.compile(eager_avg_bwd, dynamic=False),
-    }, bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
+    }), bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
     return out
 
 
@@ -78,22 +111,24 @@ def _adaptive_cases(dtype, layout="NHWC"):
     n_in, n_out = math.prod(shape), shape[0] * shape[1]
     tag = f"256x2048x7x7 {layout} bf16"
     eager = lambda x: TF.adaptive_avg_pool2d(x, 1)  # noqa: E731
-    fwd = Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}", lambda: (rand_cuda(shape, dtype, layout),), {
+    # the first global-average kernels (TORCH_DNN_POOL_GLOBAL=old) beside the new ones, for the A/B
+    old = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL", "old", "torch_dnn old")  # noqa: E731
+    fwd = Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}", lambda: (rand_cuda(shape, dtype, layout),), old({
         "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
         "eager": eager,
         "compile": torch.compile(eager, dynamic=False),
-    }, bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive")
+    }), bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive")
 
     def bwd_inputs():
         x = rand_cuda(shape, dtype, layout)
         return torch.randn_like(TF.adaptive_avg_pool2d(x, 1)), x
 
     eager_bwd = lambda g, x: aten._adaptive_avg_pool2d_backward(g, x)  # noqa: E731
-    bwd = Case("pool", f"adaptive_avg_pool2d(1) bwd {tag}", bwd_inputs, {
+    bwd = Case("pool", f"adaptive_avg_pool2d(1) bwd {tag}", bwd_inputs, old({
         "torch_dnn": lambda g, x: ops.adaptive_avg_pool2d_backward(g, x),
         "eager": eager_bwd,
         "compile": torch.compile(eager_bwd, dynamic=False),
-    }, bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive")
+    }), bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive")
     return [fwd, bwd]
 
 
@@ -132,11 +167,11 @@ def _rank_cases(dtype):
     n_in1, n_out1 = math.prod(shape1), shape1[0] * shape1[1] * ((shape1[2] + 2 - 3) // 2 + 1)
     eager1 = lambda x: TF.avg_pool1d(x, 3, 2, 1)  # noqa: E731
     out.append(Case("pool", "avg_pool1d 3/2 pad 1 fwd 32x512x8192 NCL bf16",
-                    lambda: (torch.empty(shape1, dtype=dtype, device="cuda").uniform_(-4, 4),), {
+                    lambda: (torch.empty(shape1, dtype=dtype, device="cuda").uniform_(-4, 4),), _variant({
                         "torch_dnn": lambda x: F.avg_pool1d(x, 3, 2, 1),
                         "eager": eager1,
                         "compile": torch.compile(eager1, dynamic=False),
-                    }, bytes=(n_in1 + n_out1) * es, target=">=90% copy", group="pool 3-D / 1-D"))
+                    }, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"), bytes=(n_in1 + n_out1) * es, target=">=90% copy", group="pool 3-D / 1-D"))
     return out
 
 

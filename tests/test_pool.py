@@ -674,3 +674,63 @@ def test_cuda_deterministic_backward():
         gx = torch.autograd.grad((y, y3), [x, x3], (torch.ones_like(y), torch.ones_like(y3)))
         assert g is None or all(torch.equal(a, b) for a, b in zip(g, gx))
         g = gx
+
+
+@pytest.mark.cuda
+def test_cuda_past_2_31_elements_nchw_and_global():
+    # NCHW plane tiles (64-bit plane offsets) and the global-average chunk / broadcast kernels past 2^31
+    x = torch.empty((2, 64, 4100, 4100), dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
+    assert x.numel() > 2**31
+    tail = x[:, -2:].contiguous()
+    y, i = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    y_ref, i_ref = TF.max_pool2d(tail, 3, 2, 1, return_indices=True)
+    assert torch.equal(y[:, -2:], y_ref) and torch.equal(i[:, -2:], i_ref)
+    g = torch.ones_like(y)
+    dx = ops.max_pool2d_backward(g, x, i, (3, 3), (2, 2), (1, 1), (1, 1), False)
+    torch.testing.assert_close(dx[:, -2:], TF.max_unpool2d(g[:, -2:].contiguous(), i_ref, 3, 2, 1,
+                                                           output_size=tail.shape[-2:]))
+    del dx, g, i, y
+    ya = F.avg_pool2d(x, 3, 2)
+    torch.testing.assert_close(ya[:, -2:], TF.avg_pool2d(tail, 3, 2))
+    ga = torch.ones_like(ya)
+    dxa = ops.avg_pool2d_backward(ga, x, (3, 3), (2, 2), (0, 0), False, True, None)
+    ref = torch.ops.aten.avg_pool2d_backward(ga[:, -2:].contiguous(), tail, (3, 3), (2, 2), (0, 0), False, True, None)
+    torch.testing.assert_close(dxa[:, -2:], ref)
+    del dxa, ga, ya, x, tail
+    for layout in ("contiguous", "channels_last"):
+        x = torch.empty((44000, 1024, 7, 7), dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        assert x.numel() > 2**31
+        tail = x[-3:].contiguous()
+        torch.testing.assert_close(F.adaptive_avg_pool2d(x, 1)[-3:], TF.adaptive_avg_pool2d(tail, 1))
+        g = torch.randn((44000, 1024, 1, 1), dtype=torch.bfloat16, device="cuda")
+        dx = ops.adaptive_avg_pool2d_backward(g, x)
+        torch.testing.assert_close(dx[-3:], torch.ops.aten._adaptive_avg_pool2d_backward(g[-3:].contiguous(), tail))
+        del dx, g, x, tail
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("variant", ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather",
+                                     "TORCH_DNN_POOL_CL_BWD=item", "TORCH_DNN_POOL_GLOBAL=old",
+                                     "TORCH_DNN_POOL_CL_FWD=item"])
+def test_cuda_variants_agree(variant, monkeypatch):
+    # the old paths kept for A/B measurements give what the default paths give (up to float summation order)
+    xs = [make_input((4, 24, 37, 30), torch.float32, "cuda", layout) for layout in ("contiguous", "channels_last")]
+
+    def run():
+        out = []
+        for x0 in xs:
+            x = x0.detach().requires_grad_()
+            for fn in (lambda t: F.max_pool2d(t, 3, 2, 1), lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True),
+                       lambda t: F.avg_pool2d(t, 2, 2, count_include_pad=False), lambda t: F.adaptive_avg_pool2d(t, 1)):
+                y = fn(x)
+                (gx,) = torch.autograd.grad(y, [x], torch.ones_like(y))
+                out += [y, gx]
+        return out
+
+    base = run()
+    name, value = variant.split("=")
+    monkeypatch.setenv(name, value)
+    for a, b in zip(base, run()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

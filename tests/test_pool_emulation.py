@@ -116,6 +116,33 @@ FIXED = [
     ("adaptive_max_pool", 3, (2, 3, 5, 6, 7), "contiguous", dict(out=(3, 8, 2))),
     ("max_pool", 2, (4, 64, 40, 40), "channels_last", dict(k=3, s=2, p=1)),        # grid-stride loops
     ("avg_pool", 2, (4, 16, 40, 40), "contiguous", dict(k=3, s=2, p=1)),
+    # NCDHW plane tiles (pool_tile.cuh): 16-byte row staging (W = 16), several bands per plane (rows of
+    # 8 * 300 bytes: 13 fit the 32 KB tile), dilated and ceil-mode windows, a trivial depth window in 3-D
+    ("max_pool", 2, (2, 3, 20, 16), "contiguous", dict(k=3, s=2, p=1)),
+    ("avg_pool", 2, (2, 3, 20, 16), "contiguous", dict(k=3, s=2, p=0)),
+    ("max_pool", 2, (1, 2, 61, 300), "contiguous", dict(k=3, s=2, p=1)),
+    ("avg_pool", 2, (1, 2, 61, 300), "contiguous", dict(k=(3, 2), s=(2, 1), p=1, cip=False)),
+    ("max_pool", 2, (1, 2, 45, 300), "contiguous", dict(k=(2, 3), s=(1, 3), p=(1, 0), d=(3, 2), ceil=True)),
+    ("avg_pool", 2, (2, 3, 11, 13), "contiguous", dict(k=4, s=3, p=2, ceil=True, cip=False, div=None)),
+    # edge divisors (count_include_pad=False) with several staging rounds, W and OW walks of different steps
+    ("avg_pool", 2, (2, 3, 40, 40), "contiguous", dict(k=3, s=2, p=1, cip=False)),
+    ("avg_pool", 2, (2, 3, 45, 20), "contiguous", dict(k=3, s=2, p=1, ceil=True, cip=False)),
+    ("avg_pool", 2, (1, 2, 37, 150), "contiguous", dict(k=3, s=1, p=1, cip=False)),             # per-input gather
+    ("max_pool", 2, (1, 2, 37, 150), "contiguous", dict(k=(3, 4), s=(3, 1), p=1, d=(1, 2))),  # per-input gather
+    ("max_pool", 3, (2, 3, 4, 9, 8), "contiguous", dict(k=(1, 3, 3), s=(1, 2, 2), p=(0, 1, 1))),
+    ("avg_pool", 3, (2, 3, 4, 9, 8), "contiguous", dict(k=(1, 3, 2), s=(1, 1, 2), p=(0, 1, 1), div=7)),
+    ("max_pool", 1, (2, 5, 70), "contiguous", dict(k=4, s=1, p=2, d=3)),
+    # channels-last backward by owner blocks: vectors and one channel a thread, padding, ceil mode, dilated
+    # max (span 3 <= 2 * stride 2), strides 3 and 1, a trivial depth window in 3-D, 1-D (N, L, C)
+    ("max_pool", 2, (2, 16, 14, 13), "channels_last", dict(k=3, s=2, p=1, ceil=True)),
+    ("avg_pool", 2, (2, 16, 14, 13), "channels_last", dict(k=3, s=2, p=1, ceil=True, cip=False)),
+    ("avg_pool", 2, (2, 5, 11, 12), "channels_last", dict(k=(3, 2), s=(2, 1), p=1, div=4)),
+    ("max_pool", 2, (2, 8, 11, 12), "channels_last", dict(k=2, s=(2, 1), p=1, d=(2, 1))),
+    ("avg_pool", 2, (2, 8, 17, 10), "channels_last", dict(k=(5, 4), s=3, p=2, ceil=True)),
+    ("max_pool", 3, (2, 8, 3, 9, 8), "channels_last", dict(k=(1, 3, 3), s=(1, 2, 2), p=(0, 1, 1))),
+    ("avg_pool", 1, (2, 8, 33), "channels_last", dict(k=3, s=2, p=1)),
+    ("adaptive_avg_pool", 2, (3, 40, 7, 7), "contiguous", dict(out=1)),            # global, 64 planes a block
+    ("adaptive_avg_pool", 2, (2, 9, 11, 15), "contiguous", dict(out=1)),           # 16 planes a block
 ]
 
 
@@ -124,6 +151,17 @@ def test_fixed_cases(emu, dtype):
     gen = torch.Generator().manual_seed(0)
     for kind, r, shape, layout, kw in FIXED:
         _compare(kind, r, _input(shape, dtype, layout, gen), kw, emu, gen)
+
+
+@pytest.mark.parametrize("variant", ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_GLOBAL=old", "TORCH_DNN_POOL_CL_BWD=item",
+                                     "TORCH_DNN_POOL_NC_BWD=gather", "TORCH_DNN_POOL_CL_FWD=item"])
+def test_fixed_cases_old_paths(emu, variant, monkeypatch):
+    # the kernels the plane tiles and the new global-average kernels replaced stay selectable: keep them right
+    name, value = variant.split("=")
+    monkeypatch.setenv(name, value)
+    gen = torch.Generator().manual_seed(2)
+    for kind, r, shape, layout, kw in FIXED:
+        _compare(kind, r, _input(shape, torch.float32, layout, gen), kw, emu, gen)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])

@@ -1,12 +1,51 @@
 // Pooling forward entry points: max (with indices), avg, lp, adaptive avg and max, over dtype x layout.
 #include "pool/kernels/pool.cuh"
+#include "pool/kernels/pool_global.cuh"
+#include "pool/kernels/pool_tile.cuh"
 
 namespace torch_dnn {
 namespace pool {
 namespace {
 
+// NCDHW forward through plane tiles (pool_tile.cuh); false when the shape does not take that path.
+template <Op OP>
+bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolShape& s, cudaStream_t stream) {
+  if (!tile_applies(s) || nc_item()) return false;
+  TileArgs a = tile_args(s);
+  bool done = false;
+  dispatch_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t row_bytes = int64_t(a.W) * int64_t(sizeof(T));
+    const int span = (a.kh - 1) * a.dh + 1;
+    const int64_t fit = kTileSmem / row_bytes;  // input rows that fit
+    if (fit < span) return;
+    const int64_t max_rows = (fit - span) / a.sh + 1;  // output rows whose input rows fit
+    set_bands(a, a.OH, int(max_rows < a.OH ? max_rows : a.OH), a.OW);
+    const int64_t in_rows = int64_t(a.rows - 1) * a.sh + span;
+    const size_t smem = size_t((in_rows < a.H ? in_rows : a.H) * row_bytes + 15) / 16 * 16;
+    const T* xp = static_cast<const T*>(x);
+    T* yp = static_cast<T*>(y);
+    const unsigned grid = grid_for(a.tiles, 1);
+    const bool vec = aligned16(x) && row_bytes % 16 == 0;
+    const bool k3 = a.kh == 3 && a.kw == 3 && a.dh == 1 && a.dw == 1;
+    auto go = [&](auto v, auto k) {
+      constexpr int V = decltype(v)::value, K = decltype(k)::value;
+      launch_smem(pool_fwd_tile<T, OP, V, K, K>, grid, kThreads, smem, stream, xp, yp, ind, a);
+    };
+    if (vec && k3) go(int_c<kVec16<T>>{}, int_c<3>{});
+    else if (vec) go(int_c<kVec16<T>>{}, int_c<0>{});
+    else if (k3) go(int_c<1>{}, int_c<3>{});
+    else go(int_c<1>{}, int_c<0>{});
+    done = true;
+  });
+  return done;
+}
+
 template <Op OP>
 void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolShape& s, cudaStream_t stream) {
+  if constexpr (OP != Op::Lp) {
+    if (launch_tile_fwd<OP>(t, x, y, ind, s, stream)) return;
+  }
   const int64_t out[3] = {s.ax[0].out, s.ax[1].out, s.ax[2].out};
   const bool aligned = aligned16(x) && aligned16(y) && (OP != Op::Max || aligned16(ind));
   dispatch_layout(t, s, aligned, [&](auto tag, auto cl, auto v) {
@@ -15,6 +54,14 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
     T* yp = static_cast<T*>(y);
     // the scalar channels-last path (C not a multiple of the vector) is the rare one: loops only
     dispatch_taps<OP, (!decltype(cl)::value || decltype(v)::value > 1)>(s, [&](auto kh, auto kw) {
+      if constexpr (cl.value && OP != Op::Lp && decltype(kh)::value > 0) {
+        if (cl2d_applies(s) && !cl_fwd_item()) {
+          const Args<4> a = cl_args(s, v.value, out);
+          launch(pool_fwd_cl2d<T, OP, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream,
+                 xp, yp, ind, a);
+          return;
+        }
+      }
       if constexpr (cl.value) {
         const Args<4> a = cl_args(s, v.value, out);
         launch(pool_fwd_cl<T, OP, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream, xp,
@@ -49,6 +96,18 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
       };
       if (s.C % V == 0 && aligned) run(std::integral_constant<int, V>{});
       else run(std::integral_constant<int, 1>{});
+    } else if (!global_old() && P <= 512 && P * int64_t(sizeof(acc_t<T>)) * 16 <= kTileSmem) {
+      // short planes: PB consecutive planes per block through shared memory
+      const int64_t planes = s.N * s.C;
+      auto run = [&](auto pb) {
+        constexpr int PB = decltype(pb)::value;
+        const size_t smem = size_t(PB) * P * sizeof(acc_t<T>);
+        const unsigned grid = grid_for((planes + PB - 1) / PB, 1);
+        if (aligned16(x)) launch_smem(global_avg_nc_chunk<T, V, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else launch_smem(global_avg_nc_chunk<T, 1, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+      };
+      if (P * int64_t(sizeof(acc_t<T>)) * 64 <= kTileSmem) run(int_c<64>{});
+      else run(int_c<16>{});
     } else {
       const int64_t planes = s.N * s.C;
       // a block per plane when the planes are long and too few to fill the GPU with warps

@@ -108,6 +108,20 @@ void emulate_launch(void (*kernel)(P...), unsigned grid, unsigned block, Args...
   for (unsigned b = 0; b < grid; ++b) pool.run(b, [&] { kernel(args...); });
 }
 
+// Dynamic shared memory: one buffer (one block runs at a time), 16-byte aligned, poisoned before each launch.
+inline std::vector<int4>& emu_dyn_buffer() {
+  static std::vector<int4> buf;
+  return buf;
+}
+inline unsigned char* emu_dyn_smem() { return reinterpret_cast<unsigned char*>(emu_dyn_buffer().data()); }
+
+template <typename... P, typename... Args>
+void emulate_launch_smem(void (*kernel)(P...), unsigned grid, unsigned block, size_t smem, Args... args) {
+  auto& buf = emu_dyn_buffer();
+  buf.assign((smem + 15) / 16, int4{-1, -1, -1, -1});  // NaN-ish bytes: a read before a write shows
+  emulate_launch(kernel, grid, block, args...);
+}
+
 // The CUDA runtime calls the launchers make, answered for a pretend device of two SMs (small grids, so that
 // grid-stride loops go round several times). Renamed, so that a CUDA runtime loaded by torch is not called.
 inline cudaError_t emu_cudaGetDevice(int* device) {

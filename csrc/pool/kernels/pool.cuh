@@ -469,11 +469,24 @@ __global__ void __launch_bounds__(kThreads) global_avg_cl(const T* x, T* y, int6
     for (int j = 0; j < V; ++j) acc[j] = A(0);
     if (cg < G && lane < lanes) {
       const T* xp = x + n * P * C + cg * V;
-      for (int64_t r = lane; r < P; r += lanes) {
-        A v[V];
-        load_acc<V>(xp + r * C, v);
+      // U rows' loads in flight before their adds (one at a time left ~6 dependent loads per thread at 7x7)
+      constexpr int U = 4;
+      for (int64_t r0 = lane; r0 < P; r0 += U * lanes) {
+        A v[U][V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) acc[j] += v[j];
+        for (int u = 0; u < U; ++u) {
+          const int64_t r = r0 + int64_t(u) * lanes;
+          if (r < P) {
+            load_acc<V>(xp + r * C, v[u]);
+          } else {
+#pragma unroll
+            for (int j = 0; j < V; ++j) v[u][j] = A(0);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int j = 0; j < V; ++j) acc[j] += v[u][j];
       }
     }
     __syncthreads();  // part may still be read for the previous b

@@ -1,0 +1,104 @@
+// Global average pooling (adaptive to one output per (n, c) volume of P positions) beyond pool.cuh's:
+//   global_avg_nc_chunk: NCDHW with short planes (P = 49 at 7x7: a warp per plane idles half its lanes on
+//     scalar loads). A block takes PB consecutive planes = one contiguous run of PB * P elements, loads it
+//     with 16-byte vectors into shared memory as float, then TPP = 256 / PB threads sum each plane (strided,
+//     then a fixed xor-shuffle tree: deterministic).
+//   global_bcast: the backward, dx = g / P broadcast over each volume: a pure write stream (g is tiny and
+//     cached), 16-byte stores; NCDHW walks the flat output, channels-last walks (channel vector, row, n).
+#pragma once
+#include "pool/kernels/pool_tile.cuh"
+
+namespace torch_dnn {
+namespace pool {
+
+template <typename T, int V, int PB>
+__global__ void __launch_bounds__(kThreads) global_avg_nc_chunk(const T* __restrict__ x, T* __restrict__ y,
+                                                                 int64_t planes, int P) {
+  using A = acc_t<T>;
+  constexpr int TPP = kThreads / PB;
+  A* buf = reinterpret_cast<A*>(tile_smem());
+  const A inv = A(1) / A(P);
+  const int64_t chunks = (planes + PB - 1) / PB;
+  for (int64_t b = blockIdx.x; b < chunks; b += gridDim.x) {
+    const int64_t p0 = b * PB;
+    const int np = int(planes - p0 < PB ? planes - p0 : PB);
+    const int n = np * P;
+    const T* src = x + p0 * P;  // 16-byte aligned for V > 1: PB * P is a multiple of V (host)
+    __syncthreads();  // the previous chunk's readers are done
+    constexpr int U = 4;
+    const int nv = V > 1 ? n / V : 0;
+    for (int i0 = threadIdx.x; i0 < nv; i0 += U * kThreads) {
+      Vec<T, V> r[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(i0 + u * kThreads) * V);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (i0 + u * kThreads < nv)
+#pragma unroll
+          for (int j = 0; j < V; ++j) buf[(i0 + u * kThreads) * V + j] = to_acc<A>(r[u].v[j]);
+    }
+    for (int i = nv * V + threadIdx.x; i < n; i += kThreads) buf[i] = to_acc<A>(src[i]);  // tail / scalar
+    __syncthreads();
+    const int pl = threadIdx.x / TPP, lane = threadIdx.x % TPP;
+    A acc = A(0);
+    if (pl < np)
+      for (int i = lane; i < P; i += TPP) acc += buf[pl * P + i];
+    acc = warp_reduce(acc, SumOp{}, TPP);
+    if (lane == 0 && pl < np) y[p0 + pl] = from_acc<T>(acc * inv);
+  }
+}
+
+// NCDHW backward: dx[plane * P + p] = g[plane] / P over `total` = planes * P elements, V per item.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) global_bcast_nc(const T* __restrict__ g, T* __restrict__ dx,
+                                                             int64_t total, int64_t P, FastDivmod32 by_p) {
+  using A = acc_t<T>;
+  const A inv = A(1) / A(P);
+  const int64_t items = (total + V - 1) / V;
+  const bool small = total < (int64_t(1) << 31);
+  POOL_GRID_LOOP(t, items) {
+    const int64_t e0 = t * V;
+    int64_t plane, p;
+    if (small) {
+      uint32_t q, r;
+      by_p.divmod(uint32_t(e0), q, r);
+      plane = q, p = r;
+    } else {
+      plane = e0 / P, p = e0 - plane * P;
+    }
+    A v[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      v[j] = e0 + j < total ? to_acc<A>(g[plane]) * inv : A(0);
+      if (++p == P) p = 0, ++plane;
+    }
+    if (V > 1 && e0 + V <= total) {
+      store_acc<V>(dx + e0, v);
+    } else {
+      for (int j = 0; j < V && e0 + j < total; ++j) dx[e0 + j] = from_acc<T>(v[j]);
+    }
+  }
+}
+
+// channels-last backward: dx[n][p][c] = g[n][c] / P, items (channel vector, p, n).
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) global_bcast_cl(const T* __restrict__ g, T* __restrict__ dx,
+                                                             int64_t N, int64_t P, int64_t C, Splitter<2> sp) {
+  using A = acc_t<T>;
+  const A inv = A(1) / A(P);
+  const int64_t items = N * P * (C / V);
+  POOL_GRID_LOOP(t, items) {
+    int64_t q[3];
+    split(sp, t, q);
+    const int64_t c = q[0] * V, n = q[2];
+    A v[V];
+    load_acc<V>(g + n * C + c, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] *= inv;
+    store_acc<V>(dx + t * V, v);  // item t's V channels are elements [t * V, t * V + V) of dx
+  }
+}
+
+}  // namespace pool
+}  // namespace torch_dnn

@@ -1,0 +1,690 @@
+// NCDHW plane-tile kernels for window pooling whose depth window is trivial (2-D and 1-D pooling, 3-D with
+// a 1x1x1-deep window): a block takes a band of rows of one (n, c, d) plane, copies the rows it reads from
+// global memory into shared memory ONCE with coalesced (16-byte when rows allow) loads, then computes from
+// shared memory. This replaces the per-element path (pool.cuh: one output or input per thread, strided
+// loads, windows and divisors recomputed per covering output) for NCDHW:
+//   forward : band of output rows; the input rows it covers are staged (halo rows are read twice, from L2);
+//             every window tap is a shared-memory read, outputs are stored coalesced.
+//   backward: band of input rows; the grad_output rows covering it are staged as float, avg's already
+//             divided by their window's divisor (once per output, not once per covering input); max's
+//             indices staged as int32 relative to the plane. Each input gathers its covering outputs
+//             (fixed order: deterministic, no atomics, no zero fill).
+// Sizes inside a plane are 32-bit (the host checks H * W, OH * OW and their paddings < 2^31); plane offsets are
+// 64-bit. Row/column walking inside a band is incremental (no division per element).
+#pragma once
+#include <cstdlib>
+#include <cstring>
+
+#include "pool/kernels/pool.cuh"
+
+namespace torch_dnn {
+namespace pool {
+
+TD_HD int imin(int a, int b) { return a < b ? a : b; }
+TD_HD int imax(int a, int b) { return a > b ? a : b; }
+
+// Dynamic shared memory of the running block (the emulation hands out a host buffer instead).
+#if defined(TORCH_DNN_EMULATE_CUDA)
+inline unsigned char* tile_smem() { return emu_dyn_smem(); }
+#else
+__device__ __forceinline__ unsigned char* tile_smem() {
+  extern __shared__ __align__(16) unsigned char pool_tile_smem[];
+  return pool_tile_smem;
+}
+#endif
+
+template <typename... P, typename... Args>
+void launch_smem(void (*kernel)(P...), unsigned grid, unsigned block, size_t smem, cudaStream_t stream,
+                 Args... args) {
+#if defined(TORCH_DNN_EMULATE_CUDA)
+  emulate_launch_smem(kernel, grid, block, smem, args...);
+#else
+  kernel<<<grid, block, smem, stream>>>(args...);
+#endif
+}
+
+struct TileArgs {
+  int64_t planes;  // N * C * D
+  int64_t tiles;   // planes * bands
+  int D, H, W, OH, OW;
+  int kh, kw, sh, sw, ph, pw, dh, dw;
+  int rows;   // rows per band: output rows (forward), input rows (backward)
+  int bands;  // bands per plane
+  int step_r, step_c;  // kThreads = step_r * cols + step_c: the walk of one thread over a band's elements
+  bool cip;
+  int divisor_override;
+  FastDivmod32 by_sh, by_sw;
+};
+
+// Copies n elements from global src to shared dst (both 16-byte aligned and n % V == 0 when V > 1), U loads
+// in flight per thread before their stores.
+template <typename T, int V>
+__device__ __forceinline__ void stage_rows(T* dst, const T* src, int n) {
+  constexpr int U = V > 1 ? 4 : 8;
+  const int nv = n / V;
+  for (int i0 = threadIdx.x; i0 < nv; i0 += U * kThreads) {
+    Vec<T, V> r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(i0 + u * kThreads) * V);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * kThreads < nv) store_vec<T, V>(dst + (i0 + u * kThreads) * V, r[u]);
+  }
+}
+
+// ---- forward ----
+// KH x KW > 0: a window of exactly that many taps (dilation 1); 0: run-time window (any dilation).
+template <typename T, Op OP, int V, int KH, int KW>
+__global__ void __launch_bounds__(kThreads) pool_fwd_tile(const T* __restrict__ x, T* __restrict__ y,
+                                                           int64_t* __restrict__ ind, TileArgs a) {
+  using A = acc_t<T>;
+  T* tile = reinterpret_cast<T*>(tile_smem());
+  const int H = a.H, W = a.W, OW = a.OW;
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int64_t plane = t / a.bands;
+    const int oh0 = int(t - plane * a.bands) * a.rows;
+    const int oh1 = imin(oh0 + a.rows, a.OH);
+    const int h_lo = imax(oh0 * a.sh - a.ph, 0);
+    const int h_hi = imin((oh1 - 1) * a.sh - a.ph + (a.kh - 1) * a.dh + 1, H);
+    __syncthreads();  // the previous band's readers are done with the tile
+    if (h_hi > h_lo) stage_rows<T, V>(tile, x + (plane * H + h_lo) * W, (h_hi - h_lo) * W);
+    __syncthreads();
+    const int64_t obase = plane * a.OH * OW;
+    const int64_t ibase = int64_t(plane % a.D) * H * W;  // indices are flat in the (n, c) volume
+    int r = threadIdx.x / OW, c = threadIdx.x % OW;
+    for (; r < oh1 - oh0; r += a.step_r) {
+      const int oh = oh0 + r, ow = c;
+      const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
+      const int64_t o = obase + int64_t(oh) * OW + ow;
+      if constexpr (OP == Op::Max) {
+        A m = A(-INFINITY);
+        int hb = hs, wb = ws;  // the first position inside the input: the index of a window of only -inf
+        if (hb < 0) hb += ((-hb + a.dh - 1) / a.dh) * a.dh;
+        if (wb < 0) wb += ((-wb + a.dw - 1) / a.dw) * a.dw;
+        int mi = hb * W + wb;
+        auto tap = [&](int h, int w) {
+          const A v = to_acc<A>(tile[(h - h_lo) * W + w]);
+          if (v > m || v != v) m = v, mi = h * W + w;  // a NaN wins (the last one seen), as PyTorch
+        };
+        if constexpr (KH > 0) {
+#pragma unroll
+          for (int i = 0; i < KH; ++i) {
+            const int h = hs + i;
+            if (h < 0 || h >= H) continue;
+#pragma unroll
+            for (int j = 0; j < KW; ++j) {
+              const int w = ws + j;
+              if (w >= 0 && w < W) tap(h, w);
+            }
+          }
+        } else {
+          const int he = imin(hs + (a.kh - 1) * a.dh + 1, H), we = imin(ws + (a.kw - 1) * a.dw + 1, W);
+          for (int h = hb; h < he; h += a.dh)
+            for (int w = wb; w < we; w += a.dw) tap(h, w);
+        }
+        y[o] = from_acc<T>(m);
+        ind[o] = ibase + mi;
+      } else {
+        // avg: window [hs, he) clamped to the padded input, divisor from its padded or clipped size
+        const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
+        const int hb = imax(hs, 0), wb = imax(ws, 0), he = imin(he_p, H), we = imin(we_p, W);
+        A acc = A(0);
+        if constexpr (KH > 0) {
+#pragma unroll
+          for (int i = 0; i < KH; ++i) {
+            const int h = hs + i;
+            if (h < 0 || h >= H) continue;
+#pragma unroll
+            for (int j = 0; j < KW; ++j) {
+              const int w = ws + j;
+              if (w >= 0 && w < W) acc += to_acc<A>(tile[(h - h_lo) * W + w]);
+            }
+          }
+        } else {
+          for (int h = hb; h < he; ++h)
+            for (int w = wb; w < we; ++w) acc += to_acc<A>(tile[(h - h_lo) * W + w]);
+        }
+        const int div = a.divisor_override ? a.divisor_override
+                        : a.cip            ? (he_p - hs) * (we_p - ws)
+                                           : (he - hb) * (we - wb);
+        y[o] = from_acc<T>(acc * (A(1) / A(div)));
+      }
+      c += a.step_c;
+      if (c >= OW) c -= OW, ++r;
+    }
+  }
+}
+
+// ---- backward ----
+
+// Outputs whose window may cover input position i along one axis: [lo, hi) (pool_kernels.h's
+// covering_outputs with the stride's 32-bit divisor; a superset for dilated max windows).
+__device__ __forceinline__ void cover(int i, int k, int d, int p, int out, const FastDivmod32& by_s, int& lo,
+                                      int& hi) {
+  const int span = (k - 1) * d + 1, ip = i + p;
+  lo = ip < span ? 0 : int(by_s.div(uint32_t(ip - span))) + 1;
+  hi = imin(int(by_s.div(uint32_t(ip))) + 1, out);
+}
+
+// C > 0: at most C outputs cover a position along each axis (unrolled); 0: run-time loops.
+template <typename T, Op OP, int C>
+__global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ g, const int64_t* __restrict__ ind,
+                                                           T* __restrict__ dx, TileArgs a) {
+  using A = acc_t<T>;
+  A* sg = reinterpret_cast<A*>(tile_smem());
+  const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int64_t plane = t / a.bands;
+    const int h0 = int(t - plane * a.bands) * a.rows;
+    const int h1 = imin(h0 + a.rows, H);
+    int oh_lo, oh_hi, unused;
+    cover(h0, a.kh, a.dh, a.ph, OH, a.by_sh, oh_lo, unused);
+    cover(h1 - 1, a.kh, a.dh, a.ph, OH, a.by_sh, unused, oh_hi);
+    const int n_out = imax(oh_hi - oh_lo, 0) * OW;
+    int* sidx = reinterpret_cast<int*>(sg + n_out);  // max only
+    const int64_t gbase = plane * OH * OW + int64_t(oh_lo) * OW;
+    const int64_t ibase = int64_t(plane % a.D) * H * W;
+    __syncthreads();  // the previous band's readers are done
+    {
+      // stage: grad rows [oh_lo, oh_hi) as float (avg: divided by the window's divisor), max's indices
+      constexpr int U = 4;
+      // walk over the staged outputs (a.step_* walk the band's inputs or owners, not these)
+      const int step_r = kThreads / OW, step_c = kThreads % OW;
+      int r = threadIdx.x / OW, c = threadIdx.x % OW;
+      for (int e0 = threadIdx.x; e0 < n_out; e0 += U * kThreads) {
+        T gv[U];
+        int64_t iv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e < n_out) {
+            gv[u] = g[gbase + e];
+            if constexpr (OP == Op::Max) iv[u] = ind[gbase + e];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e < n_out) {
+            if constexpr (OP == Op::Max) {
+              const int64_t rel = iv[u] - ibase;  // outside the plane: matches no input
+              sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+              sg[e] = to_acc<A>(gv[u]);
+            } else {
+              const int hs = (oh_lo + r) * a.sh - a.ph, ws = c * a.sw - a.pw;
+              const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
+              const int div = a.divisor_override ? a.divisor_override
+                              : a.cip            ? (he_p - hs) * (we_p - ws)
+                                                 : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+              sg[e] = to_acc<A>(gv[u]) / A(div);
+            }
+          }
+          c += step_c, r += step_r;
+          if (c >= OW) c -= OW, ++r;
+        }
+      }
+    }
+    __syncthreads();
+    const int64_t xbase = plane * H * W;
+    int r = threadIdx.x / W, w = threadIdx.x % W;
+    for (; r < h1 - h0; r += a.step_r) {
+      const int h = h0 + r;
+      int hl, hh, wl, wh;
+      cover(h, a.kh, a.dh, a.ph, OH, a.by_sh, hl, hh);
+      cover(w, a.kw, a.dw, a.pw, OW, a.by_sw, wl, wh);
+      const int i = h * W + w;
+      A acc = A(0);
+      // one covering output: max adds it where its index is this input, avg always (its window holds
+      // the input: dilation 1 and the covering range is exact)
+      auto add = [&](int oh, int ow) {
+        const int e = (oh - oh_lo) * OW + ow;
+        if constexpr (OP == Op::Max) {
+          if (sidx[e] == i) acc += sg[e];
+        } else {
+          acc += sg[e];
+        }
+      };
+      if constexpr (C > 0) {
+#pragma unroll
+        for (int u = 0; u < C; ++u)
+#pragma unroll
+          for (int v = 0; v < C; ++v)
+            if (hl + u < hh && wl + v < wh) add(hl + u, wl + v);
+      } else {
+        for (int oh = hl; oh < hh; ++oh)
+          for (int ow = wl; ow < wh; ++ow) add(oh, ow);
+      }
+      dx[xbase + i] = from_acc<T>(acc);
+      w += a.step_c;
+      if (w >= W) w -= W, ++r;
+    }
+  }
+}
+
+// Backward by owner blocks (span <= 2 * stride along H and W): input h is covered only by outputs o - 1 and
+// o, o = (h + p) / s its owner. A band is a range of owner rows [o0, o1); the staged grad rows are
+// [o0 - 1, o1). A thread takes one owner (oh, ow): it reads the 2 x 2 outputs (o - 1, o) x (o - 1, o) from
+// shared memory once and writes the s x s inputs it owns, so the covering arithmetic is per owner, not per
+// input (the per-input gather above spends ~60 instructions an input on it: instruction-bound at ~1.2 TB/s).
+template <typename T, Op OP>
+__global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restrict__ g,
+                                                                 const int64_t* __restrict__ ind,
+                                                                 T* __restrict__ dx, TileArgs a) {
+  using A = acc_t<T>;
+  A* sg = reinterpret_cast<A*>(tile_smem());
+  const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
+  const int own_h = (H - 1 + a.ph) / a.sh + 1, own_w = (W - 1 + a.pw) / a.sw + 1;
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int64_t plane = t / a.bands;
+    const int o0 = int(t - plane * a.bands) * a.rows;
+    const int o1 = imin(o0 + a.rows, own_h);
+    const int oh_lo = imax(o0 - 1, 0), oh_hi = imin(o1, OH);
+    const int n_out = imax(oh_hi - oh_lo, 0) * OW;
+    int* sidx = reinterpret_cast<int*>(sg + n_out);  // max only
+    const int64_t gbase = plane * OH * OW + int64_t(oh_lo) * OW;
+    const int64_t ibase = int64_t(plane % a.D) * H * W;
+    __syncthreads();  // the previous band's readers are done
+    {
+      constexpr int U = 4;
+      // walk over the staged outputs (a.step_* walk the band's inputs or owners, not these)
+      const int step_r = kThreads / OW, step_c = kThreads % OW;
+      int r = threadIdx.x / OW, c = threadIdx.x % OW;
+      for (int e0 = threadIdx.x; e0 < n_out; e0 += U * kThreads) {
+        T gv[U];
+        int64_t iv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e < n_out) {
+            gv[u] = g[gbase + e];
+            if constexpr (OP == Op::Max) iv[u] = ind[gbase + e];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e < n_out) {
+            if constexpr (OP == Op::Max) {
+              const int64_t rel = iv[u] - ibase;  // outside the plane: matches no input
+              sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+              sg[e] = to_acc<A>(gv[u]);
+            } else {
+              const int hs = (oh_lo + r) * a.sh - a.ph, ws = c * a.sw - a.pw;
+              const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
+              const int div = a.divisor_override ? a.divisor_override
+                              : a.cip            ? (he_p - hs) * (we_p - ws)
+                                                 : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+              sg[e] = to_acc<A>(gv[u]) / A(div);
+            }
+          }
+          c += step_c, r += step_r;
+          if (c >= OW) c -= OW, ++r;
+        }
+      }
+    }
+    __syncthreads();
+    const int64_t xbase = plane * H * W;
+    int r = threadIdx.x / own_w, q = threadIdx.x % own_w;
+    for (; r < o1 - o0; r += a.step_r) {
+      const int oh_own = o0 + r, ow_own = q;
+      A gv[2][2];
+      int iv[2][2];
+      int hend[2], wend[2];  // avg: the windows' ends (their starts are at or before every owned input)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        hend[u] = (oh_own - 1 + u) * a.sh - a.ph + a.kh;
+        wend[u] = (ow_own - 1 + u) * a.sw - a.pw + a.kw;
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+          const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
+          const bool ok = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
+          const int e = (oh - oh_lo) * OW + ow;
+          gv[u][v] = ok ? sg[e] : A(0);  // a missing output contributes zero
+          if constexpr (OP == Op::Max) iv[u][v] = ok ? sidx[e] : -1;
+        }
+      for (int rr = 0; rr < a.sh; ++rr) {
+        const int h = oh_own * a.sh - a.ph + rr;
+        if (h < 0 || h >= H) continue;
+        for (int ee = 0; ee < a.sw; ++ee) {
+          const int w = ow_own * a.sw - a.pw + ee;
+          if (w < 0 || w >= W) continue;
+          A acc = A(0);
+#pragma unroll
+          for (int u = 0; u < 2; ++u)
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+              if constexpr (OP == Op::Max) {
+                if (iv[u][v] == h * W + w) acc += gv[u][v];
+              } else {
+                if (h < hend[u] && w < wend[v]) acc += gv[u][v];
+              }
+            }
+          dx[xbase + int64_t(h) * W + w] = from_acc<T>(acc);
+        }
+      }
+      q += a.step_c;
+      if (q >= own_w) q -= own_w, ++r;
+    }
+  }
+}
+
+// ---- host side ----
+
+// Variant switches, read per call so that one process can measure both (benchmarks/cases_pool.py):
+// TORCH_DNN_POOL_NC=item: the per-element NCDHW kernels (pool.cuh) instead of the plane tiles.
+inline bool nc_item() {
+  const char* v = std::getenv("TORCH_DNN_POOL_NC");
+  return v && std::strcmp(v, "item") == 0;
+}
+// TORCH_DNN_POOL_GLOBAL=old: the first global-average kernels (forward: a warp per plane, rows one at a time;
+// backward: the generic gather) instead of the chunked forward and the broadcast backward.
+inline bool global_old() {
+  const char* v = std::getenv("TORCH_DNN_POOL_GLOBAL");
+  return v && std::strcmp(v, "old") == 0;
+}
+
+constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: several blocks per SM
+
+// The tile path applies: NCDHW, window pooling (max, avg), depth window trivial, plane sizes in 32 bits.
+inline bool tile_applies(const PoolShape& s) {
+  if (s.channels_last || s.adaptive || s.lp()) return false;
+  const Axis& d = s.ax[0];
+  if (d.k != 1 || d.s != 1 || d.p != 0 || d.d != 1 || d.out != d.in) return false;
+  const int64_t lim = int64_t(1) << 30;
+  for (int i = 1; i < 3; ++i) {
+    const Axis& a = s.ax[i];
+    if (a.in + 2 * a.p + (a.k - 1) * a.d + 1 >= lim || a.out * a.s >= lim || a.k >= lim || a.d >= lim) return false;
+  }
+  if (s.ax[1].in * s.ax[2].in >= lim || s.ax[1].out * s.ax[2].out >= lim) return false;
+  if (s.ax[0].in >= lim) return false;
+  return true;
+}
+
+// Fills the shape part of TileArgs; rows/bands/steps are set by the caller.
+inline TileArgs tile_args(const PoolShape& s) {
+  TileArgs a;
+  const Axis &h = s.ax[1], &w = s.ax[2];
+  a.planes = s.N * s.C * s.ax[0].in;
+  a.D = int(s.ax[0].in);
+  a.H = int(h.in), a.W = int(w.in), a.OH = int(h.out), a.OW = int(w.out);
+  a.kh = int(h.k), a.kw = int(w.k), a.sh = int(h.s), a.sw = int(w.s);
+  a.ph = int(h.p), a.pw = int(w.p), a.dh = int(h.d), a.dw = int(w.d);
+  a.cip = s.count_include_pad;
+  a.divisor_override = int(s.divisor_override);
+  a.by_sh = FastDivmod32(uint32_t(a.sh));
+  a.by_sw = FastDivmod32(uint32_t(a.sw));
+  a.rows = a.bands = 1;
+  a.tiles = 0;
+  a.step_r = a.step_c = 0;
+  return a;
+}
+
+// Splits `total` rows into bands of at most `max_rows` rows, balanced.
+inline void set_bands(TileArgs& a, int total, int max_rows, int cols) {
+  a.bands = (total + max_rows - 1) / max_rows;
+  a.rows = (total + a.bands - 1) / a.bands;
+  a.bands = (total + a.rows - 1) / a.rows;
+  a.tiles = a.planes * a.bands;
+  a.step_r = kThreads / cols;
+  a.step_c = kThreads % cols;
+}
+
+}  // namespace pool
+}  // namespace torch_dnn
+
+namespace torch_dnn {
+namespace pool {
+
+// ---- channels-last backward by owner blocks ----
+// With windows of span <= 2 * stride along H and W (3x3/2, 2x2/2, ...), input position h along an axis is
+// covered only by outputs o - 1 and o, o = (h + p) / s its "owner": the inputs [o * s - p, o * s - p + s).
+// An item is one owner (oh, ow) and V channels: it loads the (at most) 2 x 2 outputs o - 1, o along each
+// axis (grad vectors; max: index vectors as int32, avg: the divisors) ONCE and writes the s x s inputs it
+// owns. Each output's grad and indices are read by 4 items instead of by every input it covers (4x fewer
+// index bytes through L1/L2 at 3x3/2: the per-input gather re-read 64-byte index vectors 9 times per output),
+// and the window arithmetic is per output, not per (input, covering output).
+
+struct OwnerArgs {
+  Splitter<4> sp;  // items (channel vector, owner w, owner h, depth slice, n)
+  int64_t items, C;
+  int D, H, W, OH, OW;
+  int kh, kw, sh, sw, ph, pw;
+  bool cip;
+  int divisor_override;
+};
+
+template <typename T, Op OP, int V>
+__global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restrict__ g,
+                                                               const int64_t* __restrict__ ind,
+                                                               T* __restrict__ dx, OwnerArgs a) {
+  using A = acc_t<T>;
+  const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
+  POOL_GRID_LOOP(t, a.items) {
+    int64_t q[5];
+    split(a.sp, t, q);
+    const int64_t c = q[0] * V, n = q[4];
+    const int ow_own = int(q[1]), oh_own = int(q[2]), d = int(q[3]);
+    const int64_t gplane = (n * a.D + d) * OH;  // first output row of this (n, d) slice
+    // the 2 x 2 covering outputs: (oh_own - 1 + u, ow_own - 1 + v)
+    Vec<T, V> gv[2][2];
+    int idx[2][2][V];
+    A inv[2][2];
+    bool ok[2][2];
+    const int64_t ibase = int64_t(d) * H * W;
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
+        ok[u][v] = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
+        inv[u][v] = A(0);
+        if (ok[u][v]) {
+          const int64_t o = ((gplane + oh) * OW + ow) * a.C + c;
+          gv[u][v] = load_vec<T, V>(g + o);
+          if constexpr (OP == Op::Max) {
+            int64_t raw[V];
+            load_idx<V>(ind + o, raw);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              // relative to the slice; outside it: matches no input
+              const int64_t rel = raw[j] - ibase;
+              idx[u][v][j] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+            }
+          } else {
+            const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
+            const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
+            const int div = a.divisor_override ? a.divisor_override
+                            : a.cip            ? (he_p - hs) * (we_p - ws)
+                                               : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+            inv[u][v] = A(1) / A(div);
+          }
+        }
+      }
+    for (int r = 0; r < a.sh; ++r) {
+      const int h = oh_own * a.sh - a.ph + r;
+      if (h < 0 || h >= H) continue;
+      for (int e = 0; e < a.sw; ++e) {
+        const int w = ow_own * a.sw - a.pw + e;
+        if (w < 0 || w >= W) continue;
+        const int i = h * W + w;
+        A acc[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = A(0);
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int v = 0; v < 2; ++v) {
+            if (!ok[u][v]) continue;
+            if constexpr (OP == Op::Max) {
+#pragma unroll
+              for (int j = 0; j < V; ++j)
+                if (idx[u][v][j] == i) acc[j] += to_acc<A>(gv[u][v].v[j]);
+            } else {
+              // the output's window starts at or before h (its owner is not after h's); does it reach h?
+              const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
+              if (h < oh * a.sh - a.ph + a.kh && w < ow * a.sw - a.pw + a.kw) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(gv[u][v].v[j]) * inv[u][v];
+              }
+            }
+          }
+        store_acc<V>(dx + (((n * a.D + d) * H + h) * int64_t(W) + w) * a.C + c, acc);
+      }
+    }
+  }
+}
+
+// The owner path applies: channels-last window max/avg pooling, trivial depth window, span <= 2 * stride
+// along H and W (max may be dilated), 32-bit positions in a slice.
+inline bool owner_applies(const PoolShape& s) {
+  if (!s.channels_last || s.adaptive || s.lp()) return false;
+  const Axis& d = s.ax[0];
+  if (d.k != 1 || d.s != 1 || d.p != 0 || d.d != 1 || d.out != d.in) return false;
+  const int64_t lim = int64_t(1) << 30;
+  for (int i = 1; i < 3; ++i) {
+    const Axis& a = s.ax[i];
+    if ((a.k - 1) * a.d + 1 > 2 * a.s) return false;
+    if (a.in + 2 * a.p + a.k + a.s >= lim || a.out * a.s >= lim) return false;
+  }
+  return s.ax[1].in * s.ax[2].in < lim && s.ax[0].in < lim;
+}
+
+// TORCH_DNN_POOL_NC_BWD=gather: the per-input tile gather instead of the NCDHW owner blocks.
+inline bool nc_bwd_gather() {
+  const char* v = std::getenv("TORCH_DNN_POOL_NC_BWD");
+  return v && std::strcmp(v, "gather") == 0;
+}
+
+// TORCH_DNN_POOL_CL_BWD=item: the per-input channels-last gather (pool.cuh) instead of the owner blocks.
+inline bool cl_bwd_item() {
+  const char* v = std::getenv("TORCH_DNN_POOL_CL_BWD");
+  return v && std::strcmp(v, "item") == 0;
+}
+
+inline OwnerArgs owner_args(const PoolShape& s, int V) {
+  OwnerArgs a;
+  const Axis &h = s.ax[1], &w = s.ax[2];
+  a.C = s.C;
+  a.D = int(s.ax[0].in);
+  a.H = int(h.in), a.W = int(w.in), a.OH = int(h.out), a.OW = int(w.out);
+  a.kh = int(h.k), a.kw = int(w.k), a.sh = int(h.s), a.sw = int(w.s), a.ph = int(h.p), a.pw = int(w.p);
+  a.cip = s.count_include_pad;
+  a.divisor_override = int(s.divisor_override);
+  const int64_t own_h = (h.in - 1 + h.p) / h.s + 1, own_w = (w.in - 1 + w.p) / w.s + 1;
+  const int64_t div[4] = {s.C / V, own_w, own_h, s.ax[0].in};
+  a.items = s.N * s.ax[0].in * own_h * own_w * (s.C / V);
+  a.sp = make_splitter(div, a.items);
+  return a;
+}
+
+}  // namespace pool
+}  // namespace torch_dnn
+
+namespace torch_dnn {
+namespace pool {
+
+// ---- channels-last forward, 2-D windows of exactly KH x KW taps (dilation 1), trivial depth window ----
+// As pool_fwd_cl (pool.cuh) but with every tap's 16-byte load issued before any is used (KH * KW loads in
+// flight a thread instead of KW: the row-at-a-time loop keeps ~36 KB in flight per SM, short of what 3 TB/s
+// needs), 32-bit in-slice positions and int32 running indices (widened on the store), so that the nine
+// loads fit in registers (the 64-bit version took 139). Bounded to 2 blocks per SM (128 registers): with 3
+// (80 registers) bf16 3x3 spilled 124 bytes; 512 threads x 9 x 16 B = 72 KB of loads in flight per SM is ample.
+template <typename T, Op OP, int V, int KH, int KW>
+__global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict__ x, T* __restrict__ y,
+                                                              int64_t* __restrict__ ind, Args<4> a) {
+  using A = acc_t<T>;
+  const PoolShape& s = a.s;
+  const int H = int(s.ax[1].in), W = int(s.ax[2].in), OH = int(s.ax[1].out), OW = int(s.ax[2].out);
+  const int sh = int(s.ax[1].s), sw = int(s.ax[2].s), ph = int(s.ax[1].p), pw = int(s.ax[2].p);
+  const int64_t C = s.C, D = s.ax[0].in;
+  POOL_GRID_LOOP(t, a.items) {
+    int64_t q[5];
+    split(a.sp, t, q);
+    const int64_t c = q[0] * V, n = q[4], d = q[3];
+    const int ow = int(q[1]), oh = int(q[2]);
+    const int hs = oh * sh - ph, ws = ow * sw - pw;
+    const T* xs = x + (n * D + d) * int64_t(H) * W * C + c;  // the (n, d) slice, channel c
+    Vec<T, V> raw[KH][KW];
+#pragma unroll
+    for (int i = 0; i < KH; ++i)
+#pragma unroll
+      for (int j = 0; j < KW; ++j) {
+        const int h = hs + i, w = ws + j;
+        if (h >= 0 && h < H && w >= 0 && w < W) raw[i][j] = load_vec<T, V>(xs + int64_t(h * W + w) * C);
+      }
+    const int64_t o = (((n * D + d) * OH + oh) * int64_t(OW) + ow) * C + c;
+    if constexpr (OP == Op::Max) {
+      A m[V];
+      int mi[V];
+      const int first = imax(hs, 0) * W + imax(ws, 0);  // the index of a window of only -inf
+#pragma unroll
+      for (int j = 0; j < V; ++j) m[j] = A(-INFINITY), mi[j] = first;
+#pragma unroll
+      for (int i = 0; i < KH; ++i)
+#pragma unroll
+        for (int j = 0; j < KW; ++j) {
+          const int h = hs + i, w = ws + j;
+          if (h < 0 || h >= H || w < 0 || w >= W) continue;
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            const A v = to_acc<A>(raw[i][j].v[k]);
+            if (v > m[k] || v != v) m[k] = v, mi[k] = h * W + w;  // a NaN wins (the last one), as PyTorch
+          }
+        }
+      store_acc<V>(y + o, m);
+      const int64_t base = d * int64_t(H) * W;
+      int64_t idx[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) idx[k] = base + mi[k];
+      store_idx<V>(ind + o, idx);
+    } else {
+      A acc[V];
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] = A(0);
+#pragma unroll
+      for (int i = 0; i < KH; ++i)
+#pragma unroll
+        for (int j = 0; j < KW; ++j) {
+          const int h = hs + i, w = ws + j;
+          if (h < 0 || h >= H || w < 0 || w >= W) continue;
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[k] += to_acc<A>(raw[i][j].v[k]);
+        }
+      const int he_p = imin(hs + KH, H + ph), we_p = imin(ws + KW, W + pw);
+      const int div = s.divisor_override ? int(s.divisor_override)
+                      : s.count_include_pad ? (he_p - hs) * (we_p - ws)
+                                            : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+      const A inv = A(1) / A(div);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] *= inv;
+      store_acc<V>(y + o, acc);
+    }
+  }
+}
+
+// TORCH_DNN_POOL_CL_FWD=item: the row-at-a-time channels-last forward (pool.cuh) instead of pool_fwd_cl2d.
+inline bool cl_fwd_item() {
+  const char* v = std::getenv("TORCH_DNN_POOL_CL_FWD");
+  return v && std::strcmp(v, "item") == 0;
+}
+
+// pool_fwd_cl2d applies: channels-last window max/avg, trivial depth window, dilation 1 along H and W,
+// 32-bit positions in a slice.
+inline bool cl2d_applies(const PoolShape& s) {
+  if (!s.channels_last || s.adaptive || s.lp()) return false;
+  const Axis& d = s.ax[0];
+  if (d.k != 1 || d.s != 1 || d.p != 0 || d.d != 1 || d.out != d.in) return false;
+  const int64_t lim = int64_t(1) << 30;
+  for (int i = 1; i < 3; ++i) {
+    const Axis& a = s.ax[i];
+    if (a.d != 1 || a.in + 2 * a.p + a.k >= lim || a.out * a.s >= lim) return false;
+  }
+  return s.ax[1].in * s.ax[2].in < lim;
+}
+
+}  // namespace pool
+}  // namespace torch_dnn
