@@ -27,6 +27,35 @@ def bn_steps(layout):
     return {f"torch_dnn {layout}": step(F.batch_norm), f"eager {layout}": step(TF.batch_norm)}
 
 
+def norm_steps():
+    """layer_norm / rms_norm backward (and forward) per kernel, new kernels and the earlier ones (env knobs)."""
+    import os
+    ops = torch.ops.torch_dnn
+    out = {}
+    for rows, n in [(32768, 4096), (8192, 16384)]:
+        for dtype in (torch.bfloat16, torch.float32):
+            x = torch.empty(rows, n, device="cuda", dtype=dtype).uniform_(-4, 4)
+            w = torch.rand(n, device="cuda", dtype=dtype) + 0.5
+            b = torch.randn(n, device="cuda", dtype=dtype)
+            g = torch.randn_like(x)
+            _, mean, rstd = ops.layer_norm(x, [n], w, b, 1e-5)
+            tag = f"{rows}x{n} {str(dtype)[6:]}"
+            for variant, env in [("new", {}), ("old", {"TORCH_DNN_NORM_BWD": "block", "TORCH_DNN_NORM_FWD_STATS": "twopass",
+                                                      "TORCH_DNN_NORM_FWD_GRID": "waves"})]:
+                def step(env=env, x=x, w=w, b=b, g=g, mean=mean, rstd=rstd, n=n):
+                    saved = dict(os.environ)
+                    os.environ.update(env)
+                    try:
+                        ops.layer_norm(x, [n], w, b, 1e-5)
+                        ops.layer_norm_backward(g, x, mean, rstd, w, [n], [True, True, True])
+                        ops.rms_norm_backward(g, x, rstd, w, [n], [True, True])
+                    finally:
+                        os.environ.clear()
+                        os.environ.update(saved)
+                out[f"norm {tag} {variant}"] = step
+    return out
+
+
 def report(name, fn, steps=20):
     for _ in range(3):
         fn()
@@ -47,7 +76,7 @@ def report(name, fn, steps=20):
 
 
 if __name__ == "__main__":
-    fams = {"batch_norm": lambda: {**bn_steps("NHWC"), **bn_steps("NCHW")}}
+    fams = {"batch_norm": lambda: {**bn_steps("NHWC"), **bn_steps("NCHW")}, "norm": norm_steps}
     for fam in sys.argv[1:] or list(fams):
         for name, fn in fams[fam]().items():
             report(name, fn)

@@ -346,6 +346,56 @@ def test_past_2_31_elements():
     assert v, v.message
 
 
+@pytest.mark.cuda
+def test_backward_past_2_31_elements():
+    # the staged backward (rows <= 16K) indexes rows past 2^31 elements; dx of a row depends on that row only
+    rows_n, n = 131073, 16384
+    x = torch.empty(rows_n, n, dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
+    w = make_input((n,), torch.bfloat16, "cuda")
+    _, mean, rstd = torch.ops.torch_dnn.layer_norm(x, [n], w, None, 1e-5)
+    dy = torch.empty_like(x).uniform_(-1, 1)
+    dx, dw, _ = torch.ops.torch_dnn.layer_norm_backward(dy, x, mean, rstd, w, [n], [True, True, False])
+    assert torch.isfinite(dw).all()
+    rows = torch.tensor([0, 1, 70000, 131071, 131072], device="cuda")
+
+    def ref(dtype):
+        xs = x[rows].to(dtype).requires_grad_()
+        (g,) = torch.autograd.grad(TF.layer_norm(xs, [n], w.to(dtype)), [xs], dy[rows].to(dtype))
+        return g
+
+    v = compare(dx[rows], ref(torch.bfloat16), ref(torch.float64), name="layer_norm backward past 2^31")
+    assert v, v.message
+
+
+# Every kernel variant the benchmarking knobs select (csrc/norm/kernels/norm_common.cuh), on rows that take the
+# block forward and the staged / register backward, with more rows than resident blocks (persistent loops),
+# row lengths that leave threads without columns, and one block per SM.
+VARIANTS = [{}, {"TORCH_DNN_NORM_FWD_STATS": "twopass"}, {"TORCH_DNN_NORM_FWD_GRID": "waves"},
+            {"TORCH_DNN_NORM_FWD": "staged"}, {"TORCH_DNN_NORM_BWD": "block"}, {"TORCH_DNN_NORM_BWD_BLOCKS": "1"}]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("env", VARIANTS, ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()) or "default")
+def test_kernel_variants(env, dtype, monkeypatch):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    for shape in [(1500, 4096), (300, 16384), (700, 8192), (200, 12288), (999, 2056), (9, 4104)]:
+        ns = [shape[-1]]
+        x = make_input(shape, dtype, "cuda", low=-3, high=5)
+        w, b = _params(ns, dtype, "cuda")
+        assert_matches_torch(lambda x, w, b: F.layer_norm(x, ns, w, b), lambda x, w, b: TF.layer_norm(x, ns, w, b),
+                             [x, w, b], name=f"layer_norm {shape} {dtype} {env}")
+        assert_matches_torch(lambda x, w: F.rms_norm(x, ns, w, 1e-6), lambda x, w: TF.rms_norm(x, ns, w, 1e-6),
+                             [x, w], name=f"rms_norm {shape} {dtype} {env}")
+        assert_matches_torch(lambda x: F.layer_norm(x, ns), lambda x: TF.layer_norm(x, ns), [x],
+                             name=f"layer_norm no affine {shape} {dtype} {env}")
+        r = make_input(shape, dtype, "cuda", low=-2, high=2)
+        assert_matches_torch(lambda x, r, w: sum(F.add_rms_norm(x, r, ns, w)),
+                             lambda x, r, w: sum(add_rms_norm_reference(x, r, ns, w)), [x, r, w],
+                             name=f"add_rms_norm {shape} {dtype} {env}")
+
+
 class TestErrors(expecttest.TestCase):
     def test_normalized_shape_mismatch(self):
         with self.assertRaises(RuntimeError) as cm:

@@ -104,6 +104,187 @@ __global__ void __launch_bounds__(1024) norm_block_bwd(BwdParams<T> p) {
   }
 }
 
+// ---- Staged backward: the next row's x and dy stream into shared memory (cp.async) while this row is
+// reduced and written, so a block always has a row of loads in flight (the register kernel above has none
+// during its block reduction and pass 2, which matters most with one 1024-thread block per SM at 16K).
+// Each thread copies, and later reads, only its own 16-byte slots: its own cp.async.wait_group makes them
+// visible, no barrier is needed for the data. Shared memory: (2 stages x {x, dy} + the weight for 16-bit
+// types) x kItems x blockDim x 16 B.
+__device__ __forceinline__ void stage16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void stage_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+template <typename T> constexpr bool kStagedWeightSmem = sizeof(T) == 2;
+template <typename T>
+constexpr int64_t staged_smem_bytes(int threads) {
+  return int64_t(2 * 2 + (kStagedWeightSmem<T> ? 1 : 0)) * (kBwdCols<T> / kVec16<T>) * threads * 16;
+}
+
+// V weights from `col` (ones without a weight), raw.
+template <int V, typename T>
+__device__ __forceinline__ Vec<T, V> weight_vec(const T* w, int64_t col) {
+  if (w) return load_vec<T, V>(w + col);
+  Vec<T, V> one;
+#pragma unroll
+  for (int j = 0; j < V; ++j) one.v[j] = from_acc<T>(acc_t<T>(1));
+  return one;
+}
+
+// 16-bit rows up to 16K take 1024 threads (64 registers: no spills); float and double rows that fit the
+// shared memory take at most 512, and the LayerNorm kernels need more than 64 registers.
+template <typename T> constexpr int kStagedMaxThreads = sizeof(T) == 2 ? 1024 : 512;
+
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(kStagedMaxThreads<T>) norm_staged_bwd(BwdParams<T> p) {
+  using A = acc_t<T>;
+  constexpr int V = kVec16<T>;
+  constexpr int kItems = kBwdCols<T> / V;
+  extern __shared__ __align__(16) unsigned char staged_raw[];
+  Vec<T, V>* const buf = reinterpret_cast<Vec<T, V>*>(staged_raw);  // [stage][x, dy][k][thread]
+  __shared__ A smem[64];
+  const int bd = blockDim.x, t = threadIdx.x;
+  const int64_t nv = p.N / V;
+  // slot of (stage, array, item) for this thread
+  const auto slot = [&](int st, int arr, int k) { return buf + ((st * 2 + arr) * kItems + k) * bd + t; };
+  const auto issue = [&](int64_t r, int st) {
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * bd + t;
+      if (idx < nv) {
+        stage16(slot(st, 0, k), p.x + r * p.N + idx * V);
+        stage16(slot(st, 1, k), p.dy + r * p.N + idx * V);
+      }
+    }
+    stage_commit();
+  };
+  // the weight of this thread's columns (the same for every row): 16-bit kernels keep it in their own
+  // slots after the stages (no registers, and their 1024-thread form has 64); float and double read it
+  // through L1 at each use, leaving the shared memory to more resident blocks
+  Vec<T, V>* const wslot = buf + 4 * kItems * bd + t;
+  if constexpr (kStagedWeightSmem<T>) {
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * bd + t;
+      if (idx < nv) wslot[k * bd] = weight_vec<V>(p.w, idx * V);
+    }
+  }
+  const auto wvec = [&](int k) {
+    if constexpr (kStagedWeightSmem<T>) return wslot[k * bd];
+    else return weight_vec<V>(p.w, (int64_t(k) * bd + t) * V);
+  };
+  A dw[kItems][V], db[kItems][V];
+#pragma unroll
+  for (int k = 0; k < kItems; ++k)
+#pragma unroll
+    for (int j = 0; j < V; ++j) dw[k][j] = db[k][j] = A(0);
+
+  int64_t r = blockIdx.x;
+  int st = 0;
+  A m = A(0), rs = A(0);
+  if (r < p.rows) {
+    issue(r, 0);
+    if constexpr (!RMS) m = p.mean[r];
+    rs = p.rstd[r];
+  }
+  for (; r < p.rows; r += gridDim.x, st ^= 1) {
+    const int64_t next = r + gridDim.x;
+    A m_next = A(0), rs_next = A(0);
+    if (next < p.rows) {
+      issue(next, st ^ 1);  // that stage held row r - grid, which this thread has finished reading
+      if constexpr (!RMS) m_next = p.mean[next];
+      rs_next = p.rstd[next];
+    } else {
+      stage_commit();  // an empty group keeps "all but the newest" meaning "row r"
+    }
+    stage_wait_all_but_newest();
+    A s1 = A(0), s2 = A(0);  // sum(g * xhat), sum(g)
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (int64_t(k) * bd + t < nv) {
+        const Vec<T, V> xv = *slot(st, 0, k), gv = *slot(st, 1, k), wv = wvec(k);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const A xh = (to_acc<A>(xv.v[j]) - m) * rs, dy = to_acc<A>(gv.v[j]), g = dy * to_acc<A>(wv.v[j]);
+          s1 += g * xh;
+          s2 += g;
+          dw[k][j] += dy * xh;
+          if constexpr (!RMS) db[k][j] += dy;
+        }
+      }
+    }
+    if (p.dx) {
+      block_reduce_sum2(s1, s2, smem);
+      const A c1 = s1 / A(p.N), c2 = RMS ? A(0) : s2 / A(p.N);
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        const int64_t idx = int64_t(k) * bd + t;
+        if (idx < nv) {
+          const Vec<T, V> xv = *slot(st, 0, k), gv = *slot(st, 1, k), wv = wvec(k);
+          A xh[V], g[V];
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            xh[j] = (to_acc<A>(xv.v[j]) - m) * rs;
+            g[j] = to_acc<A>(gv.v[j]) * to_acc<A>(wv.v[j]);
+          }
+          store_dx<V>(p, r * p.N + idx * V, xh, g, rs, c1, c2);
+        }
+      }
+    }
+    m = m_next;
+    rs = rs_next;
+  }
+  if (!p.partial) return;
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int64_t idx = int64_t(k) * bd + t;
+    if (idx < nv) {
+      A* const pw = p.partial + int64_t(blockIdx.x) * p.N + idx * V;
+      A* const pb = p.partial + (p.P + blockIdx.x) * p.N + idx * V;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        pw[j] = dw[k][j];
+        if constexpr (!RMS) pb[j] = db[k][j];
+      }
+    }
+  }
+}
+
+// Both gradients' column sums in one launch (blockIdx.y picks dw or db), in a fixed order: a block of
+// 32 columns x 16 lanes of partial rows; each lane sums every 16th row, four loads in flight, then the
+// lanes' sums are added in lane order. More blocks and more loads in flight than the shared column_sum
+// (one 256-thread block per 32 columns walking ~P/8 rows one load at a time: latency-bound at P ~ 500).
+constexpr int kCsCols = 32, kCsLanes = 16;
+template <typename T>
+__global__ void __launch_bounds__(kCsCols * kCsLanes) norm_column_sums(const acc_t<T>* partial, T* dw, T* db,
+                                                                       int64_t P, int64_t C) {
+  using A = acc_t<T>;
+  __shared__ A lane_sums[kCsLanes][kCsCols];
+  T* const out = blockIdx.y == 0 ? dw : db;
+  const A* const src = partial + int64_t(blockIdx.y) * P * C;
+  const int tx = threadIdx.x % kCsCols, ty = threadIdx.x / kCsCols;
+  const int64_t c = int64_t(blockIdx.x) * kCsCols + tx;
+  A s[4] = {A(0), A(0), A(0), A(0)};
+  if (c < C && out) {
+    int64_t p = ty;
+    for (; p + 3 * kCsLanes < P; p += 4 * kCsLanes) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) s[u] += src[(p + u * kCsLanes) * C + c];
+    }
+    for (; p < P; p += kCsLanes) s[0] += src[p * C + c];
+  }
+  lane_sums[ty][tx] = (s[0] + s[1]) + (s[2] + s[3]);
+  __syncthreads();
+  if (ty == 0 && c < C && out) {
+    A v = A(0);
+#pragma unroll
+    for (int l = 0; l < kCsLanes; ++l) v += lane_sums[l][tx];
+    out[c] = from_acc<T>(v);
+  }
+}
+
 template <typename T, bool RMS, int V>
 __global__ void __launch_bounds__(kTwoPassThreads) norm_row_bwd(BwdParams<T> p) {
   using A = acc_t<T>;
@@ -173,6 +354,44 @@ int64_t block_bwd_grid(int64_t rows, int threads) {
   return std::max<int64_t>(1, std::min(rows, resident));
 }
 
+// The staged kernel fits when its two stages fit the device's opt-in shared memory per block: 16-bit rows
+// up to 16K (128 KB), float up to 8K, double up to 4K. Returns its grid (resident blocks, at most
+// TORCH_DNN_NORM_BWD_BLOCKS a SM, balanced: every block the same rows within one), 0 when it does not fit.
+template <typename T, bool RMS>
+int64_t staged_bwd_grid(int64_t rows, int threads) {
+  if (threads > kStagedMaxThreads<T>) return 0;
+  // blocks per SM for each (device, power-of-two block size), -1 when it does not fit; host calls once
+  static int cache[16][11];
+  static bool init = false;
+  if (!init) {
+    for (auto& d : cache)
+      for (int& v : d) v = -2;
+    init = true;
+  }
+  int dev = 0, lg = 0;
+  cudaGetDevice(&dev);
+  while ((1 << lg) < threads) ++lg;
+  int* const entry = (dev >= 0 && dev < 16 && lg < 11) ? &cache[dev][lg] : nullptr;
+  int per_sm = entry ? *entry : -2;
+  if (per_sm == -2) {
+    const int64_t bytes = staged_smem_bytes<T>(threads);
+    const int avail = allow_max_dynamic_smem(norm_staged_bwd<T, RMS>);
+    per_sm = -1;
+    int n = 0;
+    if (avail >= 0 && bytes <= avail) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, norm_staged_bwd<T, RMS>, threads, size_t(bytes)) !=
+          cudaSuccess)
+        cudaGetLastError();
+      else if (n > 0)
+        per_sm = n;
+    }
+    if (entry) *entry = per_sm;
+  }
+  if (per_sm <= 0) return 0;
+  if (const int cap = bwd_blocks_cap()) per_sm = std::min(per_sm, cap);
+  return balanced_grid(rows, int64_t(sm_count()) * per_sm);
+}
+
 // Row groups of norm_col_bwd: a few blocks per SM, never more than the rows or the grid's y limit.
 inline int64_t col_bwd_groups(int64_t rows, int64_t N, int V) {
   const int64_t col_blocks = (N / V + kColThreads - 1) / kColThreads;
@@ -185,7 +404,10 @@ template <typename T, bool RMS>
 int64_t backward_partial_rows(int64_t rows, int64_t N) {
   constexpr int V = kVec16<T>;
   int64_t P = col_bwd_groups(rows, N, 1);
-  if (bwd_block_plan(N, V, true, kBwdCols<T>)) P = std::max(P, block_bwd_grid<T, RMS>(rows, bwd_block_threads(N, kBwdCols<T>)));
+  if (bwd_block_plan(N, V, true, kBwdCols<T>)) {
+    const int threads = bwd_block_threads(N, kBwdCols<T>);
+    P = std::max({P, block_bwd_grid<T, RMS>(rows, threads), staged_bwd_grid<T, RMS>(rows, threads)});
+  }
   return P;
 }
 
@@ -195,6 +417,16 @@ void run_backward(BwdParams<T> p, T* dw, T* db, cudaStream_t stream) {
   const bool vec = all_aligned(p) && p.N % V == 0;
   if (bwd_block_plan(p.N, V, vec, kBwdCols<T>)) {
     const int threads = bwd_block_threads(p.N, kBwdCols<T>);
+    const int64_t staged = bwd_old_block() ? 0 : staged_bwd_grid<T, RMS>(p.rows, threads);
+    if (staged > 0) {
+      if (p.partial) p.P = staged;
+      norm_staged_bwd<T, RMS><<<unsigned(staged), threads, staged_smem_bytes<T>(threads), stream>>>(p);
+      if (p.partial) {
+        const dim3 grid(unsigned((p.N + kCsCols - 1) / kCsCols), db ? 2u : 1u);
+        norm_column_sums<T><<<grid, kCsCols * kCsLanes, 0, stream>>>(p.partial, dw, db, p.P, p.N);
+      }
+      return;
+    }
     const int64_t grid = block_bwd_grid<T, RMS>(p.rows, threads);
     if (p.partial) p.P = grid;
     norm_block_bwd<T, RMS><<<unsigned(grid), threads, 0, stream>>>(p);

@@ -1,6 +1,10 @@
 // Pieces shared by the norm forward and backward kernels: typed arguments, the plans, and the row
 // statistic that merges in any order (Chan et al.'s parallel variance) for rows too long for registers.
 #pragma once
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/vec.cuh"
@@ -22,6 +26,7 @@ struct FwdParams {
   A* rstd;
   A eps;
   int64_t rows, N;
+  bool fused_stats = true;  // LayerNorm block forward: one (count, mean, M2) reduction
 };
 
 template <typename T>
@@ -75,6 +80,58 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
     p.threads = int(std::max<int64_t>(64, pow2_at_least((N + reg_elems - 1) / reg_elems)));
   }
   return p;
+}
+
+// Benchmarking knobs (read at every launch, so that one process can time both variants):
+//   TORCH_DNN_NORM_FWD_STATS=twopass   LayerNorm block forward: two block reductions (mean, then variance)
+//                                      instead of one Chan-merged (count, mean, M2) reduction
+//   TORCH_DNN_NORM_FWD_GRID=waves      block forward: the persistent grid of 4 waves instead of a block per row
+//   TORCH_DNN_NORM_FWD=staged          block-plan rows: the staged forward (next row streamed into shared
+//                                      memory by cp.async during this row's reduction), persistent
+//   TORCH_DNN_NORM_BWD=block           backward: the earlier register kernel (pass 2 re-reads x and dy
+//                                      through L1) and two column-sum launches, instead of the staged kernel
+//   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows)
+inline bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e && std::strcmp(e, value) == 0;
+}
+inline bool fwd_twopass_stats() { return env_is("TORCH_DNN_NORM_FWD_STATS", "twopass"); }
+inline bool fwd_staged() { return env_is("TORCH_DNN_NORM_FWD", "staged"); }
+inline bool fwd_grid_waves() { return env_is("TORCH_DNN_NORM_FWD_GRID", "waves"); }
+inline bool bwd_old_block() { return env_is("TORCH_DNN_NORM_BWD", "block"); }
+inline int bwd_blocks_cap() {
+  const char* e = std::getenv("TORCH_DNN_NORM_BWD_BLOCKS");
+  const int v = e ? std::atoi(e) : 0;
+  return v > 0 ? v : 0;
+}
+
+// Lets `kernel` take all the dynamic shared memory the device allows a block (the opt-in limit less its
+// static shared memory) and returns that amount, -1 if refused. Always the maximum, so that launches of
+// any size after any other stay within the attribute.
+template <typename K>
+int allow_max_dynamic_smem(K* kernel) {
+  int dev = 0, optin = 0;
+  cudaGetDevice(&dev);
+  cudaFuncAttributes a;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&a, kernel) != cudaSuccess) {
+    cudaGetLastError();  // clear only the error this call made
+    return -1;
+  }
+  const int avail = optin - int(a.sharedSizeBytes);
+  if (avail <= 0 || cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, avail) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return avail;
+}
+
+// A persistent grid of at most `resident` blocks that gives every block the same number of rows (within
+// one), so that no last partial wave of rows runs on a mostly idle chip.
+inline int64_t balanced_grid(int64_t rows, int64_t resident) {
+  resident = std::max<int64_t>(1, resident);
+  const int64_t per_block = (rows + resident - 1) / resident;
+  return std::max<int64_t>(1, (rows + per_block - 1) / per_block);
 }
 
 // Backward: a block per row with the weight-gradient partials in registers when the row is vectorizable and
@@ -137,6 +194,50 @@ __device__ __forceinline__ MeanM2<A> block_reduce_meanm2(MeanM2<A> s, A* smem) {
   MeanM2<A> t{A(0), A(0), A(0)};
   if (lane < nwarps) t = {smem[lane], smem[32 + lane], smem[64 + lane]};
   return warp_reduce_meanm2(t);
+}
+
+// The forward's one-reduction statistic: Chan's merge with the count ratio from the fast division (2 ulp:
+// the ratio only scales the partial means' difference) and lane 0's result broadcast, so that every thread
+// of the block normalizes with the same bits. `smem` holds at least 96 A's.
+template <typename A>
+__device__ __forceinline__ void merge_meanm2_fast(MeanM2<A>& s, A n, A mean, A m2) {
+  if (n == A(0)) return;
+  if (s.n == A(0)) {
+    s = {n, mean, m2};
+    return;
+  }
+  const A n2 = s.n + n;
+  A f;
+  if constexpr (sizeof(A) == 4) f = __fdividef(n, n2);
+  else f = n / n2;
+  const A d = mean - s.mean;
+  s.mean += d * f;
+  s.m2 += m2 + d * d * s.n * f;
+  s.n = n2;
+}
+template <typename A>
+__device__ __forceinline__ MeanM2<A> warp_reduce_meanm2_fast(MeanM2<A> s) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+    merge_meanm2_fast(s, __shfl_xor_sync(0xffffffffu, s.n, off), __shfl_xor_sync(0xffffffffu, s.mean, off),
+                      __shfl_xor_sync(0xffffffffu, s.m2, off));
+  return s;
+}
+template <typename A>
+__device__ __forceinline__ MeanM2<A> block_reduce_meanm2_uniform(MeanM2<A> s, A* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  s = warp_reduce_meanm2_fast(s);
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) {
+    smem[warp] = s.n;
+    smem[32 + warp] = s.mean;
+    smem[64 + warp] = s.m2;
+  }
+  __syncthreads();
+  MeanM2<A> t{A(0), A(0), A(0)};
+  if (lane < nwarps) t = {smem[lane], smem[32 + lane], smem[64 + lane]};
+  t = warp_reduce_meanm2_fast(t);
+  return {t.n, __shfl_sync(0xffffffffu, t.mean, 0), __shfl_sync(0xffffffffu, t.m2, 0)};
 }
 
 // V elements of an optional parameter as accumulation-type values; `absent` (1 for a weight, 0 for a bias:

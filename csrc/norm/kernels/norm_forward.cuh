@@ -6,6 +6,8 @@
 //   norm_twopass_fwd  anything else: a block per row; pass 1 the mergeable (mean, M2) statistic, pass 2
 //                     re-reads (mostly from L2) and writes
 #pragma once
+#include <algorithm>
+
 #include "norm/kernels/norm_common.cuh"
 
 namespace torch_dnn {
@@ -69,41 +71,70 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
   }
 }
 
+// LayerNorm's mean and variance come from one block reduction when p.fused_stats is set: each thread's exact
+// (count, mean, M2) over its registers, Chan-merged across the block (one reduction: 2 barriers a row
+// instead of 4, the second reduction's wait was the gap to RMS's speed). Otherwise the exact two-pass: the
+// mean, then the sum of squared deviations (two block reductions).
 template <typename T, bool RMS>
 __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
   using A = acc_t<T>;
   constexpr int V = kVec16<T>;
   constexpr int kItems = kFwdRegElems<T> / V;
-  __shared__ A smem[32];
+  __shared__ A smem[96];
   const int64_t nv = p.N / V;
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     Vec<T, V> raw[kItems];
     A s = A(0);
+    int held = 0;  // vectors this thread holds
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
       if (idx < nv) {
         raw[k] = load_input<V>(p, r * p.N + idx * V);
+        ++held;
         if constexpr (!RMS) {
 #pragma unroll
           for (int j = 0; j < V; ++j) s += to_acc<A>(raw[k].v[j]);
         }
       }
     }
-    A m = A(0);
-    if constexpr (!RMS) m = block_reduce(s, SumOp{}, smem) / A(p.N);
-    A q = A(0);
+    A m = A(0), var = A(0);
+    if constexpr (!RMS) {
+      if (p.fused_stats) {
+        const A cnt = A(held * V), lm = held ? s / cnt : A(0);
+        A q = A(0);
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (int64_t(k) * blockDim.x + threadIdx.x < nv) {
+        for (int k = 0; k < kItems; ++k) {
+          if (k < held) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const A d = to_acc<A>(raw[k].v[j]) - m;
-          q += d * d;
+            for (int j = 0; j < V; ++j) {
+              const A d = to_acc<A>(raw[k].v[j]) - lm;
+              q += d * d;
+            }
+          }
         }
+        const MeanM2<A> st = block_reduce_meanm2_uniform(MeanM2<A>{cnt, lm, q}, smem);
+        m = st.mean;
+        var = st.m2 / A(p.N);
+      } else {
+        m = block_reduce(s, SumOp{}, smem) / A(p.N);
       }
     }
-    const A rs = rstd_of(block_reduce(q, SumOp{}, smem) / A(p.N), p.eps);
+    if (RMS || !p.fused_stats) {
+      A q = A(0);
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        if (k < held) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const A d = to_acc<A>(raw[k].v[j]) - m;
+            q += d * d;
+          }
+        }
+      }
+      var = block_reduce(q, SumOp{}, smem) / A(p.N);
+    }
+    const A rs = rstd_of(var, p.eps);
     if (threadIdx.x == 0) {
       if constexpr (!RMS) p.mean[r] = m;
       p.rstd[r] = rs;
@@ -111,7 +142,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
-      if (idx < nv) {
+      if (k < held) {
         A v[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw[k].v[j]);
@@ -119,6 +150,154 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
       }
     }
   }
+}
+
+// ---- Staged forward (TORCH_DNN_NORM_FWD=staged): norm_block_fwd's thread layout, persistent, with the next
+// row's x (and residual) streaming into shared memory by cp.async while this row is reduced and written, so
+// that the block's loads never stop for its reduction. Each thread copies and reads only its own 16-byte
+// slots (its own wait_group makes them visible; no barrier for the data).
+// Shared memory: 2 stages x {x, residual?} x kItems x blockDim x 16 B.
+__device__ __forceinline__ void fwd_stage16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void fwd_stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void fwd_stage_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+template <typename T>
+int64_t staged_fwd_smem_bytes(int threads, bool res) {
+  return int64_t(2) * (res ? 2 : 1) * (kFwdRegElems<T> / kVec16<T>) * threads * 16;
+}
+
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
+  using A = acc_t<T>;
+  constexpr int V = kVec16<T>;
+  constexpr int kItems = kFwdRegElems<T> / V;
+  extern __shared__ __align__(16) unsigned char fwd_staged_raw[];
+  Vec<T, V>* const buf = reinterpret_cast<Vec<T, V>*>(fwd_staged_raw);  // [stage][x, res][k][thread]
+  __shared__ A smem[96];
+  const int bd = blockDim.x, t = threadIdx.x;
+  const int narr = p.res ? 2 : 1;
+  const int64_t nv = p.N / V;
+  const auto slot = [&](int st, int arr, int k) { return buf + ((st * narr + arr) * kItems + k) * bd + t; };
+  const auto issue = [&](int64_t r, int st) {
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * bd + t;
+      if (idx < nv) {
+        fwd_stage16(slot(st, 0, k), p.x + r * p.N + idx * V);
+        if (p.res) fwd_stage16(slot(st, 1, k), p.res + r * p.N + idx * V);
+      }
+    }
+    fwd_stage_commit();
+  };
+  int held = 0;  // vectors this thread holds: the same for every row
+#pragma unroll
+  for (int k = 0; k < kItems; ++k)
+    if (int64_t(k) * bd + t < nv) ++held;
+  int64_t r = blockIdx.x;
+  int st = 0;
+  if (r < p.rows) issue(r, 0);
+  for (; r < p.rows; r += gridDim.x, st ^= 1) {
+    const int64_t next = r + gridDim.x;
+    if (next < p.rows) issue(next, st ^ 1);  // that stage held row r - grid, already read by this thread
+    else fwd_stage_commit();               // an empty group keeps "all but the newest" meaning "row r"
+    fwd_stage_wait_all_but_newest();
+    Vec<T, V> raw[kItems];
+    A s = A(0);
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      if (k < held) {
+        raw[k] = *slot(st, 0, k);
+        if (p.res) {
+          const Vec<T, V> rv = *slot(st, 1, k);
+#pragma unroll
+          for (int j = 0; j < V; ++j) raw[k].v[j] = from_acc<T>(to_acc<A>(raw[k].v[j]) + to_acc<A>(rv.v[j]));
+          store_vec<T, V>(p.sum + r * p.N + (int64_t(k) * bd + t) * V, raw[k]);
+        }
+        if constexpr (!RMS) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) s += to_acc<A>(raw[k].v[j]);
+        }
+      }
+    }
+    A m = A(0), var;
+    if constexpr (RMS) {
+      A q = A(0);
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        if (k < held) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const A v = to_acc<A>(raw[k].v[j]);
+            q += v * v;
+          }
+        }
+      }
+      var = block_reduce(q, SumOp{}, smem) / A(p.N);
+    } else {
+      const A cnt = A(held * V), lm = held ? s / cnt : A(0);
+      A q = A(0);
+#pragma unroll
+      for (int k = 0; k < kItems; ++k) {
+        if (k < held) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const A d = to_acc<A>(raw[k].v[j]) - lm;
+            q += d * d;
+          }
+        }
+      }
+      const MeanM2<A> stt = block_reduce_meanm2_uniform(MeanM2<A>{cnt, lm, q}, smem);
+      m = stt.mean;
+      var = stt.m2 / A(p.N);
+    }
+    const A rs = rstd_of(var, p.eps);
+    if (t == 0) {
+      if constexpr (!RMS) p.mean[r] = m;
+      p.rstd[r] = rs;
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int64_t idx = int64_t(k) * bd + t;
+      if (k < held) {
+        A v[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw[k].v[j]);
+        store_output<V>(p, r * p.N + idx * V, idx * V, v, m, rs);
+      }
+    }
+  }
+}
+
+// Resident blocks of norm_staged_fwd (0: it does not fit), cached per (device, block size, residual).
+template <typename T, bool RMS>
+int staged_fwd_per_sm(int threads, bool res) {
+  static int cache[16][11][2];
+  static bool init = false;
+  if (!init) {
+    for (auto& d : cache)
+      for (auto& b : d) b[0] = b[1] = -2;
+    init = true;
+  }
+  int dev = 0, lg = 0;
+  cudaGetDevice(&dev);
+  while ((1 << lg) < threads) ++lg;
+  int* const entry = (dev >= 0 && dev < 16 && lg < 11) ? &cache[dev][lg][res ? 1 : 0] : nullptr;
+  if (entry && *entry != -2) return *entry;
+  int per_sm = 0;
+  const int64_t bytes = staged_fwd_smem_bytes<T>(threads, res);
+  const int avail = allow_max_dynamic_smem(norm_staged_fwd<T, RMS>);
+  if (avail >= 0 && bytes <= avail) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_staged_fwd<T, RMS>, threads, size_t(bytes)) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      per_sm = 0;
+    }
+  }
+  if (entry) *entry = per_sm;
+  return per_sm;
 }
 
 template <typename T, bool RMS, int V>
@@ -172,7 +351,8 @@ bool all_aligned(const FwdParams<T>& p) {
 }
 
 template <typename T, bool RMS>
-void run_forward(const FwdParams<T>& p, cudaStream_t stream) {
+void run_forward(FwdParams<T> p, cudaStream_t stream) {
+  p.fused_stats = !fwd_twopass_stats();
   constexpr int V = kVec16<T>;
   const FwdPlanInfo plan = make_fwd_plan(p.N, V, all_aligned(p), kFwdRegElems<T>);
   switch (plan.plan) {
@@ -182,9 +362,23 @@ void run_forward(const FwdParams<T>& p, cudaStream_t stream) {
       else norm_warp_fwd<T, RMS, 1><<<grid, kWarpBlock, 0, stream>>>(p, plan.threads);
       break;
     }
-    case FwdPlan::BlockRegs:
-      norm_block_fwd<T, RMS><<<grid_for(p.rows, 1, 4, 2048 / plan.threads), plan.threads, 0, stream>>>(p);
+    case FwdPlan::BlockRegs: {
+      if (fwd_staged()) {
+        const int per_sm = staged_fwd_per_sm<T, RMS>(plan.threads, p.res != nullptr);
+        if (per_sm > 0) {
+          const int64_t grid = balanced_grid(p.rows, int64_t(sm_count()) * per_sm);
+          norm_staged_fwd<T, RMS><<<unsigned(grid), plan.threads,
+                                    staged_fwd_smem_bytes<T>(plan.threads, p.res != nullptr), stream>>>(p);
+          break;
+        }
+      }
+      // rows: a block per row, the block scheduler balances the end (a persistent block of ~4 rows left
+      // up to 4 rows' time as a tail); waves: the persistent grid of 4 waves (the earlier default)
+      const unsigned grid = fwd_grid_waves() ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
+                                             : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
+      norm_block_fwd<T, RMS><<<grid, plan.threads, 0, stream>>>(p);
       break;
+    }
     case FwdPlan::TwoPass:
       if (plan.vec) norm_twopass_fwd<T, RMS, V><<<grid_for(p.rows, 1, 4, 4), kTwoPassThreads, 0, stream>>>(p);
       else norm_twopass_fwd<T, RMS, 1><<<grid_for(p.rows, 1, 4, 4), kTwoPassThreads, 0, stream>>>(p);
