@@ -99,8 +99,8 @@ __device__ __forceinline__ void cta_slot_sums(A (&v)[NV], unsigned ncols, unsign
 }
 
 // tot[i] = sum over the cluster's ranks, in rank order, of part[i] (i < count): after cluster.sync().
-template <typename A>
-__device__ __forceinline__ void cluster_add(cg::cluster_group& cluster, A* part, A* tot, unsigned count) {
+template <typename Cluster, typename A>  // Cluster: cg::cluster_group (a template: sm_80 passes lack the type)
+__device__ __forceinline__ void cluster_add(Cluster& cluster, A* part, A* tot, unsigned count) {
   const unsigned K = cluster.num_blocks();
   for (unsigned i = threadIdx.x; i < count; i += blockDim.x) {
     A t = A(0);
