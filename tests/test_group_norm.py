@@ -2,6 +2,9 @@
 spatial, and 2-D input), layouts (contiguous, channels_last, channels_last_3d, non-dense views), dtypes and
 weight/bias presence; InstanceNorm running statistics; zero variance, NaN and inf; opcheck; gradcheck; bad
 arguments; empty batches; modules, state_dict and convert; torch.compile; CUDA-only cases."""
+import os
+import subprocess
+
 import expecttest
 import pytest
 import torch
@@ -549,3 +552,22 @@ def test_cuda_benchmark_shape():
         w, b = _params(256, torch.bfloat16, "cuda")
         assert_matches_torch(lambda x, w, b: F.group_norm(x, 32, w, b), lambda x, w, b: _torch_group_norm(x, 32, w, b),
                              [x, w, b], name=f"group_norm 8x256x56x56 {layout}")
+
+
+@pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
+                    reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation (about two minutes)")
+def test_cluster_emulation(tmp_path):
+    # the cluster plan's kernels (gn_cluster.cuh) on the CPU against float64: tests/emulation/gn_cluster_emulation.cpp
+    from torch.utils import cpp_extension
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    found = [os.path.join(h, "include") for h in homes if h and os.path.exists(os.path.join(h, "include", "cuda_bf16.h"))]
+    if not found:
+        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
+    exe = str(tmp_path / "gn_emu")
+    subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O1", "-pthread", "-DTORCH_DNN_EMULATE_CUDA",
+                    "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes", f"-I{os.path.join(os.path.dirname(here), 'csrc')}",
+                    f"-I{found[0]}", os.path.join(here, "emulation", "gn_cluster_emulation.cpp"), "-o", exe], check=True)
+    r = subprocess.run([exe], capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

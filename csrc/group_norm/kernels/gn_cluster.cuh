@@ -21,17 +21,30 @@
 // half only between the sync that published it and its next sync, which the writer must pass before it
 // rewrites that half. A final cluster.sync() keeps every CTA's shared memory alive until the others are done.
 #pragma once
-#include <cooperative_groups.h>
-
 #include <cstdlib>
 #include <cstring>
 
 #include "group_norm/kernels/gn_common.cuh"
 
+// The kernels' cluster, dynamic shared memory and device-code guard; tests/emulation/gn_cluster_emulation.cpp
+// replaces them to run the kernels on the CPU (TORCH_DNN_EMULATE_CUDA).
+#ifdef TORCH_DNN_EMULATE_CUDA
+#define GN_CLUSTER_DEVICE_CODE 1
+#define GN_THIS_CLUSTER() emu_this_cluster()
+#define GN_DYNAMIC_SMEM(name) unsigned char* name = emu_dynamic_smem()
+#else
+#include <cooperative_groups.h>
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GN_CLUSTER_DEVICE_CODE 1
+#else
+#define GN_CLUSTER_DEVICE_CODE 0
+#endif
+#define GN_THIS_CLUSTER() cooperative_groups::this_cluster()
+#define GN_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
 namespace torch_dnn {
 namespace group_norm {
-
-namespace cg = cooperative_groups;
 
 constexpr int kClusterThreads = 256;
 
@@ -39,6 +52,8 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned s = unsigned(__cvta_generic_to_shared(smem_dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem_src) : "memory");
+#elif defined(TORCH_DNN_EMULATE_CUDA)
+  std::memcpy(smem_dst, gmem_src, 16);
 #endif
 }
 __device__ __forceinline__ void cp_async_wait_all() {
@@ -99,7 +114,7 @@ __device__ __forceinline__ void cta_slot_sums(A (&v)[NV], unsigned ncols, unsign
 }
 
 // tot[i] = sum over the cluster's ranks, in rank order, of part[i] (i < count): after cluster.sync().
-template <typename Cluster, typename A>  // Cluster: cg::cluster_group (a template: sm_80 passes lack the type)
+template <typename Cluster, typename A>  // Cluster: cooperative_groups::cluster_group (sm_80 passes lack the type)
 __device__ __forceinline__ void cluster_add(Cluster& cluster, A* part, A* tot, unsigned count) {
   const unsigned K = cluster.num_blocks();
   for (unsigned i = threadIdx.x; i < count; i += blockDim.x) {
@@ -118,12 +133,12 @@ __device__ __forceinline__ acc_t<T>* cluster_scratch(unsigned char* smem, int64_
 
 template <typename T, bool CL>
 __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_fwd(GnParams<T> p, ClusterGeo geo) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if GN_CLUSTER_DEVICE_CODE
   using A = acc_t<T>;
   constexpr int V = kVec16<T>;
-  cg::cluster_group cluster = cg::this_cluster();
+  auto cluster = GN_THIS_CLUSTER();
   const unsigned K = cluster.num_blocks(), r = cluster.block_rank();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  GN_DYNAMIC_SMEM(smem_raw);
   const unsigned W = unsigned(geo.W), D = unsigned(p.D), gw = W / D, nwarps = blockDim.x >> 5;
   T* buf = reinterpret_cast<T*>(smem_raw);
   A* red = cluster_scratch<T>(smem_raw, geo.chunk * geo.W, 1);
@@ -235,12 +250,12 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_fwd(GnParams<T>
 template <typename T, bool CL>
 __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_bwd(GnParams<T> p, ClusterGeo geo, acc_t<T>* wsP,
                                                                       acc_t<T>* wsQ) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if GN_CLUSTER_DEVICE_CODE
   using A = acc_t<T>;
   constexpr int V = kVec16<T>;
-  cg::cluster_group cluster = cg::this_cluster();
+  auto cluster = GN_THIS_CLUSTER();
   const unsigned K = cluster.num_blocks(), r = cluster.block_rank();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  GN_DYNAMIC_SMEM(smem_raw);
   const unsigned W = unsigned(geo.W), D = unsigned(p.D), gw = W / D, nwarps = blockDim.x >> 5;
   const int64_t tile = geo.chunk * geo.W;
   T* bx = reinterpret_cast<T*>(smem_raw);
@@ -449,19 +464,16 @@ bool launch_clustered(Kern* kernel, const ClusterChoice& c, cudaStream_t stream,
   attr[0].val.clusterDim.x = unsigned(c.K);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(c.K));
-  cfg.blockDim = dim3(kClusterThreads);
-  cfg.dynamicSmemBytes = c.smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  // {gridDim, blockDim, dynamicSmemBytes, stream, attrs, numAttrs} (positional: the emulation macro-renames
+  // the grid and block fields' names)
+  cudaLaunchConfig_t query = {dim3(unsigned(c.K)), dim3(kClusterThreads), c.smem, stream, attr, 1};
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &query) != cudaSuccess || clusters < 1) {
     cudaGetLastError();
     return false;
   }
-  cfg.gridDim = dim3(unsigned(std::min<int64_t>(c.items, clusters) * c.K));
+  const cudaLaunchConfig_t cfg = {dim3(unsigned(std::min<int64_t>(c.items, clusters) * c.K)), dim3(kClusterThreads),
+                                  c.smem, stream, attr, 1};
   cudaLaunchKernelEx(&cfg, kernel, args...);  // a launch error stays for the entry point to report
   return true;
 }
