@@ -163,6 +163,7 @@ double val(T v) {
 template <typename T>
 void run_case(int64_t N, int64_t C, int64_t S, int64_t G, bool cl, const char* tile_kb, const char* kmax) {
   using A = acc_t<T>;
+  setenv("TORCH_DNN_GN_PLAN", "cluster", 1);
   setenv("TORCH_DNN_GN_TILE_KB", tile_kb, 1);
   setenv("TORCH_DNN_GN_CLUSTER_MAX", kmax, 1);
   const int64_t numel = N * C * S, D = C / G, L = D * S;

@@ -6,7 +6,7 @@
 //   gn_smem_bwd      x and dy of the group fit in shared memory together: a persistent block per (n, g) loads
 //                    both ONCE, takes the per-channel sums P, Q from shared memory (warps over (channel, slice)
 //                    items, fixed order), and writes dx from shared memory: 2 reads + 1 write, the minimum.
-//   gn_cluster_bwd   (gn_cluster.cuh, sm_90, the default where it applies) a cluster of CTAs per (n, W channels)
+//   gn_cluster_bwd   (gn_cluster.cuh, sm_90; TORCH_DNN_GN_PLAN says where) a cluster of CTAs per (n, W channels)
 //                    holding x and dy once; TORCH_DNN_GN_PLAN=smem selects gn_smem_bwd instead.
 //   gn_smem_bwd_cl_small  channels-last groups narrower than a vector (instance_norm NHWC): a block per (n, V / D
 //                    groups), per-lane (= per-channel) sums reduced as vectors.

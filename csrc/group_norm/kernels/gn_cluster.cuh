@@ -393,13 +393,20 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_bwd(GnParams<T>
 
 // ---- host: the cluster plan's choice and launch ----
 
-// TORCH_DNN_GN_PLAN=smem forces the per-(n, group) kernels (the plan before clusters) where they apply;
-// unset or "cluster": the cluster plan wherever it applies. TORCH_DNN_GN_CLUSTER_MAX (1..16, default 16) caps
-// the cluster size (a power of two up to it); TORCH_DNN_GN_TILE_KB (default 50) is the CTA tile budget that sets it (50 KB: 4 CTAs an
-// SM). All three are read at every call (benchmarking knobs).
-inline bool cluster_plan_allowed() {
+// TORCH_DNN_GN_PLAN (read at every call; benchmarking knob):
+//   unset / auto  the cluster plan for channels-last, and for NCHW where one CTA's tile would pass the budget
+//                 (K >= 2: e.g. the backward's x + dy of a 56x56 group); NCHW groups that fit one CTA keep the
+//                 per-(n, group) kernels (measured at 2.43 TB/s forward; the K = 1 cluster kernel differs only by
+//                 cp.async and 256 threads, unmeasured)
+//   cluster       the cluster plan wherever it applies
+//   smem          the per-(n, group) kernels (the plan before clusters) wherever they apply
+// TORCH_DNN_GN_CLUSTER_MAX (1..16, default 16) caps the cluster size (a power of two up to it);
+// TORCH_DNN_GN_TILE_KB (default 50: 4 CTAs an SM) is the CTA tile budget that sets it.
+enum class GnPlan { Auto, Cluster, Smem };
+inline GnPlan gn_plan() {
   const char* e = std::getenv("TORCH_DNN_GN_PLAN");
-  return !(e && *e && std::strcmp(e, "cluster") != 0);
+  if (!e || !*e || std::strcmp(e, "auto") == 0) return GnPlan::Auto;
+  return std::strcmp(e, "cluster") == 0 ? GnPlan::Cluster : GnPlan::Smem;
 }
 inline int env_int(const char* name, int dflt, int lo, int hi) {
   const char* e = std::getenv(name);
@@ -481,7 +488,8 @@ bool launch_clustered(Kern* kernel, const ClusterChoice& c, cudaStream_t stream,
 // Tries cluster sizes from the budget's choice down to 1 (a larger cluster may not be schedulable).
 template <typename T, typename Launch>
 bool run_cluster_plan(const GnParams<T>& p, int tiles, Launch&& launch) {
-  if (!cluster_plan_allowed()) return false;
+  const GnPlan plan = gn_plan();
+  if (plan == GnPlan::Smem) return false;
   const int kmax = env_int("TORCH_DNN_GN_CLUSTER_MAX", 16, 1, 16);
   const int64_t budget = int64_t(env_int("TORCH_DNN_GN_TILE_KB", 50, 1, 227)) * 1024;
   int K = 1;
@@ -490,6 +498,7 @@ bool run_cluster_plan(const GnParams<T>& p, int tiles, Launch&& launch) {
     if (c.geo.W == 0) return false;
     if (K * 2 > kmax || c.geo.chunk * c.geo.W * int64_t(sizeof(T)) * tiles <= budget) break;
   }
+  if (plan == GnPlan::Auto && !p.cl && K == 1) return false;
   for (; K >= 1; K /= 2) {
     const ClusterChoice c = cluster_choice(p, tiles, K);
     if (c.ok && launch(c)) return true;

@@ -3,7 +3,7 @@
 //                    a persistent block per (n, g) loads the group ONCE (16-byte vectors) into shared memory,
 //                    takes the exact two-pass mean / variance from there, and writes y from there. Both layouts:
 //                    NCHW groups are contiguous; channels-last groups are rows of D channels, C apart.
-//   gn_cluster_fwd   (gn_cluster.cuh, sm_90, the default where it applies) a cluster of CTAs per (n, W channels):
+//   gn_cluster_fwd   (gn_cluster.cuh, sm_90; TORCH_DNN_GN_PLAN says where) a cluster of CTAs per (n, W channels):
 //                    whole 128-byte rows in channels-last; TORCH_DNN_GN_PLAN=smem selects gn_smem_fwd instead.
 //   gn_smem_fwd_cl_small  channels-last groups narrower than a 16-byte vector (instance_norm: D = 1): a block
 //                    per (n, V / D groups) so that every row is one vector; per-lane sums reduced as vectors.
