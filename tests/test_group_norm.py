@@ -433,9 +433,10 @@ class TestErrors(expecttest.TestCase):
 def test_cuda_past_2_31_elements():
     # 64-bit indexing in both layouts: the last group of the last image lies past 2^31 elements. Its reference
     # is the group alone (channels_last: the last 2 channels with one group; NCHW: one group a whole image).
-    # (the G=8 channels-last case takes the cluster plan: 8-channel groups, 128-byte rows)
-    for shape, G, layout in (((2, 64, 4097, 4097), 32, "channels_last"), ((2, 64, 4097, 4097), 8, "channels_last"),
-                             ((8, 2, 16385, 8193), 1, "contiguous")):
+    # The last two take the cluster plan (items of 8-channel groups: channels-last 128-byte rows, K=16; NCHW
+    # groups of 256 KB, K>=2), the first two the per-(n, group) and chunked kernels.
+    for shape, G, layout in (((2, 64, 4097, 4097), 32, "channels_last"), ((8, 2, 16385, 8193), 1, "contiguous"),
+                             ((8200, 64, 64, 64), 8, "channels_last"), ((8200, 16, 128, 128), 2, "contiguous")):
         x = torch.empty(shape, dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
         if layout == "channels_last":
             x = x.contiguous(memory_format=torch.channels_last)
