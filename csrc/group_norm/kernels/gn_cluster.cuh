@@ -23,6 +23,8 @@
 #pragma once
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "group_norm/kernels/gn_common.cuh"
 
@@ -457,12 +459,60 @@ ClusterChoice cluster_choice(const GnParams<T>& p, int tiles, int K) {
 
 // Launches kernel in clusters of c.K CTAs, as many clusters as fit at once (persistent), at most one an item.
 // false (nothing launched, no error left behind) where this build or device cannot run it.
+// Resident clusters of (device, kernel, K, smem), or 0 where the plan cannot run: cached, because the
+// attribute and occupancy queries cost more host time than a launch (the dynamic shared memory size attribute
+// is still set at every launch: another size may have been set since).
+template <typename Kern>
+int resident_clusters(Kern* kernel, int K, size_t smem, cudaStream_t stream) {
+  struct Entry {
+    int dev;
+    const void* fn;
+    int K;
+    size_t smem;
+    int clusters;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const Entry& e : cache)
+      if (e.dev == dev && e.fn == reinterpret_cast<const void*>(kernel) && e.K == K && e.smem == smem) return e.clusters;
+  }
+  int clusters = 0;
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess &&
+      (K <= 8 || cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess)) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = unsigned(K);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    // {gridDim, blockDim, dynamicSmemBytes, stream, attrs, numAttrs} (positional: the emulation macro-renames
+    // the grid and block fields' names)
+    const cudaLaunchConfig_t query = {dim3(unsigned(K)), dim3(kClusterThreads), smem, stream, attr, 1};
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &query) != cudaSuccess) clusters = -1;
+  } else {
+    clusters = -1;
+  }
+  if (clusters < 0) {
+    cudaGetLastError();  // a failed query leaves no error behind
+    clusters = 0;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache.push_back({dev, reinterpret_cast<const void*>(kernel), K, smem, clusters});
+  return clusters;
+}
+
+// Launches kernel in clusters of c.K CTAs, as many clusters as fit at once (persistent), at most one an item.
+// false (nothing launched, no error left behind) where this build or device cannot run it.
 template <typename Kern, typename... Args>
 bool launch_clustered(Kern* kernel, const ClusterChoice& c, cudaStream_t stream, Args... args) {
-  cudaFuncAttributes fa;
-  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess || fa.binaryVersion < 90 ||
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)) != cudaSuccess ||
-      (c.K > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess)) {
+  const int clusters = resident_clusters(kernel, c.K, c.smem, stream);
+  if (clusters < 1) return false;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
@@ -471,14 +521,6 @@ bool launch_clustered(Kern* kernel, const ClusterChoice& c, cudaStream_t stream,
   attr[0].val.clusterDim.x = unsigned(c.K);
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
-  // {gridDim, blockDim, dynamicSmemBytes, stream, attrs, numAttrs} (positional: the emulation macro-renames
-  // the grid and block fields' names)
-  cudaLaunchConfig_t query = {dim3(unsigned(c.K)), dim3(kClusterThreads), c.smem, stream, attr, 1};
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &query) != cudaSuccess || clusters < 1) {
-    cudaGetLastError();
-    return false;
-  }
   const cudaLaunchConfig_t cfg = {dim3(unsigned(std::min<int64_t>(c.items, clusters) * c.K)), dim3(kClusterThreads),
                                   c.smem, stream, attr, 1};
   cudaLaunchKernelEx(&cfg, kernel, args...);  // a launch error stays for the entry point to report
