@@ -1,8 +1,12 @@
 """Benchmark cases of the group_norm family (and local_response_norm, csrc/lrn): group_norm(32) forward and
-backward on 64x256x56x56 bf16, NCHW and NHWC, against eager and torch.compile of the same function;
+backward on 64x256x56x56 bf16, NCHW and NHWC, against eager and torch.compile of the same function, and
+torch_dnn's other plans ("torch_dnn smem": the per-(n, group) kernels, TORCH_DNN_GN_PLAN=smem; "torch_dnn kN":
+the cluster plan with clusters of at most N CTAs, TORCH_DNN_GN_CLUSTER_MAX=N, tiles as large as that needs;
+"torch_dnn cluster": the cluster plan where the default keeps the old kernels, TORCH_DNN_GN_PLAN=cluster);
 instance_norm (2-D) forward; local_response_norm(5) forward. Bytes are the minimum traffic: each input read
 once, each output written once (parameters and statistics included, small)."""
 import math
+import os
 
 import torch
 import torch.nn.functional as TF
@@ -15,6 +19,32 @@ ops = torch.ops.torch_dnn
 SHAPE = (64, 256, 56, 56)
 G = 32
 
+
+def _env(fn, **env):
+    """fn run with the given environment variables (the launchers read them at every call)."""
+    def run(*args):
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            return fn(*args)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
+    return run
+
+
+def _plans(fn, ks, cluster=False):
+    """torch_dnn's default plan, the old per-(n, group) kernels, the cluster plan forced (where the default does
+    not take it), and the cluster plan capped at k CTAs a cluster for each k."""
+    out = {"torch_dnn": fn, "torch_dnn smem": _env(fn, TORCH_DNN_GN_PLAN="smem")}
+    if cluster:
+        out["torch_dnn cluster"] = _env(fn, TORCH_DNN_GN_PLAN="cluster")
+    for k in ks:
+        out[f"torch_dnn k{k}"] = _env(fn, TORCH_DNN_GN_PLAN="cluster", TORCH_DNN_GN_CLUSTER_MAX=str(k))
+    return out
 
 
 def _gn_cases(dtype, layout):
@@ -32,7 +62,8 @@ def _gn_cases(dtype, layout):
         return rand_cuda(SHAPE, d, lay), rand_cuda((C,), d, "NCHW", 0.5, 1.5), rand_cuda((C,), d, "NCHW")
 
     fwd = Case("group_norm", f"group_norm({G}) fwd {tag}", fwd_inputs,
-               {"torch_dnn": lambda x, w, b: F.group_norm(x, G, w, b), "eager": gn,
+               {**_plans(lambda x, w, b: F.group_norm(x, G, w, b), [4] if layout == "NHWC" else [], layout == "NCHW"),
+                "eager": gn,
                 "compile": torch.compile(gn, dynamic=False)},
                bytes=2 * numel * es + 2 * C * es, target=">=3x eager (>=2.4 TB/s)", group=group)
 
@@ -54,8 +85,8 @@ def _gn_cases(dtype, layout):
         return run
 
     bwd = Case("group_norm", f"group_norm({G}) bwd {tag}", bwd_inputs,
-               {"torch_dnn": lambda g, x, mean, rstd, w, eg, cg: ops.group_norm_backward(
-                   g, x, mean, rstd, w, G, False, [True, True, True]),
+               {**_plans(lambda g, x, mean, rstd, w, eg, cg: ops.group_norm_backward(
+                   g, x, mean, rstd, w, G, False, [True, True, True]), [8] if layout == "NHWC" else [1]),
                 "eager": peer_bwd("eager"), "compile": peer_bwd("compile")},
                bytes=3 * numel * es + 3 * C * es + stats, target=">=3x eager (>=2.4 TB/s)", group=group)
     return [fwd, bwd]
@@ -71,7 +102,7 @@ def _instance_norm_case(dtype):
 
     return Case("group_norm", "instance_norm2d fwd 32x128x64x64 NCHW bf16",
                 lambda: (rand_cuda(shape, dtype, "NCHW"), rand_cuda((c,), dtype, "NCHW", 0.5, 1.5), rand_cuda((c,), dtype, "NCHW")),
-                {"torch_dnn": lambda x, w, b: F.instance_norm(x, weight=w, bias=b), "eager": inorm,
+                {**_plans(lambda x, w, b: F.instance_norm(x, weight=w, bias=b), [], True), "eager": inorm,
                  "compile": torch.compile(inorm, dynamic=False)},
                 bytes=2 * math.prod(shape) * es + 2 * c * es, target=">=90% copy", group="instance_norm / lrn")
 

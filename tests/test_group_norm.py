@@ -2,6 +2,9 @@
 spatial, and 2-D input), layouts (contiguous, channels_last, channels_last_3d, non-dense views), dtypes and
 weight/bias presence; InstanceNorm running statistics; zero variance, NaN and inf; opcheck; gradcheck; bad
 arguments; empty batches; modules, state_dict and convert; torch.compile; CUDA-only cases."""
+import os
+import subprocess
+
 import expecttest
 import pytest
 import torch
@@ -430,7 +433,10 @@ class TestErrors(expecttest.TestCase):
 def test_cuda_past_2_31_elements():
     # 64-bit indexing in both layouts: the last group of the last image lies past 2^31 elements. Its reference
     # is the group alone (channels_last: the last 2 channels with one group; NCHW: one group a whole image).
-    for shape, G, layout in (((2, 64, 4097, 4097), 32, "channels_last"), ((8, 2, 16385, 8193), 1, "contiguous")):
+    # The last two take the cluster plan (items of 8-channel groups: channels-last 128-byte rows, K=16; NCHW
+    # groups of 256 KB, K>=2), the first two the per-(n, group) and chunked kernels.
+    for shape, G, layout in (((2, 64, 4097, 4097), 32, "channels_last"), ((8, 2, 16385, 8193), 1, "contiguous"),
+                             ((8200, 64, 64, 64), 8, "channels_last"), ((8200, 16, 128, 128), 2, "contiguous")):
         x = torch.empty(shape, dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
         if layout == "channels_last":
             x = x.contiguous(memory_format=torch.channels_last)
@@ -451,6 +457,48 @@ def test_cuda_past_2_31_elements():
         v = compare(dx[-1:, -d:], peer, ref, grad=True, name=f"group_norm backward past 2^31 {layout}")
         assert v, v.message
         del x, g, dx
+
+
+# Plans of the CUDA kernels (csrc/group_norm/kernels/gn_cluster.cuh), selected by environment variables read at
+# every call: the per-(n, group) kernels; the default choice; the cluster plan wherever it applies, as chosen; with
+# clusters of one CTA; with the largest clusters (a 1 KB tile budget: 16 CTAs, trailing ranks with no rows); with
+# clusters of at most 2 and small tiles.
+GN_PLANS = {"smem": {"TORCH_DNN_GN_PLAN": "smem"}, "default": {}, "cluster": {"TORCH_DNN_GN_PLAN": "cluster"},
+            "k1": {"TORCH_DNN_GN_PLAN": "cluster", "TORCH_DNN_GN_CLUSTER_MAX": "1"},
+            "k16": {"TORCH_DNN_GN_PLAN": "cluster", "TORCH_DNN_GN_TILE_KB": "1"},
+            "k2": {"TORCH_DNN_GN_PLAN": "cluster", "TORCH_DNN_GN_TILE_KB": "4", "TORCH_DNN_GN_CLUSTER_MAX": "2"}}
+# channels-last: 8 groups of 8 (128-byte bf16 rows), 32 groups of 8, 2 groups of 32 (two groups a row), groups of
+# 24 (no power-of-two row: the old kernels); NCHW: 16 and 8 channels a group, a group of 256 KB (bf16)
+PLAN_CASES = [((3, 64, 7, 9), 8, "channels_last"), ((2, 256, 13, 11), 32, "channels_last"),
+              ((2, 64, 5, 5), 2, "channels_last"), ((2, 96, 9, 9), 4, "channels_last"),
+              ((2, 256, 12, 12), 16, "contiguous"), ((3, 24, 16, 20), 3, "contiguous"),
+              ((2, 8, 128, 256), 2, "contiguous"), ((5, 32, 3, 17), 4, "channels_last")]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("plan", list(GN_PLANS), ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_cuda_plans(plan, dtype, monkeypatch):
+    for k, v in GN_PLANS[plan].items():
+        monkeypatch.setenv(k, v)
+    for shape, G, layout in PLAN_CASES:
+        x = _input(shape, dtype, "cuda", layout)
+        for weight, bias in ((True, True), (False, False)):
+            w, b = _params(shape[1], dtype, "cuda", weight, bias)
+            assert_matches_torch(lambda x, w, b: F.group_norm(x, G, w, b), lambda x, w, b: _torch_group_norm(x, G, w, b),
+                                 [x, w, b], name=f"group_norm plan={plan} {shape} G={G} {layout} {dtype} w={weight}")
+        # bitwise the same on a second run (fixed-order sums: no atomics)
+        w, b = _params(shape[1], dtype, "cuda")
+        g = torch.randn_like(x)
+        y1, m1, r1 = ops.group_norm(x, G, w, b, 1e-5)
+        y2, m2, r2 = ops.group_norm(x, G, w, b, 1e-5)
+        d1 = ops.group_norm_backward(g, x, m1, r1, w, G, False, [True, True, True])
+        d2 = ops.group_norm_backward(g, x, m1, r1, w, G, False, [True, True, True])
+        assert torch.equal(y1, y2) and torch.equal(m1, m2) and torch.equal(r1, r2)
+        assert all(torch.equal(a, c) for a, c in zip(d1, d2))
+    x = _input((4, 64, 10, 12), dtype, "cuda")
+    assert_matches_torch(lambda x: F.instance_norm(x), lambda x: _torch_instance_norm(x), [x],
+                         name=f"instance_norm plan={plan} {dtype}")
 
 
 @pytest.mark.cuda
@@ -508,3 +556,22 @@ def test_cuda_benchmark_shape():
         w, b = _params(256, torch.bfloat16, "cuda")
         assert_matches_torch(lambda x, w, b: F.group_norm(x, 32, w, b), lambda x, w, b: _torch_group_norm(x, 32, w, b),
                              [x, w, b], name=f"group_norm 8x256x56x56 {layout}")
+
+
+@pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
+                    reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation (about two minutes)")
+def test_cluster_emulation(tmp_path):
+    # the cluster plan's kernels (gn_cluster.cuh) on the CPU against float64: tests/emulation/gn_cluster_emulation.cpp
+    from torch.utils import cpp_extension
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    found = [os.path.join(h, "include") for h in homes if h and os.path.exists(os.path.join(h, "include", "cuda_bf16.h"))]
+    if not found:
+        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
+    exe = str(tmp_path / "gn_emu")
+    subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O1", "-pthread", "-DTORCH_DNN_EMULATE_CUDA",
+                    "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes", f"-I{os.path.join(os.path.dirname(here), 'csrc')}",
+                    f"-I{found[0]}", os.path.join(here, "emulation", "gn_cluster_emulation.cpp"), "-o", exe], check=True)
+    r = subprocess.run([exe], capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

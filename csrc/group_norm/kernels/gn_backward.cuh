@@ -6,6 +6,8 @@
 //   gn_smem_bwd      x and dy of the group fit in shared memory together: a persistent block per (n, g) loads
 //                    both ONCE, takes the per-channel sums P, Q from shared memory (warps over (channel, slice)
 //                    items, fixed order), and writes dx from shared memory: 2 reads + 1 write, the minimum.
+//   gn_cluster_bwd   (gn_cluster.cuh, sm_90; TORCH_DNN_GN_PLAN says where) a cluster of CTAs per (n, W channels)
+//                    holding x and dy once; TORCH_DNN_GN_PLAN=smem selects gn_smem_bwd instead.
 //   gn_smem_bwd_cl_small  channels-last groups narrower than a vector (instance_norm NHWC): a block per (n, V / D
 //                    groups), per-lane (= per-channel) sums reduced as vectors.
 //   otherwise        gn_chunk_bwd (sum(g * xhat), sum(g) per chunk) + gn_finalize_bwd + gn_apply_bwd
@@ -334,6 +336,7 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
     const int64_t items = p.N * (p.C / V);
     const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(items, int64_t(sm_count()) * std::max(per_sm, 1)));
     gn_smem_bwd_cl_small<T><<<unsigned(grid), threads, size_t(cl_small_smem), stream>>>(p, w);
+  } else if (!stats_given && try_cluster_bwd(p, w.P, w.Q, vec, stream)) {
   } else if (!stats_given && smem_bwd_fits(p, vec ? V : 1)) {
     if (vec) launch_smem_bwd<T, V>(p, w, stream);
     else launch_smem_bwd<T, 1>(p, w, stream);

@@ -3,12 +3,15 @@
 //                    a persistent block per (n, g) loads the group ONCE (16-byte vectors) into shared memory,
 //                    takes the exact two-pass mean / variance from there, and writes y from there. Both layouts:
 //                    NCHW groups are contiguous; channels-last groups are rows of D channels, C apart.
+//   gn_cluster_fwd   (gn_cluster.cuh, sm_90; TORCH_DNN_GN_PLAN says where) a cluster of CTAs per (n, W channels):
+//                    whole 128-byte rows in channels-last; TORCH_DNN_GN_PLAN=smem selects gn_smem_fwd instead.
 //   gn_smem_fwd_cl_small  channels-last groups narrower than a 16-byte vector (instance_norm: D = 1): a block
 //                    per (n, V / D groups) so that every row is one vector; per-lane sums reduced as vectors.
 //   otherwise        gn_chunk_stats (a block per chunk of a group: Chan-mergeable (count, mean, M2) partials) +
 //                    gn_finalize_fwd (a thread per group merges its chunks in order) + gn_apply_fwd
 //                    (elementwise); also the whole forward when the statistics are given (gn_apply_fwd alone).
 #pragma once
+#include "group_norm/kernels/gn_cluster.cuh"
 #include "group_norm/kernels/gn_common.cuh"
 
 namespace torch_dnn {
@@ -299,6 +302,7 @@ void run_forward(GnParams<T> p, bool stats_given, acc_t<T>* ws, cudaStream_t str
       gn_smem_fwd_cl_small<T><<<unsigned(grid), threads, smem, stream>>>(p);
       return;
     }
+    if (try_cluster_fwd(p, aligned, stream)) return;
     if (smem_fwd_fits(p)) {
       if (aligned && vec_ok(p.S, p.D, p.cl, V)) launch_smem_fwd<T, V>(p, stream);
       else launch_smem_fwd<T, 1>(p, stream);
