@@ -403,7 +403,8 @@ inline int64_t col_bwd_groups(int64_t rows, int64_t N, int V) {
 template <typename T, bool RMS>
 int64_t backward_partial_rows(int64_t rows, int64_t N) {
   constexpr int V = kVec16<T>;
-  int64_t P = col_bwd_groups(rows, N, 1);
+  // the column kernel runs with V or 1 columns a thread (wider vectors: fewer column blocks, more row groups)
+  int64_t P = std::max(col_bwd_groups(rows, N, 1), col_bwd_groups(rows, N, V));
   if (bwd_block_plan(N, V, true, kBwdCols<T>)) {
     const int threads = bwd_block_threads(N, kBwdCols<T>);
     P = std::max({P, block_bwd_grid<T, RMS>(rows, threads), staged_bwd_grid<T, RMS>(rows, threads)});
