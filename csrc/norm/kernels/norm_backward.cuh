@@ -394,7 +394,7 @@ int64_t staged_bwd_grid(int64_t rows, int threads) {
 
 // Row groups of norm_col_bwd: a few blocks per SM, never more than the rows or the grid's y limit.
 inline int64_t col_bwd_groups(int64_t rows, int64_t N, int V) {
-  const int64_t col_blocks = (N / V + kColThreads - 1) / kColThreads;
+  const int64_t col_blocks = std::max<int64_t>(1, (N / V + kColThreads - 1) / kColThreads);  // N < V: none
   const int64_t want = (int64_t(sm_count()) * 8 + col_blocks - 1) / col_blocks;
   return std::max<int64_t>(1, std::min({want, rows, int64_t(65535)}));
 }
