@@ -80,8 +80,9 @@ def cases(quick: bool = False):
                             {"torch_dnn": (ln_ours := lambda x, w, b, n=n: F.layer_norm(x, [n], w, b)), "eager": ln,
                              "compile": _compiled(ln),
                              "td-old": _with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="twopass",
-                                                 TORCH_DNN_NORM_FWD_GRID="waves"),
-                             "td-waves": _with_env(ln_ours, TORCH_DNN_NORM_FWD_GRID="waves"),
+                                                 TORCH_DNN_NORM_FWD_GRID="waves", TORCH_DNN_NORM_FWD="block"),
+                             "td-fused-rows": _with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="fused",
+                                                        TORCH_DNN_NORM_FWD_GRID="rows", TORCH_DNN_NORM_FWD="block"),
                              "td-staged": _with_env(ln_ours, TORCH_DNN_NORM_FWD="staged")},
                             bytes=2 * numel * es + 2 * n * es, target=">=2.7 TB/s", group=group))
 
@@ -102,7 +103,8 @@ def cases(quick: bool = False):
 
             out.append(Case("norm", f"rms_norm fwd {tag}", lambda s=shape, d=dtype: (_rand(s, d), _rand(s[1:], d, 0.5, 1.5)),
                             {"torch_dnn": (rms_ours := lambda x, w, n=n: F.rms_norm(x, [n], w, 1e-6)), "eager": rms,
-                             "compile": _compiled(rms), "td-old": _with_env(rms_ours, TORCH_DNN_NORM_FWD_GRID="waves"),
+                             "compile": _compiled(rms), "td-old": _with_env(rms_ours, TORCH_DNN_NORM_FWD_GRID="waves",
+                                                                    TORCH_DNN_NORM_FWD="block"),
                              "td-staged": _with_env(rms_ours, TORCH_DNN_NORM_FWD="staged")},
                             bytes=2 * numel * es + n * es, target=">=2.7 TB/s", group=group))
 

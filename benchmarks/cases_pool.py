@@ -57,7 +57,8 @@ def _pool_cases(dtype, layout):
         # backward: also the per-input tile gather (TORCH_DNN_POOL_NC_BWD=gather) beside the owner blocks
         var_bwd = lambda d: _variant(var(d), "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather")  # noqa: E731
     else:
-        var = lambda d: _variant(d, "TORCH_DNN_POOL_CL_FWD", "item", "torch_dnn item")  # noqa: E731
+        var = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_CL_FWD", "item", "torch_dnn item"),  # noqa: E731
+                                 "TORCH_DNN_POOL_CL_FWD", "taps", "torch_dnn taps")
         var_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_CL_BWD", "item", "torch_dnn item")  # noqa: E731
 
     # max_pool2d: forward writes values and int64 indices; backward reads grad and indices, writes grad_input

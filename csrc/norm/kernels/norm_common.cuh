@@ -83,11 +83,12 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 }
 
 // Benchmarking knobs (read at every launch, so that one process can time both variants):
-//   TORCH_DNN_NORM_FWD_STATS=twopass   LayerNorm block forward: two block reductions (mean, then variance)
-//                                      instead of one Chan-merged (count, mean, M2) reduction
-//   TORCH_DNN_NORM_FWD_GRID=waves      block forward: the persistent grid of 4 waves instead of a block per row
+//   TORCH_DNN_NORM_FWD_STATS=twopass   LayerNorm block forward: two block reductions (mean, then variance);
+//                           =fused     one Chan-merged (count, mean, M2) reduction
+//   TORCH_DNN_NORM_FWD_GRID=waves      block forward: the persistent grid of 4 waves; =rows a block per row
 //   TORCH_DNN_NORM_FWD=staged          block-plan rows: the staged forward (next row streamed into shared
-//                                      memory by cp.async during this row's reduction), persistent
+//                                      memory by cp.async during this row's reduction), persistent; =block not
+//   (unset: the measured defaults below)
 //   TORCH_DNN_NORM_BWD=block           backward: the earlier register kernel (pass 2 re-reads x and dy
 //                                      through L1) and two column-sum launches, instead of the staged kernel
 //   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows)
@@ -95,9 +96,28 @@ inline bool env_is(const char* name, const char* value) {
   const char* e = std::getenv(name);
   return e && std::strcmp(e, value) == 0;
 }
-inline bool fwd_twopass_stats() { return env_is("TORCH_DNN_NORM_FWD_STATS", "twopass"); }
-inline bool fwd_staged() { return env_is("TORCH_DNN_NORM_FWD", "staged"); }
-inline bool fwd_grid_waves() { return env_is("TORCH_DNN_NORM_FWD_GRID", "waves"); }
+// The block forward's defaults, from the H100 (bf16/fp32, 32768x4096 and 8192x16384; benchmarks/NOTES.md):
+// LayerNorm on 16-bit rows keeps the two-pass statistics and the 4-wave grid (93.7% of copy at 4096 against
+// 81.4% for one reduction and a block per row) and streams rows longer than 8K through the staged kernel
+// (91.1% against 87.6% at 16384); float rows and RMSNorm take one reduction and a block per row (LayerNorm
+// fp32 99.3% against 95.9%, RMSNorm bf16 96-97% against 93.5%). Each knob, when set, forces its choice:
+//   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block
+inline int env_pick(const char* name, const char* yes, const char* no) {  // 1, 0, or -1 when unset / other
+  return env_is(name, yes) ? 1 : env_is(name, no) ? 0 : -1;
+}
+inline bool fwd_default_old(int elem_bytes, bool rms) { return elem_bytes == 2 && !rms; }
+inline bool fwd_twopass_stats(int elem_bytes, bool rms) {
+  const int e = env_pick("TORCH_DNN_NORM_FWD_STATS", "twopass", "fused");
+  return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
+}
+inline bool fwd_staged(int elem_bytes, bool rms, int64_t N) {
+  const int e = env_pick("TORCH_DNN_NORM_FWD", "staged", "block");
+  return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms) && N > 8192;
+}
+inline bool fwd_grid_waves(int elem_bytes, bool rms) {
+  const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
+  return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
+}
 inline bool bwd_old_block() { return env_is("TORCH_DNN_NORM_BWD", "block"); }
 inline int bwd_blocks_cap() {
   const char* e = std::getenv("TORCH_DNN_NORM_BWD_BLOCKS");

@@ -271,20 +271,21 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
   }
 }
 
-// Resident blocks of norm_staged_fwd (0: it does not fit), cached per (device, block size, residual).
+// Resident blocks of norm_staged_fwd (0: it does not fit), cached per (device, exact block size, residual):
+// its shared memory grows with the block size, so a bucket of sizes would reuse a fit check made for less.
 template <typename T, bool RMS>
 int staged_fwd_per_sm(int threads, bool res) {
-  static int cache[16][11][2];
+  static int cache[16][1025][2];
   static bool init = false;
   if (!init) {
     for (auto& d : cache)
       for (auto& b : d) b[0] = b[1] = -2;
     init = true;
   }
-  int dev = 0, lg = 0;
+  int dev = 0;
   cudaGetDevice(&dev);
-  while ((1 << lg) < threads) ++lg;
-  int* const entry = (dev >= 0 && dev < 16 && lg < 11) ? &cache[dev][lg][res ? 1 : 0] : nullptr;
+  int* const entry = (dev >= 0 && dev < 16 && threads >= 1 && threads <= 1024) ? &cache[dev][threads][res ? 1 : 0]
+                                                                               : nullptr;
   if (entry && *entry != -2) return *entry;
   int per_sm = 0;
   const int64_t bytes = staged_fwd_smem_bytes<T>(threads, res);
@@ -352,7 +353,8 @@ bool all_aligned(const FwdParams<T>& p) {
 
 template <typename T, bool RMS>
 void run_forward(FwdParams<T> p, cudaStream_t stream) {
-  p.fused_stats = !fwd_twopass_stats();
+  constexpr int kBytes = int(sizeof(T));
+  p.fused_stats = !fwd_twopass_stats(kBytes, RMS);
   constexpr int V = kVec16<T>;
   const FwdPlanInfo plan = make_fwd_plan(p.N, V, all_aligned(p), kFwdRegElems<T>);
   switch (plan.plan) {
@@ -363,7 +365,7 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       break;
     }
     case FwdPlan::BlockRegs: {
-      if (fwd_staged()) {
+      if (fwd_staged(kBytes, RMS, p.N)) {
         const int per_sm = staged_fwd_per_sm<T, RMS>(plan.threads, p.res != nullptr);
         if (per_sm > 0) {
           const int64_t grid = balanced_grid(p.rows, int64_t(sm_count()) * per_sm);
@@ -374,7 +376,7 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       }
       // rows: a block per row, the block scheduler balances the end (a persistent block of ~4 rows left
       // up to 4 rows' time as a tail); waves: the persistent grid of 4 waves (the earlier default)
-      const unsigned grid = fwd_grid_waves() ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
+      const unsigned grid = fwd_grid_waves(kBytes, RMS) ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
                                              : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
       norm_block_fwd<T, RMS><<<grid, plan.threads, 0, stream>>>(p);
       break;
