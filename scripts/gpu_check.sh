@@ -3,6 +3,9 @@
 # benchmarks; logs, JSON and the results table go under $OUT (default ./.out).
 #
 #   scripts/gpu_check.sh [-k PYTEST_EXPR] [--tests all|cuda|none] [--bench FAMILY,...|all|none] [--quick] [--no-sm90]
+#                        [--per-file SECONDS]
+# --per-file runs each tests/test_*.py in its own pytest (-v, log tests-<file>.log) stopped by SIGINT after
+# SECONDS, so that one slow file cannot eat the call's time and the last test started is named in its log.
 # --no-sm90 leaves the CUTLASS headers uninstalled, so the Hopper GEMM (the longest compile) is not built: for
 # runs that do not touch matmul.
 #
@@ -13,7 +16,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-KEXPR="" TESTS=cuda BENCH=all QUICK="" NO_SM90=""
+KEXPR="" TESTS=cuda BENCH=all QUICK="" NO_SM90="" PER_FILE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -k) KEXPR="$2"; shift 2 ;;
@@ -21,6 +24,7 @@ while [ $# -gt 0 ]; do
     --bench) BENCH="$2"; shift 2 ;;
     --quick) QUICK="--quick"; shift ;;
     --no-sm90) NO_SM90=1; shift ;;
+    --per-file) PER_FILE="$2"; shift 2 ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -55,8 +59,21 @@ if [ "$TESTS" != "none" ]; then
   echo "== tests ($TESTS${KEXPR:+, -k $KEXPR})"
   marker=(); [ "$TESTS" = "cuda" ] && marker=(-m cuda)
   kargs=(); [ -n "$KEXPR" ] && kargs=(-k "$KEXPR")
-  python3 -m pytest tests -q --maxfail=25 --tb=short -p no:cacheprovider "${marker[@]}" "${kargs[@]}" > "$OUT/tests.log" 2>&1 || status=1
-  tail -25 "$OUT/tests.log"
+  if [ -n "$PER_FILE" ]; then
+    for f in tests/test_*.py; do
+      n=$(basename "$f" .py)
+      s=$(date +%s)
+      timeout -s INT "$PER_FILE" python3 -m pytest "$f" -v --tb=short -p no:cacheprovider "${marker[@]}" "${kargs[@]}" \
+        > "$OUT/tests-$n.log" 2>&1
+      rc=$?
+      [ $rc -ne 0 ] && [ $rc -ne 5 ] && status=1  # 5: no test selected
+      echo "$n: rc=$rc $(( $(date +%s) - s )) s $(grep -E '(passed|failed|deselected|skipped|no tests ran)' "$OUT/tests-$n.log" | tail -1)"
+      grep -E "^FAILED|^ERROR" "$OUT/tests-$n.log" | head -5
+    done
+  else
+    python3 -m pytest tests -q --maxfail=25 --tb=short -p no:cacheprovider "${marker[@]}" "${kargs[@]}" > "$OUT/tests.log" 2>&1 || status=1
+    tail -25 "$OUT/tests.log"
+  fi
   echo "== self-check (python -m torch_dnn)"
   python3 -m torch_dnn > "$OUT/selfcheck.log" 2>&1 || status=1
   grep -E "FAIL|ERROR|demo|native|swapped|self-check" "$OUT/selfcheck.log" | tail -15
