@@ -6,13 +6,12 @@ the cluster plan with clusters of at most N CTAs, TORCH_DNN_GN_CLUSTER_MAX=N, ti
 instance_norm (2-D) forward; local_response_norm(5) forward. Bytes are the minimum traffic: each input read
 once, each output written once (parameters and statistics included, small)."""
 import math
-import os
 
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, rand_cuda
+from benchmarks.harness import Case, rand_cuda, with_env
 
 ops = torch.ops.torch_dnn
 
@@ -20,30 +19,14 @@ SHAPE = (64, 256, 56, 56)
 G = 32
 
 
-def _env(fn, **env):
-    """fn run with the given environment variables (the launchers read them at every call)."""
-    def run(*args):
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            return fn(*args)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    del os.environ[k]
-                else:
-                    os.environ[k] = v
-    return run
-
-
 def _plans(fn, ks, cluster=False):
     """torch_dnn's default plan, the old per-(n, group) kernels, the cluster plan forced (where the default does
     not take it), and the cluster plan capped at k CTAs a cluster for each k."""
-    out = {"torch_dnn": fn, "torch_dnn smem": _env(fn, TORCH_DNN_GN_PLAN="smem")}
+    out = {"torch_dnn": fn, "torch_dnn smem": with_env(fn, TORCH_DNN_GN_PLAN="smem")}
     if cluster:
-        out["torch_dnn cluster"] = _env(fn, TORCH_DNN_GN_PLAN="cluster")
+        out["torch_dnn cluster"] = with_env(fn, TORCH_DNN_GN_PLAN="cluster")
     for k in ks:
-        out[f"torch_dnn k{k}"] = _env(fn, TORCH_DNN_GN_PLAN="cluster", TORCH_DNN_GN_CLUSTER_MAX=str(k))
+        out[f"torch_dnn k{k}"] = with_env(fn, TORCH_DNN_GN_PLAN="cluster", TORCH_DNN_GN_CLUSTER_MAX=str(k))
     return out
 
 

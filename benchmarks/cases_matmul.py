@@ -7,13 +7,12 @@
   - fp32 8192^3 with TF32 on (both sides) against torch.mm.
 Where the build and device have the Hopper path, "torch_dnn" is the default choice (auto) and
 "torch_dnn sm80" forces the portable mma.sync path (TORCH_DNN_GEMM_PATH=sm80) for comparison."""
-import os
 
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case
+from benchmarks.harness import Case, with_env
 from torch_dnn.ops.matmul import gemm_paths
 
 ops = torch.ops.torch_dnn
@@ -26,22 +25,6 @@ def _rand(shape, dtype, lo=-1.0, hi=1.0):
 
 def _short(dtype):
     return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
-
-
-def _forced(fn, value, var="TORCH_DNN_GEMM_PATH"):
-    """fn run with the environment variable var=value (the launcher reads TORCH_DNN_GEMM_PATH and
-    TORCH_DNN_SM90_KERNEL at every call)."""
-    def run(*args):
-        old = os.environ.get(var)
-        os.environ[var] = value
-        try:
-            return fn(*args)
-        finally:
-            if old is None:
-                del os.environ[var]
-            else:
-                os.environ[var] = old
-    return run
 
 
 def _with_tf32(fn):
@@ -60,9 +43,9 @@ def _ours(fn, pingpong=False):
     ping-pong Hopper kernel instead of the cooperative one)."""
     impls = {"torch_dnn": fn}
     if "sm90" in gemm_paths():
-        impls["torch_dnn sm80"] = _forced(fn, "sm80")
+        impls["torch_dnn sm80"] = with_env(fn, TORCH_DNN_GEMM_PATH="sm80")
         if pingpong:
-            impls["torch_dnn pingpong"] = _forced(fn, "pingpong", "TORCH_DNN_SM90_KERNEL")
+            impls["torch_dnn pingpong"] = with_env(fn, TORCH_DNN_SM90_KERNEL="pingpong")
     return impls
 
 

@@ -1,13 +1,12 @@
 """Benchmark cases of the norm family: layer_norm and rms_norm forward and backward at 32768x4096 and
 8192x16384 (bf16, fp32) against eager and torch.compile of the same function, and the fused pre-norm
 residual step add_rms_norm against eager add followed by rms_norm (and its compiled form)."""
-import os
 
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case
+from benchmarks.harness import Case, with_env
 from torch_dnn.reference import add_rms_norm_reference
 
 ops = torch.ops.torch_dnn
@@ -23,23 +22,6 @@ def _rand(shape, dtype, lo=-4.0, hi=4.0):
 
 def _short(dtype):
     return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
-
-
-def _with_env(fn, **env):
-    """fn run under benchmarking knobs (csrc/norm/kernels/norm_common.cuh reads them at every launch), so that
-    one process times the earlier kernels ("td-old ...") beside the new ones on the same inputs."""
-    def run(*args):
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            return fn(*args)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    del os.environ[k]
-                else:
-                    os.environ[k] = v
-    return run
 
 
 def _compiled(fn):
@@ -79,11 +61,11 @@ def cases(quick: bool = False):
                             lambda s=shape, d=dtype: (_rand(s, d), _rand(s[1:], d, 0.5, 1.5), _rand(s[1:], d)),
                             {"torch_dnn": (ln_ours := lambda x, w, b, n=n: F.layer_norm(x, [n], w, b)), "eager": ln,
                              "compile": _compiled(ln),
-                             "td-old": _with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="twopass",
+                             "td-old": with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="twopass",
                                                  TORCH_DNN_NORM_FWD_GRID="waves", TORCH_DNN_NORM_FWD="block"),
-                             "td-fused-rows": _with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="fused",
+                             "td-fused-rows": with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="fused",
                                                         TORCH_DNN_NORM_FWD_GRID="rows", TORCH_DNN_NORM_FWD="block"),
-                             "td-staged": _with_env(ln_ours, TORCH_DNN_NORM_FWD="staged")},
+                             "td-staged": with_env(ln_ours, TORCH_DNN_NORM_FWD="staged")},
                             bytes=2 * numel * es + 2 * n * es, target=">=2.7 TB/s", group=group))
 
             def ln_bwd_eager(g, x, mean, rstd, w, b, n=n):
@@ -94,8 +76,8 @@ def cases(quick: bool = False):
                             {"torch_dnn": (ln_bwd := lambda g, x, mean, rstd, w, b, n=n: ops.layer_norm_backward(
                                 g, x, mean, rstd, w, [n], [True, True, True])),
                              "eager": ln_bwd_eager, "compile": _compiled(ln_bwd_eager),
-                             "td-old": _with_env(ln_bwd, TORCH_DNN_NORM_BWD="block"),
-                             "td-2/SM": _with_env(ln_bwd, TORCH_DNN_NORM_BWD_BLOCKS="2")},
+                             "td-old": with_env(ln_bwd, TORCH_DNN_NORM_BWD="block"),
+                             "td-2/SM": with_env(ln_bwd, TORCH_DNN_NORM_BWD_BLOCKS="2")},
                             bytes=3 * numel * es + 3 * n * es + 2 * stats, target=">=2.4 TB/s", group=group))
 
             def rms(x, w, n=n):
@@ -103,9 +85,9 @@ def cases(quick: bool = False):
 
             out.append(Case("norm", f"rms_norm fwd {tag}", lambda s=shape, d=dtype: (_rand(s, d), _rand(s[1:], d, 0.5, 1.5)),
                             {"torch_dnn": (rms_ours := lambda x, w, n=n: F.rms_norm(x, [n], w, 1e-6)), "eager": rms,
-                             "compile": _compiled(rms), "td-old": _with_env(rms_ours, TORCH_DNN_NORM_FWD_GRID="waves",
+                             "compile": _compiled(rms), "td-old": with_env(rms_ours, TORCH_DNN_NORM_FWD_GRID="waves",
                                                                     TORCH_DNN_NORM_FWD="block"),
-                             "td-staged": _with_env(rms_ours, TORCH_DNN_NORM_FWD="staged")},
+                             "td-staged": with_env(rms_ours, TORCH_DNN_NORM_FWD="staged")},
                             bytes=2 * numel * es + n * es, target=">=2.7 TB/s", group=group))
 
             def rms_bwd_eager(g, x, rstd, w, n=n):
@@ -115,8 +97,8 @@ def cases(quick: bool = False):
                             {"torch_dnn": (rms_bwd := lambda g, x, rstd, w, n=n: ops.rms_norm_backward(
                                 g, x, rstd, w, [n], [True, True])),
                              "eager": rms_bwd_eager, "compile": _compiled(rms_bwd_eager),
-                             "td-old": _with_env(rms_bwd, TORCH_DNN_NORM_BWD="block"),
-                             "td-2/SM": _with_env(rms_bwd, TORCH_DNN_NORM_BWD_BLOCKS="2")},
+                             "td-old": with_env(rms_bwd, TORCH_DNN_NORM_BWD="block"),
+                             "td-2/SM": with_env(rms_bwd, TORCH_DNN_NORM_BWD_BLOCKS="2")},
                             bytes=3 * numel * es + 2 * n * es + stats, target=">=2.4 TB/s", group=group))
 
             def add_rms(x, r, w, n=n):
@@ -127,7 +109,7 @@ def cases(quick: bool = False):
                             lambda s=shape, d=dtype: (_rand(s, d), _rand(s, d), _rand(s[1:], d, 0.5, 1.5)),
                             {"torch_dnn": (add_ours := lambda x, r, w, n=n: F.add_rms_norm(x, r, [n], w, 1e-6)),
                              "eager": add_rms, "compile": _compiled(add_rms),
-                             "td-old": _with_env(add_ours, TORCH_DNN_NORM_FWD_GRID="waves"),
-                             "td-staged": _with_env(add_ours, TORCH_DNN_NORM_FWD="staged")},
+                             "td-old": with_env(add_ours, TORCH_DNN_NORM_FWD_GRID="waves"),
+                             "td-staged": with_env(add_ours, TORCH_DNN_NORM_FWD="staged")},
                             bytes=4 * numel * es + n * es, target=">=2.7 TB/s", group=group))
     return out

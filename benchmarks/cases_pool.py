@@ -4,13 +4,12 @@ max_pool3d 3x3x3/2 pad 1 on 8x64x32x56x56 NDHWC (forward and backward) and avg_p
 32x512x8192 NCL, against eager and torch.compile. Bytes are the minimum traffic: each input read once, each
 output written once (max pooling's int64 indices included)."""
 import math
-import os
 
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, rand_cuda
+from benchmarks.harness import Case, rand_cuda, with_env
 
 ops = torch.ops.torch_dnn
 aten = torch.ops.aten
@@ -18,25 +17,9 @@ aten = torch.ops.aten
 SHAPE = (64, 64, 112, 112)
 
 
-def _with_env(name, value, fn):
-    """fn run with environment variable name=value (the CUDA launchers read the pool variant switches per
-    call), so that one benchmark process measures both variants on the same inputs."""
-    def run(*args):
-        old = os.environ.get(name)
-        os.environ[name] = value
-        try:
-            return fn(*args)
-        finally:
-            if old is None:
-                del os.environ[name]
-            else:
-                os.environ[name] = old
-    return run
-
-
 def _variant(impls, name, value, label):
     """Adds a `label` row: torch_dnn's callable under name=value."""
-    impls[label] = _with_env(name, value, impls["torch_dnn"])
+    impls[label] = with_env(impls["torch_dnn"], **{name: value})
     return impls
 K, S, P = (3, 3), (2, 2), (1, 1)
 

@@ -1,12 +1,11 @@
 """Benchmark cases of the softmax family: softmax and log_softmax forward and backward at 32768x4096 and
 8192x32768 (bf16, fp32), plus rows of 128 and of 262,144 elements, against eager and torch.compile."""
-import os
 
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case
+from benchmarks.harness import Case, with_env
 
 ops = torch.ops.torch_dnn
 aten = torch.ops.aten
@@ -21,17 +20,6 @@ def _rand(shape, dtype, lo=-4.0, hi=4.0):
 
 def _short(dtype):
     return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
-
-
-def _forced(plan, fn):
-    def run(*args):
-        os.environ["TORCH_DNN_SOFTMAX_PLAN"] = plan
-        try:
-            return fn(*args)
-        finally:
-            del os.environ["TORCH_DNN_SOFTMAX_PLAN"]
-
-    return run
 
 
 def cases(quick: bool = False):
@@ -53,8 +41,8 @@ def cases(quick: bool = False):
                              "eager": lambda g, y, f=eager_bwd, d=dtype: f(g, y, -1, d)}
                 if shape[1] > 8192:  # the other plans for long rows, forced, to keep the choice measured
                     for plan in ("twopass", "split"):
-                        fwd_impls[f"plan={plan}"] = _forced(plan, fwd_impls["torch_dnn"])
-                        bwd_impls[f"plan={plan}"] = _forced(plan, bwd_impls["torch_dnn"])
+                        fwd_impls[f"plan={plan}"] = with_env(fwd_impls["torch_dnn"], TORCH_DNN_SOFTMAX_PLAN=plan)
+                        bwd_impls[f"plan={plan}"] = with_env(bwd_impls["torch_dnn"], TORCH_DNN_SOFTMAX_PLAN=plan)
                 if main:
                     fwd_impls["compile"] = torch.compile(lambda x, f=eager: f(x, -1), dynamic=False)
                     bwd_impls["compile"] = torch.compile(lambda g, y, f=eager_bwd, d=dtype: f(g, y, -1, d), dynamic=False)

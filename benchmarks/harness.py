@@ -42,6 +42,24 @@ def rand_cuda(shape, dtype, layout: str = "NCHW", lo: float = -4.0, hi: float = 
     return x.contiguous(memory_format=torch.channels_last) if layout == "NHWC" else x
 
 
+def with_env(fn, **env):
+    """fn run with the environment variables env set (restored after each call). The CUDA launchers read
+    their variant knobs (TORCH_DNN_*) at every call, so one benchmark process times every variant on the same
+    inputs."""
+    def run(*args):
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            return fn(*args)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    del os.environ[k]
+                else:
+                    os.environ[k] = v
+    return run
+
+
 def _time_impl(fn, input_sets, warmup: int, reps: int) -> list[float]:
     for i in range(warmup):
         fn(*input_sets[i % len(input_sets)])

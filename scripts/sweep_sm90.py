@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
+from benchmarks.harness import with_env
 
 ops = torch.ops.torch_dnn
 
@@ -31,21 +32,6 @@ def timed(fn, args_list, reps):
         ends[i].record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
-
-
-def with_env(fn, env):
-    def run(*a):
-        old = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            return fn(*a)
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-    return run
 
 
 def main():
@@ -87,7 +73,7 @@ def main():
         for vname, env in variants.items():
             if "pingpong" in vname and "fp16" in cname:
                 continue  # the ping-pong kernel is instantiated for bf16 only
-            impls[vname] = with_env(ours, env)
+            impls[vname] = with_env(ours, **env)
         times = {k: [] for k in impls}
         for fn in impls.values():  # warm-up (and compile nothing: all kernels are prebuilt)
             fn(*sets[0])

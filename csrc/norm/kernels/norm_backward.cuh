@@ -110,12 +110,6 @@ __global__ void __launch_bounds__(1024) norm_block_bwd(BwdParams<T> p) {
 // Each thread copies, and later reads, only its own 16-byte slots: its own cp.async.wait_group makes them
 // visible, no barrier is needed for the data. Shared memory: (2 stages x {x, dy} + the weight for 16-bit
 // types) x kItems x blockDim x 16 B.
-__device__ __forceinline__ void stage16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void stage_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 template <typename T> constexpr bool kStagedWeightSmem = sizeof(T) == 2;
 template <typename T>

@@ -157,12 +157,6 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
 // that the block's loads never stop for its reduction. Each thread copies and reads only its own 16-byte
 // slots (its own wait_group makes them visible; no barrier for the data).
 // Shared memory: 2 stages x {x, residual?} x kItems x blockDim x 16 B.
-__device__ __forceinline__ void fwd_stage16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void fwd_stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void fwd_stage_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 template <typename T>
 int64_t staged_fwd_smem_bytes(int threads, bool res) {
@@ -186,11 +180,11 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * bd + t;
       if (idx < nv) {
-        fwd_stage16(slot(st, 0, k), p.x + r * p.N + idx * V);
-        if (p.res) fwd_stage16(slot(st, 1, k), p.res + r * p.N + idx * V);
+        stage16(slot(st, 0, k), p.x + r * p.N + idx * V);
+        if (p.res) stage16(slot(st, 1, k), p.res + r * p.N + idx * V);
       }
     }
-    fwd_stage_commit();
+    stage_commit();
   };
   int held = 0;  // vectors this thread holds: the same for every row
 #pragma unroll
@@ -202,8 +196,8 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
   for (; r < p.rows; r += gridDim.x, st ^= 1) {
     const int64_t next = r + gridDim.x;
     if (next < p.rows) issue(next, st ^ 1);  // that stage held row r - grid, already read by this thread
-    else fwd_stage_commit();               // an empty group keeps "all but the newest" meaning "row r"
-    fwd_stage_wait_all_but_newest();
+    else stage_commit();               // an empty group keeps "all but the newest" meaning "row r"
+    stage_wait_all_but_newest();
     Vec<T, V> raw[kItems];
     A s = A(0);
 #pragma unroll
