@@ -196,8 +196,9 @@ class _SyncBatchNormFn(torch.autograd.Function):
                 both = torch.cat([sum_dy, sum_dy_xmu])
                 dist.all_reduce(both, dist.ReduceOp.SUM, group=ctx.process_group)
                 sum_dy, sum_dy_xmu = both.split(x.shape[1])
-                dx = _ops.batch_norm_backward_elemt(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu,
-                                                    int(n.item()))
+                # the global count divides on the device (a 0-dim tensor keeps the sums' dtype), so the backward
+                # needs no host synchronisation; the op then divides by 1, the same arithmetic as by n
+                dx = _ops.batch_norm_backward_elemt(grad_out, x, mean, invstd, weight, sum_dy / n, sum_dy_xmu / n, 1)
         elif need[0]:
             # an empty local batch still joins the all_reduce that its peers make; its gradients stay None
             both = x.new_zeros((2 * x.shape[1],), dtype=mean.dtype)
