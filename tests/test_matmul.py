@@ -385,7 +385,8 @@ def test_gemm_paths_forced(path, dtype, monkeypatch):
     if path not in gemm_paths():
         pytest.skip(f"no {path} GEMM path in this build/device")
     if path == "sm90" and dtype == torch.float32:
-        pytest.skip("TF32 is not taken by the sm90 path (see csrc/matmul/gemm_sm90.cu)")
+        pytest.skip("sm90 takes float32 (TF32) only as batch-1 K-major mm on a rounded operand copy: "
+                    "tests/test_gemm_sm90.py::test_mm_tf32")
     monkeypatch.setenv("TORCH_DNN_GEMM_PATH", path)
     tf32 = dtype == torch.float32
     old = torch.backends.cuda.matmul.allow_tf32

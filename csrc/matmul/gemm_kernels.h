@@ -48,6 +48,8 @@ struct GemmArgs {
   Act act = Act::Identity;
   ActParams act_params;
   bool deterministic = true;       // any split-K reduction in a fixed order
+  bool tf32_rounded = false;       // Float with allow_tf32: an operand was rounded to TF32 by round_to_tf32, so
+                                   // the Hopper kernel (which truncates) may take it
 };
 
 // Hopper (sm_90a): wgmma + TMA, warp-specialised. Not supported (cudaErrorNotSupported) when the build has
@@ -56,6 +58,9 @@ struct GemmArgs {
 bool gemm_sm90_supports(const GemmArgs& a);
 cudaError_t gemm_sm90(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 int64_t gemm_sm90_workspace_bytes(const GemmArgs& a);
+
+// Float32 -> TF32 values (round to nearest, cvt.rna), n elements of src into dst (distinct buffers).
+cudaError_t round_to_tf32(const float* src, float* dst, int64_t n, cudaStream_t stream);
 
 // Portable sm_80+ path: mma.sync tensor cores for Half/BFloat16 (and Float with allow_tf32), a SIMT FFMA
 // kernel for Float without TF32 (true fp32, as PyTorch). Any M, N, K, strides and alignment: the fallback.

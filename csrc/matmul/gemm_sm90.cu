@@ -332,9 +332,9 @@ auto dispatch(const GemmArgs& a, Kind k, F&& f) {
 
 bool gemm_sm90_supports(const GemmArgs& a) {
   if (!device_info().sm90) return false;
-  // TF32 off for now: on the H100 its error was 2.7x cuBLAS's TF32 error (operands truncated to TF32 rather
-  // than rounded, as cuBLAS does), past the error-ratio rule; float32 goes to the portable path.
-  if (a.dtype == DType::Float32) return false;
+  // TF32 only with a pre-rounded operand (tf32_rounded, see round_to_tf32): wgmma truncates fp32 operands to
+  // TF32, which gave 2.7x cuBLAS's TF32 error on the H100, past the error-ratio rule.
+  if (a.dtype == DType::Float32 && !a.tf32_rounded) return false;
   if (choose(a) == Kind::None) return false;
   if (!sm90::epilogue_act_supported(a.act)) return false;
   if (!fits_int(a.M) || !fits_int(a.N) || !fits_int(a.K) || !fits_int(a.batch)) return false;

@@ -40,6 +40,36 @@ bool device_is_sm90(const at::Tensor& like) {
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(like.device().index());
   return prop->major == 9 && prop->minor == 0;
 }
+
+// TORCH_DNN_SM90_TF32=round: float32 with TF32 allowed takes the Hopper path on a rounded operand copy (opt-in
+// until measured; TORCH_DNN_GEMM_PATH=sm90 takes it too).
+bool sm90_tf32_requested() {
+  const char* s = std::getenv("TORCH_DNN_SM90_TF32");
+  return s != nullptr && std::strcmp(s, "round") == 0;
+}
+
+// The Hopper TF32 kernel (A and B K-major, batch 1) on a copy of the smaller dense operand rounded to TF32
+// (round_to_tf32): rounding one operand keeps the error inside the error-ratio rule (benchmarks/NOTES.md) for
+// one extra pass over that operand. False, with nothing launched, when the problem does not fit it.
+bool gemm_sm90_tf32_rounded(const GemmArgs& a, const at::Tensor& like) {
+  if (a.batch != 1 || a.M <= 0 || a.N <= 0 || a.K <= 0) return false;
+  const bool a_dense = !a.A.col_major && a.A.ld == a.K;  // row-major M x K
+  const bool b_dense = a.B.col_major && a.B.ld == a.K;   // K-contiguous K x N (an nn.Linear weight)
+  if (!a_dense && !b_dense) return false;
+  const bool round_a = a_dense && (!b_dense || a.M <= a.N);
+  const int64_t n = (round_a ? a.M : a.N) * a.K;
+  at::Tensor copy = at::empty({n}, like.options().dtype(at::kFloat));
+  GemmArgs r = a;
+  r.tf32_rounded = true;
+  (round_a ? r.A : r.B).ptr = copy.data_ptr();
+  if (!gemm_sm90_supports(r)) return false;
+  const float* src = static_cast<const float*>((round_a ? a.A : a.B).ptr);
+  TD_CHECK_LAUNCH(round_to_tf32(src, copy.data_ptr<float>(), n, current_stream()));
+  at::Tensor ws = workspace(gemm_sm90_workspace_bytes(r), like);
+  const cudaError_t err = gemm_sm90(r, ptr(ws), size(ws), current_stream());
+  TORCH_CHECK(err == cudaSuccess, "torch_dnn: the sm90 TF32 GEMM failed: ", cudaGetErrorString(err));
+  return true;
+}
 #endif
 
 struct CudaBackend {
@@ -48,6 +78,9 @@ struct CudaBackend {
     const Path path = requested_path();
 #ifdef TORCH_DNN_WITH_SM90_GEMM
     if (path != Path::Sm80) {
+      if (a.dtype == DType::Float32 && a.allow_tf32 && (path == Path::Sm90 || sm90_tf32_requested()) &&
+          device_is_sm90(like) && gemm_sm90_tf32_rounded(a, like))
+        return;
       const bool ok = device_is_sm90(like) && gemm_sm90_supports(a);
       TORCH_CHECK(ok || path != Path::Sm90,
                   "torch_dnn: TORCH_DNN_GEMM_PATH=sm90, but the sm90 GEMM cannot take this problem (needs an sm_90 "
