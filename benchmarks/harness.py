@@ -60,7 +60,7 @@ def with_env(fn, **env):
     return run
 
 
-def _time_impl(fn, input_sets, warmup: int, reps: int) -> list[float]:
+def time_calls(fn, input_sets, warmup: int, reps: int) -> list[float]:
     for i in range(warmup):
         fn(*input_sets[i % len(input_sets)])
     torch.cuda.synchronize()
@@ -79,7 +79,7 @@ def measure_copy_ceiling(nbytes: int = 2 * 1024**3) -> float:
     """Device-to-device copy bandwidth, counting bytes read plus written (GB/s)."""
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    times = _time_impl(lambda: dst.copy_(src), [()], 3, 20)
+    times = time_calls(lambda: dst.copy_(src), [()], 3, 20)
     return 2 * src.numel() / (statistics.median(times) * 1e-3) / 1e9
 
 
@@ -91,7 +91,7 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
     rows = []
     for impl, fn in case.impls.items():
         try:
-            times = _time_impl(fn, input_sets, warmup, reps)
+            times = time_calls(fn, input_sets, warmup, reps)
         except Exception as e:  # a peer that cannot run this case (e.g. compile failure) is reported, not fatal
             rows.append({"family": case.family, "group": case.group, "case": case.name, "impl": impl,
                          "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})

@@ -18,20 +18,9 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import with_env
+from benchmarks.harness import time_calls, with_env
 
 ops = torch.ops.torch_dnn
-
-
-def timed(fn, args_list, reps):
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn(*args_list[i % len(args_list)])
-        ends[i].record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
 def main():
@@ -80,7 +69,7 @@ def main():
         torch.cuda.synchronize()
         for _ in range(a.rounds):
             for k, fn in impls.items():
-                times[k] += timed(fn, sets, a.reps)
+                times[k] += time_calls(fn, sets, 0, a.reps)
         med = {k: statistics.median(v) for k, v in times.items()}
         results[cname] = {k: {"ms": v, "tflops": flops / v / 1e9} for k, v in med.items()}
         base = med["cuBLAS/eager"]
@@ -98,7 +87,7 @@ def main():
                 for _ in range(3):
                     fn()
                 torch.cuda.synchronize()
-                eager = statistics.median(timed(lambda: fn(), [()], 50))
+                eager = statistics.median(time_calls(fn, [()], 0, 50))
                 s = torch.cuda.Stream()
                 s.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(s):
@@ -110,7 +99,7 @@ def main():
                         fn()
                 g.replay()
                 torch.cuda.synchronize()
-                graph = statistics.median(timed(lambda: g.replay(), [()], 20)) / 20
+                graph = statistics.median(time_calls(g.replay, [()], 0, 20)) / 20
                 row[name] = {"eager_ms": eager, "graph_ms": graph}
             results[f"skinny M={m} K=N={kn}"] = row
             print(f"== skinny M={m} K=N={kn} bf16: torch_dnn {row['torch_dnn']['eager_ms'] * 1e3:.1f} us "
