@@ -66,6 +66,10 @@ cudaError_t round_to_tf32(const float* src, float* dst, int64_t n, cudaStream_t 
 // kernel for Float without TF32 (true fp32, as PyTorch). Any M, N, K, strides and alignment: the fallback.
 cudaError_t gemm_sm80(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 int64_t gemm_sm80_workspace_bytes(const GemmArgs& a);
+// Whether the portable path takes this problem with its skinny kernel (16-bit x @ W.T with M <= 64, both
+// K-contiguous and 16-byte aligned, batch 1; TORCH_DNN_GEMM_SKINNY=0 turns it off): a weight-streaming kernel
+// that the CUDA launcher prefers to the Hopper path, whose 128-row tiles waste most of their work there.
+bool gemm_skinny_applies(const GemmArgs& a);
 
 }  // namespace matmul
 }  // namespace torch_dnn

@@ -3,13 +3,19 @@
 //   Float32 with allow_tf32    -> mma::gemm_kernel (TF32 m16n8k8, float accumulation)
 //   Float32 without TF32       -> simt::gemm_kernel (FFMA: true float32, as PyTorch)
 //   Float64                    -> simt::gemm_kernel (DFMA)
-// Instantiations: 3 dtypes x 4 operand layouts of the tensor-core kernel, 2 SIMT kernels, 4 reductions.
+//   Float16 / BFloat16, M <= 64, x @ W.T (both K-contiguous, 16-byte aligned), batch 1
+//                              -> skinny::skinny_kernel (swap-AB, split-K met by an arrival counter)
+// Instantiations: 3 dtypes x 4 operand layouts of the tensor-core kernel, 2 SIMT kernels, 4 reductions,
+// 2 dtypes x 3 row counts of the skinny kernel.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/cuda/device.cuh"
 #include "matmul/gemm_kernels.h"
 #include "matmul/kernels/gemm_mma.cuh"
 #include "matmul/kernels/gemm_simt.cuh"
+#include "matmul/kernels/gemm_skinny.cuh"
 
 namespace torch_dnn {
 namespace matmul {
@@ -159,10 +165,94 @@ cudaError_t run_simt(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t s
   return reduce_splits<T>(a, pl, static_cast<const acc_t<T>*>(ws), stream);
 }
 
+
+// ---- the skinny kernel ----
+
+// TORCH_DNN_GEMM_SKINNY=0 turns it off (read at every call, like the other knobs), for the A/B against the
+// Hopper stream-K kernel and the 128x128 mma.sync kernel.
+bool skinny_enabled() {
+  const char* e = std::getenv("TORCH_DNN_GEMM_SKINNY");
+  return e == nullptr || std::strcmp(e, "0") != 0;
+}
+
+struct SkinnyPlan {
+  int bx = 16;  // x rows per CTA
+  int tiles_n = 1, splits = 1, kt_per_split = 1;
+};
+
+// Whether the skinny kernel takes the problem, and how: x rows rounded up to 16/32/64; as many K splits as
+// the resident CTA slots left over by the N tiles allow (one wave, each split at least 2 K tiles).
+bool skinny_plan(const GemmArgs& a, SkinnyPlan* pl) {
+  if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
+  if (a.batch != 1 || a.M < 1 || a.M > skinny::kMaxRows || a.N < 1 || a.K < 1) return false;
+  if (a.A.col_major || !a.B.col_major) return false;  // x [M][K] and W [N][K], both K-contiguous
+  if (!aligned(a.A.ptr, a.A.ld, 0, 2) || !aligned(a.B.ptr, a.B.ld, 0, 2)) return false;
+  if (!skinny_enabled()) return false;
+  pl->bx = a.M <= 16 ? 16 : (a.M <= 32 ? 32 : 64);
+  const int64_t tiles_n = cdiv(a.N, skinny::kRows), ktiles = cdiv(a.K, skinny::kBK);
+  if (tiles_n > 0x7fffffffLL) return false;
+  const int64_t slots = int64_t(sm_count()) * (pl->bx == 16 ? 3 : 2);  // CTAs resident per SM (shared memory)
+  int64_t splits = tiles_n < slots ? std::min<int64_t>(slots / tiles_n, ktiles / 2) : 1;
+  splits = std::max<int64_t>(splits, 1);
+  const int64_t per = cdiv(ktiles, splits);
+  pl->tiles_n = int(tiles_n);
+  pl->kt_per_split = int(per);
+  pl->splits = int(cdiv(ktiles, per));
+  return true;
+}
+
+int64_t skinny_workspace_bytes(const SkinnyPlan& pl) {
+  if (pl.splits == 1) return 0;
+  return int64_t(pl.splits) * pl.tiles_n * pl.bx * skinny::kRows * 4 + int64_t(pl.tiles_n) * 4;
+}
+
+template <typename T, int BX>
+cudaError_t launch_skinny(const skinny::Params<T>& p, cudaStream_t stream) {
+  constexpr int smem = skinny::smem_bytes<BX>();
+  auto kernel = skinny::skinny_kernel<T, BX>;
+  static bool configured[64] = {false};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 0 && dev < 64 && !configured[dev]) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    configured[dev] = true;
+  }
+  kernel<<<dim3(unsigned(p.tiles_n), unsigned(p.splits)), skinny::kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t run_skinny(const GemmArgs& a, const SkinnyPlan& pl, void* ws, cudaStream_t stream) {
+  skinny::Params<T> p;
+  p.w = static_cast<const T*>(a.B.ptr);
+  p.x = static_cast<const T*>(a.A.ptr);
+  p.ldw = a.B.ld, p.ldx = a.A.ld, p.M = a.M, p.N = a.N, p.K = a.K;
+  p.tiles_n = pl.tiles_n, p.splits = pl.splits, p.kt_per_split = pl.kt_per_split;
+  p.ws = static_cast<float*>(ws);
+  p.counters = nullptr;
+  if (pl.splits > 1) {
+    p.counters = reinterpret_cast<unsigned*>(static_cast<char*>(ws) + skinny_workspace_bytes(pl) - 4 * pl.tiles_n);
+    if (cudaError_t e = cudaMemsetAsync(p.counters, 0, 4 * size_t(pl.tiles_n), stream); e != cudaSuccess) return e;
+  }
+  p.e = make_epi<T>(a);
+  switch (pl.bx) {
+    case 16: return launch_skinny<T, 16>(p, stream);
+    case 32: return launch_skinny<T, 32>(p, stream);
+    default: return launch_skinny<T, 64>(p, stream);
+  }
+}
+
 }  // namespace
+
+bool gemm_skinny_applies(const GemmArgs& a) {
+  SkinnyPlan pl;
+  return skinny_plan(a, &pl);
+}
 
 int64_t gemm_sm80_workspace_bytes(const GemmArgs& a) {
   if (a.M <= 0 || a.N <= 0 || a.batch <= 0) return 0;
+  if (SkinnyPlan sp; skinny_plan(a, &sp)) return skinny_workspace_bytes(sp);
   const Plan pl = make_plan(a);
   if (pl.splits == 1) return 0;
   const int64_t acc = a.dtype == DType::Float64 ? 8 : 4;
@@ -171,6 +261,12 @@ int64_t gemm_sm80_workspace_bytes(const GemmArgs& a) {
 
 cudaError_t gemm_sm80(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
   if (a.M <= 0 || a.N <= 0 || a.batch <= 0) return cudaSuccess;
+  if (SkinnyPlan sp; skinny_plan(a, &sp)) {
+    if (sp.splits > 1 && (workspace == nullptr || workspace_bytes < skinny_workspace_bytes(sp)))
+      return cudaErrorInvalidValue;
+    return a.dtype == DType::Float16 ? run_skinny<__half>(a, sp, workspace, stream)
+                                     : run_skinny<__nv_bfloat16>(a, sp, workspace, stream);
+  }
   const Plan pl = make_plan(a);
   if (pl.splits > 1 && (workspace == nullptr || workspace_bytes < gemm_sm80_workspace_bytes(a)))
     return cudaErrorInvalidValue;

@@ -2,7 +2,9 @@
 // calls the torch-free entry points on the current stream. Registered for the CUDA dispatch key only.
 //
 // Path choice: the Hopper path (gemm_sm90, wgmma + TMA) when this build has it (TORCH_DNN_WITH_SM90_GEMM),
-// the device is sm_90 and gemm_sm90_supports(args); otherwise the portable sm_80+ path (gemm_sm80).
+// the device is sm_90 and gemm_sm90_supports(args), unless the portable path's skinny kernel takes the problem
+// (gemm_skinny_applies: decode-sized M, where streaming the weight is the whole cost); otherwise the portable
+// sm_80+ path (gemm_sm80).
 // TORCH_DNN_GEMM_PATH=auto|sm80|sm90 overrides it for tests and benchmarks (sm90 on a problem, build or device
 // that cannot take it is an error, not a silent fallback).
 #include <cstdlib>
@@ -77,7 +79,7 @@ struct CudaBackend {
     c10::cuda::CUDAGuard guard(like.device());
     const Path path = requested_path();
 #ifdef TORCH_DNN_WITH_SM90_GEMM
-    if (path != Path::Sm80) {
+    if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a))) {
       if (a.dtype == DType::Float32 && a.allow_tf32 && (path == Path::Sm90 || sm90_tf32_requested()) &&
           device_is_sm90(like) && gemm_sm90_tf32_rounded(a, like))
         return;

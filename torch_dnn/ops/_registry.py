@@ -1,5 +1,7 @@
-"""What every family's ops module shares: the family table and the in-place-with-autograd rule."""
+"""What every family's ops module shares: the family table, the ops handle of the functional wrappers (`ops`,
+which skips the Python autograd layer when no gradient is needed) and the in-place-with-autograd rule."""
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 # family name -> list of public op names (torch.ops.torch_dnn.<name>), filled by each family module.
 FAMILIES: dict = {}
@@ -25,3 +27,35 @@ def apply_inplace(functional_op, inplace_op, input, *args):
         return input.copy_(functional_op(input.clone(), *args))
     inplace_op(input, *args)
     return input
+
+
+class _FunctionalOps:
+    """torch.ops.torch_dnn as the functional wrappers call it: the same ops, except that a call that records no
+    autograd graph (grad mode off, or no tensor argument requires grad) dispatches below the Autograd key.
+
+    Why: each op's autograd formula is registered from Python (torch.library.register_autograd), so even a call
+    that needs no gradient goes C++ -> Python (autograd_impl) -> C++ again: about 5-10 us of host time per call,
+    which is the whole budget of a decode-sized GEMM or a small pooling kernel. Below the Autograd key the op's
+    result is the same (it would not have required grad anyway). Not taken for ops that mutate an argument (the
+    autograd layer bumps their version counters), under forward-mode AD, or while torch.compile traces (the
+    plain op is what it should see)."""
+
+    def __getattr__(self, name):
+        packet = getattr(torch.ops.torch_dnn, name)
+        if any(a.alias_info is not None and a.alias_info.is_write
+               for ov in packet.overloads() for a in getattr(packet, ov)._schema.arguments):
+            fn = packet
+        else:
+            def fn(*args, **kwargs):
+                if (torch.compiler.is_compiling() or _forward_ad._current_level >= 0
+                        or (torch.is_grad_enabled()
+                            and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args))):
+                    return packet(*args, **kwargs)
+                with torch._C._AutoDispatchBelowAutograd():
+                    return packet(*args, **kwargs)
+            fn.__name__ = fn.__qualname__ = name
+        self.__dict__[name] = fn  # resolved once per name
+        return fn
+
+
+ops = _FunctionalOps()

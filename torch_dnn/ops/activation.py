@@ -2,9 +2,9 @@
 whose signatures mirror torch.nn.functional."""
 import torch
 
-from torch_dnn.ops._registry import add_family, apply_inplace
+from torch_dnn.ops._registry import add_family, apply_inplace, ops
 
-_ops = torch.ops.torch_dnn
+_ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 
 class _Spec:

@@ -4,9 +4,9 @@ batch_norm_backward_elemt (SyncBatchNorm's pieces; its autograd.Function is in t
 Fake kernels, autograd and functional wrappers."""
 import torch
 
-from torch_dnn.ops._registry import add_family
+from torch_dnn.ops._registry import add_family, ops
 
-_ops = torch.ops.torch_dnn
+_ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 ACTS = {None: 0, "identity": 0, "relu": 1, "silu": 2}
 
 

@@ -5,9 +5,9 @@ mirroring torch.nn.functional."""
 import torch
 from torch._prims_common import suggest_memory_format
 
-from torch_dnn.ops._registry import add_family
+from torch_dnn.ops._registry import add_family, ops
 
-_ops = torch.ops.torch_dnn
+_ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 
 # ---- layout: mirrors dense_input in csrc/group_norm/group_norm_ops.h ----

@@ -4,10 +4,10 @@ Fake kernels (mirroring csrc/lrn/lrn_ops.h's layout rule), autograd (backward = 
 wrapper. CUDA autocast to float32: PyTorch's composite runs its pow in float32 there, so its result is float32."""
 import torch
 
-from torch_dnn.ops._registry import add_family
+from torch_dnn.ops._registry import add_family, ops
 from torch_dnn.ops.group_norm import _dense_input
 
-_ops = torch.ops.torch_dnn
+_ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 
 @torch.library.register_fake("torch_dnn::local_response_norm")

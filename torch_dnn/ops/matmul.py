@@ -9,9 +9,9 @@ import math
 
 import torch
 
-from torch_dnn.ops._registry import add_family, needs_autograd
+from torch_dnn.ops._registry import add_family, needs_autograd, ops
 
-_ops = torch.ops.torch_dnn
+_ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 # bias_act's activation names (torch_dnn.ops.activation.BIAS_ACTS); "identity" is another name of "none"
 NO_ACT = ("none", "identity")

@@ -6,9 +6,9 @@ import math
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
-from torch_dnn.ops._registry import add_family
+from torch_dnn.ops._registry import add_family, ops
 
-_ops = torch.ops.torch_dnn
+_ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 
 # ---- layout: mirrors rows_dense / stat_strides in csrc/norm/norm_ops.h ----

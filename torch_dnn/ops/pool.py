@@ -8,9 +8,9 @@ import math
 import torch
 from torch._prims_common import suggest_memory_format
 
-from torch_dnn.ops._registry import add_family
+from torch_dnn.ops._registry import add_family, ops
 
-_ops = torch.ops.torch_dnn
+_ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 RANKS = (1, 2, 3)
 KINDS = ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "lp_pool")
 

@@ -4,9 +4,9 @@ import warnings
 
 import torch
 
-from torch_dnn.ops._registry import add_family
+from torch_dnn.ops._registry import add_family, ops
 
-_ops = torch.ops.torch_dnn
+_ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 
 def _register(name: str) -> None:

@@ -1,0 +1,103 @@
+"""Skinny (decode-sized) linear on the device: GPU time per call from CUDA-graph replay (the weight cycled over
+enough copies that it streams from DRAM, as in the benchmark harness) and host time per call (a launch loop on
+a tiny problem: the CPU is then the bottleneck), for torch_dnn's skinny kernel, its Hopper / 128x128 paths
+(TORCH_DNN_GEMM_SKINNY=0) and cuBLAS (F.linear).
+
+    python scripts/probe_skinny.py [--out probe_skinny.json]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
+
+import torch
+import torch.nn.functional as TF
+
+import torch_dnn.functional as F
+from benchmarks.harness import with_env
+
+
+def graph_us(fn, sets, calls=64):
+    """Mean GPU time of one call, replaying a graph of `calls` calls over the input sets in turn."""
+    torch.cuda.synchronize()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):
+            fn(*sets[i % len(sets)])
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(calls):
+            fn(*sets[i % len(sets)])
+    g.replay()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        best = min(best, a.elapsed_time(b) * 1e3 / calls)
+    return best
+
+
+def host_us(fn, args, n=3000):
+    for _ in range(50):
+        fn(*args)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn(*args)
+    dt = time.perf_counter() - t
+    torch.cuda.synchronize()
+    return dt / n * 1e6
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default="probe_skinny.json")
+    a = p.parse_args()
+    dt = torch.bfloat16
+    rows = []
+    print("| M | K=N | impl | graph us/call | GB/s |")
+    print("|---|---|---|---|---|")
+    for kn in (4096, 16384):
+        n_sets = max(2, -(-160 * 2**20 // (kn * kn * 2)))  # > 3x the 50 MB L2
+        ws = [torch.empty(kn, kn, dtype=dt, device="cuda").uniform_(-0.05, 0.05) for _ in range(n_sets)]
+        for m in (1, 16, 64, 256):
+            sets = [(torch.empty(m, kn, dtype=dt, device="cuda").uniform_(-1, 1), w) for w in ws]
+            impls = {
+                "torch_dnn": lambda x, w: F.linear(x, w),
+                "torch_dnn skinny off": with_env(lambda x, w: F.linear(x, w), TORCH_DNN_GEMM_SKINNY="0"),
+                "cuBLAS": TF.linear,
+            }
+            nbytes = (2 * m * kn + kn * kn) * 2
+            for name, fn in impls.items():
+                us = graph_us(fn, sets)
+                rows.append({"M": m, "KN": kn, "impl": name, "graph_us": us, "gbps": nbytes / us / 1e3})
+                print(f"| {m} | {kn} | {name} | {us:.2f} | {nbytes / us / 1e3:.0f} |")
+        del ws
+        torch.cuda.empty_cache()
+    x, w = torch.randn(1, 64, dtype=dt, device="cuda"), torch.randn(64, 64, dtype=dt, device="cuda")
+    op = torch.ops.torch_dnn.linear_act
+    host = {
+        "F.linear (torch_dnn)": host_us(lambda x, w: F.linear(x, w), (x, w)),
+        "torch.ops.torch_dnn.linear_act (Python autograd layer)": host_us(lambda x, w: op(x, w, None, "none"), (x, w)),
+        "F.linear (torch)": host_us(TF.linear, (x, w)),
+        "F.relu (torch_dnn)": host_us(F.relu, (x,)),
+        "F.relu (torch)": host_us(TF.relu, (x,)),
+    }
+    print("\n| host us/call | |\n|---|---|")
+    for k, v in host.items():
+        print(f"| {k} | {v:.2f} |")
+    with open(a.out, "w") as f:
+        json.dump({"graph": rows, "host_us": host}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
