@@ -118,19 +118,23 @@ def test_mm_padded_leading_dims(dtype):
 
 
 @pytest.mark.parametrize("M,N,K", [(8192, 8192, 8192), (333, 512, 1024), (16, 4096, 4096)])
-def test_mm_tf32(M, N, K):
-    # the forced sm90 path takes float32 with TF32 on a copy of one operand rounded to TF32 (matmul_cuda.cpp:
-    # gemm_sm90_tf32_rounded); with both operands truncated by wgmma the error was 2.7x cuBLAS's on the H100
+@pytest.mark.parametrize("mode", ["round", "round1"])
+@pytest.mark.parametrize("b_col_major", [True, False], ids=["B_kmajor", "B_nmajor"])
+def test_mm_tf32(M, N, K, mode, b_col_major, monkeypatch):
+    # the forced sm90 path takes float32 with TF32 on operand copies rounded to TF32 (matmul_cuda.cpp:
+    # gemm_sm90_tf32_rounded): both (round) or the one copied anyway / the smaller (round1); with both operands
+    # truncated by wgmma the error was 2.7x cuBLAS's on the H100
+    monkeypatch.setenv("TORCH_DNN_SM90_TF32", mode)
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
         a = _operand(M, K, torch.float32, False)
-        b = _operand(K, N, torch.float32, True)
+        b = _operand(K, N, torch.float32, b_col_major)
         out = _mm(a, b)
         peer = torch.mm(a, b)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old
-    _check(out, peer, torch.mm(a.double(), b.double()), f"mm tf32 {M}x{N}x{K}")
+    _check(out, peer, torch.mm(a.double(), b.double()), f"mm tf32 {mode} {M}x{N}x{K}")
 
 
 def test_mm_large_square_bf16():

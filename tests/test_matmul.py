@@ -2,6 +2,8 @@
 error-ratio rule; odd, tiny and empty shapes; transposed, strided, offset and broadcast operands; TF32 and
 autocast semantics; opcheck; float64 gradcheck; bad input; torch.compile; convert(fuse=True); CUDA-only
 checks (both GEMM paths, graph capture, poisoned outputs, split-K determinism, past 2^31 elements)."""
+import itertools
+
 import expecttest
 import pytest
 import torch
@@ -452,11 +454,13 @@ def test_split_k_deterministic():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_skinny_kernel(dtype, monkeypatch):
     """The skinny kernel (x @ W.T, M <= 64, swap-AB split-K): row counts around its 16/32/64 tiles, N and K off
-    its 128 / 64 tiles, the fused epilogue; deterministic, the whole output written, and the same values as
-    with the kernel switched off (TORCH_DNN_GEMM_SKINNY=0) to within the error rule."""
+    its 128 / 64 tiles, the fused epilogue, both split reductions (DSMEM cluster on sm_90, and the workspace +
+    counter one); deterministic, the whole output written, and the same values as with the kernel switched off
+    (TORCH_DNN_GEMM_SKINNY=0) to within the error rule."""
     cases = [(1, 4104, 4096, "none"), (7, 100, 72, "gelu"), (16, 4096, 4160, "silu"), (17, 520, 8, "relu"),
              (33, 1032, 1000, "gelu_tanh"), (64, 4096, 16384, "none"), (64, 136, 4096, "tanh")]
-    for m, n, k, act in cases:
+    for (m, n, k, act), mode in itertools.product(cases, ("auto", "counter")):
+        monkeypatch.setenv("TORCH_DNN_GEMM_SKINNY", mode)
         x, w, b, r = _linear_inputs((m, k), n, dtype, "cuda", bias=True, residual=act == "silu")
         args = (x, w, b, act) + ((r,) if r is not None else ())
         outs = []
@@ -465,15 +469,14 @@ def test_skinny_kernel(dtype, monkeypatch):
             poison = torch.full((m * n * 2,), float("nan"), device="cuda", dtype=dtype)
             del poison
             outs.append(F.linear_act(*args))
-        assert torch.equal(outs[0], outs[1]), f"skinny {m}x{n}x{k}: not deterministic"
+        assert torch.equal(outs[0], outs[1]), f"skinny ({mode}) {m}x{n}x{k}: not deterministic"
         assert not torch.isnan(outs[0]).any(), f"skinny {m}x{n}x{k}: output not fully written"
         ref = linear_act_reference(*[t.double() if isinstance(t, torch.Tensor) else t for t in args])
         peer = linear_act_reference(*args)
         v = compare(outs[0], peer, ref, name=f"skinny {m}x{n}x{k} {act} {dtype}")
         assert v, v.message
         monkeypatch.setenv("TORCH_DNN_GEMM_SKINNY", "0")
-        v = compare(outs[0], F.linear_act(*args), ref, name=f"skinny vs not {m}x{n}x{k}")
-        monkeypatch.delenv("TORCH_DNN_GEMM_SKINNY")
+        v = compare(outs[0], F.linear_act(*args), ref, name=f"skinny ({mode}) vs not {m}x{n}x{k}")
         assert v, v.message
 
 

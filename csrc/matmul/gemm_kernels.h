@@ -61,6 +61,9 @@ int64_t gemm_sm90_workspace_bytes(const GemmArgs& a);
 
 // Float32 -> TF32 values (round to nearest, cvt.rna), n elements of src into dst (distinct buffers).
 cudaError_t round_to_tf32(const float* src, float* dst, int64_t n, cudaStream_t stream);
+// The same for an R x C matrix with element (r, c) at src[r * ld + c], into dense dst: [C][R] (transpose) or [R][C].
+cudaError_t round_to_tf32_2d(const float* src, int64_t ld, int64_t rows, int64_t cols, bool transpose, float* dst,
+                             cudaStream_t stream);
 
 // Portable sm_80+ path: mma.sync tensor cores for Half/BFloat16 (and Float with allow_tf32), a SIMT FFMA
 // kernel for Float without TF32 (true fp32, as PyTorch). Any M, N, K, strides and alignment: the fallback.

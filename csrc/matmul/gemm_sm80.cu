@@ -4,9 +4,9 @@
 //   Float32 without TF32       -> simt::gemm_kernel (FFMA: true float32, as PyTorch)
 //   Float64                    -> simt::gemm_kernel (DFMA)
 //   Float16 / BFloat16, M <= 64, x @ W.T (both K-contiguous, 16-byte aligned), batch 1
-//                              -> skinny::skinny_kernel (swap-AB, split-K met by an arrival counter)
+//                              -> skinny::skinny_kernel (swap-AB, split-K summed through DSMEM or a counter)
 // Instantiations: 3 dtypes x 4 operand layouts of the tensor-core kernel, 2 SIMT kernels, 4 reductions,
-// 2 dtypes x 3 row counts of the skinny kernel.
+// 2 dtypes x 3 row counts x 2 reductions of the skinny kernel.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -168,31 +168,53 @@ cudaError_t run_simt(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t s
 
 // ---- the skinny kernel ----
 
-// TORCH_DNN_GEMM_SKINNY=0 turns it off (read at every call, like the other knobs), for the A/B against the
-// Hopper stream-K kernel and the 128x128 mma.sync kernel.
-bool skinny_enabled() {
+// TORCH_DNN_GEMM_SKINNY=0 turns it off, =counter makes an sm_90 device reduce the splits through the workspace
+// and a counter as other GPUs do (read at every call, like the other knobs: for the A/B against the Hopper
+// stream-K kernel, and to test both reductions on one device).
+enum class SkinnyMode { Off, Auto, Counter };
+SkinnyMode skinny_mode() {
   const char* e = std::getenv("TORCH_DNN_GEMM_SKINNY");
-  return e == nullptr || std::strcmp(e, "0") != 0;
+  if (e != nullptr && std::strcmp(e, "0") == 0) return SkinnyMode::Off;
+  if (e != nullptr && std::strcmp(e, "counter") == 0) return SkinnyMode::Counter;
+  return SkinnyMode::Auto;
+}
+
+bool device_has_clusters() {
+  static int cache[64] = {0};  // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 64) return false;
+  if (cache[dev] == 0) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cache[dev] = major >= 9 ? 2 : 1;
+  }
+  return cache[dev] == 2;
 }
 
 struct SkinnyPlan {
   int bx = 16;  // x rows per CTA
   int tiles_n = 1, splits = 1, kt_per_split = 1;
+  bool cluster = false;  // splits reduced through DSMEM (sm_90), else through the workspace and a counter
 };
 
 // Whether the skinny kernel takes the problem, and how: x rows rounded up to 16/32/64; as many K splits as
-// the resident CTA slots left over by the N tiles allow (one wave, each split at least 2 K tiles).
+// the resident CTA slots left over by the N tiles allow (one wave, each split at least 2 K tiles; at most a
+// cluster's 8 where the splits meet in a cluster).
 bool skinny_plan(const GemmArgs& a, SkinnyPlan* pl) {
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
   if (a.batch != 1 || a.M < 1 || a.M > skinny::kMaxRows || a.N < 1 || a.K < 1) return false;
   if (a.A.col_major || !a.B.col_major) return false;  // x [M][K] and W [N][K], both K-contiguous
   if (!aligned(a.A.ptr, a.A.ld, 0, 2) || !aligned(a.B.ptr, a.B.ld, 0, 2)) return false;
-  if (!skinny_enabled()) return false;
+  const SkinnyMode mode = skinny_mode();
+  if (mode == SkinnyMode::Off) return false;
   pl->bx = a.M <= 16 ? 16 : (a.M <= 32 ? 32 : 64);
+  pl->cluster = mode == SkinnyMode::Auto && device_has_clusters();
   const int64_t tiles_n = cdiv(a.N, skinny::kRows), ktiles = cdiv(a.K, skinny::kBK);
   if (tiles_n > 0x7fffffffLL) return false;
   const int64_t slots = int64_t(sm_count()) * (pl->bx == 16 ? 3 : 2);  // CTAs resident per SM (shared memory)
   int64_t splits = tiles_n < slots ? std::min<int64_t>(slots / tiles_n, ktiles / 2) : 1;
+  if (pl->cluster) splits = std::min<int64_t>(splits, skinny::kMaxCluster);
   splits = std::max<int64_t>(splits, 1);
   const int64_t per = cdiv(ktiles, splits);
   pl->tiles_n = int(tiles_n);
@@ -202,14 +224,14 @@ bool skinny_plan(const GemmArgs& a, SkinnyPlan* pl) {
 }
 
 int64_t skinny_workspace_bytes(const SkinnyPlan& pl) {
-  if (pl.splits == 1) return 0;
+  if (pl.splits == 1 || pl.cluster) return 0;
   return int64_t(pl.splits) * pl.tiles_n * pl.bx * skinny::kRows * 4 + int64_t(pl.tiles_n) * 4;
 }
 
-template <typename T, int BX>
+template <typename T, int BX, bool CLUSTER>
 cudaError_t launch_skinny(const skinny::Params<T>& p, cudaStream_t stream) {
   constexpr int smem = skinny::smem_bytes<BX>();
-  auto kernel = skinny::skinny_kernel<T, BX>;
+  auto kernel = skinny::skinny_kernel<T, BX, CLUSTER>;
   static bool configured[64] = {false};
   int dev = 0;
   cudaGetDevice(&dev);
@@ -218,8 +240,30 @@ cudaError_t launch_skinny(const skinny::Params<T>& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
     configured[dev] = true;
   }
-  kernel<<<dim3(unsigned(p.tiles_n), unsigned(p.splits)), skinny::kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  const dim3 grid(unsigned(p.tiles_n), unsigned(p.splits));
+  if constexpr (CLUSTER) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(skinny::kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = unsigned(p.splits);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, p);
+  } else {
+    kernel<<<grid, skinny::kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+  }
+}
+
+template <typename T, int BX>
+cudaError_t launch_skinny(const skinny::Params<T>& p, bool cluster, cudaStream_t stream) {
+  return cluster ? launch_skinny<T, BX, true>(p, stream) : launch_skinny<T, BX, false>(p, stream);
 }
 
 template <typename T>
@@ -231,15 +275,16 @@ cudaError_t run_skinny(const GemmArgs& a, const SkinnyPlan& pl, void* ws, cudaSt
   p.tiles_n = pl.tiles_n, p.splits = pl.splits, p.kt_per_split = pl.kt_per_split;
   p.ws = static_cast<float*>(ws);
   p.counters = nullptr;
-  if (pl.splits > 1) {
+  const bool cluster = pl.cluster && pl.splits > 1;
+  if (pl.splits > 1 && !cluster) {
     p.counters = reinterpret_cast<unsigned*>(static_cast<char*>(ws) + skinny_workspace_bytes(pl) - 4 * pl.tiles_n);
     if (cudaError_t e = cudaMemsetAsync(p.counters, 0, 4 * size_t(pl.tiles_n), stream); e != cudaSuccess) return e;
   }
   p.e = make_epi<T>(a);
   switch (pl.bx) {
-    case 16: return launch_skinny<T, 16>(p, stream);
-    case 32: return launch_skinny<T, 32>(p, stream);
-    default: return launch_skinny<T, 64>(p, stream);
+    case 16: return launch_skinny<T, 16>(p, cluster, stream);
+    case 32: return launch_skinny<T, 32>(p, cluster, stream);
+    default: return launch_skinny<T, 64>(p, cluster, stream);
   }
 }
 
@@ -262,7 +307,7 @@ int64_t gemm_sm80_workspace_bytes(const GemmArgs& a) {
 cudaError_t gemm_sm80(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
   if (a.M <= 0 || a.N <= 0 || a.batch <= 0) return cudaSuccess;
   if (SkinnyPlan sp; skinny_plan(a, &sp)) {
-    if (sp.splits > 1 && (workspace == nullptr || workspace_bytes < skinny_workspace_bytes(sp)))
+    if (skinny_workspace_bytes(sp) > 0 && (workspace == nullptr || workspace_bytes < skinny_workspace_bytes(sp)))
       return cudaErrorInvalidValue;
     return a.dtype == DType::Float16 ? run_skinny<__half>(a, sp, workspace, stream)
                                      : run_skinny<__nv_bfloat16>(a, sp, workspace, stream);

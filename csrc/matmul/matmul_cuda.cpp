@@ -43,30 +43,47 @@ bool device_is_sm90(const at::Tensor& like) {
   return prop->major == 9 && prop->minor == 0;
 }
 
-// TORCH_DNN_SM90_TF32=round: float32 with TF32 allowed takes the Hopper path on a rounded operand copy (opt-in
-// until measured; TORCH_DNN_GEMM_PATH=sm90 takes it too).
-bool sm90_tf32_requested() {
+// TORCH_DNN_SM90_TF32 (read at every call): float32 with TF32 allowed takes the Hopper path on operand copies
+// rounded to TF32 with =round (both operands rounded: cuBLAS's error) or =round1 (only an operand that must be
+// copied anyway to become K-major, else the smaller one: ~1.6x cuBLAS's error, one pass less); unset or any
+// other value leaves TF32 to the portable path. TORCH_DNN_GEMM_PATH=sm90 takes it too (=round unless round1).
+enum class Tf32Mode { Off, Both, One };
+Tf32Mode sm90_tf32_mode(bool forced) {
   const char* s = std::getenv("TORCH_DNN_SM90_TF32");
-  return s != nullptr && std::strcmp(s, "round") == 0;
+  if (s != nullptr && std::strcmp(s, "round1") == 0) return Tf32Mode::One;
+  if (s != nullptr && std::strcmp(s, "round") == 0) return Tf32Mode::Both;
+  return forced ? Tf32Mode::Both : Tf32Mode::Off;
 }
 
-// The Hopper TF32 kernel (A and B K-major, batch 1) on a copy of the smaller dense operand rounded to TF32
-// (round_to_tf32): rounding one operand keeps the error inside the error-ratio rule (benchmarks/NOTES.md) for
-// one extra pass over that operand. False, with nothing launched, when the problem does not fit it.
-bool gemm_sm90_tf32_rounded(const GemmArgs& a, const at::Tensor& like) {
+// The Hopper TF32 kernel (A and B K-major, batch 1) on TF32-rounded copies (round_to_tf32_2d), which also make
+// an M-major A or N-major B K-major. False, with nothing launched, when the problem does not fit it.
+bool gemm_sm90_tf32_rounded(const GemmArgs& a, Tf32Mode mode, const at::Tensor& like) {
   if (a.batch != 1 || a.M <= 0 || a.N <= 0 || a.K <= 0) return false;
-  const bool a_dense = !a.A.col_major && a.A.ld == a.K;  // row-major M x K
-  const bool b_dense = a.B.col_major && a.B.ld == a.K;   // K-contiguous K x N (an nn.Linear weight)
-  if (!a_dense && !b_dense) return false;
-  const bool round_a = a_dense && (!b_dense || a.M <= a.N);
-  const int64_t n = (round_a ? a.M : a.N) * a.K;
-  at::Tensor copy = at::empty({n}, like.options().dtype(at::kFloat));
+  // stored shapes: A is [M][K] (row-major) or [K][M]; B is [N][K] (col_major) or [K][N]
+  const bool a_t = a.A.col_major, b_t = !a.B.col_major;  // must be transposed to become K-major
+  const bool a_dense = !a_t && a.A.ld == a.K, b_dense = !b_t && a.B.ld == a.K;
+  bool round_a = true, round_b = true;
+  if (mode == Tf32Mode::One) {
+    round_a = a_t || !a_dense;
+    round_b = b_t || !b_dense;
+    if (!round_a && !round_b) (a.M <= a.N ? round_a : round_b) = true;
+  }
+  const int64_t a_rows = a_t ? a.K : a.M, b_rows = b_t ? a.K : a.N;  // stored rows of each source
+  if ((round_a && (a_rows + 31) / 32 > 65535) || (round_b && (b_rows + 31) / 32 > 65535)) return false;
+  const auto fopt = like.options().dtype(at::kFloat);
+  at::Tensor ca = round_a ? at::empty({a.M * a.K}, fopt) : at::Tensor();
+  at::Tensor cb = round_b ? at::empty({a.N * a.K}, fopt) : at::Tensor();
   GemmArgs r = a;
   r.tf32_rounded = true;
-  (round_a ? r.A : r.B).ptr = copy.data_ptr();
+  if (round_a) r.A = MatrixRef{ca.data_ptr(), a.K, 0, false};
+  if (round_b) r.B = MatrixRef{cb.data_ptr(), a.K, 0, true};
   if (!gemm_sm90_supports(r)) return false;
-  const float* src = static_cast<const float*>((round_a ? a.A : a.B).ptr);
-  TD_CHECK_LAUNCH(round_to_tf32(src, copy.data_ptr<float>(), n, current_stream()));
+  if (round_a)
+    TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.A.ptr), a.A.ld, a_rows, a_t ? a.M : a.K, a_t,
+                                     ca.data_ptr<float>(), current_stream()));
+  if (round_b)
+    TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.B.ptr), a.B.ld, b_rows, b_t ? a.N : a.K, b_t,
+                                     cb.data_ptr<float>(), current_stream()));
   at::Tensor ws = workspace(gemm_sm90_workspace_bytes(r), like);
   const cudaError_t err = gemm_sm90(r, ptr(ws), size(ws), current_stream());
   TORCH_CHECK(err == cudaSuccess, "torch_dnn: the sm90 TF32 GEMM failed: ", cudaGetErrorString(err));
@@ -80,9 +97,10 @@ struct CudaBackend {
     const Path path = requested_path();
 #ifdef TORCH_DNN_WITH_SM90_GEMM
     if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a))) {
-      if (a.dtype == DType::Float32 && a.allow_tf32 && (path == Path::Sm90 || sm90_tf32_requested()) &&
-          device_is_sm90(like) && gemm_sm90_tf32_rounded(a, like))
-        return;
+      if (a.dtype == DType::Float32 && a.allow_tf32 && device_is_sm90(like)) {
+        const Tf32Mode mode = sm90_tf32_mode(path == Path::Sm90);
+        if (mode != Tf32Mode::Off && gemm_sm90_tf32_rounded(a, mode, like)) return;
+      }
       const bool ok = device_is_sm90(like) && gemm_sm90_supports(a);
       TORCH_CHECK(ok || path != Path::Sm90,
                   "torch_dnn: TORCH_DNN_GEMM_PATH=sm90, but the sm90 GEMM cannot take this problem (needs an sm_90 "

@@ -4,14 +4,19 @@
 //
 // A CTA streams a panel of kRows weight rows over one K range (split-K), so that the grid covers every SM even
 // when N / kRows is small; the weight is read once from DRAM and that read is the floor of the problem. The
-// CTAs of one output tile meet through an arrival counter: each stores its partial tile (float) in the
-// workspace, and the last to arrive sums all partials in split order (deterministic, whatever the arrival
-// order) and applies the fused epilogue. Tiles: W [kRows][kBK] and x [BX][kBK] per stage, 128-byte rows with
+// split CTAs of one output tile then sum their partial tiles in split order (deterministic) and apply the fused
+// epilogue, in one of two ways:
+//   CLUSTER (sm_90): the splits are one thread-block cluster; each CTA sums its share of the tile from every
+//     split's shared memory (DSMEM). No workspace, no counter to zero, no partial tile through L2.
+//   otherwise: each CTA stores its partial tile (float) in the workspace and bumps an arrival counter; the
+//     last to arrive sums all partials. Tiles: W [kRows][kBK] and x [BX][kBK] per stage, 128-byte rows with
 // 16-byte chunks XOR-swizzled by row (conflict-free ldmatrix), a kStages-deep cp.async pipeline.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include <cooperative_groups.h>
 
 #include "matmul/kernels/gemm_mma.cuh"
 
@@ -25,6 +30,7 @@ constexpr int kThreads = 256;
 constexpr int kStages = 4;
 constexpr int kLdc = kRows + 4;  // float row stride of the staged output tile (conflict-free fragment stores)
 constexpr int kMaxRows = 64;     // x rows: the largest BX
+constexpr int kMaxCluster = 8;   // the portable cluster size limit
 
 template <typename T>
 struct Params {
@@ -65,7 +71,7 @@ __device__ __forceinline__ void load_tile(T* s, const T* g, int64_t ld, int64_t 
   }
 }
 
-template <typename T, int BX>
+template <typename T, int BX, bool CLUSTER>
 __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(const Params<T> p) {
   static_assert(BX % 16 == 0 && BX <= kMaxRows, "x rows per CTA: 16, 32 or 64");
   constexpr int NB = BX / 8;  // 8-wide blocks of x rows
@@ -144,6 +150,30 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(const Params<T> p) 
   __syncthreads();
 
   constexpr int kItems = BX * (kRows / 8) / kThreads;  // (x row, 8 columns) items per thread
+  if constexpr (CLUSTER) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // the cluster is (1, splits): CTA `split` has rank `split`; it finishes items split, split + splits, ...
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every split's tile is staged
+    for (int idx = split * kThreads + tid; idx < BX * (kRows / 8); idx += p.splits * kThreads) {
+      const int m = idx / (kRows / 8), c = (idx % (kRows / 8)) * 8;
+      const int64_t n = n0 + c;
+      if (m >= p.M || n >= p.N) continue;
+      float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+      for (int s = 0; s < p.splits; ++s) {  // fixed order
+        const float* part = cluster.map_shared_rank(cs, s) + m * kLdc + c;
+        const float4 lo = *reinterpret_cast<const float4*>(part);
+        const float4 hi = *reinterpret_cast<const float4*>(part + 4);
+        v[0] += lo.x, v[1] += lo.y, v[2] += lo.z, v[3] += lo.w, v[4] += hi.x, v[5] += hi.y, v[6] += hi.z, v[7] += hi.w;
+      }
+      epi_store8(p.e, 0, m, n, p.N, v);
+    }
+    cluster.sync();  // no CTA leaves while another still reads its shared memory
+#endif
+    return;
+  }
   if (p.splits > 1) {
     float* mine = p.ws + (int64_t(split) * p.tiles_n + tn) * (BX * kRows);
 #pragma unroll
