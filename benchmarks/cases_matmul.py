@@ -52,8 +52,7 @@ def _ours(fn, pingpong=False):
 def _gemm_case(m, n, k, dtype, group, tf32=False):
     mm = (lambda a, b: ops.mm(a, b, allow_tf32=True)) if tf32 else (lambda a, b: ops.mm(a, b))
     impls = _ours(mm, pingpong=dtype == torch.bfloat16)
-    if tf32 and "sm90" in gemm_paths():  # the Hopper TF32 kernel on rounded operand copies (both / one)
-        impls["torch_dnn sm90 tf32"] = with_env(mm, TORCH_DNN_SM90_TF32="round")
+    if tf32 and "sm90" in gemm_paths():  # the Hopper TF32 kernel on rounded copies: both (default) / one
         impls["torch_dnn sm90 tf32 round1"] = with_env(mm, TORCH_DNN_SM90_TF32="round1")
     impls["cuBLAS (torch.mm)"] = _with_tf32(torch.mm) if tf32 else torch.mm
     es = torch.empty((), dtype=dtype).element_size()

@@ -1,4 +1,4 @@
-"""Entry point: python -m benchmarks.run [family ...] [--out DIR] [--md PATH] [--quick]
+"""Entry point: python -m benchmarks.run [family ...] [--out DIR] [--md PATH] [--quick] [-k TEXT]
 (also reachable as python -m torch_dnn bench ...)."""
 import argparse
 
@@ -16,12 +16,13 @@ def main(argv=None):
     p.add_argument("--out", help="directory for bench.json")
     p.add_argument("--md", help="path of the markdown results table")
     p.add_argument("--quick", action="store_true", help="one shape per case")
+    p.add_argument("-k", dest="match", default="", help="only the cases whose name contains this text")
     a = p.parse_args(argv)
     fams = a.families or list(FAMILIES)
     unknown = [f for f in fams if f not in FAMILIES]
     if unknown:
         p.error(f"unknown family {unknown}; known: {sorted(FAMILIES)}")
-    cases = [c for f in fams for c in FAMILIES[f].cases(a.quick)]
+    cases = [c for f in fams for c in FAMILIES[f].cases(a.quick) if a.match in c.name]
     run(cases, a.out, a.md, title=f"torch_dnn benchmarks: {', '.join(fams)}")
 
 
