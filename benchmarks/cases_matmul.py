@@ -54,6 +54,9 @@ def _gemm_case(m, n, k, dtype, group, tf32=False):
     impls = _ours(mm, pingpong=dtype == torch.bfloat16)
     if tf32 and "sm90" in gemm_paths():  # the Hopper TF32 kernel on rounded copies: both (default) / one
         impls["torch_dnn sm90 tf32 round1"] = with_env(mm, TORCH_DNN_SM90_TF32="round1")
+        impls["torch_dnn sm90 tf32 wide"] = with_env(mm, TORCH_DNN_SM90_TF32_TILE="wide")
+        impls["torch_dnn sm90 tf32 wide round1"] = with_env(mm, TORCH_DNN_SM90_TF32_TILE="wide",
+                                                          TORCH_DNN_SM90_TF32="round1")
     impls["cuBLAS (torch.mm)"] = _with_tf32(torch.mm) if tf32 else torch.mm
     es = torch.empty((), dtype=dtype).element_size()
     return Case("matmul", f"mm {m}x{n}x{k} {_short(dtype)}{' tf32' if tf32 else ''}",

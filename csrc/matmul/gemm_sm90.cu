@@ -4,13 +4,14 @@
 // kernels' bodies exist only in the sm_90a device code (CUTLASS's own arch guards), and gemm_sm90_supports
 // says no on any other device or when the build has no sm_90a code.
 //
-// Instantiations (12), see benchmarks/NOTES.md "Hopper GEMM":
+// Instantiations (13), see benchmarks/NOTES.md "Hopper GEMM":
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent     "big"
 //   bf16, fp16  A K-major, B K-major             128x128x64, cluster 1x1, stream-K      "skinny / few tiles"
 //   bf16, fp16  A K-major, B N-major (dZ @ W)    128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A M-major, B N-major (dZ.T @ X)  128x256x64, cluster 2x1, persistent, no preact store
 //   tf32        A K-major, B K-major             128x128x32, cluster 2x1, persistent
+//   tf32        A K-major, B K-major             128x256x32, cluster 2x1, persistent, no preact store
 //   bf16        A K-major, B K-major             64x256x64 ping-pong, cluster 2x1, opt-in (TORCH_DNN_SM90_KERNEL)
 //
 // NDEBUG before any include: CUTLASS's device-side asserts become calls to __assertfail, and a call inside the
@@ -97,6 +98,9 @@ template <class T> using TnStreamK = Sm90Gemm<T, RowM, ColM, T, Mid, C11, Stream
 template <class T> using NnBig = Sm90Gemm<T, RowM, RowM, T, Big, C21, Persistent, false>;
 template <class T> using TtBig = Sm90Gemm<T, ColM, RowM, T, Big, C21, Persistent, false>;
 using Tf32Big = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Mid32, C21, Persistent>;
+// The wide TF32 tile without the preact store (its smem goes to mainloop stages), chosen by
+// TORCH_DNN_SM90_TF32_TILE=wide for the A/B against Tf32Big.
+using Tf32Wide = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Shape<_128, _256, _32>, C21, Persistent, false>;
 
 // ---- device facts, queried once per device ----------------------------------------------------------------
 
@@ -182,7 +186,12 @@ bool layout_of(const GemmArgs& a, Layout* out) {
 bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
 
 // Which kernel a problem takes.
-enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, NnBig, TtBig, Tf32 };
+enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, NnBig, TtBig, Tf32, Tf32Wide };
+
+bool prefer_tf32_wide() {
+  const char* e = std::getenv("TORCH_DNN_SM90_TF32_TILE");
+  return e != nullptr && std::strcmp(e, "wide") == 0;
+}
 
 // TORCH_DNN_SM90_KERNEL=pingpong: bf16 K-major x K-major problems that would take TnBigPlain take the ping-pong
 // kernel instead (to compare the two on the device; see benchmarks/NOTES.md).
@@ -195,7 +204,10 @@ bool prefer_pingpong() {
 Kind choose(const GemmArgs& a) {
   Layout l;
   if (!layout_of(a, &l)) return Kind::None;
-  if (a.dtype == DType::Float32) return (a.allow_tf32 && l == Layout::TN) ? Kind::Tf32 : Kind::None;
+  if (a.dtype == DType::Float32) {
+    if (!a.allow_tf32 || l != Layout::TN) return Kind::None;
+    return (!a.preact && prefer_tf32_wide()) ? Kind::Tf32Wide : Kind::Tf32;
+  }
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return Kind::None;
   if (l == Layout::NN) return a.preact ? Kind::None : Kind::NnBig;
   if (l == Layout::TT) return a.preact ? Kind::None : Kind::TtBig;
@@ -323,6 +335,7 @@ auto dispatch(const GemmArgs& a, Kind k, F&& f) {
       return bf ? f.template operator()<TnStreamK<bf16>>() : f.template operator()<TnStreamK<fp16>>();
     case Kind::NnBig: return bf ? f.template operator()<NnBig<bf16>>() : f.template operator()<NnBig<fp16>>();
     case Kind::TtBig: return bf ? f.template operator()<TtBig<bf16>>() : f.template operator()<TtBig<fp16>>();
+    case Kind::Tf32Wide: return f.template operator()<Tf32Wide>();
     case Kind::Tf32:
     default: return f.template operator()<Tf32Big>();
   }
