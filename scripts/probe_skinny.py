@@ -4,6 +4,7 @@ a tiny problem: the CPU is then the bottleneck), for torch_dnn's skinny kernel, 
 (TORCH_DNN_GEMM_SKINNY=0) and cuBLAS (F.linear).
 
     python scripts/probe_skinny.py [--out probe_skinny.json]
+    ncu --kernel-name regex:skinny python scripts/probe_skinny.py --once M,KN    (a few calls of one shape)
 """
 import argparse
 import json
@@ -61,8 +62,18 @@ def host_us(fn, args, n=3000):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="probe_skinny.json")
+    p.add_argument("--once", default="", help="M,KN: three calls of torch_dnn then of cuBLAS, nothing timed")
     a = p.parse_args()
     dt = torch.bfloat16
+    if a.once:
+        m, kn = (int(v) for v in a.once.split(","))
+        x = torch.empty(m, kn, dtype=dt, device="cuda").uniform_(-1, 1)
+        w = torch.empty(kn, kn, dtype=dt, device="cuda").uniform_(-0.05, 0.05)
+        for fn in (F.linear, TF.linear):
+            for _ in range(3):
+                fn(x, w)
+        torch.cuda.synchronize()
+        return
     rows = []
     print("| M | K=N | impl | graph us/call | GB/s |")
     print("|---|---|---|---|---|")
