@@ -54,9 +54,7 @@ def _gemm_case(m, n, k, dtype, group, tf32=False):
     impls = _ours(mm, pingpong=dtype == torch.bfloat16)
     if tf32 and "sm90" in gemm_paths():  # the Hopper TF32 kernel on rounded copies: both (default) / one
         impls["torch_dnn sm90 tf32 round1"] = with_env(mm, TORCH_DNN_SM90_TF32="round1")
-        impls["torch_dnn sm90 tf32 wide"] = with_env(mm, TORCH_DNN_SM90_TF32_TILE="wide")
-        impls["torch_dnn sm90 tf32 wide round1"] = with_env(mm, TORCH_DNN_SM90_TF32_TILE="wide",
-                                                          TORCH_DNN_SM90_TF32="round1")
+        impls["torch_dnn sm90 tf32 128x128"] = with_env(mm, TORCH_DNN_SM90_TF32_TILE="mid")
     impls["cuBLAS (torch.mm)"] = _with_tf32(torch.mm) if tf32 else torch.mm
     es = torch.empty((), dtype=dtype).element_size()
     return Case("matmul", f"mm {m}x{n}x{k} {_short(dtype)}{' tf32' if tf32 else ''}",
@@ -99,7 +97,8 @@ def _skinny_case(m, kn, dtype, group):
     es = torch.empty((), dtype=dtype).element_size()
     fn = lambda x, w: F.linear(x, w)  # noqa: E731
     # M <= 64 takes the skinny kernel; "skinny off" is what the Hopper (stream-K) path gives instead
-    impls = {"torch_dnn": fn, "torch_dnn skinny off": with_env(fn, TORCH_DNN_GEMM_SKINNY="0")}
+    impls = {"torch_dnn": fn, "torch_dnn skinny off": with_env(fn, TORCH_DNN_GEMM_SKINNY="0"),
+             "torch_dnn skinny 8 stages": with_env(fn, TORCH_DNN_GEMM_SKINNY_STAGES="8")}
     impls["cuBLAS (F.linear)"] = TF.linear
     return Case("matmul", f"linear skinny M={m} K=N={kn} {_short(dtype)}",
                 lambda: (_rand((m, kn), dtype), _rand((kn, kn), dtype, -0.05, 0.05)), impls,

@@ -6,7 +6,7 @@
 //   Float16 / BFloat16, M <= 64, x @ W.T (both K-contiguous, 16-byte aligned), batch 1
 //                              -> skinny::skinny_kernel (swap-AB, split-K summed through DSMEM or a counter)
 // Instantiations: 3 dtypes x 4 operand layouts of the tensor-core kernel, 2 SIMT kernels, 4 reductions,
-// 2 dtypes x 3 row counts x 2 reductions of the skinny kernel.
+// 2 dtypes x 3 row counts x 2 reductions x 2 pipeline depths of the skinny kernel.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -194,9 +194,27 @@ bool device_has_clusters() {
 
 struct SkinnyPlan {
   int bx = 16;  // x rows per CTA
+  int stages = 4;
   int tiles_n = 1, splits = 1, kt_per_split = 1;
   bool cluster = false;  // splits reduced through DSMEM (sm_90), else through the workspace and a counter
 };
+
+// TORCH_DNN_GEMM_SKINNY_STAGES=4|8: the pipeline depth (read at every call, for the A/B).
+int skinny_stages() {
+  const char* e = std::getenv("TORCH_DNN_GEMM_SKINNY_STAGES");
+  return (e != nullptr && std::strcmp(e, "8") == 0) ? 8 : 4;
+}
+
+template <int BX>
+constexpr int skinny_smem(int stages) {
+  return stages == 8 ? skinny::smem_bytes<BX, 8>() : skinny::smem_bytes<BX, 4>();
+}
+
+// CTAs resident per SM: shared memory (227 KB per SM on sm_90, 1 KB reserved per CTA) within the launch bounds' 2.
+int skinny_ctas_per_sm(int bx, int stages) {
+  const int smem = bx == 16 ? skinny_smem<16>(stages) : (bx == 32 ? skinny_smem<32>(stages) : skinny_smem<64>(stages));
+  return std::max(1, std::min(3, (227 << 10) / (smem + (1 << 10))));
+}
 
 // K splits: as many as the resident CTA slots left over by the N tiles allow (one wave; each split at least 2
 // K tiles, at most `cap`).
@@ -220,10 +238,11 @@ bool skinny_plan(const GemmArgs& a, SkinnyPlan* pl) {
   const SkinnyMode mode = skinny_mode();
   if (mode == SkinnyMode::Off) return false;
   pl->bx = a.M <= 16 ? 16 : (a.M <= 32 ? 32 : 64);
+  pl->stages = skinny_stages();
   const int64_t tiles_n = cdiv(a.N, skinny::kRows), ktiles = cdiv(a.K, skinny::kBK);
   if (tiles_n > 0x7fffffffLL) return false;
   pl->tiles_n = int(tiles_n);
-  const int64_t slots = int64_t(sm_count()) * (pl->bx == 16 ? 3 : 2);  // CTAs resident per SM (shared memory)
+  const int64_t slots = int64_t(sm_count()) * skinny_ctas_per_sm(pl->bx, pl->stages);
   pl->cluster = false;
   if (mode == SkinnyMode::Auto && device_has_clusters()) {
     set_splits(pl, tiles_n, ktiles, slots, skinny::kMaxCluster);
@@ -238,10 +257,10 @@ int64_t skinny_workspace_bytes(const SkinnyPlan& pl) {
   return int64_t(pl.splits) * pl.tiles_n * pl.bx * skinny::kRows * 4 + int64_t(pl.tiles_n) * 4;
 }
 
-template <typename T, int BX, bool CLUSTER>
+template <typename T, int BX, bool CLUSTER, int STAGES>
 cudaError_t launch_skinny(const skinny::Params<T>& p, cudaStream_t stream) {
-  constexpr int smem = skinny::smem_bytes<BX>();
-  auto kernel = skinny::skinny_kernel<T, BX, CLUSTER>;
+  constexpr int smem = skinny::smem_bytes<BX, STAGES>();
+  auto kernel = skinny::skinny_kernel<T, BX, CLUSTER, STAGES>;
   static bool configured[64] = {false};
   int dev = 0;
   cudaGetDevice(&dev);
@@ -272,8 +291,10 @@ cudaError_t launch_skinny(const skinny::Params<T>& p, cudaStream_t stream) {
 }
 
 template <typename T, int BX>
-cudaError_t launch_skinny(const skinny::Params<T>& p, bool cluster, cudaStream_t stream) {
-  return cluster ? launch_skinny<T, BX, true>(p, stream) : launch_skinny<T, BX, false>(p, stream);
+cudaError_t launch_skinny(const skinny::Params<T>& p, bool cluster, int stages, cudaStream_t stream) {
+  if (stages == 8)
+    return cluster ? launch_skinny<T, BX, true, 8>(p, stream) : launch_skinny<T, BX, false, 8>(p, stream);
+  return cluster ? launch_skinny<T, BX, true, 4>(p, stream) : launch_skinny<T, BX, false, 4>(p, stream);
 }
 
 template <typename T>
@@ -292,9 +313,9 @@ cudaError_t run_skinny(const GemmArgs& a, const SkinnyPlan& pl, void* ws, cudaSt
   }
   p.e = make_epi<T>(a);
   switch (pl.bx) {
-    case 16: return launch_skinny<T, 16>(p, cluster, stream);
-    case 32: return launch_skinny<T, 32>(p, cluster, stream);
-    default: return launch_skinny<T, 64>(p, cluster, stream);
+    case 16: return launch_skinny<T, 16>(p, cluster, pl.stages, stream);
+    case 32: return launch_skinny<T, 32>(p, cluster, pl.stages, stream);
+    default: return launch_skinny<T, 64>(p, cluster, pl.stages, stream);
   }
 }
 

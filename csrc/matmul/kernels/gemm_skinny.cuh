@@ -10,7 +10,8 @@
 //     split's shared memory (DSMEM). No workspace, no counter to zero, no partial tile through L2.
 //   otherwise: each CTA stores its partial tile (float) in the workspace and bumps an arrival counter; the
 //     last to arrive sums all partials. Tiles: W [kRows][kBK] and x [BX][kBK] per stage, 128-byte rows with
-// 16-byte chunks XOR-swizzled by row (conflict-free ldmatrix), a kStages-deep cp.async pipeline.
+// 16-byte chunks XOR-swizzled by row (conflict-free ldmatrix), a STAGES-deep cp.async pipeline (4: several CTAs
+// per SM; 8: one CTA per SM streaming a longer K range with more bytes in flight).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -27,7 +28,6 @@ namespace skinny {
 constexpr int kRows = 128;      // weight rows (output columns) per CTA: 8 warps of 16
 constexpr int kBK = 64;         // K per stage: 128 bytes of 16-bit elements, one swizzle period
 constexpr int kThreads = 256;
-constexpr int kStages = 4;
 constexpr int kLdc = kRows + 4;  // float row stride of the staged output tile (conflict-free fragment stores)
 constexpr int kMaxRows = 64;     // x rows: the largest BX
 constexpr int kMaxCluster = 8;   // the portable cluster size limit
@@ -43,9 +43,9 @@ struct Params {
   Epi<T> e;
 };
 
-template <int BX>
+template <int BX, int STAGES>
 constexpr int smem_bytes() {
-  constexpr int pipe = kStages * (kRows + BX) * kBK * 2;
+  constexpr int pipe = STAGES * (kRows + BX) * kBK * 2;
   constexpr int epi = BX * kLdc * 4;
   return pipe > epi ? pipe : epi;
 }
@@ -71,7 +71,7 @@ __device__ __forceinline__ void load_tile(T* s, const T* g, int64_t ld, int64_t 
   }
 }
 
-template <typename T, int BX, bool CLUSTER>
+template <typename T, int BX, bool CLUSTER, int STAGES>
 __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(const Params<T> p) {
   static_assert(BX % 16 == 0 && BX <= kMaxRows, "x rows per CTA: 16, 32 or 64");
   constexpr int NB = BX / 8;  // 8-wide blocks of x rows
@@ -101,19 +101,19 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(const Params<T> p) 
     for (int q = 0; q < 4; ++q) acc[j][q] = 0.f;
 
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
+  for (int st = 0; st < STAGES - 1; ++st) {
     if (st < nk) load_stage(st, kt0 + st);
     mma::cp_async_commit();
   }
   const int r = lane & 7, j = lane >> 3;
 #pragma unroll 1
   for (int it = 0; it < nk; ++it) {
-    mma::cp_async_wait<kStages - 2>();
+    mma::cp_async_wait<STAGES - 2>();
     __syncthreads();  // stage it has landed; every warp is done with stage it - 1, which the next load refills
-    const int nxt = it + kStages - 1;
-    if (nxt < nk) load_stage(nxt % kStages, kt0 + nxt);
+    const int nxt = it + STAGES - 1;
+    if (nxt < nk) load_stage(nxt % STAGES, kt0 + nxt);
     mma::cp_async_commit();
-    const T* sw = smem + (it % kStages) * kStageElems;
+    const T* sw = smem + (it % STAGES) * kStageElems;
     const T* sx = sw + kRows * kBK;
 #pragma unroll
     for (int ks = 0; ks < kBK; ks += 16) {
