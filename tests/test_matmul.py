@@ -455,8 +455,8 @@ def test_split_k_deterministic():
 def test_skinny_kernel(dtype, monkeypatch):
     """The skinny kernel (x @ W.T, M <= 64, swap-AB split-K): row counts around its 16/32/64 tiles, N and K off
     its 128 / 64 tiles, the fused epilogue, both split reductions (DSMEM cluster on sm_90, and the workspace +
-    counter one) and both pipeline depths; deterministic, the whole output written, and the same values as with the kernel switched off
-    (TORCH_DNN_GEMM_SKINNY=0) to within the error rule."""
+    counter one) and both pipeline depths; deterministic, the whole output written, and the same values as
+    with the kernel switched off (TORCH_DNN_GEMM_SKINNY=0) to within the error rule."""
     cases = [(1, 4104, 4096, "none"), (7, 100, 72, "gelu"), (16, 4096, 4160, "silu"), (17, 520, 8, "relu"),
              (33, 1032, 1000, "gelu_tanh"), (64, 4096, 16384, "none"), (64, 136, 4096, "tanh")]
     for (m, n, k, act), mode, stages in itertools.product(cases, ("auto", "counter"), ("4", "8")):
