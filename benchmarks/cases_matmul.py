@@ -98,7 +98,7 @@ def _skinny_case(m, kn, dtype, group):
     fn = lambda x, w: F.linear(x, w)  # noqa: E731
     # M <= 64 takes the skinny kernel; "skinny off" is what the Hopper (stream-K) path gives instead
     impls = {"torch_dnn": fn, "torch_dnn skinny off": with_env(fn, TORCH_DNN_GEMM_SKINNY="0"),
-             "torch_dnn skinny 8 stages": with_env(fn, TORCH_DNN_GEMM_SKINNY_STAGES="8")}
+             "torch_dnn skinny 4 stages": with_env(fn, TORCH_DNN_GEMM_SKINNY_STAGES="4")}
     impls["cuBLAS (F.linear)"] = TF.linear
     return Case("matmul", f"linear skinny M={m} K=N={kn} {_short(dtype)}",
                 lambda: (_rand((m, kn), dtype), _rand((kn, kn), dtype, -0.05, 0.05)), impls,

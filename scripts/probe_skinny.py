@@ -85,7 +85,7 @@ def main():
             impls = {
                 "torch_dnn": lambda x, w: F.linear(x, w),
                 "torch_dnn skinny off": with_env(lambda x, w: F.linear(x, w), TORCH_DNN_GEMM_SKINNY="0"),
-                "torch_dnn 8 stages": with_env(lambda x, w: F.linear(x, w), TORCH_DNN_GEMM_SKINNY_STAGES="8"),
+                "torch_dnn 4 stages": with_env(lambda x, w: F.linear(x, w), TORCH_DNN_GEMM_SKINNY_STAGES="4"),
                 "torch_dnn counter": with_env(lambda x, w: F.linear(x, w), TORCH_DNN_GEMM_SKINNY="counter"),
                 "cuBLAS": TF.linear,
             }
