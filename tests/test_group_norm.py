@@ -46,7 +46,10 @@ GN_CASES = [
     ((2, 32, 4, 4), 8, "channels_last"),
     ((3, 4, 9), 2, "contiguous"),           # 1-D spatial
     ((3, 4, 9), 4, "strided"),
-    ((2, 8), 4, "contiguous"),              # no spatial dims
+    ((2, 8), 2, "contiguous"),              # no spatial dims (4 channels a group: a group of 2 elements
+                                            # normalizes to +-1 whatever x is, so its input gradient is only the
+                                            # eps term, and both sides' errors are rounding noise: 3.5x apart
+                                            # in float32 on the H100, once)
     ((2, 8, 3, 4, 5), 4, "contiguous"),     # 3-D spatial
     ((2, 8, 3, 4, 5), 2, "channels_last_3d"),
     ((2, 6, 5, 7), 6, "transposed"),
