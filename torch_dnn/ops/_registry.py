@@ -49,7 +49,8 @@ class _FunctionalOps:
             def fn(*args, **kwargs):
                 if (torch.compiler.is_compiling() or _forward_ad._current_level >= 0
                         or (torch.is_grad_enabled()
-                            and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args))):
+                            and (any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+                                 or any(isinstance(a, torch.Tensor) and a.requires_grad for a in kwargs.values())))):
                     return packet(*args, **kwargs)
                 with torch._C._AutoDispatchBelowAutograd():
                     return packet(*args, **kwargs)
