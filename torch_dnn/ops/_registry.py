@@ -29,6 +29,14 @@ def apply_inplace(functional_op, inplace_op, input, *args):
     return input
 
 
+def _any_requires_grad_py(*args, **kwargs) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in (*args, *kwargs.values()))
+
+
+# torch's own check (C++; tensors in lists count too), as its Python autograd kernel uses it
+_any_requires_grad = getattr(torch._C, "_any_requires_grad", _any_requires_grad_py)
+
+
 class _FunctionalOps:
     """torch.ops.torch_dnn as the functional wrappers call it: the same ops, except that a call that records no
     autograd graph (grad mode off, or no tensor argument requires grad) dispatches below the Autograd key.
@@ -47,10 +55,9 @@ class _FunctionalOps:
             fn = packet
         else:
             def fn(*args, **kwargs):
+                # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
                 if (torch.compiler.is_compiling() or _forward_ad._current_level >= 0
-                        or (torch.is_grad_enabled()
-                            and (any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
-                                 or any(isinstance(a, torch.Tensor) and a.requires_grad for a in kwargs.values())))):
+                        or (torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs))):
                     return packet(*args, **kwargs)
                 with torch._C._AutoDispatchBelowAutograd():
                     return packet(*args, **kwargs)
