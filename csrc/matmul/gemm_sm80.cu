@@ -105,18 +105,26 @@ cudaError_t reduce_splits(const GemmArgs& a, const Plan& pl, const acc_t<T>* ws,
   return cudaGetLastError();
 }
 
-template <typename T, bool AK, bool BK>
-cudaError_t launch_mma_layout(const mma::Params<T>& p, dim3 grid, cudaStream_t stream) {
-  constexpr int smem = mma::smem_bytes<T>();
-  auto kernel = mma::gemm_kernel<T, AK, BK>;
+// A kernel's dynamic shared-memory limit, raised once per device (a driver call per GEMM otherwise). Keyed by
+// the kernel itself (a template argument): kernels of one signature share a function-pointer type.
+template <auto Kernel>
+cudaError_t raise_smem_limit_once(int smem) {
   static bool configured[64] = {false};
   int dev = 0;
   cudaGetDevice(&dev);
   if (dev >= 0 && dev < 64 && !configured[dev]) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const cudaError_t err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
     configured[dev] = true;
   }
+  return cudaSuccess;
+}
+
+template <typename T, bool AK, bool BK>
+cudaError_t launch_mma_layout(const mma::Params<T>& p, dim3 grid, cudaStream_t stream) {
+  constexpr int smem = mma::smem_bytes<T>();
+  auto kernel = mma::gemm_kernel<T, AK, BK>;
+  if (const cudaError_t err = raise_smem_limit_once<mma::gemm_kernel<T, AK, BK>>(smem); err != cudaSuccess) return err;
   kernel<<<grid, mma::kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
@@ -263,14 +271,9 @@ template <typename T, int BX, bool CLUSTER, int STAGES>
 cudaError_t launch_skinny(const skinny::Params<T>& p, cudaStream_t stream) {
   constexpr int smem = skinny::smem_bytes<BX, STAGES>();
   auto kernel = skinny::skinny_kernel<T, BX, CLUSTER, STAGES>;
-  static bool configured[64] = {false};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev >= 0 && dev < 64 && !configured[dev]) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return err;
-    configured[dev] = true;
-  }
+  if (const cudaError_t err = raise_smem_limit_once<skinny::skinny_kernel<T, BX, CLUSTER, STAGES>>(smem);
+      err != cudaSuccess)
+    return err;
   const dim3 grid(unsigned(p.tiles_n), unsigned(p.splits));
   if constexpr (CLUSTER) {
     cudaLaunchConfig_t cfg = {};
