@@ -19,14 +19,17 @@ SHAPE = (64, 256, 56, 56)
 G = 32
 
 
-def _plans(fn, ks, cluster=False):
+def _plans(fn, ks, cluster=False, tiles=()):
     """torch_dnn's default plan, the old per-(n, group) kernels, the cluster plan forced (where the default does
-    not take it), and the cluster plan capped at k CTAs a cluster for each k."""
+    not take it), the cluster plan capped at k CTAs a cluster for each k, and the cluster plan with smaller CTA
+    tiles (TORCH_DNN_GN_TILE_KB=kb: more CTAs an SM, larger clusters) for each kb."""
     out = {"torch_dnn": fn, "torch_dnn smem": with_env(fn, TORCH_DNN_GN_PLAN="smem")}
     if cluster:
         out["torch_dnn cluster"] = with_env(fn, TORCH_DNN_GN_PLAN="cluster")
     for k in ks:
         out[f"torch_dnn k{k}"] = with_env(fn, TORCH_DNN_GN_PLAN="cluster", TORCH_DNN_GN_CLUSTER_MAX=str(k))
+    for kb in tiles:
+        out[f"torch_dnn t{kb}"] = with_env(fn, TORCH_DNN_GN_PLAN="cluster", TORCH_DNN_GN_TILE_KB=str(kb))
     return out
 
 
@@ -45,7 +48,8 @@ def _gn_cases(dtype, layout):
         return rand_cuda(SHAPE, d, lay), rand_cuda((C,), d, "NCHW", 0.5, 1.5), rand_cuda((C,), d, "NCHW")
 
     fwd = Case("group_norm", f"group_norm({G}) fwd {tag}", fwd_inputs,
-               {**_plans(lambda x, w, b: F.group_norm(x, G, w, b), [4] if layout == "NHWC" else [], layout == "NCHW"),
+               {**_plans(lambda x, w, b: F.group_norm(x, G, w, b), [4] if layout == "NHWC" else [], layout == "NCHW",
+                         [25] if layout == "NCHW" else []),
                 "eager": gn,
                 "compile": torch.compile(gn, dynamic=False)},
                bytes=2 * numel * es + 2 * C * es, target=">=3x eager (>=2.4 TB/s)", group=group)
@@ -69,7 +73,8 @@ def _gn_cases(dtype, layout):
 
     bwd = Case("group_norm", f"group_norm({G}) bwd {tag}", bwd_inputs,
                {**_plans(lambda g, x, mean, rstd, w, eg, cg: ops.group_norm_backward(
-                   g, x, mean, rstd, w, G, False, [True, True, True]), [8] if layout == "NHWC" else [1]),
+                   g, x, mean, rstd, w, G, False, [True, True, True]), [8] if layout == "NHWC" else [1],
+                   tiles=[25, 12]),
                 "eager": peer_bwd("eager"), "compile": peer_bwd("compile")},
                bytes=3 * numel * es + 3 * C * es + stats, target=">=3x eager (>=2.4 TB/s)", group=group)
     return [fwd, bwd]

@@ -36,9 +36,12 @@ def _pool_cases(dtype, layout):
     # the plane tiles; NHWC forward, the row-at-a-time kernel (TORCH_DNN_POOL_CL_FWD=item) beside all taps in
     # flight; NHWC backward, the per-input gather (TORCH_DNN_POOL_CL_BWD=item) beside the owner blocks
     if layout == "NCHW":
-        var = lambda d: _variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item")  # noqa: E731
+        # forward: also the first (bounds-checked) plane tiles (TORCH_DNN_POOL_NC_FWD=unpadded) for 3x3 windows
+        var = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"),  # noqa: E731
+                                 "TORCH_DNN_POOL_NC_FWD", "unpadded", "torch_dnn unpadded")
         # backward: also the per-input tile gather (TORCH_DNN_POOL_NC_BWD=gather) beside the owner blocks
-        var_bwd = lambda d: _variant(var(d), "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather")  # noqa: E731
+        var_bwd = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"),  # noqa: E731
+                                     "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather")
     else:
         var = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_CL_FWD", "item", "torch_dnn item"),  # noqa: E731
                                  "TORCH_DNN_POOL_CL_FWD", "taps", "torch_dnn taps")

@@ -121,6 +121,12 @@ FIXED = [
     ("max_pool", 2, (2, 3, 20, 16), "contiguous", dict(k=3, s=2, p=1)),
     ("avg_pool", 2, (2, 3, 20, 16), "contiguous", dict(k=3, s=2, p=0)),
     ("max_pool", 2, (1, 2, 61, 300), "contiguous", dict(k=3, s=2, p=1)),
+    # padded 3x3 tiles with vectors: ceil-mode windows past the padding, stride 1, a divisor override
+    ("max_pool", 2, (2, 3, 17, 24), "contiguous", dict(k=3, s=2, p=1, ceil=True)),
+    ("avg_pool", 2, (2, 3, 17, 24), "contiguous", dict(k=3, s=2, p=1, ceil=True, cip=False)),
+    ("avg_pool", 2, (2, 3, 17, 24), "contiguous", dict(k=3, s=2, p=0, ceil=True)),
+    ("avg_pool", 2, (2, 3, 10, 16), "contiguous", dict(k=3, s=1, p=1, div=7)),
+    ("max_pool", 2, (2, 3, 10, 16), "contiguous", dict(k=3, s=1, p=0)),
     ("avg_pool", 2, (1, 2, 61, 300), "contiguous", dict(k=(3, 2), s=(2, 1), p=1, cip=False)),
     ("max_pool", 2, (1, 2, 45, 300), "contiguous", dict(k=(2, 3), s=(1, 3), p=(1, 0), d=(3, 2), ceil=True)),
     ("avg_pool", 2, (2, 3, 11, 13), "contiguous", dict(k=4, s=3, p=2, ceil=True, cip=False, div=None)),

@@ -50,7 +50,10 @@ def compare(ours: torch.Tensor, peer: torch.Tensor, ref64: torch.Tensor, *, grad
         return Verdict(False, (), (), f"{name}: shape {tuple(ours.shape)} != expected {tuple(ref64.shape)}")
     if ours.dtype != peer.dtype:
         return Verdict(False, (), (), f"{name}: dtype {ours.dtype} != expected {peer.dtype}")
-    ours_c, peer_c = ours.detach().cpu(), peer.detach().cpu()
+    # Errors are measured where the tensors live: on a GPU machine with a slow CPU, float64 copies and norms of
+    # large outputs on the host took most of a CUDA test's time.
+    dev = ours.device
+    ours_c, peer_c, ref_c = ours.detach(), peer.detach().to(dev), ref64.detach().to(dev)
     nan_ok = torch.equal(torch.isnan(ours_c), torch.isnan(peer_c))
     inf_ok = torch.equal(torch.isinf(ours_c) & ~torch.isnan(ours_c), torch.isinf(peer_c)) and torch.equal(
         ours_c[torch.isinf(peer_c)], peer_c[torch.isinf(peer_c)]
@@ -58,8 +61,8 @@ def compare(ours: torch.Tensor, peer: torch.Tensor, ref64: torch.Tensor, *, grad
     if not (nan_ok and inf_ok):
         return Verdict(False, (), (), f"{name}: non-finite values differ from PyTorch's")
     factor = GRAD_FACTOR if grad else OUTPUT_FACTOR
-    e_ours = _errors(ours_c, ref64.cpu())
-    e_peer = _errors(peer_c, ref64.cpu())
+    e_ours = _errors(ours_c, ref_c)
+    e_peer = _errors(peer_c, ref_c)
     ok = all(eo <= factor * max(ep, FLOOR) for eo, ep in zip(e_ours, e_peer))
     msg = (
         f"{name}: error (max-norm, l2) ours {e_ours[0]:.3g}, {e_ours[1]:.3g} vs PyTorch {e_peer[0]:.3g}, "

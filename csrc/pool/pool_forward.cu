@@ -28,6 +28,29 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
     const unsigned grid = grid_for(a.tiles, 1);
     const bool vec = aligned16(x) && row_bytes % 16 == 0;
     const bool k3 = a.kh == 3 && a.kw == 3 && a.dh == 1 && a.dw == 1;
+    if (k3 && !tile_unpadded()) {  // padded tiles: the rows are re-planned for the tile's wider pitch
+      auto go_pad = [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        PadGeo pg;
+        pg.LP = (a.pw + V - 1) / V * V;
+        const int extent = std::max(a.W, (a.OW - 1) * a.sw - a.pw + 3);  // tile columns past LP
+        pg.P = (pg.LP + extent + V - 1) / V * V;
+        pg.by_pv = FastDivmod32(uint32_t(pg.P / V));
+        const int64_t pitch_bytes = int64_t(pg.P) * int64_t(sizeof(T));
+        const int64_t fit = kTileSmem / pitch_bytes;
+        if (fit < 3 || int64_t(pg.P) * (a.OH * int64_t(a.sh) + 3) >= (int64_t(1) << 31)) return false;
+        const int64_t max_rows = (fit - 3) / a.sh + 1;
+        set_bands(a, a.OH, int(max_rows < a.OH ? max_rows : a.OH), a.OW);
+        const size_t smem = size_t((int64_t(a.rows - 1) * a.sh + 3) * pitch_bytes + 15) / 16 * 16;
+        launch_smem(pool_fwd_tile_pad<T, OP, V, 3, 3>, grid_for(a.tiles, 1), kThreads, smem, stream,
+                    static_cast<const T*>(x), static_cast<T*>(y), ind, a, pg);
+        return true;
+      };
+      if (vec ? go_pad(int_c<kVec16<T>>{}) : go_pad(int_c<1>{})) {
+        done = true;
+        return;
+      }
+    }
     auto go = [&](auto v, auto k) {
       constexpr int V = decltype(v)::value, K = decltype(k)::value;
       launch_smem(pool_fwd_tile<T, OP, V, K, K>, grid, kThreads, smem, stream, xp, yp, ind, a);

@@ -40,27 +40,59 @@ __device__ __forceinline__ int64_t smem_vec_offset(const GnParams<T>& p, int64_t
   return (n * p.S + s) * p.C + g * p.D + int64_t(dv) * V;
 }
 
+// Bytes of gn_smem_fwd's dynamic shared memory: the group, then (scale, shift) of its D channels.
+template <typename T>
+size_t smem_fwd_bytes(int64_t L, int64_t D) {
+  const size_t group = (size_t(L) * sizeof(T) + 15) / 16 * 16;
+  return group + size_t(D) * 2 * sizeof(acc_t<T>);
+}
+
+// vec_div divides a group-local vector index by the vectors of one row of the group: S / V (NCHW: the
+// quotient is the channel) or D / V (channels-last: the quotient is the spatial row, the remainder the
+// channel vector). The loads keep kLoads vectors in flight a thread (one at a time left the load phase
+// latency-bound: ~12 dependent DRAM round trips a group, H100 ncu); the write pass reads each channel's
+// (scale, shift) from shared memory, one FMA an element, instead of a division and two global loads a vector.
+// 256 threads and 4 blocks an SM (shared memory allows no more for 50 KB groups) give 64 registers: the loads
+// in flight spilled at 512 threads' 32.
+constexpr int kSmemFwdThreads = 256;
 template <typename T, int V>
-__global__ void __launch_bounds__(kSmemThreads, 4) gn_smem_fwd(GnParams<T> p) {
+__global__ void __launch_bounds__(kSmemFwdThreads, 4) gn_smem_fwd(GnParams<T> p, FastDivmod32 vec_div) {
   using A = acc_t<T>;
+  constexpr int kLoads = 4;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Vec<T, V>* buf = reinterpret_cast<Vec<T, V>*>(smem_raw);
+  A* coef = reinterpret_cast<A*>(smem_raw + (size_t(p.L) * sizeof(T) + 15) / 16 * 16);  // [D][scale, shift]
   __shared__ A red[32];
-  const unsigned nv = unsigned(p.L / V), dv_count = unsigned(p.D / V), S = unsigned(p.S);
+  const unsigned nv = unsigned(p.L / V), step = blockDim.x;
   const int64_t NG = p.N * p.G;
-  // Each thread reads back only the vectors it stored: no barrier around `buf`.
+  auto offset = [&](int64_t n, int64_t g, unsigned i) -> int64_t {
+    if (!p.cl) return (n * p.G + g) * p.L + int64_t(i) * V;
+    uint32_t s, dv;
+    vec_div.divmod(i, s, dv);
+    return (n * p.S + s) * p.C + g * p.D + int64_t(dv) * V;
+  };
+  // Each thread reads back only the vectors it stored (i = threadIdx.x + k * step in every pass): no barrier
+  // around `buf`. `coef` is rewritten only after the next group's reductions, whose barriers follow every
+  // read of the previous group's.
   for (int64_t ng = blockIdx.x; ng < NG; ng += gridDim.x) {
     const int64_t n = ng / p.G, g = ng - n * p.G;
     A s = A(0);
-    for (unsigned i = threadIdx.x; i < nv; i += blockDim.x) {
-      const Vec<T, V> v = load_vec<T, V>(p.x + smem_vec_offset<T, V>(p, n, g, i, dv_count));
-      buf[i] = v;
+    for (unsigned i0 = threadIdx.x; i0 < nv; i0 += kLoads * step) {
+      Vec<T, V> r[kLoads];
 #pragma unroll
-      for (int j = 0; j < V; ++j) s += to_acc<A>(v.v[j]);
+      for (int u = 0; u < kLoads; ++u)
+        if (i0 + u * step < nv) r[u] = load_vec<T, V>(p.x + offset(n, g, i0 + u * step));
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u)
+        if (i0 + u * step < nv) {
+          buf[i0 + u * step] = r[u];
+#pragma unroll
+          for (int j = 0; j < V; ++j) s += to_acc<A>(r[u].v[j]);
+        }
     }
     const A m = block_reduce(s, SumOp{}, red) / A(p.L);
     A q = A(0);
-    for (unsigned i = threadIdx.x; i < nv; i += blockDim.x) {
+    for (unsigned i = threadIdx.x; i < nv; i += step) {
       const Vec<T, V> v = buf[i];
 #pragma unroll
       for (int j = 0; j < V; ++j) {
@@ -73,15 +105,32 @@ __global__ void __launch_bounds__(kSmemThreads, 4) gn_smem_fwd(GnParams<T> p) {
       p.mean[ng] = m;
       p.rstd[ng] = rs;
     }
-    for (unsigned i = threadIdx.x; i < nv; i += blockDim.x) {
+    for (int64_t d = threadIdx.x; d < p.D; d += step) {
+      const int64_t c = g * p.D + d;
+      const A sc = rs * (p.w ? to_acc<A>(p.w[c]) : A(1));
+      coef[2 * d] = sc;
+      coef[2 * d + 1] = (p.b ? to_acc<A>(p.b[c]) : A(0)) - m * sc;
+    }
+    __syncthreads();
+#pragma unroll 2
+    for (unsigned i = threadIdx.x; i < nv; i += step) {
       const Vec<T, V> v = buf[i];
-      const int64_t c = g * p.D + (p.cl ? int64_t((i % dv_count) * V) : int64_t((i * V) / S));
-      A wv[V], bv[V];
-      load_params<V>(p.w, p.b, c, !p.cl, wv, bv);
       Vec<T, V> o;
+      if (!p.cl) {
+        const unsigned d = vec_div.div(i);
+        const A sc = coef[2 * d], sh = coef[2 * d + 1];
 #pragma unroll
-      for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>((to_acc<A>(v.v[j]) - m) * rs * wv[j] + bv[j]);
-      store_vec<T, V>(p.out + smem_vec_offset<T, V>(p, n, g, i, dv_count), o);
+        for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>(to_acc<A>(v.v[j]) * sc + sh);
+      } else {
+        uint32_t srow, dv;
+        vec_div.divmod(i, srow, dv);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const unsigned d = dv * V + j;
+          o.v[j] = from_acc<T>(to_acc<A>(v.v[j]) * coef[2 * d] + coef[2 * d + 1]);
+        }
+      }
+      store_vec<T, V>(p.out + offset(n, g, i), o);
     }
   }
 }
@@ -256,20 +305,21 @@ __global__ void __launch_bounds__(256) gn_apply_fwd(GnParams<T> p) {
 }
 
 // Threads of a shared-memory block: ~4 vectors a thread, 64 to 512.
-inline int smem_threads(int64_t nv) {
-  return int(std::min<int64_t>(kSmemThreads, std::max<int64_t>(64, norm::pow2_at_least((nv + 3) / 4))));
+inline int smem_threads(int64_t nv, int max_threads = kSmemThreads) {
+  return int(std::min<int64_t>(max_threads, std::max<int64_t>(64, norm::pow2_at_least((nv + 3) / 4))));
 }
 
 template <typename T, int V>
 void launch_smem_fwd(const GnParams<T>& p, cudaStream_t stream) {
   const int64_t nv = p.L / V;
-  const size_t smem = size_t(p.L) * sizeof(T);
-  const int threads = smem_threads(nv);
+  const size_t smem = smem_fwd_bytes<T>(p.L, p.D);
+  const int threads = smem_threads(nv, kSmemFwdThreads);
   cudaFuncSetAttribute(gn_smem_fwd<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   int per_sm = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_fwd<T, V>, threads, smem);
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(p.N * p.G, int64_t(sm_count()) * std::max(per_sm, 1)));
-  gn_smem_fwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p);
+  const FastDivmod32 vec_div(uint32_t(p.cl ? p.D / V : p.S / V));
+  gn_smem_fwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p, vec_div);
 }
 
 inline int64_t forward_workspace_elems(const GnShape& s, bool stats_given) {
@@ -281,7 +331,7 @@ inline int64_t forward_workspace_elems(const GnShape& s, bool stats_given) {
 // The group (dynamic shared memory) plus the static reduction space and the 1 KB the driver reserves.
 template <typename T>
 bool smem_fwd_fits(const GnParams<T>& p) {
-  return p.L * int64_t(sizeof(T)) + 32 * int64_t(sizeof(acc_t<T>)) + 1024 <= max_smem_optin();
+  return int64_t(smem_fwd_bytes<T>(p.L, p.D)) + 32 * int64_t(sizeof(acc_t<T>)) + 1024 <= max_smem_optin();
 }
 
 template <typename T>
