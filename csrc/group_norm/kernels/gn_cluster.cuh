@@ -277,9 +277,13 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_bwd(GnParams<T>
   for (int64_t item = blockIdx.x / K; item < items; item += gridDim.x / K, parity ^= 1u) {
     const int64_t n = item / per_n, c0 = (item - n * per_n) * W, ng0 = n * p.G + c0 / D;
     A* half = part + parity * 2 * W;
+    // NCHW reads the tile by channel rows (a warp a channel), not by the pieces a thread loaded: barriers
+    // before the tile is overwritten and after it has landed
+    if constexpr (!CL) __syncthreads();
     tile_load<T, CL>(p.x, bx, p, n, c0, W, s0, rows);
     tile_load<T, CL>(p.dy, bdy, p, n, c0, W, s0, rows);
     cp_async_wait_all();
+    if constexpr (!CL) __syncthreads();
     const A m = p.mean[ng0 + grp], rs = p.rstd[ng0 + grp];
     if constexpr (CL) {
       A pq[2 * V];  // P, Q of the thread's V channels
@@ -307,33 +311,37 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_bwd(GnParams<T>
         half[2 * threadIdx.x + 1] = t1;
       }
     } else {
+      // wpr warps take each channel row (a warp a row when W >= 8 warps, as here: W = D = 8): the rows' 196
+      // vectors kept a quarter of a 256-thread block idle when the whole block walked one row at a time.
+      // rstd is applied once to the channel's sum.
       const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-      for (unsigned d = 0; d < W; ++d) {
+      const unsigned wpr = nwarps > W ? nwarps / W : 1, part_of = warp % wpr;
+      for (unsigned d = warp / wpr; d < W; d += nwarps / wpr) {
         A pc = A(0), qc = A(0);
-        for (unsigned j = threadIdx.x; j < RV; j += blockDim.x) {
+        for (unsigned j = part_of * 32 + lane; j < RV; j += wpr * 32) {
           const Vec<T, V> xv = vx[d * RV + j], gv = vdy[d * RV + j];
 #pragma unroll
           for (int k = 0; k < V; ++k) {
             const A g = to_acc<A>(gv.v[k]);
-            pc += g * (to_acc<A>(xv.v[k]) - m) * rs;
+            pc += g * (to_acc<A>(xv.v[k]) - m);
             qc += g;
           }
         }
         pc = warp_reduce(pc, SumOp{});
         qc = warp_reduce(qc, SumOp{});
-        if (lane == 0) {
-          red[(warp * W + d) * 2] = pc;
-          red[(warp * W + d) * 2 + 1] = qc;
+        if (lane == 0) {  // slot (row, part): red holds nwarps * W pairs, W * wpr <= max(W, nwarps) are used
+          red[2 * (d * wpr + part_of)] = pc;
+          red[2 * (d * wpr + part_of) + 1] = qc;
         }
       }
       __syncthreads();
       for (unsigned d = threadIdx.x; d < W; d += blockDim.x) {
         A t0 = A(0), t1 = A(0);
-        for (unsigned w = 0; w < nwarps; ++w) {
-          t0 += red[(w * W + d) * 2];
-          t1 += red[(w * W + d) * 2 + 1];
+        for (unsigned q = d * wpr; q < (d + 1) * wpr; ++q) {
+          t0 += red[2 * q];
+          t1 += red[2 * q + 1];
         }
-        half[2 * d] = t0;
+        half[2 * d] = t0 * rs;
         half[2 * d + 1] = t1;
       }
     }
@@ -374,17 +382,20 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_bwd(GnParams<T>
         store_vec<T, V>(p.out + (n * p.S + s0 + row) * p.C + c0 + cv * V, o);
       }
     } else {
-      for (unsigned d = 0; d < W; ++d) {
-        const A wc = p.w ? to_acc<A>(p.w[c0 + d]) : A(1);
-        for (unsigned j = threadIdx.x; j < RV; j += blockDim.x) {
+      // dx = rstd (dy w - xhat c1 - c2) = a dy - b (x - mean) - e, a = rstd w, b = rstd^2 c1, e = rstd c2
+      const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+      const unsigned wpr = nwarps > W ? nwarps / W : 1, part_of = warp % wpr;
+      const A b = rs * rs * c1, e = rs * c2;
+      for (unsigned d = warp / wpr; d < W; d += nwarps / wpr) {
+        const A a = rs * (p.w ? to_acc<A>(p.w[c0 + d]) : A(1));
+        T* out = p.out + (n * p.C + c0 + d) * p.S + s0;
+        for (unsigned j = part_of * 32 + lane; j < RV; j += wpr * 32) {
           const Vec<T, V> xv = vx[d * RV + j], gv = vdy[d * RV + j];
           Vec<T, V> o;
 #pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const A xh = (to_acc<A>(xv.v[k]) - m) * rs;
-            o.v[k] = from_acc<T>(rs * (to_acc<A>(gv.v[k]) * wc - xh * c1 - c2));
-          }
-          store_vec<T, V>(p.out + (n * p.C + c0 + d) * p.S + s0 + int64_t(j) * V, o);
+          for (int k = 0; k < V; ++k)
+            o.v[k] = from_acc<T>(a * to_acc<A>(gv.v[k]) - (b * (to_acc<A>(xv.v[k]) - m) + e));
+          store_vec<T, V>(out + int64_t(j) * V, o);
         }
       }
     }
