@@ -40,8 +40,9 @@ def _pool_cases(dtype, layout):
         var = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"),  # noqa: E731
                                  "TORCH_DNN_POOL_NC_FWD", "unpadded", "torch_dnn unpadded")
         # backward: also the per-input tile gather (TORCH_DNN_POOL_NC_BWD=gather) beside the owner blocks
-        var_bwd = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"),  # noqa: E731
-                                     "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather")
+        var_bwd = lambda d: _variant(_variant(_variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"),  # noqa: E731
+                                              "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather"),
+                                     "TORCH_DNN_POOL_NC_BWD", "owner", "torch_dnn owner")
     else:
         var = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_CL_FWD", "item", "torch_dnn item"),  # noqa: E731
                                  "TORCH_DNN_POOL_CL_FWD", "taps", "torch_dnn taps")

@@ -21,6 +21,27 @@ bool launch_tile_bwd(DType t, const void* g, const int64_t* ind, void* dx, const
     const int64_t fit = kTileSmem / row_bytes;  // grad rows that fit
     const T* gp = static_cast<const T*>(g);
     T* dxp = static_cast<T*>(dx);
+    constexpr int V = kVec16<T>;
+    if (a.kh == 3 && a.kw == 3 && a.sh == 2 && a.sw == 2 && a.dh == 1 && a.dw == 1 && a.ph <= 1 && a.pw <= 1 &&
+        a.W % V == 0 && aligned16(dx) && !nc_bwd_gather() && !nc_bwd_owner()) {
+      // 3x3/2: vectors of inputs a thread over a zero-bordered stage (a band of input rows)
+      const int n_cols = ((a.W - 1 + a.pw) >> 1) + 2;
+      const int64_t bytes = int64_t(n_cols) * int64_t(sizeof(A) + (OP == Op::Max ? 4 : 0));
+      const int64_t fit_rows = kTileSmem / bytes;
+      if (fit_rows >= 4) {
+        const int64_t max_in = 2 * (fit_rows - 3);  // a band of R input rows stages at most R / 2 + 3 rows
+        set_bands(a, a.H, int(max_in < a.H ? max_in : a.H), a.W / V);
+        const size_t smem = size_t((int64_t(a.rows) / 2 + 3) * bytes + 15) / 16 * 16;
+        auto go = [&](auto pw) {
+          launch_smem(pool_bwd_tile_k3s2<T, OP, V, decltype(pw)::value>, grid_for(a.tiles, 1), kThreads, smem,
+                      stream, gp, ind, dxp, a, n_cols);
+        };
+        if (a.pw == 1) go(int_c<1>{});
+        else go(int_c<0>{});
+        done = true;
+        return;
+      }
+    }
     if (span_h <= 2 * a.sh && span_w <= 2 * a.sw && !nc_bwd_gather()) {
       // owner blocks: a band of R owner rows stages grad rows [o0 - 1, o0 + R)
       if (fit < 2) return;

@@ -466,6 +466,129 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restr
   }
 }
 
+// Backward of 3x3 windows with stride 2 (dilation 1), vectors of V inputs a thread. Along an axis input
+// position h is covered by output o = (h + p) / 2 and, when (h + p) is even, by o - 1 too (3 = 2 + 1). The
+// band's grad rows are staged with a zero (max: index -1) border, one row above and one column left, so
+// that every covering output is an unconditional shared-memory read; a thread writes V consecutive inputs
+// of a row with one 16-byte store. Avg: the covering rows are added first (6 column values), then each input
+// adds its 1 or 2 columns (a fixed pattern for the compile-time column padding PW). Max: each input compares
+// its (at most) 2 x 2 covering outputs' indices, in PyTorch's (row, column) order. The owner kernel above
+// wrote 2-byte elements and re-derived the covering per input: ~30% of copy on the H100 for avg.
+template <typename T, Op OP, int V, int PW>
+__global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restrict__ g,
+                                                                const int64_t* __restrict__ ind,
+                                                                T* __restrict__ dx, TileArgs a, int n_cols) {
+  using A = acc_t<T>;
+  constexpr int NC = V / 2 + 1 + PW;  // staged columns a thread reads
+  A* sg = reinterpret_cast<A*>(tile_smem());
+  const int H = a.H, W = a.W, OH = a.OH, OW = a.OW, ph = a.ph;
+  const int cols = W / V;
+  for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int64_t plane = t / a.bands;
+    const int h0 = int(t - plane * a.bands) * a.rows;
+    const int h1 = imin(h0 + a.rows, H);
+    const int oh_lo = ((h0 + ph) >> 1) - 1;  // output row of staged row 0
+    const int n_rows = ((h1 - 1 + ph) >> 1) - oh_lo + 1;
+    const int n_st = n_rows * n_cols;
+    int* sidx = reinterpret_cast<int*>(sg + n_st);  // max only
+    const int64_t gplane = plane * OH * OW;
+    const int64_t ibase = int64_t(plane % a.D) * H * W;
+    __syncthreads();  // the previous band's readers are done
+    {
+      constexpr int U = 4;
+      const int step_r = kThreads / n_cols, step_c = kThreads % n_cols;
+      int r = threadIdx.x / n_cols, c = threadIdx.x % n_cols;
+      for (int e0 = threadIdx.x; e0 < n_st; e0 += U * kThreads) {
+        T gv[U];
+        int64_t iv[U];
+        bool ok[U];
+        int rr[U], cc[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          rr[u] = r, cc[u] = c;
+          const int oh = oh_lo + r, ow = c - 1;
+          ok[u] = e0 + u * kThreads < n_st && oh >= 0 && oh < OH && ow >= 0 && ow < OW;
+          if (ok[u]) {
+            gv[u] = g[gplane + int64_t(oh) * OW + ow];
+            if constexpr (OP == Op::Max) iv[u] = ind[gplane + int64_t(oh) * OW + ow];
+          }
+          c += step_c, r += step_r;
+          if (c >= n_cols) c -= n_cols, ++r;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int e = e0 + u * kThreads;
+          if (e >= n_st) continue;
+          if constexpr (OP == Op::Max) {
+            const int64_t rel = ok[u] ? iv[u] - ibase : -1;  // outside the plane: matches no input
+            sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+            sg[e] = ok[u] ? to_acc<A>(gv[u]) : A(0);
+          } else if (ok[u]) {
+            const int hs = (oh_lo + rr[u]) * 2 - ph, ws = (cc[u] - 1) * 2 - a.pw;
+            const int he_p = imin(hs + 3, H + ph), we_p = imin(ws + 3, W + a.pw);
+            const int div = a.divisor_override ? a.divisor_override
+                            : a.cip            ? (he_p - hs) * (we_p - ws)
+                                               : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+            sg[e] = to_acc<A>(gv[u]) / A(div);
+          } else {
+            sg[e] = A(0);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    const int64_t xbase = plane * H * W;
+    int r = threadIdx.x / cols, q = threadIdx.x % cols;
+    for (; r < h1 - h0; r += a.step_r) {
+      const int h = h0 + r;
+      const int r1 = ((h + ph) >> 1) - oh_lo, r0 = r1 - 1;  // staged rows of outputs o and o - 1
+      const bool both_rows = ((h + ph) & 1) == 0;
+      const int cb = q * (V / 2);  // staged column of output o_w(first input) - 1
+      A out[V];
+      if constexpr (OP == Op::Max) {
+        A g0[NC], g1[NC];
+        int i0[NC], i1[NC];
+#pragma unroll
+        for (int k = 0; k < NC; ++k) {
+          g1[k] = sg[r1 * n_cols + cb + k];
+          i1[k] = sidx[r1 * n_cols + cb + k];
+          g0[k] = both_rows ? sg[r0 * n_cols + cb + k] : A(0);
+          i0[k] = both_rows ? sidx[r0 * n_cols + cb + k] : -1;
+        }
+        const int pos0 = h * W + q * V;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const int k1 = ((j + PW) >> 1) + 1;  // staged column (relative) of output o_w
+          const bool both_cols = ((j + PW) & 1) == 0;
+          const int pos = pos0 + j;
+          A acc = A(0);
+          if (both_cols && i0[k1 - 1] == pos) acc += g0[k1 - 1];
+          if (i0[k1] == pos) acc += g0[k1];
+          if (both_cols && i1[k1 - 1] == pos) acc += g1[k1 - 1];
+          if (i1[k1] == pos) acc += g1[k1];
+          out[j] = acc;
+        }
+      } else {
+        A gc[NC];
+#pragma unroll
+        for (int k = 0; k < NC; ++k)
+          gc[k] = sg[r1 * n_cols + cb + k] + (both_rows ? sg[r0 * n_cols + cb + k] : A(0));
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const int k1 = ((j + PW) >> 1) + 1;
+          out[j] = ((j + PW) & 1) == 0 ? gc[k1 - 1] + gc[k1] : gc[k1];
+        }
+      }
+      Vec<T, V> o;
+#pragma unroll
+      for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>(out[j]);
+      store_vec<T, V>(dx + xbase + int64_t(h) * W + q * V, o);
+      q += a.step_c;
+      if (q >= cols) q -= cols, ++r;
+    }
+  }
+}
+
 // ---- host side ----
 
 // Variant switches, read per call so that one process can measure both (benchmarks/cases_pool.py):
@@ -486,6 +609,12 @@ inline bool global_old() {
 inline bool tile_unpadded() {
   const char* v = std::getenv("TORCH_DNN_POOL_NC_FWD");
   return v && std::strcmp(v, "unpadded") == 0;
+}
+
+// TORCH_DNN_POOL_NC_BWD=owner: the owner kernel for 3x3/2 windows too, instead of pool_bwd_tile_k3s2.
+inline bool nc_bwd_owner() {
+  const char* v = std::getenv("TORCH_DNN_POOL_NC_BWD");
+  return v && std::strcmp(v, "owner") == 0;
 }
 
 constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: several blocks per SM
