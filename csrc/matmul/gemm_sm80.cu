@@ -105,21 +105,6 @@ cudaError_t reduce_splits(const GemmArgs& a, const Plan& pl, const acc_t<T>* ws,
   return cudaGetLastError();
 }
 
-// A kernel's dynamic shared-memory limit, raised once per device (a driver call per GEMM otherwise). Keyed by
-// the kernel itself (a template argument): kernels of one signature share a function-pointer type.
-template <auto Kernel>
-cudaError_t raise_smem_limit_once(int smem) {
-  static bool configured[64] = {false};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev >= 0 && dev < 64 && !configured[dev]) {
-    const cudaError_t err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return err;
-    configured[dev] = true;
-  }
-  return cudaSuccess;
-}
-
 template <typename T, bool AK, bool BK>
 cudaError_t launch_mma_layout(const mma::Params<T>& p, dim3 grid, cudaStream_t stream) {
   constexpr int smem = mma::smem_bytes<T>();

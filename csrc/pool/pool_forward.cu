@@ -37,13 +37,20 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
         pg.P = (pg.LP + extent + V - 1) / V * V;
         pg.by_pv = FastDivmod32(uint32_t(pg.P / V));
         const int64_t pitch_bytes = int64_t(pg.P) * int64_t(sizeof(T));
-        const int64_t fit = kTileSmem / pitch_bytes;
-        if (fit < 3 || int64_t(pg.P) * (a.OH * int64_t(a.sh) + 3) >= (int64_t(1) << 31)) return false;
+        const int64_t fit = kTileSmem / pitch_bytes;  // rows of one of the two buffers
+        if (fit < 3) return false;
         const int64_t max_rows = (fit - 3) / a.sh + 1;
         set_bands(a, a.OH, int(max_rows < a.OH ? max_rows : a.OH), a.OW);
-        const size_t smem = size_t((int64_t(a.rows - 1) * a.sh + 3) * pitch_bytes + 15) / 16 * 16;
-        launch_smem(pool_fwd_tile_pad<T, OP, V, 3, 3>, grid_for(a.tiles, 1), kThreads, smem, stream,
-                    static_cast<const T*>(x), static_cast<T*>(y), ind, a, pg);
+        const int64_t buf_bytes = ((int64_t(a.rows - 1) * a.sh + 3) * pitch_bytes + 15) / 16 * 16;
+        pg.buf_elems = buf_bytes / int64_t(sizeof(T));
+        const size_t smem = size_t(2 * buf_bytes);
+        // persistent: the blocks that fit an SM by shared memory (at most 8 of 256 threads)
+        const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(8, smem_per_sm() / int64_t(smem + 1024)));
+        const int64_t grid = std::min<int64_t>(a.tiles, per_sm * sm_count());
+        launch_smem_over48k<pool_fwd_tile_pad<T, OP, V, 3, 3>>(unsigned(std::max<int64_t>(grid, 1)), kThreads,
+                                                               smem, 2 * kTileSmem + 32, stream,
+                                                               static_cast<const T*>(x), static_cast<T*>(y), ind,
+                                                               a, pg);
         return true;
       };
       if (vec ? go_pad(int_c<kVec16<T>>{}) : go_pad(int_c<1>{})) {

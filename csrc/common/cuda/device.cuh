@@ -19,6 +19,20 @@ inline int sm_count() {
   return cache[dev];
 }
 
+// Shared memory of one SM (bytes), for sizing persistent grids by their blocks' shared memory.
+inline int smem_per_sm() {
+  static int cache[64] = {0};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 64) dev = 0;
+  if (cache[dev] == 0) {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    cache[dev] = n > 0 ? n : 1;
+  }
+  return cache[dev];
+}
+
 // Blocks for a grid-stride loop over `work` items handled `per_block` at a time: enough to fill the chip
 // several times over, never more than the work needs, never over the grid limit.
 inline unsigned grid_for(int64_t work, int64_t per_block, int waves = 8, int blocks_per_sm = 8) {
@@ -26,6 +40,21 @@ inline unsigned grid_for(int64_t work, int64_t per_block, int waves = 8, int blo
   int64_t cap = int64_t(sm_count()) * blocks_per_sm * waves;
   int64_t g = need < cap ? need : cap;
   return unsigned(g < 1 ? 1 : g);
+}
+
+// A kernel's dynamic shared-memory limit, raised once per device (a driver call per launch otherwise). Keyed by
+// the kernel itself (a template argument): kernels of one signature share a function-pointer type.
+template <auto Kernel>
+cudaError_t raise_smem_limit_once(int smem) {
+  static bool configured[64] = {false};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 0 && dev < 64 && !configured[dev]) {
+    const cudaError_t err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    configured[dev] = true;
+  }
+  return cudaSuccess;
 }
 
 }  // namespace torch_dnn

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/cuda/cp_async.cuh"
 #include "group_norm/kernels/gn_common.cuh"
 
 // The kernels' cluster, dynamic shared memory and device-code guard; tests/emulation/gn_cluster_emulation.cpp
@@ -49,20 +50,6 @@ namespace torch_dnn {
 namespace group_norm {
 
 constexpr int kClusterThreads = 256;
-
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* gmem_src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem_src) : "memory");
-#elif defined(TORCH_DNN_EMULATE_CUDA)
-  std::memcpy(smem_dst, gmem_src, 16);
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-#endif
-}
 
 // Geometry of one launch (host-chosen, identical in every CTA).
 struct ClusterGeo {

@@ -148,11 +148,11 @@ __global__ void __launch_bounds__(kStagedMaxThreads<T>) norm_staged_bwd(BwdParam
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * bd + t;
       if (idx < nv) {
-        stage16(slot(st, 0, k), p.x + r * p.N + idx * V);
-        stage16(slot(st, 1, k), p.dy + r * p.N + idx * V);
+        cp_async16(slot(st, 0, k), p.x + r * p.N + idx * V);
+        cp_async16(slot(st, 1, k), p.dy + r * p.N + idx * V);
       }
     }
-    stage_commit();
+    cp_async_commit();
   };
   // the weight of this thread's columns (the same for every row): 16-bit kernels keep it in their own
   // slots after the stages (no registers, and their 1024-thread form has 64); float and double read it
@@ -191,9 +191,9 @@ __global__ void __launch_bounds__(kStagedMaxThreads<T>) norm_staged_bwd(BwdParam
       if constexpr (!RMS) m_next = p.mean[next];
       rs_next = p.rstd[next];
     } else {
-      stage_commit();  // an empty group keeps "all but the newest" meaning "row r"
+      cp_async_commit();  // an empty group keeps "all but the newest" meaning "row r"
     }
-    stage_wait_all_but_newest();
+    cp_async_wait<1>();
     A s1 = A(0), s2 = A(0);  // sum(g * xhat), sum(g)
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {

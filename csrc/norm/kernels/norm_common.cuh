@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/cuda/cp_async.cuh"
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/vec.cuh"
@@ -259,22 +260,6 @@ __device__ __forceinline__ MeanM2<A> block_reduce_meanm2_uniform(MeanM2<A> s, A*
   t = warp_reduce_meanm2_fast(t);
   return {t.n, __shfl_sync(0xffffffffu, t.mean, 0), __shfl_sync(0xffffffffu, t.m2, 0)};
 }
-
-// The staged kernels' row copies: 16 bytes global -> shared by cp.async, completed per thread by its own
-// wait_group (each thread later reads only the slots it copied, so no barrier is needed for the data).
-// (Host emulation of other families' kernels includes this header but never runs these: no-ops there.)
-#if defined(TORCH_DNN_EMULATE_CUDA)
-inline void stage16(void* smem, const void* gmem) { std::memcpy(smem, gmem, 16); }
-inline void stage_commit() {}
-inline void stage_wait_all_but_newest() {}
-#else
-__device__ __forceinline__ void stage16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void stage_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void stage_wait_all_but_newest() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-#endif
 
 // V elements of an optional parameter as accumulation-type values; `absent` (1 for a weight, 0 for a bias:
 // exact no-ops) where there is none, so that the math has no branches and the arrays stay in registers.

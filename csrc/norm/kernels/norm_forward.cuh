@@ -180,11 +180,11 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * bd + t;
       if (idx < nv) {
-        stage16(slot(st, 0, k), p.x + r * p.N + idx * V);
-        if (p.res) stage16(slot(st, 1, k), p.res + r * p.N + idx * V);
+        cp_async16(slot(st, 0, k), p.x + r * p.N + idx * V);
+        if (p.res) cp_async16(slot(st, 1, k), p.res + r * p.N + idx * V);
       }
     }
-    stage_commit();
+    cp_async_commit();
   };
   int held = 0;  // vectors this thread holds: the same for every row
 #pragma unroll
@@ -196,8 +196,8 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
   for (; r < p.rows; r += gridDim.x, st ^= 1) {
     const int64_t next = r + gridDim.x;
     if (next < p.rows) issue(next, st ^ 1);  // that stage held row r - grid, already read by this thread
-    else stage_commit();               // an empty group keeps "all but the newest" meaning "row r"
-    stage_wait_all_but_newest();
+    else cp_async_commit();               // an empty group keeps "all but the newest" meaning "row r"
+    cp_async_wait<1>();
     Vec<T, V> raw[kItems];
     A s = A(0);
 #pragma unroll
