@@ -37,7 +37,7 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
         pg.P = (pg.LP + extent + V - 1) / V * V;
         pg.by_pv = FastDivmod32(uint32_t(pg.P / V));
         const int64_t pitch_bytes = int64_t(pg.P) * int64_t(sizeof(T));
-        const int64_t fit = kTileSmem / pitch_bytes;  // rows of one of the two buffers
+        const int64_t fit = pad_tile_bytes() / pitch_bytes;  // rows of one of the two buffers
         if (fit < 3) return false;
         const int64_t max_rows = (fit - 3) / a.sh + 1;
         set_bands(a, a.OH, int(max_rows < a.OH ? max_rows : a.OH), a.OW);

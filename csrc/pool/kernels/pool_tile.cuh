@@ -638,6 +638,13 @@ inline bool nc_bwd_owner() {
 
 constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: several blocks per SM
 
+// Bytes of one of pool_fwd_tile_pad's two buffers: TORCH_DNN_POOL_PAD_KB (4..32, for A/B runs), else 32 KB.
+inline int pad_tile_bytes() {
+  const char* v = std::getenv("TORCH_DNN_POOL_PAD_KB");
+  const int kb = v ? std::atoi(v) : 32;
+  return (kb >= 4 && kb <= 32 ? kb : 32) * 1024;
+}
+
 // The tile path applies: NCDHW, window pooling (max, avg), depth window trivial, plane sizes in 32 bits.
 inline bool tile_applies(const PoolShape& s) {
   if (s.channels_last || s.adaptive || s.lp()) return false;
