@@ -37,10 +37,10 @@ def _pool_cases(dtype, layout):
     # flight; NHWC backward, the per-input gather (TORCH_DNN_POOL_CL_BWD=item) beside the owner blocks
     if layout == "NCHW":
         # forward: also the first (bounds-checked) plane tiles (TORCH_DNN_POOL_NC_FWD=unpadded) for 3x3 windows
-        # and the padded tiles' bands cut to 16 KB buffers (TORCH_DNN_POOL_PAD_KB=16: 8 blocks an SM, not 4)
+        # and the padded tiles with one output a thread (TORCH_DNN_POOL_PAD_PAIR=0) instead of two
         var = lambda d: _variant(_variant(_variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"),  # noqa: E731
                                           "TORCH_DNN_POOL_NC_FWD", "unpadded", "torch_dnn unpadded"),
-                                 "TORCH_DNN_POOL_PAD_KB", "16", "torch_dnn pad16")
+                                 "TORCH_DNN_POOL_PAD_PAIR", "0", "torch_dnn single")
         # backward: also the per-input tile gather (TORCH_DNN_POOL_NC_BWD=gather) beside the owner blocks
         var_bwd = lambda d: _variant(_variant(_variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"),  # noqa: E731
                                               "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather"),

@@ -29,31 +29,37 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
     const bool vec = aligned16(x) && row_bytes % 16 == 0;
     const bool k3 = a.kh == 3 && a.kw == 3 && a.dh == 1 && a.dw == 1;
     if (k3 && !tile_unpadded()) {  // padded tiles: the rows are re-planned for the tile's wider pitch
-      auto go_pad = [&](auto v) {
+      auto go_pad = [&](auto v, auto pair) {
         constexpr int V = decltype(v)::value;
+        constexpr bool PAIR = decltype(pair)::value;
+        constexpr int NO = PAIR ? 2 : 1;
+        const int cols = (a.OW + NO - 1) / NO;  // output items a row
         PadGeo pg;
         pg.LP = (a.pw + V - 1) / V * V;
-        const int extent = std::max(a.W, (a.OW - 1) * a.sw - a.pw + 3);  // tile columns past LP
-        pg.P = (pg.LP + extent + V - 1) / V * V;
+        const int extent = std::max(a.W, (cols * NO - 1) * a.sw - a.pw + 3);  // tile columns past LP
+        const int unit = V > 1 ? V : 2;  // an even pitch keeps the pair reads' parity the same on every row
+        pg.P = (pg.LP + extent + unit - 1) / unit * unit;
         pg.by_pv = FastDivmod32(uint32_t(pg.P / V));
         const int64_t pitch_bytes = int64_t(pg.P) * int64_t(sizeof(T));
         const int64_t fit = pad_tile_bytes() / pitch_bytes;  // rows of one of the two buffers
         if (fit < 3) return false;
         const int64_t max_rows = (fit - 3) / a.sh + 1;
-        set_bands(a, a.OH, int(max_rows < a.OH ? max_rows : a.OH), a.OW);
+        set_bands(a, a.OH, int(max_rows < a.OH ? max_rows : a.OH), cols);
         const int64_t buf_bytes = ((int64_t(a.rows - 1) * a.sh + 3) * pitch_bytes + 15) / 16 * 16;
         pg.buf_elems = buf_bytes / int64_t(sizeof(T));
         const size_t smem = size_t(2 * buf_bytes);
         // persistent: the blocks that fit an SM by shared memory (at most 8 of 256 threads)
         const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(8, smem_per_sm() / int64_t(smem + 1024)));
         const int64_t grid = std::min<int64_t>(a.tiles, per_sm * sm_count());
-        launch_smem_over48k<pool_fwd_tile_pad<T, OP, V, 3, 3>>(unsigned(std::max<int64_t>(grid, 1)), kThreads,
-                                                               smem, 2 * kTileSmem + 32, stream,
-                                                               static_cast<const T*>(x), static_cast<T*>(y), ind,
-                                                               a, pg);
+        launch_smem_over48k<pool_fwd_tile_pad<T, OP, V, 3, 3, PAIR>>(unsigned(std::max<int64_t>(grid, 1)), kThreads,
+                                                                     smem, 2 * kTileSmem + 32, stream,
+                                                                     static_cast<const T*>(x), static_cast<T*>(y),
+                                                                     ind, a, pg);
         return true;
       };
-      if (vec ? go_pad(int_c<kVec16<T>>{}) : go_pad(int_c<1>{})) {
+      const bool pair = a.sw == 2 && !pad_single();
+      auto go_v = [&](auto v) { return pair ? go_pad(v, std::true_type{}) : go_pad(v, std::false_type{}); };
+      if (vec ? go_v(int_c<kVec16<T>>{}) : go_v(int_c<1>{})) {
         done = true;
         return;
       }

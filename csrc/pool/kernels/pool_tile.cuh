@@ -188,12 +188,17 @@ struct PadGeo {
 // Persistent blocks, two tile buffers: the next band's rows are copied in (cp.async for 16-byte vectors, so
 // without registers) while this band's outputs are computed. One buffer a block left the block's DRAM
 // reads idle for its whole compute phase (avg 3x3/2 NCHW bf16 ran at 57% of copy).
-template <typename T, Op OP, int V, int KH, int KW>
+template <typename T, Op OP, int V, int KH, int KW, bool PAIR>
 __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restrict__ x, T* __restrict__ y,
                                                                int64_t* __restrict__ ind, TileArgs a, PadGeo pg) {
   using A = acc_t<T>;
   T* const bufs = reinterpret_cast<T*>(tile_smem());
   const int H = a.H, W = a.W, OW = a.OW, P = pg.P, LP = pg.LP;
+  // avg: 1 / divisor from a table (divisors of a KH x KW window are 1..KH * KW), the same correctly rounded
+  // values the division gave, without a division an output (the kernel is issue-bound)
+  __shared__ A rcp[KH * KW + 1];
+  if (OP == Op::Avg && threadIdx.x <= KH * KW) rcp[threadIdx.x] = threadIdx.x ? A(1) / A(int(threadIdx.x)) : A(0);
+  const A rcp_override = a.divisor_override ? A(1) / A(a.divisor_override) : A(0);
   Vec<T, V> padv;
 #pragma unroll
   for (int j = 0; j < V; ++j) padv.v[j] = from_acc<T>(OP == Op::Max ? A(-INFINITY) : A(0));
@@ -231,39 +236,71 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
     const int oh1 = imin(oh0 + a.rows, a.OH);
     const int64_t obase = plane * a.OH * OW;
     const int64_t ibase = int64_t(plane % a.D) * H * W;  // indices are flat in the (n, c) volume
-    int r = threadIdx.x / OW, c = threadIdx.x % OW;
+    // PAIR (stride 2 along W, KW = 3): a thread takes two neighbouring outputs, whose windows share a column:
+    // 3 x 5 taps read as 2-element vectors where aligned, instead of 2 x 3 x 3 single reads
+    constexpr int NO = PAIR ? 2 : 1, SPAN = PAIR ? 2 * 2 + KW - 2 : KW;
+    const int cols = (OW + NO - 1) / NO;
+    int r = threadIdx.x / cols, c = threadIdx.x % cols;
     for (; r < oh1 - oh0; r += a.step_r) {
-      const int oh = oh0 + r, ow = c;
-      const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
-      const T* tp = tile + r * a.sh * P + ws + LP;  // the window's corner
-      const int64_t o = obase + int64_t(oh) * OW + ow;
-      if constexpr (OP == Op::Max) {
-        A m = A(-INFINITY);
-        int k = -1;
+      const int oh = oh0 + r, ow0 = c * NO;
+      const int hs = oh * a.sh - a.ph, ws0 = ow0 * a.sw - a.pw;
+      const T* tp = tile + r * a.sh * P + ws0 + LP;  // the first window's corner
+      A v[KH][SPAN];
+      if constexpr (PAIR) {
+        const bool even = ((ws0 + LP) & 1) == 0;  // the same for every thread (P is even)
 #pragma unroll
-        for (int i = 0; i < KH; ++i)
-#pragma unroll
-          for (int j = 0; j < KW; ++j) {
-            const A v = to_acc<A>(tp[i * P + j]);
-            if (v > m || v != v) m = v, k = i * KW + j;
+        for (int i = 0; i < KH; ++i) {
+          const T* rp = tp + i * P;
+          if (even) {
+            const Vec<T, 2> p0 = load_vec<T, 2>(rp), p1 = load_vec<T, 2>(rp + 2);
+            v[i][0] = to_acc<A>(p0.v[0]), v[i][1] = to_acc<A>(p0.v[1]);
+            v[i][2] = to_acc<A>(p1.v[0]), v[i][3] = to_acc<A>(p1.v[1]);
+            v[i][4] = to_acc<A>(rp[4]);
+          } else {
+            const Vec<T, 2> p0 = load_vec<T, 2>(rp + 1), p1 = load_vec<T, 2>(rp + 3);
+            v[i][0] = to_acc<A>(rp[0]);
+            v[i][1] = to_acc<A>(p0.v[0]), v[i][2] = to_acc<A>(p0.v[1]);
+            v[i][3] = to_acc<A>(p1.v[0]), v[i][4] = to_acc<A>(p1.v[1]);
           }
-        const int mi = k >= 0 ? (hs + k / KW) * W + ws + k % KW : imax(hs, 0) * W + imax(ws, 0);
-        y[o] = from_acc<T>(m);
-        ind[o] = ibase + mi;
+        }
       } else {
-        A acc = A(0);
 #pragma unroll
         for (int i = 0; i < KH; ++i)
 #pragma unroll
-          for (int j = 0; j < KW; ++j) acc += to_acc<A>(tp[i * P + j]);
-        const int he_p = imin(hs + KH, H + a.ph), we_p = imin(ws + KW, W + a.pw);
-        const int div = a.divisor_override ? a.divisor_override
-                        : a.cip            ? (he_p - hs) * (we_p - ws)
-                                           : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
-        y[o] = from_acc<T>(acc * (A(1) / A(div)));
+          for (int j = 0; j < KW; ++j) v[i][j] = to_acc<A>(tp[i * P + j]);
+      }
+#pragma unroll
+      for (int u = 0; u < NO; ++u) {
+        const int ow = ow0 + u, ws = ws0 + u * 2;  // (PAIR: stride 2)
+        if (u > 0 && ow >= OW) break;
+        const int64_t o = obase + int64_t(oh) * OW + ow;
+        if constexpr (OP == Op::Max) {
+          A m = A(-INFINITY);
+          int k = -1;
+#pragma unroll
+          for (int i = 0; i < KH; ++i)
+#pragma unroll
+            for (int j = 0; j < KW; ++j) {
+              const A x_ij = v[i][u * 2 + j];
+              if (x_ij > m || x_ij != x_ij) m = x_ij, k = i * KW + j;  // a NaN wins (the last one), as PyTorch
+            }
+          const int mi = k >= 0 ? (hs + k / KW) * W + ws + k % KW : imax(hs, 0) * W + imax(ws, 0);
+          y[o] = from_acc<T>(m);
+          ind[o] = ibase + mi;
+        } else {
+          A acc = A(0);
+#pragma unroll
+          for (int i = 0; i < KH; ++i)
+#pragma unroll
+            for (int j = 0; j < KW; ++j) acc += v[i][u * 2 + j];
+          const int he_p = imin(hs + KH, H + a.ph), we_p = imin(ws + KW, W + a.pw);
+          const int div = a.cip ? (he_p - hs) * (we_p - ws)
+                                : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+          y[o] = from_acc<T>(acc * (a.divisor_override ? rcp_override : rcp[div]));
+        }
       }
       c += a.step_c;
-      if (c >= OW) c -= OW, ++r;
+      if (c >= cols) c -= cols, ++r;
     }
     __syncthreads();  // this buffer is read: the next iteration stages into it
   }
@@ -500,6 +537,11 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
   using A = acc_t<T>;
   constexpr int NC = V / 2 + 1 + PW;  // staged columns a thread reads
   A* sg = reinterpret_cast<A*>(tile_smem());
+  // avg: grad / divisor as grad * (1 / divisor) from a table (divisors of a 3x3 window are 1..9): no division
+  // an output (within an ulp of the division)
+  __shared__ A rcp[10];
+  if (OP == Op::Avg && threadIdx.x < 10) rcp[threadIdx.x] = threadIdx.x ? A(1) / A(int(threadIdx.x)) : A(0);
+  const A rcp_override = a.divisor_override ? A(1) / A(a.divisor_override) : A(0);
   const int H = a.H, W = a.W, OH = a.OH, OW = a.OW, ph = a.ph;
   const int cols = W / V;
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
@@ -545,10 +587,9 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
           } else if (ok[u]) {
             const int hs = (oh_lo + rr[u]) * 2 - ph, ws = (cc[u] - 1) * 2 - a.pw;
             const int he_p = imin(hs + 3, H + ph), we_p = imin(ws + 3, W + a.pw);
-            const int div = a.divisor_override ? a.divisor_override
-                            : a.cip            ? (he_p - hs) * (we_p - ws)
-                                               : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
-            sg[e] = to_acc<A>(gv[u]) / A(div);
+            const int div = a.cip ? (he_p - hs) * (we_p - ws)
+                                  : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+            sg[e] = to_acc<A>(gv[u]) * (a.divisor_override ? rcp_override : rcp[div]);
           } else {
             sg[e] = A(0);
           }
@@ -637,6 +678,12 @@ inline bool nc_bwd_owner() {
 }
 
 constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: several blocks per SM
+
+// TORCH_DNN_POOL_PAD_PAIR=0: pool_fwd_tile_pad with one output a thread also at stride 2 (A/B runs).
+inline bool pad_single() {
+  const char* v = std::getenv("TORCH_DNN_POOL_PAD_PAIR");
+  return v && std::strcmp(v, "0") == 0;
+}
 
 // Bytes of one of pool_fwd_tile_pad's two buffers: TORCH_DNN_POOL_PAD_KB (4..32, for A/B runs), else 32 KB.
 inline int pad_tile_bytes() {
