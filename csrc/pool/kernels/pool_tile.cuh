@@ -679,7 +679,7 @@ inline bool nc_bwd_owner() {
 
 constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: several blocks per SM
 
-// TORCH_DNN_POOL_PAD_PAIR=0: pool_fwd_tile_pad with one output a thread also at stride 2 (A/B runs).
+// TORCH_DNN_POOL_PAD_PAIR=0: pool_fwd_tile_pad with one output a thread also for avg at stride 2 (A/B runs).
 inline bool pad_single() {
   const char* v = std::getenv("TORCH_DNN_POOL_PAD_PAIR");
   return v && std::strcmp(v, "0") == 0;
