@@ -19,7 +19,7 @@ SHAPE = (64, 256, 56, 56)
 G = 32
 
 
-def _plans(fn, ks, cluster=False, tiles=(), bwd_nchw=False):
+def _plans(fn, ks, cluster=False, tiles=()):
     """torch_dnn's default plan, the old per-(n, group) kernels, the cluster plan forced (where the default does
     not take it), the cluster plan capped at k CTAs a cluster for each k, and the cluster plan with smaller CTA
     tiles (TORCH_DNN_GN_TILE_KB=kb: more CTAs an SM, larger clusters) for each kb."""
@@ -28,8 +28,6 @@ def _plans(fn, ks, cluster=False, tiles=(), bwd_nchw=False):
         out["torch_dnn cluster"] = with_env(fn, TORCH_DNN_GN_PLAN="cluster")
     for k in ks:
         out[f"torch_dnn k{k}"] = with_env(fn, TORCH_DNN_GN_PLAN="cluster", TORCH_DNN_GN_CLUSTER_MAX=str(k))
-    if bwd_nchw:  # the smem backward with dy re-read from L2 in its write pass (x only staged: 4 blocks an SM)
-        out["torch_dnn reread"] = with_env(fn, TORCH_DNN_GN_BWD_DY="reread")
     for kb in tiles:
         out[f"torch_dnn t{kb}"] = with_env(fn, TORCH_DNN_GN_PLAN="cluster", TORCH_DNN_GN_TILE_KB=str(kb))
     return out
@@ -76,7 +74,7 @@ def _gn_cases(dtype, layout):
     bwd = Case("group_norm", f"group_norm({G}) bwd {tag}", bwd_inputs,
                {**_plans(lambda g, x, mean, rstd, w, eg, cg: ops.group_norm_backward(
                    g, x, mean, rstd, w, G, False, [True, True, True]), [8] if layout == "NHWC" else [1],
-                   tiles=[25, 12], bwd_nchw=layout == "NCHW"),
+                   tiles=[25, 12]),
                 "eager": peer_bwd("eager"), "compile": peer_bwd("compile")},
                bytes=3 * numel * es + 3 * C * es + stats, target=">=3x eager (>=2.4 TB/s)", group=group)
     return [fwd, bwd]

@@ -29,16 +29,14 @@ struct GnBwdWs {
 };
 
 // Dynamic shared memory: x vectors, dy vectors, then 2 * D * SP partial sums and 2 * D channel totals.
-// stage_dy false (NCHW only): dy is not kept in shared memory; the write pass reads it again from global memory
-// (an L2 hit: the group was read microseconds before), so that twice the blocks fit an SM.
 template <typename T, int V>
-__global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwdWs<T> ws, int SP, bool stage_dy) {
+__global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwdWs<T> ws, int SP) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const unsigned nv = unsigned(p.L / V), dv_count = unsigned(p.D / V), S = unsigned(p.S), D = unsigned(p.D);
   Vec<T, V>* bx = reinterpret_cast<Vec<T, V>*>(smem_raw);
   Vec<T, V>* bdy = bx + nv;
-  A* red = reinterpret_cast<A*>(stage_dy ? bdy + nv : bdy);  // [D * SP][2]
+  A* red = reinterpret_cast<A*>(bdy + nv);  // [D * SP][2]
   A* tot = red + 2 * D * SP;                 // [D][2]
   __shared__ A c12[2];
   const T* sx = reinterpret_cast<const T*>(bx);
@@ -74,8 +72,7 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
           const Vec<T, V> g0 = load_vec<T, V>(p.dy + gbase + int64_t(i0) * V);
           const Vec<T, V> x1 = load_vec<T, V>(p.x + gbase + int64_t(i1) * V);
           const Vec<T, V> g1 = load_vec<T, V>(p.dy + gbase + int64_t(i1) * V);
-          bx[i0] = x0, bx[i1] = x1;
-          if (stage_dy) bdy[i0] = g0, bdy[i1] = g1;
+          bx[i0] = x0, bdy[i0] = g0, bx[i1] = x1, bdy[i1] = g1;
           add(x0, g0);
           add(x1, g1);
         }
@@ -83,8 +80,7 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
           const unsigned i0 = d * SV + j;
           const Vec<T, V> x0 = load_vec<T, V>(p.x + gbase + int64_t(i0) * V);
           const Vec<T, V> g0 = load_vec<T, V>(p.dy + gbase + int64_t(i0) * V);
-          bx[i0] = x0;
-          if (stage_dy) bdy[i0] = g0;
+          bx[i0] = x0, bdy[i0] = g0;
           add(x0, g0);
         }
         pc = warp_reduce(pc, SumOp{});
@@ -159,7 +155,7 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
         const A a = rs * (p.w ? to_acc<A>(p.w[g * p.D + d]) : A(1));
         for (unsigned j = sp * 32 + lane; j < SV; j += unsigned(SP) * 32) {
           const unsigned i = d * SV + j;
-          const Vec<T, V> xv = bx[i], gv = stage_dy ? bdy[i] : load_vec<T, V>(p.dy + gbase + int64_t(i) * V);
+          const Vec<T, V> xv = bx[i], gv = bdy[i];
           Vec<T, V> o;
 #pragma unroll
           for (int k = 0; k < V; ++k) o.v[k] = from_acc<T>(a * to_acc<A>(gv.v[k]) - (b * (to_acc<A>(xv.v[k]) - m) + e));
@@ -353,28 +349,21 @@ inline int smem_bwd_slices(int64_t D, int threads) {
 
 // Dynamic shared memory of gn_smem_bwd: x and dy of the group, the (channel, slice) sums, the channel totals.
 template <typename T>
-int64_t smem_bwd_bytes(const GnParams<T>& p, int V, bool stage_dy = true) {
+int64_t smem_bwd_bytes(const GnParams<T>& p, int V) {
   const int SP = smem_bwd_slices(p.D, smem_threads(p.L / V));
-  return (stage_dy ? 2 : 1) * p.L * int64_t(sizeof(T)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
-}
-
-// TORCH_DNN_GN_BWD_DY=reread: gn_smem_bwd keeps only x in shared memory for NCHW (A/B knob).
-inline bool gn_bwd_reread_dy() {
-  const char* e = std::getenv("TORCH_DNN_GN_BWD_DY");
-  return e && std::strcmp(e, "reread") == 0;
+  return 2 * p.L * int64_t(sizeof(T)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
 }
 
 template <typename T, int V>
 void launch_smem_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, cudaStream_t stream) {
   const int threads = smem_threads(p.L / V);
   const int SP = smem_bwd_slices(p.D, threads);
-  const bool stage_dy = p.cl || !gn_bwd_reread_dy();
-  const size_t smem = size_t(smem_bwd_bytes(p, V, stage_dy));
+  const size_t smem = size_t(smem_bwd_bytes(p, V));
   cudaFuncSetAttribute(gn_smem_bwd<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
   int per_sm = 0;
   cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_bwd<T, V>, threads, smem);
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(p.N * p.G, int64_t(sm_count()) * std::max(per_sm, 1)));
-  gn_smem_bwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p, ws, SP, stage_dy);
+  gn_smem_bwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p, ws, SP);
 }
 
 inline int64_t backward_workspace_elems(const GnShape& s) {
