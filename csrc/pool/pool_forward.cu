@@ -16,19 +16,9 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);
     const int64_t row_bytes = int64_t(a.W) * int64_t(sizeof(T));
-    const int span = (a.kh - 1) * a.dh + 1;
-    const int64_t fit = kTileSmem / row_bytes;  // input rows that fit
-    if (fit < span) return;
-    const int64_t max_rows = (fit - span) / a.sh + 1;  // output rows whose input rows fit
-    set_bands(a, a.OH, int(max_rows < a.OH ? max_rows : a.OH), a.OW);
-    const int64_t in_rows = int64_t(a.rows - 1) * a.sh + span;
-    const size_t smem = size_t((in_rows < a.H ? in_rows : a.H) * row_bytes + 15) / 16 * 16;
-    const T* xp = static_cast<const T*>(x);
-    T* yp = static_cast<T*>(y);
-    const unsigned grid = grid_for(a.tiles, 1);
     const bool vec = aligned16(x) && row_bytes % 16 == 0;
     const bool k3 = a.kh == 3 && a.kw == 3 && a.dh == 1 && a.dw == 1;
-    if (k3 && !tile_unpadded()) {  // padded tiles: the rows are re-planned for the tile's wider pitch
+    if (k3 && !tile_unpadded()) {  // padded tiles, planned for their wider pitch
       auto go_pad = [&](auto v, auto pair) {
         constexpr int V = decltype(v)::value;
         constexpr bool PAIR = decltype(pair)::value;
@@ -66,6 +56,17 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
         return;
       }
     }
+    // the unpadded tiles (run-time windows, and 3x3 where the padded rows do not fit)
+    const int span = (a.kh - 1) * a.dh + 1;
+    const int64_t fit = kTileSmem / row_bytes;  // input rows that fit
+    if (fit < span) return;
+    const int64_t max_rows = (fit - span) / a.sh + 1;  // output rows whose input rows fit
+    set_bands(a, a.OH, int(max_rows < a.OH ? max_rows : a.OH), a.OW);
+    const int64_t in_rows = int64_t(a.rows - 1) * a.sh + span;
+    const size_t smem = size_t((in_rows < a.H ? in_rows : a.H) * row_bytes + 15) / 16 * 16;
+    const T* xp = static_cast<const T*>(x);
+    T* yp = static_cast<T*>(y);
+    const unsigned grid = grid_for(a.tiles, 1);
     auto go = [&](auto v, auto k) {
       constexpr int V = decltype(v)::value, K = decltype(k)::value;
       launch_smem(pool_fwd_tile<T, OP, V, K, K>, grid, kThreads, smem, stream, xp, yp, ind, a);

@@ -6,32 +6,26 @@
 
 namespace torch_dnn {
 
-inline int sm_count() {
+// A device attribute of the current device, read once per device; `fallback` where the driver gives none.
+template <cudaDeviceAttr Attr>
+int cached_device_attribute(int fallback) {
   static int cache[64] = {0};
   int dev = 0;
   cudaGetDevice(&dev);
   if (dev < 0 || dev >= 64) dev = 0;
   if (cache[dev] == 0) {
-    int n = 0;
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    cache[dev] = n > 0 ? n : 1;
+    int v = 0;
+    cudaDeviceGetAttribute(&v, Attr, dev);
+    cache[dev] = v > 0 ? v : fallback;
   }
   return cache[dev];
 }
 
+inline int sm_count() { return cached_device_attribute<cudaDevAttrMultiProcessorCount>(1); }
 // Shared memory of one SM (bytes), for sizing persistent grids by their blocks' shared memory.
-inline int smem_per_sm() {
-  static int cache[64] = {0};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev < 0 || dev >= 64) dev = 0;
-  if (cache[dev] == 0) {
-    int n = 0;
-    cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-    cache[dev] = n > 0 ? n : 1;
-  }
-  return cache[dev];
-}
+inline int smem_per_sm() { return cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(1); }
+// The most dynamic shared memory a block may opt in to (bytes).
+inline int max_smem_optin() { return cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(48 * 1024); }
 
 // Blocks for a grid-stride loop over `work` items handled `per_block` at a time: enough to fill the chip
 // several times over, never more than the work needs, never over the grid limit.

@@ -389,6 +389,7 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
                ws + 2 * p.N * p.C + NG * c.K * 2};
   const bool aligned = aligned16(p.x) && aligned16(p.dy) && (!p.out || aligned16(p.out)) && (!p.w || aligned16(p.w));
   const bool vec = aligned && vec_ok(p.S, p.D, p.cl, V);
+  const bool smem_fits = smem_bwd_fits(p, vec ? V : 1);
   const int64_t cl_small_smem = 2 * p.S * V * int64_t(sizeof(T));
   if (!stats_given && cl_small_ok(p, aligned) &&
       cl_small_smem + 32 * V * int64_t(sizeof(A)) + 1024 <= max_smem_optin()) {
@@ -399,11 +400,11 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
     const int64_t items = p.N * (p.C / V);
     const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(items, int64_t(sm_count()) * std::max(per_sm, 1)));
     gn_smem_bwd_cl_small<T><<<unsigned(grid), threads, size_t(cl_small_smem), stream>>>(p, w);
-  } else if (!stats_given && !(!p.cl && gn_plan() == GnPlan::Auto && smem_bwd_fits(p, vec ? V : 1)) &&
+  } else if (!stats_given && !(!p.cl && smem_fits && gn_plan() == GnPlan::Auto) &&
              try_cluster_bwd(p, w.P, w.Q, vec, stream)) {
     // (NCHW groups that fit gn_smem_bwd take it by default: 0.1297 ms against the K = 2 cluster plan's 0.1330 on
     // the H100, 64x256x56x56 bf16 G = 32, once its sums were fused into the loads)
-  } else if (!stats_given && smem_bwd_fits(p, vec ? V : 1)) {
+  } else if (!stats_given && smem_fits) {
     if (vec) launch_smem_bwd<T, V>(p, w, stream);
     else launch_smem_bwd<T, 1>(p, w, stream);
   } else {

@@ -50,19 +50,6 @@ __device__ __forceinline__ int64_t group_channel(const GnParams<T>& p, int64_t e
 // the group (NCHW: S % V == 0; channels-last: D % V == 0) and the pointers are aligned.
 constexpr int kSmemThreads = 512;
 
-inline int max_smem_optin() {
-  static int cache[64] = {0};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev < 0 || dev >= 64) dev = 0;
-  if (cache[dev] == 0) {
-    int v = 0;
-    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-    cache[dev] = v > 0 ? v : 48 * 1024;
-  }
-  return cache[dev];
-}
-
 inline bool vec_ok(int64_t S, int64_t D, bool cl, int V) { return cl ? D % V == 0 : S % V == 0; }
 
 // Chunked general path: each group is cut into K chunks of `chunk` elements (group-local order), one block a

@@ -24,6 +24,13 @@ namespace pool {
 TD_HD int imin(int a, int b) { return a < b ? a : b; }
 TD_HD int imax(int a, int b) { return a > b ? a : b; }
 
+// avg pooling's divisor (no divisor_override) for the kh x kw window at (hs, ws): its size clamped to the padded
+// input (count_include_pad) or to the input itself, as PyTorch.
+TD_HD int avg_window_size(int hs, int ws, int kh, int kw, int H, int W, int ph, int pw, bool cip) {
+  const int he_p = imin(hs + kh, H + ph), we_p = imin(ws + kw, W + pw);
+  return cip ? (he_p - hs) * (we_p - ws) : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+}
+
 // Dynamic shared memory of the running block (the emulation hands out a host buffer instead).
 #if defined(TORCH_DNN_EMULATE_CUDA)
 inline unsigned char* tile_smem() { return emu_dyn_smem(); }
@@ -293,9 +300,7 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
           for (int i = 0; i < KH; ++i)
 #pragma unroll
             for (int j = 0; j < KW; ++j) acc += v[i][u * 2 + j];
-          const int he_p = imin(hs + KH, H + a.ph), we_p = imin(ws + KW, W + a.pw);
-          const int div = a.cip ? (he_p - hs) * (we_p - ws)
-                                : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+          const int div = avg_window_size(hs, ws, KH, KW, H, W, a.ph, a.pw, a.cip);
           y[o] = from_acc<T>(acc * (a.divisor_override ? rcp_override : rcp[div]));
         }
       }
@@ -363,10 +368,8 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ 
               sg[e] = to_acc<A>(gv[u]);
             } else {
               const int hs = (oh_lo + r) * a.sh - a.ph, ws = c * a.sw - a.pw;
-              const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
               const int div = a.divisor_override ? a.divisor_override
-                              : a.cip            ? (he_p - hs) * (we_p - ws)
-                                                 : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+                                                 : avg_window_size(hs, ws, a.kh, a.kw, H, W, a.ph, a.pw, a.cip);
               sg[e] = to_acc<A>(gv[u]) / A(div);
             }
           }
@@ -461,10 +464,8 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restr
               sg[e] = to_acc<A>(gv[u]);
             } else {
               const int hs = (oh_lo + r) * a.sh - a.ph, ws = c * a.sw - a.pw;
-              const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
               const int div = a.divisor_override ? a.divisor_override
-                              : a.cip            ? (he_p - hs) * (we_p - ws)
-                                                 : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+                                                 : avg_window_size(hs, ws, a.kh, a.kw, H, W, a.ph, a.pw, a.cip);
               sg[e] = to_acc<A>(gv[u]) / A(div);
             }
           }
@@ -586,9 +587,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
             sg[e] = ok[u] ? to_acc<A>(gv[u]) : A(0);
           } else if (ok[u]) {
             const int hs = (oh_lo + rr[u]) * 2 - ph, ws = (cc[u] - 1) * 2 - a.pw;
-            const int he_p = imin(hs + 3, H + ph), we_p = imin(ws + 3, W + a.pw);
-            const int div = a.cip ? (he_p - hs) * (we_p - ws)
-                                  : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+            const int div = avg_window_size(hs, ws, 3, 3, H, W, ph, a.pw, a.cip);
             sg[e] = to_acc<A>(gv[u]) * (a.divisor_override ? rcp_override : rcp[div]);
           } else {
             sg[e] = A(0);
@@ -799,10 +798,8 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
             }
           } else {
             const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
-            const int he_p = imin(hs + a.kh, H + a.ph), we_p = imin(ws + a.kw, W + a.pw);
             const int div = a.divisor_override ? a.divisor_override
-                            : a.cip            ? (he_p - hs) * (we_p - ws)
-                                               : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+                                               : avg_window_size(hs, ws, a.kh, a.kw, H, W, a.ph, a.pw, a.cip);
             inv[u][v] = A(1) / A(div);
           }
         }
@@ -957,10 +954,8 @@ __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict
 #pragma unroll
           for (int k = 0; k < V; ++k) acc[k] += to_acc<A>(raw[i][j].v[k]);
         }
-      const int he_p = imin(hs + KH, H + ph), we_p = imin(ws + KW, W + pw);
       const int div = s.divisor_override ? int(s.divisor_override)
-                      : s.count_include_pad ? (he_p - hs) * (we_p - ws)
-                                            : (imin(he_p, H) - imax(hs, 0)) * (imin(we_p, W) - imax(ws, 0));
+                                         : avg_window_size(hs, ws, KH, KW, H, W, ph, pw, s.count_include_pad);
       const A inv = A(1) / A(div);
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] *= inv;
