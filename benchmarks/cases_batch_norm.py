@@ -9,9 +9,13 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, rand_cuda
+from benchmarks.harness import Case, rand_cuda, with_env
 
 SHAPE = (64, 256, 56, 56)
+# A/B rows of the NHWC training passes: the separate passes, and the persistent kernels without their L2-held
+# rows, with more of them, without shared-memory rows
+VARIANTS = {"td separate": {"TORCH_DNN_BN_PERSIST": "0"}, "td L2=0": {"TORCH_DNN_BN_L2_MB": "0"},
+            "td L2=32": {"TORCH_DNN_BN_L2_MB": "32"}, "td smem=0": {"TORCH_DNN_BN_CACHE_KB": "0"}}
 
 
 def _params(c, dtype, grad=False):
@@ -37,9 +41,11 @@ def _bn_cases(dtype, layout):
     def eager_fwd(x, w, b, rm, rv):
         return TF.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
 
-    fwd = Case("batch_norm", f"batch_norm2d train fwd {tag}", fwd_inputs,
-               {"torch_dnn": lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5),
-                "eager": eager_fwd, "compile": torch.compile(eager_fwd, dynamic=False)},
+    ours_fwd = lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)  # noqa: E731
+    fwd_impls = {"torch_dnn": ours_fwd, "eager": eager_fwd, "compile": torch.compile(eager_fwd, dynamic=False)}
+    if layout == "NHWC":  # the persistent kernels' knobs (csrc/batch_norm/batch_norm_kernels.cu)
+        fwd_impls.update({name: with_env(ours_fwd, **env) for name, env in VARIANTS.items()})
+    fwd = Case("batch_norm", f"batch_norm2d train fwd {tag}", fwd_inputs, fwd_impls,
                bytes=2 * numel * es, target=target, group=group)
 
     def fb_inputs():
@@ -53,8 +59,10 @@ def _bn_cases(dtype, layout):
         return run
 
     compiled = torch.compile(lambda x, rm, rv, w, b, t, m, e: TF.batch_norm(x, rm, rv, w, b, t, m, e), dynamic=False)
-    fb = Case("batch_norm", f"batch_norm2d train fwd+bwd {tag}", fb_inputs,
-              {"torch_dnn": fwd_bwd(F.batch_norm), "eager": fwd_bwd(TF.batch_norm), "compile": fwd_bwd(compiled)},
+    fb_impls = {"torch_dnn": fwd_bwd(F.batch_norm), "eager": fwd_bwd(TF.batch_norm), "compile": fwd_bwd(compiled)}
+    if layout == "NHWC":
+        fb_impls.update({name: with_env(fwd_bwd(F.batch_norm), **env) for name, env in VARIANTS.items()})
+    fb = Case("batch_norm", f"batch_norm2d train fwd+bwd {tag}", fb_inputs, fb_impls,
               bytes=5 * numel * es, target=target, group=group)
     return [fwd, fb]
 

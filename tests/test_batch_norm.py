@@ -253,12 +253,14 @@ def test_convert_resnet_block(device):
 # ---- CUDA only ----
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "channels_last_persistent"])
 def test_cuda_past_2_31_elements(layout):
-    # 64-bit offsets in both walks: channels_last rows (C = 4) and NCHW planes (C = 2); > 2^31 elements
-    shape = (1, 2, 32769, 32769) if layout == "contiguous" else (1, 4, 23171, 23171)
+    # 64-bit offsets in both walks: channels_last rows (C = 4: the separate passes; C = 8: the persistent
+    # kernels) and NCHW planes (C = 2); > 2^31 elements
+    shape = {"contiguous": (1, 2, 32769, 32769), "channels_last": (1, 4, 23171, 23171),
+             "channels_last_persistent": (1, 8, 16385, 16385)}[layout]
     x = torch.empty(shape, dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
-    if layout == "channels_last":
+    if layout != "contiguous":
         x = x.contiguous(memory_format=torch.channels_last)
     c = shape[1]
     w, b = _params(c, torch.float32, "cuda")  # float32 parameters: d_bias is then exact to float32 sums
@@ -279,6 +281,21 @@ def test_cuda_past_2_31_elements(layout):
         assert abs(float(db[ch]) - float(gc.sum())) <= 1e-5 * float(gc.abs().sum())
         del gc
     assert torch.isfinite(dx[-1, :, -1]).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("knobs", [{"TORCH_DNN_BN_PERSIST": "0"},
+                                   {"TORCH_DNN_BN_CACHE_KB": "0", "TORCH_DNN_BN_L2_MB": "0"},
+                                   {"TORCH_DNN_BN_CACHE_KB": "4", "TORCH_DNN_BN_L2_MB": "1"}],
+                         ids=["separate", "all-dram", "split"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_cuda_training_paths(monkeypatch, knobs, dtype):
+    # the channels-last training passes run as one persistent kernel per direction by default; here the separate
+    # passes, and the persistent kernel with every row from DRAM, or its rows split three ways (shared memory,
+    # L2-held, DRAM: 16x64x28x28 has 95 rows a block, 32 of them in 4 KB), each against PyTorch
+    for k, v in knobs.items():
+        monkeypatch.setenv(k, v)
+    test_batch_norm_against_torch("cuda", dtype, True, True)
 
 
 @pytest.mark.cuda

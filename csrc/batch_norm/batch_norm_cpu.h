@@ -28,6 +28,13 @@ struct CpuBackend {
     affine_tensor_math(mean, invstd, w, b, scale, shift);
   }
   static void bwd_coeffs(BwdCoeffArgs& a) { bwd_coeffs_tensor_math(a); }
+  // No one-kernel training passes on the CPU: the ops layer runs the passes above.
+  static bool fused_forward(const at::Tensor&, const at::Tensor&, int64_t, FwdCoeffArgs&, at::Tensor&) {
+    return false;
+  }
+  static bool fused_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, BwdCoeffArgs&, at::Tensor&) {
+    return false;
+  }
 };
 
 }  // namespace batch_norm

@@ -89,6 +89,57 @@ struct CudaBackend {
     p.b = vec(a.b);
     TD_CHECK_LAUNCH(launch_bwd_coeffs(p, a.invstd.numel(), current_stream()));
   }
+  // Training forward in one persistent kernel when the shape allows (launch_persist_forward): writes a.mean,
+  // a.invstd, the running statistics and y. False: nothing done, the caller runs the separate passes.
+  static bool fused_forward(const at::Tensor& x, const at::Tensor& res, int64_t act, FwdCoeffArgs& a, at::Tensor& y) {
+    if (x.numel() == 0) return false;
+    c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xd = dense_like(x), rd = like(res, xd);
+    if (y.strides() != xd.strides()) return false;
+    const BnShape s = shape_of(xd);
+    const DType dt = to_dtype(x.scalar_type());
+    const int64_t n = persist_workspace(dt, s, false, {xd.const_data_ptr(), cptr(rd), y.data_ptr()});
+    if (n == 0) return false;
+    at::Tensor ws = at::empty({n}, x.options().dtype(at::kFloat));
+    FwdCoeffPtrs p;
+    p.weight = vec(a.weight);
+    p.bias = vec(a.bias);
+    p.running_mean = vec(a.running_mean);
+    p.running_var = vec(a.running_var);
+    p.training = true;
+    p.momentum = a.momentum;
+    p.eps = a.eps;
+    p.count = a.count;
+    p.mean = vec(a.mean);
+    p.invstd = vec(a.invstd);
+    TD_CHECK_LAUNCH(launch_persist_forward(dt, s, xd.const_data_ptr(), cptr(rd), y.data_ptr(), int(act), p,
+                                           ws.data_ptr(), current_stream()));
+    return true;
+  }
+  // Plain batch_norm's training backward in one persistent kernel (launch_persist_backward): writes a.dw, a.db
+  // (those defined) and dx. False: nothing done.
+  static bool fused_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean, BwdCoeffArgs& a,
+                             at::Tensor& dx) {
+    if (x.numel() == 0 || mean.scalar_type() != at::kFloat) return false;
+    c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xd = dense_like(x), dyd = like(dy, xd), mu = stat(mean);
+    if (dx.strides() != xd.strides()) return false;
+    const BnShape s = shape_of(xd);
+    const DType dt = to_dtype(x.scalar_type());
+    const int64_t n = persist_workspace(dt, s, true, {dyd.const_data_ptr(), xd.const_data_ptr(), dx.data_ptr()});
+    if (n == 0) return false;
+    at::Tensor ws = at::empty({n}, x.options().dtype(at::kFloat));
+    BwdCoeffPtrs p;
+    p.invstd = vec(a.invstd);
+    p.weight = vec(a.weight);
+    p.training = a.training;
+    p.count = a.count;
+    p.dw = vec(a.dw);
+    p.db = vec(a.db);
+    TD_CHECK_LAUNCH(launch_persist_backward(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
+                                            dx.data_ptr(), ws.data_ptr(), current_stream()));
+    return true;
+  }
   static void stats(const at::Tensor& x, at::Tensor& mean, at::Tensor& m2) {
     c10::cuda::CUDAGuard guard(x.device());
     const at::Tensor xd = dense_like(x);

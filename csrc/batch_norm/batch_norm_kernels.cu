@@ -8,6 +8,10 @@
 // in a fixed order: no atomics, deterministic. Statistics are per-thread shifted sums (shift = the channel's
 // first element, folded every 64 accesses) merged with Chan's parallel formula, so large means do not cancel.
 #include "batch_norm/batch_norm_kernels.h"
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/cuda/cp_async.cuh"
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/types.cuh"
@@ -621,10 +625,10 @@ __device__ void store_any(const ChannelVec& v, int64_t i, double x) {
   }
 }
 
-__global__ void fwd_coeffs_kernel(FwdCoeffPtrs p, int64_t C) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  const double mu = load_any(p.stat_mean, c, 0.0), v = load_any(p.stat_var, c, 0.0);
+// Channel c's forward coefficients from its statistics mu and v (training: m2, the sum of squared deviations;
+// evaluation: the running variance); also updates the running statistics in training. Returns (scale, shift).
+__device__ void fwd_coeffs_one(const FwdCoeffPtrs& p, int64_t c, double mu, double v, double* scale_out,
+                               double* shift_out) {
   const double n = double(p.count);
   const double invstd = 1.0 / sqrt((p.training ? v / n : v) + p.eps);
   if (p.training && p.running_mean.p != nullptr) {
@@ -632,11 +636,20 @@ __global__ void fwd_coeffs_kernel(FwdCoeffPtrs p, int64_t C) {
     store_any(p.running_mean, c, (1.0 - m) * load_any(p.running_mean, c, 0.0) + m * mu);
     store_any(p.running_var, c, (1.0 - m) * load_any(p.running_var, c, 0.0) + m * (v / (n - 1.0)));
   }
-  const double scale = invstd * load_any(p.weight, c, 1.0);
+  const double scale = invstd * load_any(p.weight, c, 1.0), shift = load_any(p.bias, c, 0.0) - mu * scale;
   store_any(p.mean, c, mu);
   store_any(p.invstd, c, invstd);
   store_any(p.scale, c, scale);
-  store_any(p.shift, c, load_any(p.bias, c, 0.0) - mu * scale);
+  store_any(p.shift, c, shift);
+  *scale_out = scale;
+  *shift_out = shift;
+}
+
+__global__ void fwd_coeffs_kernel(FwdCoeffPtrs p, int64_t C) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double scale, shift;
+  fwd_coeffs_one(p, c, load_any(p.stat_mean, c, 0.0), load_any(p.stat_var, c, 0.0), &scale, &shift);
 }
 
 __global__ void affine_kernel(ChannelVec mean, ChannelVec invstd, ChannelVec w, ChannelVec b, ChannelVec scale,
@@ -648,17 +661,512 @@ __global__ void affine_kernel(ChannelVec mean, ChannelVec invstd, ChannelVec w, 
   store_any(shift, c, load_any(b, c, 0.0) - load_any(mean, c, 0.0) * sc);
 }
 
+// Channel c's d_weight, d_bias and d_input coefficients (k, a, b) from its sums s1 = sum dz and s2 = sum dz * (x - mean).
+struct BwdCoeffs {
+  double k, a, b;
+};
+__device__ BwdCoeffs bwd_coeffs_one(const BwdCoeffPtrs& p, int64_t c, double s1, double s2) {
+  const double is = load_any(p.invstd, c, 0.0), n = double(p.count);
+  const BwdCoeffs r{is * load_any(p.weight, c, 1.0), p.training ? s1 / n : 0.0, p.training ? s2 * is * is / n : 0.0};
+  store_any(p.dw, c, s2 * is);
+  store_any(p.db, c, s1);
+  store_any(p.k, c, r.k);
+  store_any(p.a, c, r.a);
+  store_any(p.b, c, r.b);
+  return r;
+}
+
 __global__ void bwd_coeffs_kernel(BwdCoeffPtrs p, int64_t C) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  const double s1 = load_any(p.sum_dz, c, 0.0), s2 = load_any(p.sum_dz_xmu, c, 0.0);
-  const double is = load_any(p.invstd, c, 0.0), n = double(p.count);
-  store_any(p.dw, c, s2 * is);
-  store_any(p.db, c, s1);
-  store_any(p.k, c, is * load_any(p.weight, c, 1.0));
-  store_any(p.a, c, p.training ? s1 / n : 0.0);
-  store_any(p.b, c, p.training ? s2 * is * is / n : 0.0);
+  bwd_coeffs_one(p, c, load_any(p.sum_dz, c, 0.0), load_any(p.sum_dz_xmu, c, 0.0));
 }
+
+// ---- persistent training passes (rows walk): statistics and apply in one kernel, part of the data on chip ----
+//
+// The separate passes above read x twice in the forward (statistics, then apply) and dy and x twice in the
+// backward (sums, then dx). Here one co-resident grid (cooperative launch, one 512-thread block per SM) does
+// both halves of a direction in one kernel, each block owning a contiguous range of rows:
+//   pass 1  copies the first rows of its range into shared memory (cp.async) while it reduces the others from
+//           registers, its last rows loaded with an L2 evict_last hint; then reduces the shared-memory rows and
+//           writes the block's per-channel sums (a fixed tree: deterministic);
+//   merge   after a grid barrier, a warp per channel adds the blocks' sums in a fixed order and writes the
+//           outputs of the per-channel step (fwd_coeffs_one / bwd_coeffs_one) and the pass-2 coefficients;
+//   pass 2  after a second barrier, rewrites the rows: the L2-held ones first, then the shared-memory ones,
+//           then the rest from DRAM.
+// The rows kept on chip are the DRAM reads saved: 227 KB x 132 SMs of shared memory is ~30 MB of the 103 MB of
+// a 64x256x56x56 bf16 tensor.
+
+constexpr int kPersistThreads = 512;
+constexpr int kPersistWarps = kPersistThreads / 32;
+
+struct PersistGeom {
+  int TX = 0;                // threads across a row (one 16-byte vector of channels each)
+  int G = 0;                 // blocks
+  int cache_rows = 0;        // rows of a block kept in shared memory
+  int red_h = 0;             // rows of the block-reduction tree's buffer
+  int64_t l2_rows = 0;       // rows of a block loaded with an L2 evict_last hint
+  size_t cache_bytes = 0, smem = 0;
+};
+
+// L2 eviction-priority hints for loads (sm_80+; plain loads elsewhere).
+__device__ __forceinline__ uint64_t l2_evict_last_policy() {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+__device__ __forceinline__ int4 load16_hint(const void* p, uint64_t pol) {
+  int4 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("ld.global.L2::cache_hint.v4.s32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p), "l"(pol));
+#else
+  r = *reinterpret_cast<const int4*>(p);
+#endif
+  return r;
+}
+template <typename T, int V>
+__device__ __forceinline__ void unpack(const int4& raw, float (&out)[V]) {
+  static_assert(sizeof(T) * V == 16, "16-byte vectors");
+  Vec<T, V> v;
+  *reinterpret_cast<int4*>(&v) = raw;
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] = to_acc<float>(v.v[j]);
+}
+
+// All blocks of the co-resident grid meet here. *bar is zero at launch; the k-th barrier of a launch completes
+// at k * gridDim.x arrivals. Thread 0's acquire load, then the block barrier, order the block's later reads.
+__device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned target) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(bar, 1u);
+    unsigned seen = 0;
+    do {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(bar) : "memory");
+#else
+      seen = *reinterpret_cast<volatile unsigned*>(bar);
+#endif
+    } while (seen < target);
+  }
+  __syncthreads();
+}
+
+// Per-thread sums s += a, q += a * b over V channels, folded into (S, Q) every kFold rows (two-level
+// summation: the error of a long per-thread run stays that of 64-term sums).
+template <int V>
+struct FoldedSums {
+  float s[V], q[V], S[V], Q[V];
+  int cnt;
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int j = 0; j < V; ++j) s[j] = q[j] = S[j] = Q[j] = 0.f;
+    cnt = 0;
+  }
+  __device__ __forceinline__ void fold() {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      S[j] += s[j];
+      Q[j] += q[j];
+      s[j] = q[j] = 0.f;
+    }
+    cnt = 0;
+  }
+  __device__ __forceinline__ void add(const float (&a)[V], const float (&b)[V]) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      s[j] += a[j];
+      q[j] = fma(a[j], b[j], q[j]);
+    }
+    if (++cnt == kFold) fold();
+  }
+};
+
+// The block's (S, Q) per channel: a fixed tree over the TY thread rows through `red` ([red_h][2][C] floats);
+// thread row 0 then holds the block's sums and writes them to part[k][c][block].
+template <int V>
+__device__ void block_sums_to_partials(FoldedSums<V>& acc, bool active, int tx, int ty, int TY, int red_h,
+                                       int64_t C, float* red, float* __restrict__ part) {
+  const int64_t c0 = int64_t(tx) * V;
+  for (int h = red_h; h >= 1; h >>= 1) {
+    if (active && ty >= h && ty < 2 * h) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        red[(int64_t(ty - h) * 2) * C + c0 + j] = acc.S[j];
+        red[(int64_t(ty - h) * 2 + 1) * C + c0 + j] = acc.Q[j];
+      }
+    }
+    __syncthreads();
+    if (active && ty < h && ty + h < TY) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        acc.S[j] += red[(int64_t(ty) * 2) * C + c0 + j];
+        acc.Q[j] += red[(int64_t(ty) * 2 + 1) * C + c0 + j];
+      }
+    }
+    __syncthreads();
+  }
+  if (active && ty == 0) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      part[(c0 + j) * gridDim.x + blockIdx.x] = acc.S[j];
+      part[(C + c0 + j) * gridDim.x + blockIdx.x] = acc.Q[j];
+    }
+  }
+}
+
+// Channel c's sums over all blocks, in double, in a fixed order (lane-strided, then a butterfly): every lane of
+// the warp gets them.
+__device__ __forceinline__ void merge_partials(const float* part, int64_t c, int64_t C, double& S, double& Q) {
+  const int lane = threadIdx.x % 32;
+  const int G = int(gridDim.x);
+  S = 0.0;
+  Q = 0.0;
+  for (int j = lane; j < G; j += 32) {
+    S += double(__ldcg(part + c * G + j));
+    Q += double(__ldcg(part + (C + c) * G + j));
+  }
+  S = warp_reduce(S, SumOp{});
+  Q = warp_reduce(Q, SumOp{});
+}
+
+// A block's rows: [r0, r0 + nb) of R, split evenly over the grid; the first nc in shared memory, the last nl
+// with the evict_last hint.
+struct BlockRows {
+  int64_t r0, nb, nl;
+  int nc;
+  __device__ BlockRows(int64_t R, int cache_rows, int64_t l2_rows) {
+    const int64_t G = gridDim.x, b = blockIdx.x;
+    r0 = R * b / G;
+    nb = R * (b + 1) / G - r0;
+    nc = int(nb < cache_rows ? nb : cache_rows);
+    nl = nb - nc < l2_rows ? nb - nc : l2_rows;
+  }
+};
+
+// Calls f(raw vectors, local row) for this thread's rows i = i0 + ty, i0 + ty + TY, ... below i1, with kN rows'
+// loads in flight; NT tensors at the same offset (ptr[t] + row * C).
+template <int NT, int kN, class F>
+__device__ __forceinline__ void stream_rows(const void* const (&ptr)[NT], int elem, int64_t C, int64_t i0,
+                                            int64_t i1, int ty, int TY, uint64_t pol, F&& f) {
+  int64_t i = i0 + ty;
+  const int64_t rowb = C * elem;
+  for (; i + (kN - 1) * TY < i1; i += kN * TY) {
+    int4 raw[kN][NT];
+#pragma unroll
+    for (int u = 0; u < kN; ++u)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        raw[u][t] = load16_hint(static_cast<const char*>(ptr[t]) + (i + u * TY) * rowb, pol);
+#pragma unroll
+    for (int u = 0; u < kN; ++u) f(raw[u], i + u * TY);
+  }
+  for (; i < i1; i += TY) {
+    int4 raw[1][NT];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) raw[0][t] = load16_hint(static_cast<const char*>(ptr[t]) + i * rowb, pol);
+    f(raw[0], i);
+  }
+}
+
+template <typename T>
+struct PersistFwdArgs {
+  const T* x;
+  const T* res;
+  T* y;
+  int act;
+  int64_t R, C;
+  PersistGeom geo;
+  float* part;   // [2][C][G]
+  float* coef;   // [2][C]: scale, shift
+  unsigned* bar;
+  FwdCoeffPtrs p;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdArgs<T> a) {
+  constexpr int V = kVec16<T>;
+  extern __shared__ int4 persist_smem[];
+  const int TX = a.geo.TX, TY = kPersistThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  const bool active = ty < TY;
+  const int64_t C = a.C, c0 = int64_t(tx) * V;
+  const BlockRows br(a.R, a.geo.cache_rows, a.geo.l2_rows);
+  const int64_t mid_end = br.nb - br.nl;
+  T* cache = reinterpret_cast<T*>(persist_smem);
+  float* red = reinterpret_cast<float*>(reinterpret_cast<char*>(persist_smem) + a.geo.cache_bytes);
+  const T* xb = a.x + br.r0 * C + c0;
+  const uint64_t keep = l2_evict_last_policy(), drop = l2_evict_first_policy();
+
+  // pass 1: shifted sums (shift: the channel's first element, the same for every block)
+  FoldedSums<V> acc;
+  acc.init();
+  float sh[V];
+  if (active) {
+    load_acc<V>(a.x + c0, sh);
+    for (int i = ty; i < br.nc; i += TY) cp_async16(cache + int64_t(i) * C + c0, xb + int64_t(i) * C);
+    cp_async_commit();
+    const void* const src[1] = {xb};
+    const auto use = [&](const int4 (&raw)[1], int64_t) {
+      float v[V];
+      unpack<T, V>(raw[0], v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] -= sh[j];
+      acc.add(v, v);
+    };
+    stream_rows<1, 4>(src, sizeof(T), C, br.nc, mid_end, ty, TY, drop, use);
+    stream_rows<1, 4>(src, sizeof(T), C, mid_end, br.nb, ty, TY, keep, use);
+    cp_async_wait_all();
+    for (int i = ty; i < br.nc; i += TY) {
+      float v[V];
+      unpack<T, V>(*reinterpret_cast<const int4*>(cache + int64_t(i) * C + c0), v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] -= sh[j];
+      acc.add(v, v);
+    }
+  }
+  acc.fold();
+  block_sums_to_partials<V>(acc, active, tx, ty, TY, a.geo.red_h, C, red, a.part);
+  grid_barrier(a.bar, gridDim.x);
+
+  // merge: a warp per channel
+  const int lane = threadIdx.x % 32;
+  for (int64_t c = int64_t(blockIdx.x) * kPersistWarps + threadIdx.x / 32; c < C;
+       c += int64_t(gridDim.x) * kPersistWarps) {
+    double S, Q;
+    merge_partials(a.part, c, C, S, Q);
+    if (lane == 0) {
+      const double n = double(a.R), d = S / n;
+      double m2 = Q - S * d;
+      m2 = m2 < 0.0 ? 0.0 : m2;  // rounding may go below 0; NaN stays NaN
+      double scale, shift;
+      fwd_coeffs_one(a.p, c, double(to_acc<float>(a.x[c])) + d, m2, &scale, &shift);
+      a.coef[c] = float(scale);
+      a.coef[C + c] = float(shift);
+    }
+  }
+  grid_barrier(a.bar, 2 * gridDim.x);
+
+  // pass 2: y = act(x * scale + shift + res)
+  if (!active) return;
+  float sc[V], sf[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sc[j] = __ldcg(a.coef + c0 + j);
+    sf[j] = __ldcg(a.coef + C + c0 + j);
+  }
+  T* yb = a.y + br.r0 * C + c0;
+  const T* rb = a.res ? a.res + br.r0 * C + c0 : nullptr;
+  const auto out = [&](float (&v)[V], int64_t i) {
+    float r[V];
+    if (rb) {
+      load_acc<V>(rb + i * C, r);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) r[j] = 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = act_fwd(fma(v[j], sc[j], sf[j]) + r[j], a.act);
+    store_acc<V>(yb + i * C, v);
+  };
+  const auto from_global = [&](const int4 (&raw)[1], int64_t i) {
+    float v[V];
+    unpack<T, V>(raw[0], v);
+    out(v, i);
+  };
+  const void* const src[1] = {xb};
+  stream_rows<1, 4>(src, sizeof(T), C, mid_end, br.nb, ty, TY, drop, from_global);
+  for (int i = ty; i < br.nc; i += TY) {
+    float v[V];
+    unpack<T, V>(*reinterpret_cast<const int4*>(cache + int64_t(i) * C + c0), v);
+    out(v, i);
+  }
+  stream_rows<1, 4>(src, sizeof(T), C, br.nc, mid_end, ty, TY, drop, from_global);
+}
+
+template <typename T>
+struct PersistBwdArgs {
+  const T* dy;
+  const T* x;
+  const float* mean;
+  T* dx;
+  int64_t R, C;
+  PersistGeom geo;
+  float* part;   // [2][C][G]
+  float* coef;   // [3][C]: k, a, b
+  unsigned* bar;
+  BwdCoeffPtrs p;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdArgs<T> a) {
+  constexpr int V = kVec16<T>;
+  extern __shared__ int4 persist_smem[];
+  const int TX = a.geo.TX, TY = kPersistThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  const bool active = ty < TY;
+  const int64_t C = a.C, c0 = int64_t(tx) * V;
+  const BlockRows br(a.R, a.geo.cache_rows, a.geo.l2_rows);
+  const int64_t mid_end = br.nb - br.nl;
+  // cached rows: dy's then x's, [cache_rows][C] each
+  T* cdy = reinterpret_cast<T*>(persist_smem);
+  T* cx = cdy + int64_t(a.geo.cache_rows) * C;
+  float* red = reinterpret_cast<float*>(reinterpret_cast<char*>(persist_smem) + a.geo.cache_bytes);
+  const T* dyb = a.dy + br.r0 * C + c0;
+  const T* xb = a.x + br.r0 * C + c0;
+  const uint64_t keep = l2_evict_last_policy(), drop = l2_evict_first_policy();
+
+  // pass 1: sum dy and sum dy * (x - mean)
+  FoldedSums<V> acc;
+  acc.init();
+  float mu[V];
+  if (active) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) mu[j] = a.mean[c0 + j];
+    for (int i = ty; i < br.nc; i += TY) {
+      cp_async16(cdy + int64_t(i) * C + c0, dyb + int64_t(i) * C);
+      cp_async16(cx + int64_t(i) * C + c0, xb + int64_t(i) * C);
+    }
+    cp_async_commit();
+    const void* const src[2] = {dyb, xb};
+    const auto use = [&](const int4 (&raw)[2], int64_t) {
+      float d[V], v[V];
+      unpack<T, V>(raw[0], d);
+      unpack<T, V>(raw[1], v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] -= mu[j];
+      acc.add(d, v);
+    };
+    stream_rows<2, 2>(src, sizeof(T), C, br.nc, mid_end, ty, TY, drop, use);
+    stream_rows<2, 2>(src, sizeof(T), C, mid_end, br.nb, ty, TY, keep, use);
+    cp_async_wait_all();
+    for (int i = ty; i < br.nc; i += TY) {
+      float d[V], v[V];
+      unpack<T, V>(*reinterpret_cast<const int4*>(cdy + int64_t(i) * C + c0), d);
+      unpack<T, V>(*reinterpret_cast<const int4*>(cx + int64_t(i) * C + c0), v);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] -= mu[j];
+      acc.add(d, v);
+    }
+  }
+  acc.fold();
+  block_sums_to_partials<V>(acc, active, tx, ty, TY, a.geo.red_h, C, red, a.part);
+  grid_barrier(a.bar, gridDim.x);
+
+  const int lane = threadIdx.x % 32;
+  for (int64_t c = int64_t(blockIdx.x) * kPersistWarps + threadIdx.x / 32; c < C;
+       c += int64_t(gridDim.x) * kPersistWarps) {
+    double S1, S2;
+    merge_partials(a.part, c, C, S1, S2);
+    if (lane == 0) {
+      const BwdCoeffs k = bwd_coeffs_one(a.p, c, S1, S2);
+      a.coef[c] = float(k.k);
+      a.coef[C + c] = float(k.a);
+      a.coef[2 * C + c] = float(k.b);
+    }
+  }
+  grid_barrier(a.bar, 2 * gridDim.x);
+
+  // pass 2: dx = k * (dy - a - (x - mean) * b)
+  if (!active) return;
+  float kk[V], ka[V], kb[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    kk[j] = __ldcg(a.coef + c0 + j);
+    ka[j] = __ldcg(a.coef + C + c0 + j);
+    kb[j] = __ldcg(a.coef + 2 * C + c0 + j);
+  }
+  T* dxb = a.dx + br.r0 * C + c0;
+  const auto out = [&](float (&d)[V], const float (&v)[V], int64_t i) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) d[j] = kk[j] * (d[j] - ka[j] - (v[j] - mu[j]) * kb[j]);
+    store_acc<V>(dxb + i * C, d);
+  };
+  const auto from_global = [&](const int4 (&raw)[2], int64_t i) {
+    float d[V], v[V];
+    unpack<T, V>(raw[0], d);
+    unpack<T, V>(raw[1], v);
+    out(d, v, i);
+  };
+  const void* const src[2] = {dyb, xb};
+  stream_rows<2, 2>(src, sizeof(T), C, mid_end, br.nb, ty, TY, drop, from_global);
+  for (int i = ty; i < br.nc; i += TY) {
+    float d[V], v[V];
+    unpack<T, V>(*reinterpret_cast<const int4*>(cdy + int64_t(i) * C + c0), d);
+    unpack<T, V>(*reinterpret_cast<const int4*>(cx + int64_t(i) * C + c0), v);
+    out(d, v, i);
+  }
+  stream_rows<2, 2>(src, sizeof(T), C, br.nc, mid_end, ty, TY, drop, from_global);
+}
+
+// ---- persistent passes: host side ----
+
+int env_int(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::atoi(e) : fallback;
+}
+
+// The geometry of a persistent launch over `tensors` inputs per row (1 forward, 2 backward); false when the
+// shape does not fit it (the separate passes run then). Knobs (benchmarks/NOTES.md): TORCH_DNN_BN_PERSIST=0
+// off; TORCH_DNN_BN_CACHE_KB caps a block's shared-memory rows; TORCH_DNN_BN_L2_MB sets the evict_last share.
+template <typename T, auto Kernel>
+bool persist_geom(const BnShape& s, int tensors, PersistGeom& g) {
+  constexpr int V = kVec16<T>;
+  if (env_int("TORCH_DNN_BN_PERSIST", 1) == 0) return false;
+  if (s.inner != 1 || s.C % V != 0 || s.C / V > kPersistThreads || s.outer < 1) return false;
+  g.TX = int(s.C / V);
+  const int TY = kPersistThreads / g.TX;
+  int p2 = 1;
+  while (p2 < TY) p2 *= 2;
+  g.red_h = p2 / 2;
+  const size_t red_bytes = size_t(g.red_h) * 2 * size_t(s.C) * sizeof(float);
+  const size_t row_bytes = size_t(tensors) * size_t(s.C) * sizeof(T);
+  // the kernels have no static shared memory; the limit is raised once per device to the opt-in maximum
+  if (raise_smem_limit_once<Kernel>(max_smem_optin()) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  const int64_t budget = int64_t(max_smem_optin()) - int64_t(red_bytes);
+  if (budget < 0) return false;
+  int64_t cache_cap = budget / int64_t(row_bytes);
+  const int cap_kb = env_int("TORCH_DNN_BN_CACHE_KB", -1);
+  if (cap_kb >= 0) cache_cap = std::min<int64_t>(cache_cap, int64_t(cap_kb) * 1024 / int64_t(row_bytes));
+  g.G = sm_count();  // one block per SM (launch bounds (512, 1): at most 128 registers, so one always fits)
+  const int64_t per_block = (s.outer + g.G - 1) / g.G;
+  g.cache_rows = int(std::min<int64_t>(cache_cap, per_block));
+  g.cache_bytes = (size_t(g.cache_rows) * row_bytes + 15) / 16 * 16;
+  g.smem = g.cache_bytes + red_bytes;
+  const int64_t l2_bytes = int64_t(env_int("TORCH_DNN_BN_L2_MB", 16)) << 20;
+  g.l2_rows = l2_bytes / (int64_t(g.G) * int64_t(row_bytes));
+  return true;
+}
+
+template <class K, class Args>
+cudaError_t launch_cooperative(K kernel, const PersistGeom& g, const Args& args, cudaStream_t stream) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(g.G));
+  cfg.blockDim = dim3(kPersistThreads);
+  cfg.dynamicSmemBytes = g.smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, args);
+}
+
+// The workspace of a persistent launch, in floats: partial sums [2][C][G], coefficients [3][C], the barrier.
+int64_t persist_ws_floats(const BnShape& s, int G) { return 2 * s.C * G + 3 * s.C + 4; }
 
 unsigned channel_blocks(int64_t C) { return unsigned(ceil_div(C, kThreads)); }
 
@@ -781,6 +1289,72 @@ cudaError_t launch_elemt(DType dtype, const BnShape& s, const void* dz, const vo
       launch_elementwise<T, 1>(op, s, stream);
   });
   return cudaGetLastError();
+}
+
+int64_t persist_workspace(DType dtype, const BnShape& s, bool backward, std::initializer_list<const void*> ptrs) {
+  if (empty(s) || dtype == DType::Float64) return 0;
+  for (const void* q : ptrs)
+    if (!aligned16(q)) return 0;
+  int64_t n = 0;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      PersistGeom g;
+      const bool ok = backward ? persist_geom<T, bn_persist_bwd<T>>(s, 2, g) : persist_geom<T, bn_persist_fwd<T>>(s, 1, g);
+      if (ok) n = persist_ws_floats(s, g.G);
+    }
+  });
+  return n;
+}
+
+cudaError_t launch_persist_forward(DType dtype, const BnShape& s, const void* x, const void* res, void* y, int act,
+                                   const FwdCoeffPtrs& p, void* ws, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      PersistFwdArgs<T> a{};
+      if (!persist_geom<T, bn_persist_fwd<T>>(s, 1, a.geo)) return;
+      a.x = static_cast<const T*>(x);
+      a.res = static_cast<const T*>(res);
+      a.y = static_cast<T*>(y);
+      a.act = act;
+      a.R = s.outer;
+      a.C = s.C;
+      a.part = static_cast<float*>(ws);
+      a.coef = a.part + 2 * s.C * a.geo.G;
+      a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * s.C);
+      a.p = p;
+      err = cudaMemsetAsync(a.bar, 0, sizeof(unsigned), stream);
+      if (err == cudaSuccess) err = launch_cooperative(bn_persist_fwd<T>, a.geo, a, stream);
+    }
+  });
+  return err;
+}
+
+cudaError_t launch_persist_backward(DType dtype, const BnShape& s, const void* dy, const void* x, const void* mean,
+                                    const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream) {
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, double>) {
+      PersistBwdArgs<T> a{};
+      if (!persist_geom<T, bn_persist_bwd<T>>(s, 2, a.geo)) return;
+      a.dy = static_cast<const T*>(dy);
+      a.x = static_cast<const T*>(x);
+      a.mean = static_cast<const float*>(mean);
+      a.dx = static_cast<T*>(dx);
+      a.R = s.outer;
+      a.C = s.C;
+      a.part = static_cast<float*>(ws);
+      a.coef = a.part + 2 * s.C * a.geo.G;
+      a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * s.C);
+      a.p = p;
+      err = cudaMemsetAsync(a.bar, 0, sizeof(unsigned), stream);
+      if (err == cudaSuccess) err = launch_cooperative(bn_persist_bwd<T>, a.geo, a, stream);
+    }
+  });
+  return err;
 }
 
 cudaError_t launch_fwd_coeffs(const FwdCoeffPtrs& p, int64_t C, cudaStream_t stream) {

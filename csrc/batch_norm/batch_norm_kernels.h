@@ -8,6 +8,7 @@
 #include "common/cuda_decl.h"
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "common/hd.h"
 
@@ -66,6 +67,19 @@ struct BwdCoeffPtrs {
   ChannelVec dw, db, k, a, b;
 };
 cudaError_t launch_bwd_coeffs(const BwdCoeffPtrs& p, int64_t C, cudaStream_t stream);
+
+// ---- training forward / backward in one persistent kernel each ----
+// Statistics (sums) and the elementwise pass in one cooperative launch, part of the data kept on chip in
+// between (rows walk only: inner == 1, 16-byte vectors, 16- and 32-bit floats; batch_norm_kernels.cu says how).
+// persist_workspace: the workspace in floats, or 0 when the shape, a pointer's alignment or the knobs rule the
+// kernel out (the caller then runs the separate passes). The forward writes p's mean, invstd and running
+// statistics (not scale/shift: p.scale/p.shift may be null); the backward writes p's dw and db (either may be
+// null) and dx = k (dy - a - (x - mean) b).
+int64_t persist_workspace(DType dtype, const BnShape& s, bool backward, std::initializer_list<const void*> ptrs);
+cudaError_t launch_persist_forward(DType dtype, const BnShape& s, const void* x, const void* res, void* y, int act,
+                                   const FwdCoeffPtrs& p, void* ws, cudaStream_t stream);
+cudaError_t launch_persist_backward(DType dtype, const BnShape& s, const void* dy, const void* x, const void* mean,
+                                    const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream);
 
 }  // namespace batch_norm
 }  // namespace torch_dnn

@@ -92,25 +92,28 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, cons
   a.invstd = invstd;
   a.scale = at::empty({C}, sopt);
   a.shift = at::empty({C}, sopt);
+  bool done = false;  // by the backend's one-kernel training forward (statistics, coefficients and y)
   if (training) {
-    a.stat_mean = at::empty({C}, sopt);
-    a.stat_var = at::empty({C}, sopt);
-    B::stats(x, a.stat_mean, a.stat_var);
     // the in-place update goes to the caller's tensors (contiguous ones: the usual buffers)
     a.running_mean = given(running_mean) && running_mean->is_contiguous() ? *running_mean : rm;
     a.running_var = given(running_var) && running_var->is_contiguous() ? *running_var : rv;
+    done = B::fused_forward(x, res, act, a, y);
+    if (!done) {
+      a.stat_mean = at::empty({C}, sopt);
+      a.stat_var = at::empty({C}, sopt);
+      B::stats(x, a.stat_mean, a.stat_var);
+    }
   } else {
     a.stat_mean = rm;
     a.stat_var = rv;
   }
-  B::fwd_coeffs(a);
+  if (!done) B::fwd_coeffs(a);
   if (training && given(running_mean) && !a.running_mean.is_same(*running_mean)) {
     at::NoGradGuard ng;
     running_mean->copy_(a.running_mean);
     running_var->copy_(a.running_var);
   }
-  if (x.numel() == 0) return {y, mean, invstd};
-  B::apply(x, res, a.scale, a.shift, y, act);
+  if (!done && x.numel() > 0) B::apply(x, res, a.scale, a.shift, y, act);
   return {y, mean, invstd};
 }
 
@@ -143,6 +146,16 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
     if (mask[3]) db.zero_();
     return {dx, dres, dw, db};
   }
+  BwdCoeffArgs a;
+  a.invstd = invstd;
+  a.weight = w;
+  a.training = training;
+  a.count = x.numel() / C;
+  if (mask[2]) a.dw = dw;
+  if (mask[3]) a.db = db;
+  // plain batch_norm's training backward: the backend's one-kernel path (sums, coefficients and dx), if it has one
+  if (act == 0 && !res.defined() && training && mask[0] && !mask[1] && B::fused_backward(dy, x, mean, a, dx))
+    return {dx, dres, dw, db};
   Tensor scale, shift;  // the forward's affine map, to recompute the activation's input
   if (act != 0) {
     scale = at::empty({C}, sopt);
@@ -151,17 +164,10 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   }
   // dz, the gradient at the activation's input: written for dres, else only when an activation needs it
   Tensor dz = mask[1] ? dres : (act != 0 ? out_like(x) : Tensor());
-  BwdCoeffArgs a;
   a.sum_dz = at::empty({C}, sopt);
   a.sum_dz_xmu = at::empty({C}, sopt);
   B::reduce(dy, x, res, scale, shift, mean, act, dz, a.sum_dz, a.sum_dz_xmu);
   if (!dz.defined()) dz = dy;
-  a.invstd = invstd;
-  a.weight = w;
-  a.training = training;
-  a.count = x.numel() / C;
-  if (mask[2]) a.dw = dw;
-  if (mask[3]) a.db = db;
   a.k = at::empty({C}, sopt);
   a.a = at::empty({C}, sopt);
   a.b = at::empty({C}, sopt);
