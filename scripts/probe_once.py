@@ -3,7 +3,8 @@
     ncu --profile-from-start off --section SpeedOfLight --section WarpStateStats python scripts/probe_once.py CASE
 
 CASE: gn_fwd_nchw, gn_bwd_nchw (group_norm(32) 64x256x56x56 bf16), max_fwd_nchw, max_bwd_nchw, avg_fwd_nchw,
-avg_bwd_nchw (3x3/2 pooling of 64x64x112x112 bf16, max with padding 1), the same with _nhwc, or `list`.
+avg_bwd_nchw (3x3/2 pooling of 64x64x112x112 bf16, max with padding 1), bn_fwd_nchw, bn_bwd_nchw (training
+batch_norm of 64x256x56x56 bf16, float32 parameters), the same with _nhwc, or `list`.
 Inputs are made and the op warmed up (twice) outside the window; only the op's own launches are profiled."""
 import os
 import sys
@@ -48,13 +49,26 @@ def pool(op, bwd, cl):
     return lambda: ops.avg_pool2d(x, K, S, (0, 0), False, True, None)
 
 
+def bn(bwd, cl):
+    x = _x((64, 256, 56, 56), cl)
+    w = torch.rand(256, device="cuda") + 0.5
+    b = torch.randn(256, device="cuda")
+    _, mean, invstd = ops.batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+    g = torch.randn_like(x)
+    if bwd:
+        return lambda: ops.batch_norm_backward(g, x, w, None, None, mean, invstd, True, 1e-5, [True, True, True])
+    return lambda: ops.batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+
+
 def make(case):
     name, direction, layout = case.split("_")
     bwd, cl = direction == "bwd", layout == "nhwc"
+    if name == "bn":
+        return bn(bwd, cl)
     return gn(bwd, cl) if name == "gn" else pool(name, bwd, cl)
 
 
-CASES = [f"{n}_{d}_{l}" for n in ("gn", "max", "avg") for d in ("fwd", "bwd") for l in ("nchw", "nhwc")]
+CASES = [f"{n}_{d}_{l}" for n in ("gn", "max", "avg", "bn") for d in ("fwd", "bwd") for l in ("nchw", "nhwc")]
 
 if __name__ == "__main__":
     import torch_dnn  # noqa: F401  (registers the ops)
