@@ -308,16 +308,37 @@ def test_cuda_past_2_31_elements(layout):
 @pytest.mark.cuda
 @pytest.mark.parametrize("knobs", [{"TORCH_DNN_BN_PERSIST": "0"},
                                    {"TORCH_DNN_BN_CACHE_KB": "0", "TORCH_DNN_BN_L2_MB": "0"},
-                                   {"TORCH_DNN_BN_CACHE_KB": "4", "TORCH_DNN_BN_L2_MB": "1"}],
-                         ids=["separate", "all-dram", "split"])
+                                   {"TORCH_DNN_BN_CACHE_KB": "160", "TORCH_DNN_BN_L2_MB": "3"}],
+                         ids=["separate", "all-streamed", "split"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_cuda_training_paths(monkeypatch, knobs, dtype):
-    # the channels-last training passes run as one persistent kernel per direction by default; here the separate
-    # passes, and the persistent kernel with every row from DRAM, or its rows split three ways (shared memory,
-    # L2-held, DRAM: 16x64x28x28 has 95 rows a block, 32 of them in 4 KB), each against PyTorch
+    # channels-last training runs as one persistent kernel per direction by default (csrc/batch_norm/
+    # batch_norm_kernels.cu); here the separate passes, the persistent kernels with every chunk streamed, and with
+    # the chunks split every way (64x64x56x56: 12 forward and 24 backward chunks a block; 10 of them cached, 3 of
+    # those in the ring's slots; the last streamed one L2-held), forward and backward against PyTorch
     for k, v in knobs.items():
         monkeypatch.setenv(k, v)
-    test_batch_norm_against_torch("cuda", dtype, True, True)
+    for shape in ((64, 64, 56, 56), (4096, 40)):
+        x = _input(shape, dtype, "cuda", "channels_last" if len(shape) == 4 else "contiguous")
+        w, b = _params(shape[1], torch.float32, "cuda")
+        rm, rv = _stats(shape[1], "cuda")
+        outs = {}
+
+        def run(fn, key):
+            def f(x, w, b):
+                m, v = (rm.double(), rv.double()) if x.dtype == torch.float64 else (rm.clone(), rv.clone())
+                outs[key] = (m, v)
+                return fn(x, m, v, w, b, True, 0.2, 1e-5)
+            return f
+
+        assert_matches_torch(run(F.batch_norm, "ours"), run(TF.batch_norm, "peer"), [x, w, b],
+                             name=f"batch_norm {shape} {dtype} {knobs}", ref_fn=run(TF.batch_norm, "ref"))
+        for i, what in enumerate(("running_mean", "running_var")):
+            _compare(outs["ours"][i], outs["peer"][i], outs["ref"][i], f"{what} {shape} {dtype} {knobs}")
+        r = _input(shape, dtype, "cuda", "channels_last" if len(shape) == 4 else "contiguous", -2, 2)
+        assert_matches_torch(lambda x, r, w, b: F.batch_norm_add_act(x, None, None, w, b, r, "relu", True),
+                             lambda x, r, w, b: torch.relu(TF.batch_norm(x, None, None, w, b, True) + r), [x, r, w, b],
+                             name=f"batch_norm_add_act relu {shape} {dtype} {knobs}")
 
 
 @pytest.mark.cuda

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "common/cuda/cp_async.cuh"
+#include "common/cuda/bulk_copy.cuh"
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/types.cuh"
@@ -682,72 +682,41 @@ __global__ void bwd_coeffs_kernel(BwdCoeffPtrs p, int64_t C) {
   bwd_coeffs_one(p, c, load_any(p.sum_dz, c, 0.0), load_any(p.sum_dz_xmu, c, 0.0));
 }
 
-// ---- persistent training passes (rows walk): statistics and apply in one kernel, part of the data on chip ----
+// ---- persistent training passes (rows walk): statistics and the elementwise pass in one kernel ----
 //
 // The separate passes above read x twice in the forward (statistics, then apply) and dy and x twice in the
-// backward (sums, then dx). Here one co-resident grid (cooperative launch, one 512-thread block per SM) does
-// both halves of a direction in one kernel, each block owning a contiguous range of rows:
-//   pass 1  copies the first rows of its range into shared memory (cp.async) while it reduces the others from
-//           registers, its last rows loaded with an L2 evict_last hint; then reduces the shared-memory rows and
-//           writes the block's per-channel sums (a fixed tree: deterministic);
-//   merge   after a grid barrier, a warp per channel adds the blocks' sums in a fixed order and writes the
-//           outputs of the per-channel step (fwd_coeffs_one / bwd_coeffs_one) and the pass-2 coefficients;
-//   pass 2  after a second barrier, rewrites the rows: the L2-held ones first, then the shared-memory ones,
-//           then the rest from DRAM.
-// The rows kept on chip are the DRAM reads saved: 227 KB x 132 SMs of shared memory is ~30 MB of the 103 MB of
-// a 64x256x56x56 bf16 tensor.
+// backward (sums, then dx). Here one co-resident grid (cooperative launch, one 512-thread block per SM, sm_90)
+// does a whole direction, each block owning a contiguous range of rows cut into chunks of ~16 KB (all
+// tensors of the direction together). Chunks move by 1-D bulk copies (common/cuda/bulk_copy.cuh): one thread
+// issues them, an mbarrier says when they landed, so a block keeps ~100 KB in flight for a few instructions.
+//   pass 1  the first chunks of the range are copied into shared memory to stay there (the "cache"); the
+//           others stream through a ring of kRingStages slots (the last ones with an L2 evict_last hint);
+//           each thread adds its rows' values into per-channel sums; a fixed tree gives the block's sums.
+//   merge   after a grid barrier, a warp per channel adds the blocks' sums in a fixed order (deterministic) and
+//           writes the per-channel outputs (fwd_coeffs_one / bwd_coeffs_one) and pass 2's coefficients.
+//   pass 2  after a second barrier: the cached chunks from shared memory, the others streamed again, newest
+//           first (L2 hits).
+// The ring occupies the top slots of the shared-memory area; cached chunks there are copied in after pass 1's
+// stream and used first in pass 2, before the ring streams again. 227 KB x 132 SMs keeps ~30 MB of the 103 MB
+// of a 64x256x56x56 bf16 tensor on chip: the forward reads 176 MB instead of 206, the backward 382 instead of 412.
 
 constexpr int kPersistThreads = 512;
 constexpr int kPersistWarps = kPersistThreads / 32;
-// Rows whose loads a thread keeps in flight when it streams from global memory. With one 512-thread block per
-// SM, 4 16-byte loads a thread (32 KB an SM) held the forward at ~2.1 TB/s (H100, bandwidth x latency wants
-// more); the backward loads two tensors a row.
-constexpr int kFwdRowsInFlight = 8;
-constexpr int kBwdRowsInFlight = 4;
+constexpr int kRingStages = 6;
+constexpr int kChunkBytes = 16 * 1024;
+constexpr int kBarBytes = 128;  // the mbarriers: kRingStages ring slots, the cache's two copy groups
 
 struct PersistGeom {
-  int TX = 0;                // threads across a row (one 16-byte vector of channels each)
-  int G = 0;                 // blocks
-  int cache_rows = 0;        // rows of a block kept in shared memory
-  int red_h = 0;             // rows of the block-reduction tree's buffer
-  int64_t l2_rows = 0;       // rows of a block loaded with an L2 evict_last hint
-  size_t cache_bytes = 0, smem = 0;
+  int TX = 0;            // threads across a row (one 16-byte vector of channels each)
+  int G = 0;             // blocks
+  int chunk_rows = 0;    // rows of a chunk
+  int slots = 0;         // chunk slots of shared memory (the ring is the top kRingStages)
+  int cache_cap = 0;     // at most this many chunks stay in shared memory (knob)
+  int l2_chunks = 0;     // a block's last chunks streamed in pass 1 with the evict_last hint
+  int red_h = 0;         // rows of the block-reduction tree's buffer
+  int red_bytes = 0;
+  size_t smem = 0;
 };
-
-// L2 eviction-priority hints for loads (sm_80+; plain loads elsewhere).
-__device__ __forceinline__ uint64_t l2_evict_last_policy() {
-  uint64_t pol = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
-#endif
-  return pol;
-}
-__device__ __forceinline__ uint64_t l2_evict_first_policy() {
-  uint64_t pol = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-#endif
-  return pol;
-}
-__device__ __forceinline__ int4 load16_hint(const void* p, uint64_t pol) {
-  int4 r;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("ld.global.L2::cache_hint.v4.s32 {%0, %1, %2, %3}, [%4], %5;"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p), "l"(pol));
-#else
-  r = *reinterpret_cast<const int4*>(p);
-#endif
-  return r;
-}
-template <typename T, int V>
-__device__ __forceinline__ void unpack(const int4& raw, float (&out)[V]) {
-  static_assert(sizeof(T) * V == 16, "16-byte vectors");
-  Vec<T, V> v;
-  *reinterpret_cast<int4*>(&v) = raw;
-#pragma unroll
-  for (int j = 0; j < V; ++j) out[j] = to_acc<float>(v.v[j]);
-}
 
 // All blocks of the co-resident grid meet here. *bar is zero at launch; the k-th barrier of a launch completes
 // at k * gridDim.x arrivals. Thread 0's acquire load, then the block barrier, order the block's later reads.
@@ -799,7 +768,7 @@ struct FoldedSums {
 };
 
 // The block's (S, Q) per channel: a fixed tree over the TY thread rows through `red` ([red_h][2][C] floats);
-// thread row 0 then holds the block's sums and writes them to part[k][c][block].
+// thread row 0 then writes them to part[k][c][block].
 template <int V>
 __device__ void block_sums_to_partials(FoldedSums<V>& acc, bool active, int tx, int ty, int TY, int red_h,
                                        int64_t C, float* red, float* __restrict__ part) {
@@ -846,42 +815,170 @@ __device__ __forceinline__ void merge_partials(const float* part, int64_t c, int
   Q = warp_reduce(Q, SumOp{});
 }
 
-// A block's rows: [r0, r0 + nb) of R, split evenly over the grid; the first nc in shared memory, the last nl
-// with the evict_last hint.
-struct BlockRows {
-  int64_t r0, nb, nl;
-  int nc;
-  __device__ BlockRows(int64_t R, int cache_rows, int64_t l2_rows) {
+// V consecutive floats written in this launch (by other blocks): 16-byte loads that skip L1.
+template <int V>
+__device__ __forceinline__ void load_coefs(const float* p, float (&out)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; j += 4) {
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(p + j));
+    out[j] = v.x;
+    out[j + 1] = v.y;
+    out[j + 2] = v.z;
+    out[j + 3] = v.w;
+  }
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void unpack16(const void* p, float (&out)[V]) {
+  static_assert(sizeof(T) * V == 16, "16-byte vectors");
+  const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(p);
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] = to_acc<float>(v.v[j]);
+}
+
+// A block's rows as chunks of NT tensors' rows, and where they live in shared memory. Chunk k covers rows
+// [k * SR, k * SR + rows(k)) of the block; its image in a slot is NT row-blocks of SR rows (tensor t at
+// t * SR * rowb). Chunks [0, ncc) are cached in slots [0, ncc): [0, lo) below the ring, [lo, ncc) inside it.
+template <int NT>
+struct ChunkPlan {
+  const char* src[NT];  // the block's first row of each tensor
+  int64_t r0, nb, rowb;
+  int SR, nchunks, ncc, lo, ring_base;
+  char* slots;
+  size_t slot_bytes;
+
+  __device__ ChunkPlan(const void* const (&base)[NT], int64_t R, int64_t row_bytes, const PersistGeom& g, char* area) {
     const int64_t G = gridDim.x, b = blockIdx.x;
     r0 = R * b / G;
     nb = R * (b + 1) / G - r0;
-    nc = int(nb < cache_rows ? nb : cache_rows);
-    nl = nb - nc < l2_rows ? nb - nc : l2_rows;
+    rowb = row_bytes;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) src[t] = static_cast<const char*>(base[t]) + r0 * rowb;
+    SR = g.chunk_rows;
+    nchunks = int((nb + SR - 1) / SR);
+    ring_base = g.slots - kRingStages;
+    ncc = min(nchunks, min(g.slots, g.cache_cap));
+    lo = min(ncc, ring_base);
+    slots = area;
+    slot_bytes = size_t(NT) * SR * rowb;
+  }
+  __device__ int rows(int k) const { return int(min(int64_t(SR), nb - int64_t(k) * SR)); }
+  __device__ char* slot(int s) const { return slots + size_t(s) * slot_bytes; }
+  // thread 0: chunks [k0, k1) into slots [s0, s0 + k1 - k0) as one phase of `bar`
+  __device__ void issue(int k0, int k1, int s0, uint64_t* bar, uint64_t pol) const {
+    if (k1 <= k0) return;
+    const int64_t r_end = min(nb, int64_t(k1) * SR), nrows = r_end - int64_t(k0) * SR;
+    mbar_arrive_expect_tx(bar, unsigned(NT * nrows * rowb));
+    for (int k = k0; k < k1; ++k) {
+      const unsigned bytes = unsigned(rows(k) * rowb);
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        bulk_copy_g2s(slot(s0 + k - k0) + size_t(t) * SR * rowb, src[t] + int64_t(k) * SR * rowb, bytes, bar, pol);
+    }
+  }
+  // the rows of chunk k in slot s that thread row ty handles, with the thread's vectors of each tensor
+  template <class F>
+  __device__ __forceinline__ void for_rows(int k, int s, int ty, int TY, int64_t vec_off, F&& f) const {
+    const char* base = slot(s) + vec_off;
+    const int n = rows(k);
+    for (int i = ty; i < n; i += TY) {
+      const char* p[NT];
+#pragma unroll
+      for (int t = 0; t < NT; ++t) p[t] = base + (size_t(t) * SR + i) * rowb;
+      f(p, int64_t(k) * SR + i);
+    }
   }
 };
 
-// Calls f(raw vectors, local row) for this thread's rows i = i0 + ty, i0 + ty + TY, ... below i1, with kN rows'
-// loads in flight; NT tensors at the same offset (ptr[t] + row * C).
-template <int NT, int kN, class F>
-__device__ __forceinline__ void stream_rows(const void* const (&ptr)[NT], int elem, int64_t C, int64_t i0,
-                                            int64_t i1, int ty, int TY, uint64_t pol, F&& f) {
-  int64_t i = i0 + ty;
-  const int64_t rowb = C * elem;
-  for (; i + (kN - 1) * TY < i1; i += kN * TY) {
-    int4 raw[kN][NT];
-#pragma unroll
-    for (int u = 0; u < kN; ++u)
-#pragma unroll
-      for (int t = 0; t < NT; ++t)
-        raw[u][t] = load16_hint(static_cast<const char*>(ptr[t]) + (i + u * TY) * rowb, pol);
-#pragma unroll
-    for (int u = 0; u < kN; ++u) f(raw[u], i + u * TY);
+// Shared-memory layout of a persistent block: mbarriers, the reduction tree's buffer, the chunk slots.
+struct PersistSmem {
+  uint64_t* ring_bar;   // [kRingStages]
+  uint64_t* lo_bar;     // cached chunks below the ring
+  uint64_t* hi_bar;     // cached chunks inside the ring
+  float* red;
+  char* area;
+  __device__ PersistSmem(char* smem, const PersistGeom& g) {
+    ring_bar = reinterpret_cast<uint64_t*>(smem);
+    lo_bar = ring_bar + kRingStages;
+    hi_bar = lo_bar + 1;
+    red = reinterpret_cast<float*>(smem + kBarBytes);
+    area = smem + kBarBytes + g.red_bytes;
+    static_assert((kRingStages + 2) * 8 <= kBarBytes, "mbarriers fit");
   }
-  for (; i < i1; i += TY) {
-    int4 raw[1][NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) raw[0][t] = load16_hint(static_cast<const char*>(ptr[t]) + i * rowb, pol);
-    f(raw[0], i);
+};
+
+// Pass 1 of a block: copies the cached chunks, streams the others through the ring, calls use(p, row) on every
+// row of the thread's (pointers to its 16-byte vectors, one per tensor). q counts ring copies (slot q %
+// kRingStages, parity (q / kRingStages) & 1) across both passes.
+template <int NT, class F>
+__device__ void persist_pass1(const ChunkPlan<NT>& cp, const PersistSmem& sm, const PersistGeom& g, int ty, int TY,
+                              int64_t vec_off, bool active, F&& use) {
+  const bool lead = threadIdx.x == 0;
+  if (lead) {
+    for (int s = 0; s < kRingStages; ++s) mbar_init(&sm.ring_bar[s], 1);
+    mbar_init(sm.lo_bar, 1);
+    mbar_init(sm.hi_bar, 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  const uint64_t keep = l2_policy_evict_last(), drop = l2_policy_evict_first();
+  const int n1 = cp.nchunks - cp.ncc;
+  const auto pol1 = [&](int k) { return k >= cp.nchunks - g.l2_chunks ? keep : drop; };
+  if (lead) {
+    cp.issue(0, cp.lo, 0, sm.lo_bar, drop);
+    for (int q = 0; q < kRingStages && q < n1; ++q)
+      cp.issue(cp.ncc + q, cp.ncc + q + 1, cp.ring_base + q, &sm.ring_bar[q], pol1(cp.ncc + q));
+  }
+  for (int q = 0; q < n1; ++q) {
+    const int s = q % kRingStages;
+    mbar_wait(&sm.ring_bar[s], (q / kRingStages) & 1);
+    if (active) cp.for_rows(cp.ncc + q, cp.ring_base + s, ty, TY, vec_off, use);
+    __syncthreads();  // the slot is free again
+    const int k = cp.ncc + q + kRingStages;
+    if (lead && k < cp.nchunks) cp.issue(k, k + 1, cp.ring_base + s, &sm.ring_bar[s], pol1(k));
+  }
+  // the cached chunks inside the ring now that the ring is idle (the loop's last barrier)
+  if (lead) cp.issue(cp.lo, cp.ncc, cp.lo, sm.hi_bar, drop);
+  if (cp.lo > 0) {
+    mbar_wait(sm.lo_bar, 0);
+    if (active)
+      for (int k = 0; k < cp.lo; ++k) cp.for_rows(k, k, ty, TY, vec_off, use);
+  }
+  if (cp.ncc > cp.lo) {
+    mbar_wait(sm.hi_bar, 0);
+    if (active)
+      for (int k = cp.lo; k < cp.ncc; ++k) cp.for_rows(k, k, ty, TY, vec_off, use);
+  }
+}
+
+// Pass 2 of a block: out(p, row) on every row of the thread's: the cached chunks inside the ring first, then
+// the others streamed again newest first (the L2 holds the latest) while the cached chunks below the ring run.
+template <int NT, class F>
+__device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, int ty, int TY, int64_t vec_off,
+                              bool active, F&& out) {
+  const bool lead = threadIdx.x == 0;
+  if (active)
+    for (int k = cp.lo; k < cp.ncc; ++k) cp.for_rows(k, k, ty, TY, vec_off, out);
+  __syncthreads();  // the ring's slots are free
+  const uint64_t drop = l2_policy_evict_first();
+  const int n1 = cp.nchunks - cp.ncc, n2 = n1;
+  const auto chunk = [&](int p) { return cp.nchunks - 1 - p; };
+  if (lead)
+    for (int p = 0; p < kRingStages && p < n2; ++p) {
+      const int s = (n1 + p) % kRingStages;
+      cp.issue(chunk(p), chunk(p) + 1, cp.ring_base + s, &sm.ring_bar[s], drop);
+    }
+  if (active)
+    for (int k = 0; k < cp.lo; ++k) cp.for_rows(k, k, ty, TY, vec_off, out);
+  for (int p = 0; p < n2; ++p) {
+    const int q = n1 + p, s = q % kRingStages;
+    mbar_wait(&sm.ring_bar[s], (q / kRingStages) & 1);
+    if (active) cp.for_rows(chunk(p), cp.ring_base + s, ty, TY, vec_off, out);
+    __syncthreads();
+    if (lead && p + kRingStages < n2) {
+      const int k = chunk(p + kRingStages);
+      cp.issue(k, k + 1, cp.ring_base + s, &sm.ring_bar[s], drop);
+    }
   }
 }
 
@@ -899,49 +996,35 @@ struct PersistFwdArgs {
   FwdCoeffPtrs p;
 };
 
-template <typename T>
+// ACT: an activation and/or a residual in pass 2 (batch_norm_add_act); false: plain batch_norm.
+template <typename T, bool ACT>
 __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdArgs<T> a) {
+  // (compiled for every architecture, launched on sm_90+ only: the bulk copies are no-ops below)
   constexpr int V = kVec16<T>;
-  extern __shared__ int4 persist_smem[];
-  const int TX = a.geo.TX, TY = kPersistThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  extern __shared__ __align__(16) char persist_smem[];
+  const PersistGeom& g = a.geo;
+  const int TX = g.TX, TY = kPersistThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
   const bool active = ty < TY;
   const int64_t C = a.C, c0 = int64_t(tx) * V;
-  const BlockRows br(a.R, a.geo.cache_rows, a.geo.l2_rows);
-  const int64_t mid_end = br.nb - br.nl;
-  T* cache = reinterpret_cast<T*>(persist_smem);
-  float* red = reinterpret_cast<float*>(reinterpret_cast<char*>(persist_smem) + a.geo.cache_bytes);
-  const T* xb = a.x + br.r0 * C + c0;
-  const uint64_t keep = l2_evict_last_policy(), drop = l2_evict_first_policy();
+  const PersistSmem sm(persist_smem, g);
+  const void* const base[1] = {a.x};
+  const ChunkPlan<1> cp(base, a.R, C * int64_t(sizeof(T)), g, sm.area);
+  const int64_t vec_off = c0 * int64_t(sizeof(T));
 
   // pass 1: shifted sums (shift: the channel's first element, the same for every block)
   FoldedSums<V> acc;
   acc.init();
   float sh[V];
-  if (active) {
-    load_acc<V>(a.x + c0, sh);
-    for (int i = ty; i < br.nc; i += TY) cp_async16(cache + int64_t(i) * C + c0, xb + int64_t(i) * C);
-    cp_async_commit();
-    const void* const src[1] = {xb};
-    const auto use = [&](const int4 (&raw)[1], int64_t) {
-      float v[V];
-      unpack<T, V>(raw[0], v);
+  if (active) load_acc<V>(a.x + c0, sh);
+  persist_pass1(cp, sm, g, ty, TY, vec_off, active, [&](const char* const (&p)[1], int64_t) {
+    float v[V];
+    unpack16<T, V>(p[0], v);
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] -= sh[j];
-      acc.add(v, v);
-    };
-    stream_rows<1, kFwdRowsInFlight>(src, sizeof(T), C, br.nc, mid_end, ty, TY, drop, use);
-    stream_rows<1, kFwdRowsInFlight>(src, sizeof(T), C, mid_end, br.nb, ty, TY, keep, use);
-    cp_async_wait_all();
-    for (int i = ty; i < br.nc; i += TY) {
-      float v[V];
-      unpack<T, V>(*reinterpret_cast<const int4*>(cache + int64_t(i) * C + c0), v);
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[j] -= sh[j];
-      acc.add(v, v);
-    }
-  }
+    for (int j = 0; j < V; ++j) v[j] -= sh[j];
+    acc.add(v, v);
+  });
   acc.fold();
-  block_sums_to_partials<V>(acc, active, tx, ty, TY, a.geo.red_h, C, red, a.part);
+  block_sums_to_partials<V>(acc, active, tx, ty, TY, g.red_h, C, sm.red, a.part);
   grid_barrier(a.bar, gridDim.x);
 
   // merge: a warp per channel
@@ -963,40 +1046,32 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
   grid_barrier(a.bar, 2 * gridDim.x);
 
   // pass 2: y = act(x * scale + shift + res)
-  if (!active) return;
   float sc[V], sf[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    sc[j] = __ldcg(a.coef + c0 + j);
-    sf[j] = __ldcg(a.coef + C + c0 + j);
+  if (active) {
+    load_coefs<V>(a.coef + c0, sc);
+    load_coefs<V>(a.coef + C + c0, sf);
   }
-  T* yb = a.y + br.r0 * C + c0;
-  const T* rb = a.res ? a.res + br.r0 * C + c0 : nullptr;
-  const auto out = [&](float (&v)[V], int64_t i) {
-    float r[V];
-    if (rb) {
-      load_acc<V>(rb + i * C, r);
+  T* yb = a.y + cp.r0 * C + c0;
+  const T* rb = ACT && a.res ? a.res + cp.r0 * C + c0 : nullptr;
+  persist_pass2(cp, sm, ty, TY, vec_off, active, [&](const char* const (&p)[1], int64_t i) {
+    float v[V];
+    unpack16<T, V>(p[0], v);
+    if constexpr (ACT) {
+      float r[V];
+      if (rb) {
+        load_acc<V>(rb + i * C, r);
+      } else {
+#pragma unroll
+        for (int j = 0; j < V; ++j) r[j] = 0.f;
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = act_fwd(fma(v[j], sc[j], sf[j]) + r[j], a.act);
     } else {
 #pragma unroll
-      for (int j = 0; j < V; ++j) r[j] = 0.f;
+      for (int j = 0; j < V; ++j) v[j] = fma(v[j], sc[j], sf[j]);
     }
-#pragma unroll
-    for (int j = 0; j < V; ++j) v[j] = act_fwd(fma(v[j], sc[j], sf[j]) + r[j], a.act);
     store_acc<V>(yb + i * C, v);
-  };
-  const auto from_global = [&](const int4 (&raw)[1], int64_t i) {
-    float v[V];
-    unpack<T, V>(raw[0], v);
-    out(v, i);
-  };
-  const void* const src[1] = {xb};
-  stream_rows<1, kFwdRowsInFlight>(src, sizeof(T), C, mid_end, br.nb, ty, TY, drop, from_global);
-  for (int i = ty; i < br.nc; i += TY) {
-    float v[V];
-    unpack<T, V>(*reinterpret_cast<const int4*>(cache + int64_t(i) * C + c0), v);
-    out(v, i);
-  }
-  stream_rows<1, kFwdRowsInFlight>(src, sizeof(T), C, br.nc, mid_end, ty, TY, drop, from_global);
+  });
 }
 
 template <typename T>
@@ -1015,56 +1090,33 @@ struct PersistBwdArgs {
 
 template <typename T>
 __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdArgs<T> a) {
+  // (compiled for every architecture, launched on sm_90+ only: the bulk copies are no-ops below)
   constexpr int V = kVec16<T>;
-  extern __shared__ int4 persist_smem[];
-  const int TX = a.geo.TX, TY = kPersistThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+  extern __shared__ __align__(16) char persist_smem[];
+  const PersistGeom& g = a.geo;
+  const int TX = g.TX, TY = kPersistThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
   const bool active = ty < TY;
   const int64_t C = a.C, c0 = int64_t(tx) * V;
-  const BlockRows br(a.R, a.geo.cache_rows, a.geo.l2_rows);
-  const int64_t mid_end = br.nb - br.nl;
-  // cached rows: dy's then x's, [cache_rows][C] each
-  T* cdy = reinterpret_cast<T*>(persist_smem);
-  T* cx = cdy + int64_t(a.geo.cache_rows) * C;
-  float* red = reinterpret_cast<float*>(reinterpret_cast<char*>(persist_smem) + a.geo.cache_bytes);
-  const T* dyb = a.dy + br.r0 * C + c0;
-  const T* xb = a.x + br.r0 * C + c0;
-  const uint64_t keep = l2_evict_last_policy(), drop = l2_evict_first_policy();
+  const PersistSmem sm(persist_smem, g);
+  const void* const base[2] = {a.dy, a.x};
+  const ChunkPlan<2> cp(base, a.R, C * int64_t(sizeof(T)), g, sm.area);
+  const int64_t vec_off = c0 * int64_t(sizeof(T));
 
   // pass 1: sum dy and sum dy * (x - mean)
   FoldedSums<V> acc;
   acc.init();
   float mu[V];
-  if (active) {
+  if (active) load_coefs<V>(a.mean + c0, mu);
+  persist_pass1(cp, sm, g, ty, TY, vec_off, active, [&](const char* const (&p)[2], int64_t) {
+    float d[V], v[V];
+    unpack16<T, V>(p[0], d);
+    unpack16<T, V>(p[1], v);
 #pragma unroll
-    for (int j = 0; j < V; ++j) mu[j] = a.mean[c0 + j];
-    for (int i = ty; i < br.nc; i += TY) {
-      cp_async16(cdy + int64_t(i) * C + c0, dyb + int64_t(i) * C);
-      cp_async16(cx + int64_t(i) * C + c0, xb + int64_t(i) * C);
-    }
-    cp_async_commit();
-    const void* const src[2] = {dyb, xb};
-    const auto use = [&](const int4 (&raw)[2], int64_t) {
-      float d[V], v[V];
-      unpack<T, V>(raw[0], d);
-      unpack<T, V>(raw[1], v);
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[j] -= mu[j];
-      acc.add(d, v);
-    };
-    stream_rows<2, kBwdRowsInFlight>(src, sizeof(T), C, br.nc, mid_end, ty, TY, drop, use);
-    stream_rows<2, kBwdRowsInFlight>(src, sizeof(T), C, mid_end, br.nb, ty, TY, keep, use);
-    cp_async_wait_all();
-    for (int i = ty; i < br.nc; i += TY) {
-      float d[V], v[V];
-      unpack<T, V>(*reinterpret_cast<const int4*>(cdy + int64_t(i) * C + c0), d);
-      unpack<T, V>(*reinterpret_cast<const int4*>(cx + int64_t(i) * C + c0), v);
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[j] -= mu[j];
-      acc.add(d, v);
-    }
-  }
+    for (int j = 0; j < V; ++j) v[j] -= mu[j];
+    acc.add(d, v);
+  });
   acc.fold();
-  block_sums_to_partials<V>(acc, active, tx, ty, TY, a.geo.red_h, C, red, a.part);
+  block_sums_to_partials<V>(acc, active, tx, ty, TY, g.red_h, C, sm.red, a.part);
   grid_barrier(a.bar, gridDim.x);
 
   const int lane = threadIdx.x % 32;
@@ -1082,35 +1134,21 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
   grid_barrier(a.bar, 2 * gridDim.x);
 
   // pass 2: dx = k * (dy - a - (x - mean) * b)
-  if (!active) return;
   float kk[V], ka[V], kb[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    kk[j] = __ldcg(a.coef + c0 + j);
-    ka[j] = __ldcg(a.coef + C + c0 + j);
-    kb[j] = __ldcg(a.coef + 2 * C + c0 + j);
+  if (active) {
+    load_coefs<V>(a.coef + c0, kk);
+    load_coefs<V>(a.coef + C + c0, ka);
+    load_coefs<V>(a.coef + 2 * C + c0, kb);
   }
-  T* dxb = a.dx + br.r0 * C + c0;
-  const auto out = [&](float (&d)[V], const float (&v)[V], int64_t i) {
+  T* dxb = a.dx + cp.r0 * C + c0;
+  persist_pass2(cp, sm, ty, TY, vec_off, active, [&](const char* const (&p)[2], int64_t i) {
+    float d[V], v[V];
+    unpack16<T, V>(p[0], d);
+    unpack16<T, V>(p[1], v);
 #pragma unroll
     for (int j = 0; j < V; ++j) d[j] = kk[j] * (d[j] - ka[j] - (v[j] - mu[j]) * kb[j]);
     store_acc<V>(dxb + i * C, d);
-  };
-  const auto from_global = [&](const int4 (&raw)[2], int64_t i) {
-    float d[V], v[V];
-    unpack<T, V>(raw[0], d);
-    unpack<T, V>(raw[1], v);
-    out(d, v, i);
-  };
-  const void* const src[2] = {dyb, xb};
-  stream_rows<2, kBwdRowsInFlight>(src, sizeof(T), C, mid_end, br.nb, ty, TY, drop, from_global);
-  for (int i = ty; i < br.nc; i += TY) {
-    float d[V], v[V];
-    unpack<T, V>(*reinterpret_cast<const int4*>(cdy + int64_t(i) * C + c0), d);
-    unpack<T, V>(*reinterpret_cast<const int4*>(cx + int64_t(i) * C + c0), v);
-    out(d, v, i);
-  }
-  stream_rows<2, kBwdRowsInFlight>(src, sizeof(T), C, br.nc, mid_end, ty, TY, drop, from_global);
+  });
 }
 
 // ---- persistent passes: host side ----
@@ -1120,38 +1158,41 @@ int env_int(const char* name, int fallback) {
   return e && *e ? std::atoi(e) : fallback;
 }
 
-// The geometry of a persistent launch over `tensors` inputs per row (1 forward, 2 backward); false when the
-// shape does not fit it (the separate passes run then). Knobs (benchmarks/NOTES.md): TORCH_DNN_BN_PERSIST=0
-// off; TORCH_DNN_BN_CACHE_KB caps a block's shared-memory rows; TORCH_DNN_BN_L2_MB sets the evict_last share.
+// The geometry of a persistent launch over NT tensors a row (1 forward, 2 backward); false when the device
+// (before sm_90) or the shape does not fit it: the separate passes run then. Knobs (benchmarks/NOTES.md):
+// TORCH_DNN_BN_PERSIST=0 off; TORCH_DNN_BN_CACHE_KB caps a block's cached chunks; TORCH_DNN_BN_L2_MB sets the
+// share of the grid's last streamed chunks loaded with evict_last.
 template <typename T, auto Kernel>
-bool persist_geom(const BnShape& s, int tensors, PersistGeom& g) {
+bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
   constexpr int V = kVec16<T>;
   if (env_int("TORCH_DNN_BN_PERSIST", 1) == 0) return false;
+  if (cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) < 9) return false;
   if (s.inner != 1 || s.C % V != 0 || s.C / V > kPersistThreads || s.outer < 1) return false;
   g.TX = int(s.C / V);
   const int TY = kPersistThreads / g.TX;
   int p2 = 1;
   while (p2 < TY) p2 *= 2;
   g.red_h = p2 / 2;
-  const size_t red_bytes = size_t(g.red_h) * 2 * size_t(s.C) * sizeof(float);
-  const size_t row_bytes = size_t(tensors) * size_t(s.C) * sizeof(T);
+  g.red_bytes = int(int64_t(g.red_h) * 2 * s.C * int64_t(sizeof(float)));
+  const int64_t row_bytes = int64_t(NT) * s.C * int64_t(sizeof(T));
+  g.chunk_rows = int(std::max<int64_t>(1, kChunkBytes / row_bytes));
+  const int64_t slot_bytes = row_bytes * g.chunk_rows;
   // the kernels have no static shared memory; the limit is raised once per device to the opt-in maximum
   if (raise_smem_limit_once<Kernel>(max_smem_optin()) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
-  const int64_t budget = int64_t(max_smem_optin()) - int64_t(red_bytes);
-  if (budget < 0) return false;
-  int64_t cache_cap = budget / int64_t(row_bytes);
+  const int64_t area = int64_t(max_smem_optin()) - kBarBytes - g.red_bytes;
+  g.slots = int(area > 0 ? area / slot_bytes : 0);
+  if (g.slots < kRingStages + 1) return false;
   const int cap_kb = env_int("TORCH_DNN_BN_CACHE_KB", -1);
-  if (cap_kb >= 0) cache_cap = std::min<int64_t>(cache_cap, int64_t(cap_kb) * 1024 / int64_t(row_bytes));
+  g.cache_cap = cap_kb >= 0 ? int(int64_t(cap_kb) * 1024 / slot_bytes) : g.slots;
   g.G = sm_count();  // one block per SM (launch bounds (512, 1): at most 128 registers, so one always fits)
-  const int64_t per_block = (s.outer + g.G - 1) / g.G;
-  g.cache_rows = int(std::min<int64_t>(cache_cap, per_block));
-  g.cache_bytes = (size_t(g.cache_rows) * row_bytes + 15) / 16 * 16;
-  g.smem = g.cache_bytes + red_bytes;
-  const int64_t l2_bytes = int64_t(env_int("TORCH_DNN_BN_L2_MB", 16)) << 20;
-  g.l2_rows = l2_bytes / (int64_t(g.G) * int64_t(row_bytes));
+  const int64_t chunks = (s.outer + g.G - 1) / g.G / g.chunk_rows + 1;  // a block's chunks, at most
+  const int used = int(std::min<int64_t>(g.slots, std::max<int64_t>(chunks, kRingStages + 1)));
+  g.smem = size_t(kBarBytes) + size_t(g.red_bytes) + size_t(used) * size_t(slot_bytes);
+  g.slots = used;
+  g.l2_chunks = int((int64_t(env_int("TORCH_DNN_BN_L2_MB", 16)) << 20) / (int64_t(g.G) * slot_bytes));
   return true;
 }
 
@@ -1305,7 +1346,8 @@ int64_t persist_workspace(DType dtype, const BnShape& s, bool backward, std::ini
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, double>) {
       PersistGeom g;
-      const bool ok = backward ? persist_geom<T, bn_persist_bwd<T>>(s, 2, g) : persist_geom<T, bn_persist_fwd<T>>(s, 1, g);
+      const bool ok = backward ? persist_geom<T, bn_persist_bwd<T>>(s, 2, g) : persist_geom<T, bn_persist_fwd<T, false>>(s, 1, g)
+                                                                         && persist_geom<T, bn_persist_fwd<T, true>>(s, 1, g);
       if (ok) n = persist_ws_floats(s, g.G);
     }
   });
@@ -1319,7 +1361,9 @@ cudaError_t launch_persist_forward(DType dtype, const BnShape& s, const void* x,
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, double>) {
       PersistFwdArgs<T> a{};
-      if (!persist_geom<T, bn_persist_fwd<T>>(s, 1, a.geo)) return;
+      const bool plain = res == nullptr && act == 0;
+      if (!(plain ? persist_geom<T, bn_persist_fwd<T, false>>(s, 1, a.geo) : persist_geom<T, bn_persist_fwd<T, true>>(s, 1, a.geo)))
+        return;
       a.x = static_cast<const T*>(x);
       a.res = static_cast<const T*>(res);
       a.y = static_cast<T*>(y);
@@ -1331,7 +1375,9 @@ cudaError_t launch_persist_forward(DType dtype, const BnShape& s, const void* x,
       a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * s.C);
       a.p = p;
       err = cudaMemsetAsync(a.bar, 0, sizeof(unsigned), stream);
-      if (err == cudaSuccess) err = launch_cooperative(bn_persist_fwd<T>, a.geo, a, stream);
+      if (err == cudaSuccess)
+        err = plain ? launch_cooperative(bn_persist_fwd<T, false>, a.geo, a, stream)
+                    : launch_cooperative(bn_persist_fwd<T, true>, a.geo, a, stream);
     }
   });
   return err;

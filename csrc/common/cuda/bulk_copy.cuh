@@ -1,0 +1,81 @@
+// 1-D bulk copies global -> shared memory (cp.async.bulk, the TMA unit without a tensor map; sm_90) that
+// complete on a shared-memory mbarrier, and the mbarrier operations around them. One thread issues a copy of
+// up to 4 GB of contiguous bytes (16-byte aligned, a multiple of 16): deep memory-level parallelism for a few
+// instructions. A waiter sees the bytes once the barrier's phase with that parity completed. Every function
+// is a no-op below sm_90; callers check the device (sm_90+) on the host.
+#pragma once
+#include <cstdint>
+
+namespace torch_dnn {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TORCH_DNN_HAS_BULK_COPY 1
+#endif
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return unsigned(__cvta_generic_to_shared(p));
+}
+
+// count arrivals (besides the transaction bytes) complete a phase.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+#ifdef TORCH_DNN_HAS_BULK_COPY
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+#endif
+}
+// Makes the initialised barriers visible to the copy engine; then a __syncthreads before any use.
+__device__ __forceinline__ void mbar_fence_init() {
+#ifdef TORCH_DNN_HAS_BULK_COPY
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+// One arrival that also announces `bytes` of copies to come in this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
+#ifdef TORCH_DNN_HAS_BULK_COPY
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
+#ifdef TORCH_DNN_HAS_BULK_COPY
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// L2 eviction priorities for the copies' source lines: keep (data read again soon) or drop (read once).
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global src to shared dst; completes
+// as transaction bytes on `bar`, whose phase must have announced them (mbar_arrive_expect_tx).
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, uint64_t* bar,
+                                              uint64_t policy) {
+#ifdef TORCH_DNN_HAS_BULK_COPY
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+#endif
+}
+
+}  // namespace torch_dnn
