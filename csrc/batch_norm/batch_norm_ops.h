@@ -140,7 +140,9 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   Tensor dx = mask[0] ? out_like(x) : empty0();
   Tensor dres = mask[1] ? out_like(x) : empty0();
   Tensor dw = mask[2] ? at::empty({C}, x.options().dtype(pdtype(weight))) : empty0();
-  Tensor db = mask[3] ? at::empty({C}, x.options().dtype(pdtype(bias))) : empty0();
+  // batch_norm_backward takes no bias: d_bias then takes the weight's dtype (PyTorch's convention: weight and
+  // bias share one), not the input's, so float32 parameters of a bf16 input get float32 sums
+  Tensor db = mask[3] ? at::empty({C}, x.options().dtype(given(bias) ? bias->scalar_type() : pdtype(weight))) : empty0();
   if (x.numel() == 0) {
     if (mask[2]) dw.zero_();
     if (mask[3]) db.zero_();

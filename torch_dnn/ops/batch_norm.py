@@ -41,7 +41,9 @@ def _fake_grads(x, weight, bias, mask, with_res):
         out.append(_out_like(x) if mask[1] else e)
     pm = mask[2:] if with_res else mask[1:]
     out.append(x.new_empty((c,), dtype=weight.dtype if weight is not None else x.dtype) if pm[0] else e)
-    out.append(x.new_empty((c,), dtype=bias.dtype if bias is not None else x.dtype) if pm[1] else e)
+    # d_bias: the bias's dtype, else the weight's (batch_norm_backward takes no bias), else the input's
+    bias_dtype = bias.dtype if bias is not None else weight.dtype if weight is not None else x.dtype
+    out.append(x.new_empty((c,), dtype=bias_dtype) if pm[1] else e)
     return tuple(out)
 
 
