@@ -1,5 +1,6 @@
 """Per-kernel GPU times of one step, from torch.profiler: `python scripts/profile_kernels.py batch_norm`.
-Prints each kernel's name, calls and mean microseconds per step, for torch_dnn and the eager peer."""
+Prints each kernel's name, calls and mean microseconds per step, for torch_dnn and the eager peer, and the
+GPU's span per step (kernels plus the idle gaps between them, back-to-back steps)."""
 import sys
 
 import torch
@@ -70,7 +71,11 @@ def report(name, fn, steps=20):
         if t > 0 and e.count >= steps:
             rows.append((t / steps, e.count // steps, e.key))
     rows.sort(reverse=True)
-    print(f"== {name}: {sum(r[0] for r in rows):.1f} us of kernels per step")
+    # the GPU's span of the steps (first start to last end): kernel time plus the gaps between GPU operations
+    spans = [(e.time_range.start, e.time_range.end) for e in prof.events()
+             if getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA")]
+    span = (max(b for _, b in spans) - min(a for a, _ in spans)) / steps if spans else 0.0
+    print(f"== {name}: {sum(r[0] for r in rows):.1f} us of kernels per step; GPU span {span:.1f} us per step")
     for t, n, k in rows[:14]:
         print(f"  {t:8.1f} us  x{n}  {k[:110]}")
 

@@ -9,7 +9,9 @@
 // first element, folded every 64 accesses) merged with Chan's parallel formula, so large means do not cancel.
 #include "batch_norm/batch_norm_kernels.h"
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "common/cuda/bulk_copy.cuh"
 #include "common/cuda/device.cuh"
@@ -718,6 +720,19 @@ struct PersistGeom {
   size_t smem = 0;
 };
 
+// Phase timestamps of a persistent launch (TORCH_DNN_BN_TRACE=1, a measurement aid): thread 0 of each block
+// writes the global timer at kernel start, end of pass 1, after each grid barrier, and at the end.
+constexpr int kTracePoints = 5;
+__device__ __forceinline__ void trace_point(unsigned long long* trace, int k) {
+  if (trace != nullptr && threadIdx.x == 0) {
+    unsigned long long t = 0;
+#if defined(__CUDA_ARCH__)
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+#endif
+    trace[blockIdx.x * kTracePoints + k] = t;
+  }
+}
+
 // All blocks of the co-resident grid meet here. *bar is zero at launch; the k-th barrier of a launch completes
 // at k * gridDim.x arrivals. Thread 0's acquire load, then the block barrier, order the block's later reads.
 __device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned target) {
@@ -994,6 +1009,7 @@ struct PersistFwdArgs {
   float* coef;   // [2][C]: scale, shift
   unsigned* bar;
   FwdCoeffPtrs p;
+  unsigned long long* trace;  // null unless TORCH_DNN_BN_TRACE=1
 };
 
 // ACT: an activation and/or a residual in pass 2 (batch_norm_add_act); false: plain batch_norm.
@@ -1010,6 +1026,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
   const void* const base[1] = {a.x};
   const ChunkPlan<1> cp(base, a.R, C * int64_t(sizeof(T)), g, sm.area);
   const int64_t vec_off = c0 * int64_t(sizeof(T));
+  trace_point(a.trace, 0);
 
   // pass 1: shifted sums (shift: the channel's first element, the same for every block)
   FoldedSums<V> acc;
@@ -1024,8 +1041,10 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
     acc.add(v, v);
   });
   acc.fold();
+  trace_point(a.trace, 1);
   block_sums_to_partials<V>(acc, active, tx, ty, TY, g.red_h, C, sm.red, a.part);
   grid_barrier(a.bar, gridDim.x);
+  trace_point(a.trace, 2);
 
   // merge: a warp per channel
   const int lane = threadIdx.x % 32;
@@ -1044,6 +1063,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
     }
   }
   grid_barrier(a.bar, 2 * gridDim.x);
+  trace_point(a.trace, 3);
 
   // pass 2: y = act(x * scale + shift + res)
   float sc[V], sf[V];
@@ -1072,6 +1092,8 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
     }
     store_acc<V>(yb + i * C, v);
   });
+  __syncthreads();
+  trace_point(a.trace, 4);
 }
 
 template <typename T>
@@ -1086,6 +1108,7 @@ struct PersistBwdArgs {
   float* coef;   // [3][C]: k, a, b
   unsigned* bar;
   BwdCoeffPtrs p;
+  unsigned long long* trace;  // null unless TORCH_DNN_BN_TRACE=1
 };
 
 template <typename T>
@@ -1101,6 +1124,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
   const void* const base[2] = {a.dy, a.x};
   const ChunkPlan<2> cp(base, a.R, C * int64_t(sizeof(T)), g, sm.area);
   const int64_t vec_off = c0 * int64_t(sizeof(T));
+  trace_point(a.trace, 0);
 
   // pass 1: sum dy and sum dy * (x - mean)
   FoldedSums<V> acc;
@@ -1116,8 +1140,10 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
     acc.add(d, v);
   });
   acc.fold();
+  trace_point(a.trace, 1);
   block_sums_to_partials<V>(acc, active, tx, ty, TY, g.red_h, C, sm.red, a.part);
   grid_barrier(a.bar, gridDim.x);
+  trace_point(a.trace, 2);
 
   const int lane = threadIdx.x % 32;
   for (int64_t c = int64_t(blockIdx.x) * kPersistWarps + threadIdx.x / 32; c < C;
@@ -1132,6 +1158,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
     }
   }
   grid_barrier(a.bar, 2 * gridDim.x);
+  trace_point(a.trace, 3);
 
   // pass 2: dx = k * (dy - a - (x - mean) * b)
   float kk[V], ka[V], kb[V];
@@ -1149,6 +1176,8 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
     for (int j = 0; j < V; ++j) d[j] = kk[j] * (d[j] - ka[j] - (v[j] - mu[j]) * kb[j]);
     store_acc<V>(dxb + i * C, d);
   });
+  __syncthreads();
+  trace_point(a.trace, 4);
 }
 
 // ---- persistent passes: host side ----
@@ -1197,7 +1226,7 @@ bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
 }
 
 template <class K, class Args>
-cudaError_t launch_cooperative(K kernel, const PersistGeom& g, const Args& args, cudaStream_t stream) {
+cudaError_t launch_cooperative_once(K kernel, const PersistGeom& g, const Args& args, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(g.G));
   cfg.blockDim = dim3(kPersistThreads);
@@ -1209,6 +1238,35 @@ cudaError_t launch_cooperative(K kernel, const PersistGeom& g, const Args& args,
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   return cudaLaunchKernelEx(&cfg, kernel, args);
+}
+
+// The launch; with TORCH_DNN_BN_TRACE=1 it also waits for the kernel and prints each phase's end (min / max
+// over the blocks, microseconds from the first block's start) to stderr.
+template <class K, class Args>
+cudaError_t launch_cooperative(K kernel, const PersistGeom& g, Args args, cudaStream_t stream) {
+  if (env_int("TORCH_DNN_BN_TRACE", 0) != 1) return launch_cooperative_once(kernel, g, args, stream);
+  const size_t n = size_t(g.G) * kTracePoints;
+  cudaError_t err = cudaMalloc(&args.trace, n * sizeof(unsigned long long));
+  if (err != cudaSuccess) return err;
+  err = launch_cooperative_once(kernel, g, args, stream);
+  std::vector<unsigned long long> t(n);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
+  if (err == cudaSuccess) err = cudaMemcpy(t.data(), args.trace, n * sizeof(unsigned long long), cudaMemcpyDeviceToHost);
+  cudaFree(args.trace);
+  if (err != cudaSuccess) return err;
+  unsigned long long t0 = ~0ull;
+  for (int b = 0; b < g.G; ++b) t0 = std::min(t0, t[size_t(b) * kTracePoints]);
+  std::fprintf(stderr, "bn persistent trace (us from the first start, min..max over %d blocks):", g.G);
+  for (int k = 0; k < kTracePoints; ++k) {
+    unsigned long long lo = ~0ull, hi = 0;
+    for (int b = 0; b < g.G; ++b) {
+      lo = std::min(lo, t[size_t(b) * kTracePoints + k]);
+      hi = std::max(hi, t[size_t(b) * kTracePoints + k]);
+    }
+    std::fprintf(stderr, " [%d] %.1f..%.1f", k, (lo - t0) * 1e-3, (hi - t0) * 1e-3);
+  }
+  std::fprintf(stderr, "\n");
+  return cudaSuccess;
 }
 
 // The workspace of a persistent launch, in floats: partial sums [2][C][G], coefficients [3][C], the barrier.
