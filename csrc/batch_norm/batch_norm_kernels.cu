@@ -906,9 +906,13 @@ struct ChunkPlan {
   template <class F>
   __device__ __forceinline__ void for_rows(const BlockChunks& bc, int k, int s, int ty, int TY, int64_t vec_off,
                                            F&& f) const {
+    for_rows_at(bc.r0 + int64_t(k) * SR, rows(bc, k), s, ty, TY, vec_off, f);
+  }
+  // the same for n rows from global row `first` in slot s
+  template <class F>
+  __device__ __forceinline__ void for_rows_at(int64_t first, int n, int s, int ty, int TY, int64_t vec_off,
+                                              F&& f) const {
     const char* p0 = slot(s) + vec_off;
-    const int n = rows(bc, k);
-    const int64_t first = bc.r0 + int64_t(k) * SR;
     for (int i = ty; i < n; i += TY) {
       const char* p[NT];
 #pragma unroll
@@ -918,23 +922,29 @@ struct ChunkPlan {
   }
 };
 
+// A chunk claimed in pass 2: its first row (of R) and row count, worked out once by the claiming thread.
+struct RingChunk {
+  int64_t first;
+  int rows;
+};
+
 // Shared-memory layout of a persistent block: mbarriers and ring metadata, the reduction tree's buffer, the
 // chunk slots.
 struct PersistSmem {
   uint64_t* ring_bar;   // [kRingStages]
   uint64_t* lo_bar;     // cached chunks below the ring
   uint64_t* hi_bar;     // cached chunks inside the ring
-  int2* ring_chunk;     // [kRingStages] pass 2: (block, chunk) in each ring slot; block -1: no more
+  RingChunk* ring_chunk;  // [kRingStages] pass 2: the rows in each ring slot (rows 0: no more)
   float* red;
   char* area;
   __device__ PersistSmem(char* smem, const PersistGeom& g) {
     ring_bar = reinterpret_cast<uint64_t*>(smem);
     lo_bar = ring_bar + kRingStages;
     hi_bar = lo_bar + 1;
-    ring_chunk = reinterpret_cast<int2*>(hi_bar + 1);
+    ring_chunk = reinterpret_cast<RingChunk*>(hi_bar + 1);
     red = reinterpret_cast<float*>(smem + kBarBytes);
     area = smem + kBarBytes + g.red_bytes;
-    static_assert((kRingStages + 2) * 8 + kRingStages * 8 <= kBarBytes, "mbarriers and metadata fit");
+    static_assert((kRingStages + 2) * 8 + kRingStages * sizeof(RingChunk) <= kBarBytes, "mbarriers and metadata fit");
   }
 };
 
@@ -1001,7 +1011,8 @@ __device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, co
   const int n1 = own.nchunks - own.ncc;
   const int G = int(gridDim.x);
   // blocks' streamed-chunk counts differ by at most one (their row counts do): claims run to G * most
-  const int most = block_chunks(G - 1, cp.R, g).nchunks - block_chunks(G - 1, cp.R, g).ncc + 1;
+  const BlockChunks last = block_chunks(G - 1, cp.R, g);
+  const int most = last.nchunks - last.ncc + 1;
   bool finished = false;  // thread 0's
   // thread 0: ring copy q gets the next claimed chunk, or the end mark (once)
   const auto fill = [&](int q) {
@@ -1014,13 +1025,13 @@ __device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, co
       const BlockChunks v = block_chunks(b, cp.R, g);
       if (j < v.nchunks - v.ncc) {
         const int k = v.nchunks - 1 - j;
-        sm.ring_chunk[s] = make_int2(b, k);
+        sm.ring_chunk[s] = RingChunk{v.r0 + int64_t(k) * cp.SR, cp.rows(v, k)};
         cp.issue(v, k, k + 1, cp.ring_base + s, &sm.ring_bar[s], drop);
         return;
       }
     }
     finished = true;
-    sm.ring_chunk[s] = make_int2(-1, 0);
+    sm.ring_chunk[s] = RingChunk{0, 0};
     mbar_arrive(&sm.ring_bar[s]);
   };
   if (lead)
@@ -1030,9 +1041,9 @@ __device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, co
   for (int q = n1;; ++q) {
     const int s = q % kRingStages;
     mbar_wait(&sm.ring_bar[s], (q / kRingStages) & 1);
-    const int2 c = sm.ring_chunk[s];
-    if (c.x < 0) break;
-    if (active) cp.for_rows(block_chunks(c.x, cp.R, g), c.y, cp.ring_base + s, ty, TY, vec_off, out);
+    const RingChunk c = sm.ring_chunk[s];
+    if (c.rows == 0) break;
+    if (active) cp.for_rows_at(c.first, c.rows, cp.ring_base + s, ty, TY, vec_off, out);
     __syncthreads();
     if (lead) fill(q + kRingStages);
   }
