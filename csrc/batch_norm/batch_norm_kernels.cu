@@ -706,7 +706,7 @@ constexpr int kPersistThreads = 512;
 constexpr int kPersistWarps = kPersistThreads / 32;
 constexpr int kRingStages = 6;
 constexpr int kChunkBytes = 16 * 1024;
-constexpr int kBarBytes = 128;  // the mbarriers: kRingStages ring slots, the cache's two copy groups
+constexpr int kBarBytes = 256;  // mbarriers (kRingStages ring slots, the cache's two copy groups) and ring metadata
 
 struct PersistGeom {
   int TX = 0;            // threads across a row (one 16-byte vector of channels each)
