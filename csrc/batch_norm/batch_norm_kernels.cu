@@ -706,7 +706,7 @@ constexpr int kPersistThreads = 512;
 constexpr int kPersistWarps = kPersistThreads / 32;
 constexpr int kRingStages = 6;
 constexpr int kChunkBytes = 16 * 1024;
-constexpr int kBarBytes = 256;  // mbarriers (kRingStages ring slots, the cache's two copy groups) and ring metadata
+constexpr int kBarBytes = 128;  // the mbarriers: kRingStages ring slots, the cache's two copy groups
 
 struct PersistGeom {
   int TX = 0;            // threads across a row (one 16-byte vector of channels each)
@@ -851,112 +851,84 @@ __device__ __forceinline__ void unpack16(const void* p, float (&out)[V]) {
   for (int j = 0; j < V; ++j) out[j] = to_acc<float>(v.v[j]);
 }
 
-// Block b's rows of R: [r0, r0 + nb), split evenly over the grid, as chunks of SR rows; the first ncc chunks
-// are cached (the same rule in every block, so any block can compute another's).
-struct BlockChunks {
-  int64_t r0, nb;
-  int nchunks, ncc;
-};
-__device__ __forceinline__ BlockChunks block_chunks(int b, int64_t R, const PersistGeom& g) {
-  const int64_t G = gridDim.x;
-  BlockChunks c;
-  c.r0 = R * b / G;
-  c.nb = R * (b + 1) / G - c.r0;
-  c.nchunks = int((c.nb + g.chunk_rows - 1) / g.chunk_rows);
-  c.ncc = min(c.nchunks, min(g.slots, g.cache_cap));
-  return c;
-}
-
-// Chunks of NT tensors' rows and where they live in shared memory. Chunk k of a block covers its rows
-// [k * SR, k * SR + rows); its image in a slot is NT row-blocks of SR rows (tensor t at t * SR * rowb). The
-// block's own chunks [0, ncc) are cached in slots [0, ncc): [0, lo) below the ring, [lo, ncc) inside it.
+// A block's rows as chunks of NT tensors' rows, and where they live in shared memory. Chunk k covers rows
+// [k * SR, k * SR + rows(k)) of the block; its image in a slot is NT row-blocks of SR rows (tensor t at
+// t * SR * rowb). Chunks [0, ncc) are cached in slots [0, ncc): [0, lo) below the ring, [lo, ncc) inside it.
 template <int NT>
 struct ChunkPlan {
-  const char* base[NT];  // each tensor's first row
-  int64_t R, rowb;
-  int SR, lo, ring_base;
-  BlockChunks own;
+  const char* src[NT];  // the block's first row of each tensor
+  int64_t r0, nb, rowb;
+  int SR, nchunks, ncc, lo, ring_base;
   char* slots;
   size_t slot_bytes;
 
-  __device__ ChunkPlan(const void* const (&b)[NT], int64_t rows, int64_t row_bytes, const PersistGeom& g, char* area)
-      : R(rows), rowb(row_bytes), SR(g.chunk_rows), own(block_chunks(blockIdx.x, rows, g)), slots(area) {
+  __device__ ChunkPlan(const void* const (&base)[NT], int64_t R, int64_t row_bytes, const PersistGeom& g, char* area) {
+    const int64_t G = gridDim.x, b = blockIdx.x;
+    r0 = R * b / G;
+    nb = R * (b + 1) / G - r0;
+    rowb = row_bytes;
 #pragma unroll
-    for (int t = 0; t < NT; ++t) base[t] = static_cast<const char*>(b[t]);
+    for (int t = 0; t < NT; ++t) src[t] = static_cast<const char*>(base[t]) + r0 * rowb;
+    SR = g.chunk_rows;
+    nchunks = int((nb + SR - 1) / SR);
     ring_base = g.slots - kRingStages;
-    lo = min(own.ncc, ring_base);
+    ncc = min(nchunks, min(g.slots, g.cache_cap));
+    lo = min(ncc, ring_base);
+    slots = area;
     slot_bytes = size_t(NT) * SR * rowb;
   }
-  __device__ int rows(const BlockChunks& bc, int k) const { return int(min(int64_t(SR), bc.nb - int64_t(k) * SR)); }
+  __device__ int rows(int k) const { return int(min(int64_t(SR), nb - int64_t(k) * SR)); }
   __device__ char* slot(int s) const { return slots + size_t(s) * slot_bytes; }
-  // thread 0: chunks [k0, k1) of block bc into slots [s0, s0 + k1 - k0) as one phase of `bar`
-  __device__ void issue(const BlockChunks& bc, int k0, int k1, int s0, uint64_t* bar, uint64_t pol) const {
+  // thread 0: chunks [k0, k1) into slots [s0, s0 + k1 - k0) as one phase of `bar`
+  __device__ void issue(int k0, int k1, int s0, uint64_t* bar, uint64_t pol) const {
     if (k1 <= k0) return;
-    const int64_t r_end = min(bc.nb, int64_t(k1) * SR), nrows = r_end - int64_t(k0) * SR;
+    const int64_t r_end = min(nb, int64_t(k1) * SR), nrows = r_end - int64_t(k0) * SR;
     mbar_arrive_expect_tx(bar, unsigned(NT * nrows * rowb));
     for (int k = k0; k < k1; ++k) {
-      const unsigned bytes = unsigned(rows(bc, k) * rowb);
-      const int64_t first = bc.r0 + int64_t(k) * SR;
+      const unsigned bytes = unsigned(rows(k) * rowb);
 #pragma unroll
       for (int t = 0; t < NT; ++t)
-        bulk_copy_g2s(slot(s0 + k - k0) + size_t(t) * SR * rowb, base[t] + first * rowb, bytes, bar, pol);
+        bulk_copy_g2s(slot(s0 + k - k0) + size_t(t) * SR * rowb, src[t] + int64_t(k) * SR * rowb, bytes, bar, pol);
     }
   }
-  // f(vector pointers, global row) on the rows of block bc's chunk k in slot s that thread row ty handles
+  // the rows of chunk k in slot s that thread row ty handles, with the thread's vectors of each tensor
   template <class F>
-  __device__ __forceinline__ void for_rows(const BlockChunks& bc, int k, int s, int ty, int TY, int64_t vec_off,
-                                           F&& f) const {
-    for_rows_at(bc.r0 + int64_t(k) * SR, rows(bc, k), s, ty, TY, vec_off, f);
-  }
-  // the same for n rows from global row `first` in slot s
-  template <class F>
-  __device__ __forceinline__ void for_rows_at(int64_t first, int n, int s, int ty, int TY, int64_t vec_off,
-                                              F&& f) const {
-    const char* p0 = slot(s) + vec_off;
+  __device__ __forceinline__ void for_rows(int k, int s, int ty, int TY, int64_t vec_off, F&& f) const {
+    const char* base = slot(s) + vec_off;
+    const int n = rows(k);
     for (int i = ty; i < n; i += TY) {
       const char* p[NT];
 #pragma unroll
-      for (int t = 0; t < NT; ++t) p[t] = p0 + (size_t(t) * SR + i) * rowb;
-      f(p, first + i);
+      for (int t = 0; t < NT; ++t) p[t] = base + (size_t(t) * SR + i) * rowb;
+      f(p, int64_t(k) * SR + i);
     }
   }
 };
 
-// A chunk claimed in pass 2: its first row (of R) and row count, worked out once by the claiming thread.
-struct RingChunk {
-  int64_t first;
-  int rows;
-};
-
-// Shared-memory layout of a persistent block: mbarriers and ring metadata, the reduction tree's buffer, the
-// chunk slots.
+// Shared-memory layout of a persistent block: mbarriers, the reduction tree's buffer, the chunk slots.
 struct PersistSmem {
   uint64_t* ring_bar;   // [kRingStages]
   uint64_t* lo_bar;     // cached chunks below the ring
   uint64_t* hi_bar;     // cached chunks inside the ring
-  RingChunk* ring_chunk;  // [kRingStages] pass 2: the rows in each ring slot (rows 0: no more)
   float* red;
   char* area;
   __device__ PersistSmem(char* smem, const PersistGeom& g) {
     ring_bar = reinterpret_cast<uint64_t*>(smem);
     lo_bar = ring_bar + kRingStages;
     hi_bar = lo_bar + 1;
-    ring_chunk = reinterpret_cast<RingChunk*>(hi_bar + 1);
     red = reinterpret_cast<float*>(smem + kBarBytes);
     area = smem + kBarBytes + g.red_bytes;
-    static_assert((kRingStages + 2) * 8 + kRingStages * sizeof(RingChunk) <= kBarBytes, "mbarriers and metadata fit");
+    static_assert((kRingStages + 2) * 8 <= kBarBytes, "mbarriers fit");
   }
 };
 
-// Pass 1 of a block: copies its cached chunks, streams its others through the ring, calls use(p, row) on every
-// row of the thread's (pointers to its 16-byte vectors, one per tensor). Ring copy q (across both passes)
-// goes to slot q % kRingStages, whose barrier phase has parity (q / kRingStages) & 1. Static: the block's sums
-// must not depend on timing.
+// Pass 1 of a block: copies the cached chunks, streams the others through the ring, calls use(p, row) on every
+// row of the thread's (pointers to its 16-byte vectors, one per tensor). q counts ring copies (slot q %
+// kRingStages, parity (q / kRingStages) & 1) across both passes.
 template <int NT, class F>
 __device__ void persist_pass1(const ChunkPlan<NT>& cp, const PersistSmem& sm, const PersistGeom& g, int ty, int TY,
                               int64_t vec_off, bool active, F&& use) {
   const bool lead = threadIdx.x == 0;
-  const BlockChunks& own = cp.own;
   if (lead) {
     for (int s = 0; s < kRingStages; ++s) mbar_init(&sm.ring_bar[s], 1);
     mbar_init(sm.lo_bar, 1);
@@ -965,87 +937,63 @@ __device__ void persist_pass1(const ChunkPlan<NT>& cp, const PersistSmem& sm, co
   }
   __syncthreads();
   const uint64_t keep = l2_policy_evict_last(), drop = l2_policy_evict_first();
-  const int n1 = own.nchunks - own.ncc;
-  const auto pol1 = [&](int k) { return k >= own.nchunks - g.l2_chunks ? keep : drop; };
+  const int n1 = cp.nchunks - cp.ncc;
+  const auto pol1 = [&](int k) { return k >= cp.nchunks - g.l2_chunks ? keep : drop; };
   if (lead) {
-    cp.issue(own, 0, cp.lo, 0, sm.lo_bar, drop);
+    cp.issue(0, cp.lo, 0, sm.lo_bar, drop);
     for (int q = 0; q < kRingStages && q < n1; ++q)
-      cp.issue(own, own.ncc + q, own.ncc + q + 1, cp.ring_base + q, &sm.ring_bar[q], pol1(own.ncc + q));
+      cp.issue(cp.ncc + q, cp.ncc + q + 1, cp.ring_base + q, &sm.ring_bar[q], pol1(cp.ncc + q));
   }
   for (int q = 0; q < n1; ++q) {
     const int s = q % kRingStages;
     mbar_wait(&sm.ring_bar[s], (q / kRingStages) & 1);
-    if (active) cp.for_rows(own, own.ncc + q, cp.ring_base + s, ty, TY, vec_off, use);
+    if (active) cp.for_rows(cp.ncc + q, cp.ring_base + s, ty, TY, vec_off, use);
     __syncthreads();  // the slot is free again
-    const int k = own.ncc + q + kRingStages;
-    if (lead && k < own.nchunks) cp.issue(own, k, k + 1, cp.ring_base + s, &sm.ring_bar[s], pol1(k));
+    const int k = cp.ncc + q + kRingStages;
+    if (lead && k < cp.nchunks) cp.issue(k, k + 1, cp.ring_base + s, &sm.ring_bar[s], pol1(k));
   }
   // the cached chunks inside the ring now that the ring is idle (the loop's last barrier)
-  if (lead) cp.issue(own, cp.lo, own.ncc, cp.lo, sm.hi_bar, drop);
+  if (lead) cp.issue(cp.lo, cp.ncc, cp.lo, sm.hi_bar, drop);
   if (cp.lo > 0) {
     mbar_wait(sm.lo_bar, 0);
     if (active)
-      for (int k = 0; k < cp.lo; ++k) cp.for_rows(own, k, k, ty, TY, vec_off, use);
+      for (int k = 0; k < cp.lo; ++k) cp.for_rows(k, k, ty, TY, vec_off, use);
   }
-  if (own.ncc > cp.lo) {
+  if (cp.ncc > cp.lo) {
     mbar_wait(sm.hi_bar, 0);
     if (active)
-      for (int k = cp.lo; k < own.ncc; ++k) cp.for_rows(own, k, k, ty, TY, vec_off, use);
+      for (int k = cp.lo; k < cp.ncc; ++k) cp.for_rows(k, k, ty, TY, vec_off, use);
   }
 }
 
-// Pass 2 of a block: out(p, row) on every row of its cached chunks (those inside the ring first), and on
-// streamed chunks claimed from one pool shared by the grid, so that a slow SM does not hold the others up
-// (pass 1's static ranges ended up to 24 us apart in pass 2 on the H100). Claim u (an atomic counter) is the
-// (u / G)-th newest streamed chunk of block u % G: the newest, which the L2 holds, go first. Pass 2 is
-// elementwise: which block writes a row does not change its value.
+// Pass 2 of a block: out(p, row) on every row of the thread's: the cached chunks inside the ring first, then
+// the others streamed again newest first (the L2 holds the latest) while the cached chunks below the ring run.
 template <int NT, class F>
-__device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, const PersistGeom& g,
-                              unsigned* claims, int ty, int TY, int64_t vec_off, bool active, F&& out) {
+__device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, int ty, int TY, int64_t vec_off,
+                              bool active, F&& out) {
   const bool lead = threadIdx.x == 0;
-  const BlockChunks& own = cp.own;
   if (active)
-    for (int k = cp.lo; k < own.ncc; ++k) cp.for_rows(own, k, k, ty, TY, vec_off, out);
+    for (int k = cp.lo; k < cp.ncc; ++k) cp.for_rows(k, k, ty, TY, vec_off, out);
   __syncthreads();  // the ring's slots are free
   const uint64_t drop = l2_policy_evict_first();
-  const int n1 = own.nchunks - own.ncc;
-  const int G = int(gridDim.x);
-  // blocks' streamed-chunk counts differ by at most one (their row counts do): claims run to G * most
-  const BlockChunks last = block_chunks(G - 1, cp.R, g);
-  const int most = last.nchunks - last.ncc + 1;
-  bool finished = false;  // thread 0's
-  // thread 0: ring copy q gets the next claimed chunk, or the end mark (once)
-  const auto fill = [&](int q) {
-    if (finished) return;
-    const int s = q % kRingStages;
-    for (;;) {
-      const unsigned u = atomicAdd(claims, 1u);
-      if (u >= unsigned(G) * unsigned(most)) break;
-      const int b = int(u % unsigned(G)), j = int(u / unsigned(G));
-      const BlockChunks v = block_chunks(b, cp.R, g);
-      if (j < v.nchunks - v.ncc) {
-        const int k = v.nchunks - 1 - j;
-        sm.ring_chunk[s] = RingChunk{v.r0 + int64_t(k) * cp.SR, cp.rows(v, k)};
-        cp.issue(v, k, k + 1, cp.ring_base + s, &sm.ring_bar[s], drop);
-        return;
-      }
-    }
-    finished = true;
-    sm.ring_chunk[s] = RingChunk{0, 0};
-    mbar_arrive(&sm.ring_bar[s]);
-  };
+  const int n1 = cp.nchunks - cp.ncc, n2 = n1;
+  const auto chunk = [&](int p) { return cp.nchunks - 1 - p; };
   if (lead)
-    for (int p = 0; p < kRingStages; ++p) fill(n1 + p);
+    for (int p = 0; p < kRingStages && p < n2; ++p) {
+      const int s = (n1 + p) % kRingStages;
+      cp.issue(chunk(p), chunk(p) + 1, cp.ring_base + s, &sm.ring_bar[s], drop);
+    }
   if (active)
-    for (int k = 0; k < cp.lo; ++k) cp.for_rows(own, k, k, ty, TY, vec_off, out);
-  for (int q = n1;; ++q) {
-    const int s = q % kRingStages;
+    for (int k = 0; k < cp.lo; ++k) cp.for_rows(k, k, ty, TY, vec_off, out);
+  for (int p = 0; p < n2; ++p) {
+    const int q = n1 + p, s = q % kRingStages;
     mbar_wait(&sm.ring_bar[s], (q / kRingStages) & 1);
-    const RingChunk c = sm.ring_chunk[s];
-    if (c.rows == 0) break;
-    if (active) cp.for_rows_at(c.first, c.rows, cp.ring_base + s, ty, TY, vec_off, out);
+    if (active) cp.for_rows(chunk(p), cp.ring_base + s, ty, TY, vec_off, out);
     __syncthreads();
-    if (lead) fill(q + kRingStages);
+    if (lead && p + kRingStages < n2) {
+      const int k = chunk(p + kRingStages);
+      cp.issue(k, k + 1, cp.ring_base + s, &sm.ring_bar[s], drop);
+    }
   }
 }
 
@@ -1123,9 +1071,9 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
     load_coefs<V>(a.coef + c0, sc);
     load_coefs<V>(a.coef + C + c0, sf);
   }
-  T* yb = a.y + c0;
-  const T* rb = ACT && a.res ? a.res + c0 : nullptr;
-  persist_pass2(cp, sm, g, a.bar + 1, ty, TY, vec_off, active, [&](const char* const (&p)[1], int64_t i) {
+  T* yb = a.y + cp.r0 * C + c0;
+  const T* rb = ACT && a.res ? a.res + cp.r0 * C + c0 : nullptr;
+  persist_pass2(cp, sm, ty, TY, vec_off, active, [&](const char* const (&p)[1], int64_t i) {
     float v[V];
     unpack16<T, V>(p[0], v);
     if constexpr (ACT) {
@@ -1219,8 +1167,8 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
     load_coefs<V>(a.coef + C + c0, ka);
     load_coefs<V>(a.coef + 2 * C + c0, kb);
   }
-  T* dxb = a.dx + c0;
-  persist_pass2(cp, sm, g, a.bar + 1, ty, TY, vec_off, active, [&](const char* const (&p)[2], int64_t i) {
+  T* dxb = a.dx + cp.r0 * C + c0;
+  persist_pass2(cp, sm, ty, TY, vec_off, active, [&](const char* const (&p)[2], int64_t i) {
     float d[V], v[V];
     unpack16<T, V>(p[0], d);
     unpack16<T, V>(p[1], v);
@@ -1321,9 +1269,8 @@ cudaError_t launch_cooperative(K kernel, const PersistGeom& g, Args args, cudaSt
   return cudaSuccess;
 }
 
-// The workspace of a persistent launch, in floats: partial sums [2][C][G], coefficients [3][C], then the
-// grid barrier's counter and pass 2's claim counter (zeroed before the launch).
-int64_t persist_ws_floats(const BnShape& s, int G) { return 2 * s.C * G + 3 * s.C + 2; }
+// The workspace of a persistent launch, in floats: partial sums [2][C][G], coefficients [3][C], the barrier.
+int64_t persist_ws_floats(const BnShape& s, int G) { return 2 * s.C * G + 3 * s.C + 4; }
 
 unsigned channel_blocks(int64_t C) { return unsigned(ceil_div(C, kThreads)); }
 
@@ -1485,7 +1432,7 @@ cudaError_t launch_persist_forward(DType dtype, const BnShape& s, const void* x,
       a.coef = a.part + 2 * s.C * a.geo.G;
       a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * s.C);
       a.p = p;
-      err = cudaMemsetAsync(a.bar, 0, 2 * sizeof(unsigned), stream);
+      err = cudaMemsetAsync(a.bar, 0, sizeof(unsigned), stream);
       if (err == cudaSuccess)
         err = plain ? launch_cooperative(bn_persist_fwd<T, false>, a.geo, a, stream)
                     : launch_cooperative(bn_persist_fwd<T, true>, a.geo, a, stream);
@@ -1512,7 +1459,7 @@ cudaError_t launch_persist_backward(DType dtype, const BnShape& s, const void* d
       a.coef = a.part + 2 * s.C * a.geo.G;
       a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * s.C);
       a.p = p;
-      err = cudaMemsetAsync(a.bar, 0, 2 * sizeof(unsigned), stream);
+      err = cudaMemsetAsync(a.bar, 0, sizeof(unsigned), stream);
       if (err == cudaSuccess) err = launch_cooperative(bn_persist_bwd<T>, a.geo, a, stream);
     }
   });
