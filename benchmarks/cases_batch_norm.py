@@ -12,10 +12,12 @@ import torch_dnn.functional as F
 from benchmarks.harness import Case, rand_cuda, with_env
 
 SHAPE = (64, 256, 56, 56)
-# A/B rows of the NHWC training passes: the separate passes, and the persistent kernels without their L2-held
-# rows, with more of them, without shared-memory rows
+# A/B rows of the NHWC training passes: the separate passes, and the persistent kernels without L2-held rows,
+# and with other ring shapes (slots x chunk KB; 6 x 16 by default)
 VARIANTS = {"td separate": {"TORCH_DNN_BN_PERSIST": "0"}, "td L2=0": {"TORCH_DNN_BN_L2_MB": "0"},
-            "td L2=32": {"TORCH_DNN_BN_L2_MB": "32"}, "td smem=0": {"TORCH_DNN_BN_CACHE_KB": "0"}}
+            "td ring 4x32": {"TORCH_DNN_BN_RING": "4", "TORCH_DNN_BN_CHUNK_KB": "32"},
+            "td ring 8x8": {"TORCH_DNN_BN_RING": "8", "TORCH_DNN_BN_CHUNK_KB": "8"},
+            "td ring 8x16": {"TORCH_DNN_BN_RING": "8", "TORCH_DNN_BN_CHUNK_KB": "16"}}
 
 
 def _params(c, dtype, grad=False):

@@ -692,7 +692,7 @@ __global__ void bwd_coeffs_kernel(BwdCoeffPtrs p, int64_t C) {
 // tensors of the direction together). Chunks move by 1-D bulk copies (common/cuda/bulk_copy.cuh): one thread
 // issues them, an mbarrier says when they landed, so a block keeps ~100 KB in flight for a few instructions.
 //   pass 1  the first chunks of the range are copied into shared memory to stay there (the "cache"); the
-//           others stream through a ring of kRingStages slots (the last ones with an L2 evict_last hint);
+//           others stream through a ring of slots (6 x 16 KB) (the last ones with an L2 evict_last hint);
 //           each thread adds its rows' values into per-channel sums; a fixed tree gives the block's sums.
 //   merge   after a grid barrier, a warp per channel adds the blocks' sums in a fixed order (deterministic) and
 //           writes the per-channel outputs (fwd_coeffs_one / bwd_coeffs_one) and pass 2's coefficients.
@@ -704,15 +704,18 @@ __global__ void bwd_coeffs_kernel(BwdCoeffPtrs p, int64_t C) {
 
 constexpr int kPersistThreads = 512;
 constexpr int kPersistWarps = kPersistThreads / 32;
-constexpr int kRingStages = 6;
-constexpr int kChunkBytes = 16 * 1024;
-constexpr int kBarBytes = 128;  // the mbarriers: kRingStages ring slots, the cache's two copy groups
+// Ring slots and chunk size: 6 x 16 KB by default (knobs TORCH_DNN_BN_RING, TORCH_DNN_BN_CHUNK_KB for A/B).
+constexpr int kMaxRingStages = 8;
+constexpr int kRingStagesDefault = 6;
+constexpr int kChunkKbDefault = 16;
+constexpr int kBarBytes = 128;  // the mbarriers: the ring's slots, the cache's two copy groups
 
 struct PersistGeom {
   int TX = 0;            // threads across a row (one 16-byte vector of channels each)
   int G = 0;             // blocks
   int chunk_rows = 0;    // rows of a chunk
-  int slots = 0;         // chunk slots of shared memory (the ring is the top kRingStages)
+  int stages = 0;        // ring slots
+  int slots = 0;         // chunk slots of shared memory (the ring is the top `stages`)
   int cache_cap = 0;     // at most this many chunks stay in shared memory (knob)
   int l2_chunks = 0;     // a block's last chunks streamed in pass 1 with the evict_last hint
   int red_h = 0;         // rows of the block-reduction tree's buffer
@@ -871,7 +874,7 @@ struct ChunkPlan {
     for (int t = 0; t < NT; ++t) src[t] = static_cast<const char*>(base[t]) + r0 * rowb;
     SR = g.chunk_rows;
     nchunks = int((nb + SR - 1) / SR);
-    ring_base = g.slots - kRingStages;
+    ring_base = g.slots - g.stages;
     ncc = min(nchunks, min(g.slots, g.cache_cap));
     lo = min(ncc, ring_base);
     slots = area;
@@ -907,30 +910,31 @@ struct ChunkPlan {
 
 // Shared-memory layout of a persistent block: mbarriers, the reduction tree's buffer, the chunk slots.
 struct PersistSmem {
-  uint64_t* ring_bar;   // [kRingStages]
+  uint64_t* ring_bar;   // [kMaxRingStages]
   uint64_t* lo_bar;     // cached chunks below the ring
   uint64_t* hi_bar;     // cached chunks inside the ring
   float* red;
   char* area;
   __device__ PersistSmem(char* smem, const PersistGeom& g) {
     ring_bar = reinterpret_cast<uint64_t*>(smem);
-    lo_bar = ring_bar + kRingStages;
+    lo_bar = ring_bar + kMaxRingStages;
     hi_bar = lo_bar + 1;
     red = reinterpret_cast<float*>(smem + kBarBytes);
     area = smem + kBarBytes + g.red_bytes;
-    static_assert((kRingStages + 2) * 8 <= kBarBytes, "mbarriers fit");
+    static_assert((kMaxRingStages + 2) * 8 <= kBarBytes, "mbarriers fit");
   }
 };
 
 // Pass 1 of a block: copies the cached chunks, streams the others through the ring, calls use(p, row) on every
 // row of the thread's (pointers to its 16-byte vectors, one per tensor). q counts ring copies (slot q %
-// kRingStages, parity (q / kRingStages) & 1) across both passes.
+// stages, parity (q / stages) & 1) across both passes.
 template <int NT, class F>
 __device__ void persist_pass1(const ChunkPlan<NT>& cp, const PersistSmem& sm, const PersistGeom& g, int ty, int TY,
                               int64_t vec_off, bool active, F&& use) {
   const bool lead = threadIdx.x == 0;
+  const int S = g.stages;
   if (lead) {
-    for (int s = 0; s < kRingStages; ++s) mbar_init(&sm.ring_bar[s], 1);
+    for (int s = 0; s < S; ++s) mbar_init(&sm.ring_bar[s], 1);
     mbar_init(sm.lo_bar, 1);
     mbar_init(sm.hi_bar, 1);
     mbar_fence_init();
@@ -941,15 +945,15 @@ __device__ void persist_pass1(const ChunkPlan<NT>& cp, const PersistSmem& sm, co
   const auto pol1 = [&](int k) { return k >= cp.nchunks - g.l2_chunks ? keep : drop; };
   if (lead) {
     cp.issue(0, cp.lo, 0, sm.lo_bar, drop);
-    for (int q = 0; q < kRingStages && q < n1; ++q)
+    for (int q = 0; q < S && q < n1; ++q)
       cp.issue(cp.ncc + q, cp.ncc + q + 1, cp.ring_base + q, &sm.ring_bar[q], pol1(cp.ncc + q));
   }
   for (int q = 0; q < n1; ++q) {
-    const int s = q % kRingStages;
-    mbar_wait(&sm.ring_bar[s], (q / kRingStages) & 1);
+    const int s = q % S;
+    mbar_wait(&sm.ring_bar[s], (q / S) & 1);
     if (active) cp.for_rows(cp.ncc + q, cp.ring_base + s, ty, TY, vec_off, use);
     __syncthreads();  // the slot is free again
-    const int k = cp.ncc + q + kRingStages;
+    const int k = cp.ncc + q + S;
     if (lead && k < cp.nchunks) cp.issue(k, k + 1, cp.ring_base + s, &sm.ring_bar[s], pol1(k));
   }
   // the cached chunks inside the ring now that the ring is idle (the loop's last barrier)
@@ -969,9 +973,10 @@ __device__ void persist_pass1(const ChunkPlan<NT>& cp, const PersistSmem& sm, co
 // Pass 2 of a block: out(p, row) on every row of the thread's: the cached chunks inside the ring first, then
 // the others streamed again newest first (the L2 holds the latest) while the cached chunks below the ring run.
 template <int NT, class F>
-__device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, int ty, int TY, int64_t vec_off,
-                              bool active, F&& out) {
+__device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, const PersistGeom& g, int ty, int TY,
+                              int64_t vec_off, bool active, F&& out) {
   const bool lead = threadIdx.x == 0;
+  const int S = g.stages;
   if (active)
     for (int k = cp.lo; k < cp.ncc; ++k) cp.for_rows(k, k, ty, TY, vec_off, out);
   __syncthreads();  // the ring's slots are free
@@ -979,19 +984,19 @@ __device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, in
   const int n1 = cp.nchunks - cp.ncc, n2 = n1;
   const auto chunk = [&](int p) { return cp.nchunks - 1 - p; };
   if (lead)
-    for (int p = 0; p < kRingStages && p < n2; ++p) {
-      const int s = (n1 + p) % kRingStages;
+    for (int p = 0; p < S && p < n2; ++p) {
+      const int s = (n1 + p) % S;
       cp.issue(chunk(p), chunk(p) + 1, cp.ring_base + s, &sm.ring_bar[s], drop);
     }
   if (active)
     for (int k = 0; k < cp.lo; ++k) cp.for_rows(k, k, ty, TY, vec_off, out);
   for (int p = 0; p < n2; ++p) {
-    const int q = n1 + p, s = q % kRingStages;
-    mbar_wait(&sm.ring_bar[s], (q / kRingStages) & 1);
+    const int q = n1 + p, s = q % S;
+    mbar_wait(&sm.ring_bar[s], (q / S) & 1);
     if (active) cp.for_rows(chunk(p), cp.ring_base + s, ty, TY, vec_off, out);
     __syncthreads();
-    if (lead && p + kRingStages < n2) {
-      const int k = chunk(p + kRingStages);
+    if (lead && p + S < n2) {
+      const int k = chunk(p + S);
       cp.issue(k, k + 1, cp.ring_base + s, &sm.ring_bar[s], drop);
     }
   }
@@ -1073,7 +1078,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
   }
   T* yb = a.y + cp.r0 * C + c0;
   const T* rb = ACT && a.res ? a.res + cp.r0 * C + c0 : nullptr;
-  persist_pass2(cp, sm, ty, TY, vec_off, active, [&](const char* const (&p)[1], int64_t i) {
+  persist_pass2(cp, sm, g, ty, TY, vec_off, active, [&](const char* const (&p)[1], int64_t i) {
     float v[V];
     unpack16<T, V>(p[0], v);
     if constexpr (ACT) {
@@ -1168,7 +1173,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
     load_coefs<V>(a.coef + 2 * C + c0, kb);
   }
   T* dxb = a.dx + cp.r0 * C + c0;
-  persist_pass2(cp, sm, ty, TY, vec_off, active, [&](const char* const (&p)[2], int64_t i) {
+  persist_pass2(cp, sm, g, ty, TY, vec_off, active, [&](const char* const (&p)[2], int64_t i) {
     float d[V], v[V];
     unpack16<T, V>(p[0], d);
     unpack16<T, V>(p[1], v);
@@ -1204,7 +1209,8 @@ bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
   g.red_h = p2 / 2;
   g.red_bytes = int(int64_t(g.red_h) * 2 * s.C * int64_t(sizeof(float)));
   const int64_t row_bytes = int64_t(NT) * s.C * int64_t(sizeof(T));
-  g.chunk_rows = int(std::max<int64_t>(1, kChunkBytes / row_bytes));
+  g.stages = std::min(std::max(env_int("TORCH_DNN_BN_RING", kRingStagesDefault), 2), kMaxRingStages);
+  g.chunk_rows = int(std::max<int64_t>(1, int64_t(std::max(env_int("TORCH_DNN_BN_CHUNK_KB", kChunkKbDefault), 1)) * 1024 / row_bytes));
   const int64_t slot_bytes = row_bytes * g.chunk_rows;
   // the kernels have no static shared memory; the limit is raised once per device to the opt-in maximum
   if (raise_smem_limit_once<Kernel>(max_smem_optin()) != cudaSuccess) {
@@ -1213,12 +1219,12 @@ bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
   }
   const int64_t area = int64_t(max_smem_optin()) - kBarBytes - g.red_bytes;
   g.slots = int(area > 0 ? area / slot_bytes : 0);
-  if (g.slots < kRingStages + 1) return false;
+  if (g.slots < g.stages + 1) return false;
   const int cap_kb = env_int("TORCH_DNN_BN_CACHE_KB", -1);
   g.cache_cap = cap_kb >= 0 ? int(int64_t(cap_kb) * 1024 / slot_bytes) : g.slots;
   g.G = sm_count();  // one block per SM (launch bounds (512, 1): at most 128 registers, so one always fits)
   const int64_t chunks = (s.outer + g.G - 1) / g.G / g.chunk_rows + 1;  // a block's chunks, at most
-  const int used = int(std::min<int64_t>(g.slots, std::max<int64_t>(chunks, kRingStages + 1)));
+  const int used = int(std::min<int64_t>(g.slots, std::max<int64_t>(chunks, g.stages + 1)));
   g.smem = size_t(kBarBytes) + size_t(g.red_bytes) + size_t(used) * size_t(slot_bytes);
   g.slots = used;
   g.l2_chunks = int((int64_t(env_int("TORCH_DNN_BN_L2_MB", 16)) << 20) / (int64_t(g.G) * slot_bytes));
