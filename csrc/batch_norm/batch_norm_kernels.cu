@@ -825,9 +825,20 @@ __device__ __forceinline__ void merge_partials(const float* part, int64_t c, int
   const int G = int(gridDim.x);
   S = 0.0;
   Q = 0.0;
-  for (int j = lane; j < G; j += 32) {
-    S += double(__ldcg(part + c * G + j));
-    Q += double(__ldcg(part + (C + c) * G + j));
+  // four blocks' partials a lane in flight before they are added (one L2 round trip, not four)
+  for (int j0 = 0; j0 < G; j0 += 128) {
+    float s[4], q[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int j = j0 + 32 * u + lane;
+      s[u] = j < G ? __ldcg(part + c * G + j) : 0.f;
+      q[u] = j < G ? __ldcg(part + (C + c) * G + j) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      S += double(s[u]);
+      Q += double(q[u]);
+    }
   }
   S = warp_reduce(S, SumOp{});
   Q = warp_reduce(Q, SumOp{});
