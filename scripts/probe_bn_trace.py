@@ -1,6 +1,6 @@
 """Phase timings of batch_norm's persistent training kernels on 64x256x56x56 bf16 channels-last, and the
 GPU time per fwd+bwd step in a back-to-back loop (direct ops and through autograd), with the host time per
-step: `python scripts/probe_bn_trace.py`. The traces come from TORCH_DNN_BN_TRACE=1 (csrc/batch_norm/
+step: `python scripts/probe_bn_trace.py [--no-trace]` (knobs such as TORCH_DNN_BN_L2_MB from the environment). The traces come from TORCH_DNN_BN_TRACE=1 (csrc/batch_norm/
 batch_norm_kernels.cu): each phase's end, min..max over the blocks, in microseconds from the first start:
 [1] pass 1 done, [2] after the first grid barrier, [3] after the merge and second barrier, [4] pass 2 done."""
 import os
@@ -23,13 +23,14 @@ def main():
     _, mean, invstd = ops.batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
     g = torch.randn_like(x)
     torch.cuda.synchronize()
-    os.environ["TORCH_DNN_BN_TRACE"] = "1"
-    for _ in range(2):
-        ops.batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
-    for _ in range(2):
-        ops.batch_norm_backward(g, x, w, None, None, mean, invstd, True, 1e-5, [True, True, True])
-    torch.cuda.synchronize()
-    del os.environ["TORCH_DNN_BN_TRACE"]
+    if "--no-trace" not in sys.argv:
+        os.environ["TORCH_DNN_BN_TRACE"] = "1"
+        for _ in range(2):
+            ops.batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+        for _ in range(2):
+            ops.batch_norm_backward(g, x, w, None, None, mean, invstd, True, 1e-5, [True, True, True])
+        torch.cuda.synchronize()
+        del os.environ["TORCH_DNN_BN_TRACE"]
     xg, wg, bg = (t.detach().requires_grad_() for t in (x, w, b))
     rm, rv = torch.zeros(256, device="cuda"), torch.ones(256, device="cuda")
 
