@@ -47,6 +47,18 @@ ChannelVec vec(const at::Tensor& t) {
   return ChannelVec{t.data_ptr(), to_dtype(t.scalar_type())};
 }
 
+// A persistent launch's outcome: true when it ran; false when the device could not hold the whole grid at once
+// (fewer SMs available than the device reports, e.g. under MPS limits): the caller runs the separate passes.
+// Any other error is raised.
+bool launched(cudaError_t err) {
+  if (err == cudaErrorCooperativeLaunchTooLarge) {
+    cudaGetLastError();
+    return false;
+  }
+  TD_CHECK_LAUNCH(err);
+  return true;
+}
+
 struct CudaBackend {
   static void fwd_coeffs(FwdCoeffArgs& a) {
     c10::cuda::CUDAGuard guard(a.mean.device());
@@ -112,9 +124,8 @@ struct CudaBackend {
     p.count = a.count;
     p.mean = vec(a.mean);
     p.invstd = vec(a.invstd);
-    TD_CHECK_LAUNCH(launch_persist_forward(dt, s, xd.const_data_ptr(), cptr(rd), y.data_ptr(), int(act), p,
+    return launched(launch_persist_forward(dt, s, xd.const_data_ptr(), cptr(rd), y.data_ptr(), int(act), p,
                                            ws.data_ptr(), current_stream()));
-    return true;
   }
   // Plain batch_norm's training backward in one persistent kernel (launch_persist_backward): writes a.dw, a.db
   // (those defined) and dx. False: nothing done.
@@ -136,9 +147,8 @@ struct CudaBackend {
     p.count = a.count;
     p.dw = vec(a.dw);
     p.db = vec(a.db);
-    TD_CHECK_LAUNCH(launch_persist_backward(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
+    return launched(launch_persist_backward(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
                                             dx.data_ptr(), ws.data_ptr(), current_stream()));
-    return true;
   }
   static void stats(const at::Tensor& x, at::Tensor& mean, at::Tensor& m2) {
     c10::cuda::CUDAGuard guard(x.device());
