@@ -22,8 +22,9 @@ bool launch_tile_bwd(DType t, const void* g, const int64_t* ind, void* dx, const
     const T* gp = static_cast<const T*>(g);
     T* dxp = static_cast<T*>(dx);
     constexpr int V = kVec16<T>;
+    const NcBwd choice = nc_bwd_choice();
     if (a.kh == 3 && a.kw == 3 && a.sh == 2 && a.sw == 2 && a.dh == 1 && a.dw == 1 && a.ph <= 1 && a.pw <= 1 &&
-        a.W % V == 0 && aligned16(dx) && !nc_bwd_gather() && !nc_bwd_owner()) {
+        a.W % V == 0 && aligned16(dx) && choice == NcBwd::Auto) {
       // 3x3/2: vectors of inputs a thread over a zero-bordered stage (a band of input rows)
       const int n_cols = ((a.W - 1 + a.pw) >> 1) + 2;
       const int64_t bytes = int64_t(n_cols) * int64_t(sizeof(A) + (OP == Op::Max ? 4 : 0));
@@ -42,7 +43,7 @@ bool launch_tile_bwd(DType t, const void* g, const int64_t* ind, void* dx, const
         return;
       }
     }
-    if (span_h <= 2 * a.sh && span_w <= 2 * a.sw && !nc_bwd_gather()) {
+    if (span_h <= 2 * a.sh && span_w <= 2 * a.sw && choice != NcBwd::Gather) {
       // owner blocks: a band of R owner rows stages grad rows [o0 - 1, o0 + R)
       if (fit < 2) return;
       const int own_h = int((a.H - 1 + a.ph) / a.sh + 1), own_w = int((a.W - 1 + a.pw) / a.sw + 1);

@@ -455,11 +455,10 @@ ClusterChoice cluster_choice(const GnParams<T>& p, int tiles, int K) {
   return c;
 }
 
-// Launches kernel in clusters of c.K CTAs, as many clusters as fit at once (persistent), at most one an item.
-// false (nothing launched, no error left behind) where this build or device cannot run it.
 // Resident clusters of (device, kernel, K, smem), or 0 where the plan cannot run: cached, because the
-// attribute and occupancy queries cost more host time than a launch (the dynamic shared memory size attribute
-// is still set at every launch: another size may have been set since).
+// attribute and occupancy queries cost more host time than a launch. The kernel's dynamic shared-memory limit
+// is raised to the device's opt-in maximum (a cap, not a request: occupancy follows each launch's own size), so
+// no launch has to set it again.
 template <typename Kern>
 int resident_clusters(Kern* kernel, int K, size_t smem, cudaStream_t stream) {
   struct Entry {
@@ -481,7 +480,7 @@ int resident_clusters(Kern* kernel, int K, size_t smem, cudaStream_t stream) {
   int clusters = 0;
   cudaFuncAttributes fa;
   if (cudaFuncGetAttributes(&fa, kernel) == cudaSuccess && fa.binaryVersion >= 90 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin()) == cudaSuccess &&
       (K <= 8 || cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess)) {
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -506,14 +505,12 @@ int resident_clusters(Kern* kernel, int K, size_t smem, cudaStream_t stream) {
 
 // Launches kernel in clusters of c.K CTAs, as many clusters as fit at once (persistent), at most one an item.
 // false (nothing launched, no error left behind) where this build or device cannot run it.
+// Launches kernel in clusters of c.K CTAs, as many clusters as fit at once (persistent), at most one an item.
+// false (nothing launched, no error left behind) where this build or device cannot run it.
 template <typename Kern, typename... Args>
 bool launch_clustered(Kern* kernel, const ClusterChoice& c, cudaStream_t stream, Args... args) {
   const int clusters = resident_clusters(kernel, c.K, c.smem, stream);
   if (clusters < 1) return false;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = unsigned(c.K);

@@ -670,10 +670,15 @@ inline bool tile_unpadded() {
   return v && std::strcmp(v, "unpadded") == 0;
 }
 
-// TORCH_DNN_POOL_NC_BWD=owner: the owner kernel for 3x3/2 windows too, instead of pool_bwd_tile_k3s2.
-inline bool nc_bwd_owner() {
+// The NCDHW backward's kernel choice, TORCH_DNN_POOL_NC_BWD: unset, pool_bwd_tile_k3s2 for 3x3/2 windows and
+// the owner blocks where they apply; =owner, the owner blocks for 3x3/2 windows too; =gather, the per-input
+// tile gather.
+enum class NcBwd { Auto, Owner, Gather };
+inline NcBwd nc_bwd_choice() {
   const char* v = std::getenv("TORCH_DNN_POOL_NC_BWD");
-  return v && std::strcmp(v, "owner") == 0;
+  if (v && std::strcmp(v, "owner") == 0) return NcBwd::Owner;
+  if (v && std::strcmp(v, "gather") == 0) return NcBwd::Gather;
+  return NcBwd::Auto;
 }
 
 constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: several blocks per SM
@@ -851,12 +856,6 @@ inline bool owner_applies(const PoolShape& s) {
     if (a.in + 2 * a.p + a.k + a.s >= lim || a.out * a.s >= lim) return false;
   }
   return s.ax[1].in * s.ax[2].in < lim && s.ax[0].in < lim;
-}
-
-// TORCH_DNN_POOL_NC_BWD=gather: the per-input tile gather instead of the NCDHW owner blocks.
-inline bool nc_bwd_gather() {
-  const char* v = std::getenv("TORCH_DNN_POOL_NC_BWD");
-  return v && std::strcmp(v, "gather") == 0;
 }
 
 // TORCH_DNN_POOL_CL_BWD=item: the per-input channels-last gather (pool.cuh) instead of the owner blocks.
