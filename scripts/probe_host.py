@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
+from scripts.profile_kernels import bn_tensors
 
 
 def per_call_us(fn, n=300):
@@ -25,12 +26,7 @@ def per_call_us(fn, n=300):
 
 
 def bn_steps():
-    x = torch.randn(4, 64, 4, 4, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
-    x.requires_grad_()
-    w = torch.rand(64, device="cuda").requires_grad_()
-    b = torch.randn(64, device="cuda").requires_grad_()
-    rm, rv = torch.zeros(64, device="cuda"), torch.ones(64, device="cuda")
-    g = torch.randn_like(x)
+    x, w, b, rm, rv, g = bn_tensors((4, 64, 4, 4), "NHWC")
 
     def fwd(fn):
         return lambda: fn(x.detach(), rm, rv, w.detach(), b.detach(), True, 0.1, 1e-5)

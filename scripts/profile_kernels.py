@@ -10,15 +10,21 @@ from torch.profiler import ProfilerActivity, profile
 import torch_dnn.functional as F
 
 
-def bn_steps(layout):
-    x = torch.randn(64, 256, 56, 56, device="cuda", dtype=torch.bfloat16)
+def bn_tensors(shape, layout):
+    """bf16 input (requires grad) in `layout`, float32 weight and bias (require grad), running stats, a gradient."""
+    x = torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
     if layout == "NHWC":
         x = x.contiguous(memory_format=torch.channels_last)
     x.requires_grad_()
-    w = torch.rand(256, device="cuda").requires_grad_()
-    b = torch.randn(256, device="cuda").requires_grad_()
-    rm, rv = torch.zeros(256, device="cuda"), torch.ones(256, device="cuda")
-    g = torch.randn_like(x)
+    c = shape[1]
+    w = torch.rand(c, device="cuda").requires_grad_()
+    b = torch.randn(c, device="cuda").requires_grad_()
+    rm, rv = torch.zeros(c, device="cuda"), torch.ones(c, device="cuda")
+    return x, w, b, rm, rv, torch.randn_like(x)
+
+
+def bn_steps(layout):
+    x, w, b, rm, rv, g = bn_tensors((64, 256, 56, 56), layout)
 
     def step(fn):
         def run():

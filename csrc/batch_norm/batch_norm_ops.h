@@ -90,8 +90,6 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, cons
   a.count = x.numel() / std::max<int64_t>(C, 1);
   a.mean = mean;
   a.invstd = invstd;
-  a.scale = at::empty({C}, sopt);
-  a.shift = at::empty({C}, sopt);
   bool done = false;  // by the backend's one-kernel training forward (statistics, coefficients and y)
   if (training) {
     // the in-place update goes to the caller's tensors (contiguous ones: the usual buffers)
@@ -107,7 +105,11 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, cons
     a.stat_mean = rm;
     a.stat_var = rv;
   }
-  if (!done) B::fwd_coeffs(a);
+  if (!done) {  // the separate passes' affine map (the one-kernel forward keeps its own)
+    a.scale = at::empty({C}, sopt);
+    a.shift = at::empty({C}, sopt);
+    B::fwd_coeffs(a);
+  }
   if (training && given(running_mean) && !a.running_mean.is_same(*running_mean)) {
     at::NoGradGuard ng;
     running_mean->copy_(a.running_mean);
