@@ -72,10 +72,10 @@ cuda_launchers = [f for f in all_cpp if f.endswith("_cuda.cpp")]
 cuda_kernels = sorted(glob.glob("csrc/**/*.cu", recursive=True))
 # The Hopper GEMM (CUTLASS 3.x kernels) is built only when the CUTLASS headers are installed; the matmul
 # launcher then calls it (#ifdef TORCH_DNN_WITH_SM90_GEMM), else it uses the portable kernels alone.
-SM90_GEMM = "csrc/matmul/gemm_sm90.cu"
+SM90_GEMM = ["csrc/matmul/gemm_sm90.cu", "csrc/matmul/gemm_sm90_swap.cu"]
 cutlass_include = _cutlass_include_dir()
 if cutlass_include is None:
-    cuda_kernels = [f for f in cuda_kernels if f != SM90_GEMM]
+    cuda_kernels = [f for f in cuda_kernels if f not in SM90_GEMM]
 sources = [f for f in all_cpp if f not in cuda_launchers]
 # Two sources with one stem in one folder (x.cpp and x.cu) would build the same x.o: ninja refuses.
 _stems = [os.path.splitext(f)[0] for f in all_cpp + cuda_kernels]
@@ -96,7 +96,7 @@ if with_cuda:
     include_dirs += _pip_nvidia_include_dirs()
     if cutlass_include is not None:
         define_macros.append(("TORCH_DNN_WITH_SM90_GEMM", "1"))
-        # -isystem: CUTLASS's own headers stay out of our -Wall; only nvcc compiles them (gemm_sm90.cu)
+        # -isystem: CUTLASS's own headers stay out of our -Wall; only nvcc compiles them (gemm_sm90*.cu)
         nvcc_flags += ["-isystem", cutlass_include]
     ext = CUDAExtension(
         "torch_dnn._C",

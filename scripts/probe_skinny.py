@@ -1,7 +1,8 @@
 """Skinny (decode-sized) linear on the device: GPU time per call from CUDA-graph replay (the weight cycled over
 enough copies that it streams from DRAM, as in the benchmark harness) and host time per call (a launch loop on
-a tiny problem: the CPU is then the bottleneck), for torch_dnn's skinny kernel, its Hopper / 128x128 paths
-(TORCH_DNN_GEMM_SKINNY=0) and cuBLAS (F.linear).
+a tiny problem: the CPU is then the bottleneck), for torch_dnn's default choice, its mma.sync skinny kernel,
+the Hopper swap-AB kernels (TORCH_DNN_GEMM_SKINNY=0; split-K sweep by TORCH_DNN_SM90_SWAP_SPLITS), the Hopper
+128x128 stream-K kernel (TORCH_DNN_SM90_SWAP=0) and cuBLAS (F.linear).
 
     python scripts/probe_skinny.py [--out probe_skinny.json]
     ncu --kernel-name regex:skinny python scripts/probe_skinny.py --once M,KN    (a few calls of one shape)
@@ -82,13 +83,16 @@ def main():
         ws = [torch.empty(kn, kn, dtype=dt, device="cuda").uniform_(-0.05, 0.05) for _ in range(n_sets)]
         for m in (1, 16, 64, 256):
             sets = [(torch.empty(m, kn, dtype=dt, device="cuda").uniform_(-1, 1), w) for w in ws]
+            lin = lambda x, w: F.linear(x, w)  # noqa: E731
             impls = {
-                "torch_dnn": lambda x, w: F.linear(x, w),
-                "torch_dnn skinny off": with_env(lambda x, w: F.linear(x, w), TORCH_DNN_GEMM_SKINNY="0"),
-                "torch_dnn 4 stages": with_env(lambda x, w: F.linear(x, w), TORCH_DNN_GEMM_SKINNY_STAGES="4"),
-                "torch_dnn counter": with_env(lambda x, w: F.linear(x, w), TORCH_DNN_GEMM_SKINNY="counter"),
-                "cuBLAS": TF.linear,
+                "torch_dnn": lin,
+                "mma.sync skinny": with_env(lin, TORCH_DNN_GEMM_SKINNY="1"),
+                "swap-AB": with_env(lin, TORCH_DNN_GEMM_SKINNY="0"),
             }
+            for sp in ((1, 2, 4, 8) if kn == 4096 else (1, 2)):
+                impls[f"swap-AB splits={sp}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SWAP_SPLITS=str(sp))
+            impls["stream-K 128x128"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SWAP="0")
+            impls["cuBLAS"] = TF.linear
             nbytes = (2 * m * kn + kn * kn) * 2
             for name, fn in impls.items():
                 us = graph_us(fn, sets)

@@ -145,7 +145,7 @@ def test_mm_large_square_bf16():
 
 
 def test_mm_deterministic():
-    # the stream-K kernel (skinny M) reduces its partial tiles in a fixed order: bitwise equal run to run
+    # the swap-AB kernel's split-K (skinny M) reduces its partial tiles in a fixed order: bitwise equal run to run
     a = _operand(64, 8192, torch.bfloat16, False)
     b = _operand(8192, 4096, torch.bfloat16, True)
     first = _mm(a, b)
@@ -209,6 +209,28 @@ def test_linear_act(dtype, act, bias, residual, M, N, K):
     ref = _linear_ref(x.double(), w.double(), b.double() if b is not None else None, act,
                       r.double() if r is not None else None)
     _check(out, peer, ref, f"linear_act {act} bias={bias} res={residual} {M}x{N}x{K} {dtype}")
+
+
+# the swap-AB kernels (skinny x @ w.T, M <= 256 and N >= 4 M): odd M against both tile widths, N and K not
+# multiples of the tile, bias along the kernel's rows, residual through a column-major C, and the split-K
+# decomposition forced (3 K ranges: an uneven split) as well as chosen
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [1, 33, 100, 256])
+@pytest.mark.parametrize("splits", ["auto", "1", "3"])
+def test_linear_act_swap_ab(dtype, M, splits, monkeypatch):
+    if splits != "auto":
+        monkeypatch.setenv("TORCH_DNN_SM90_SWAP_SPLITS", splits)
+    N, K = 1032, 1048
+    x = _rand((M, K), dtype)
+    w = _rand((N, K), dtype, -0.1, 0.1)
+    b = _rand((N,), dtype)
+    r = _rand((M, N), dtype)
+    _poison(M * N * x.element_size() * 4)
+    out = torch_dnn.functional.linear_act(x, w, b, "gelu", r)
+    ref = _linear_ref(x.double(), w.double(), b.double(), "gelu", r.double())
+    _check(out, _linear_ref(x, w, b, "gelu", r), ref, f"linear_act swap-AB M={M} splits={splits} {dtype}")
+    plain = torch_dnn.functional.mm(x, w.t())
+    _check(plain, torch.mm(x, w.t()), torch.mm(x.double(), w.double().t()), f"mm swap-AB M={M} splits={splits}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -59,6 +59,16 @@ bool launched(cudaError_t err) {
   return true;
 }
 
+// The plan and workspace of a persistent launch over xd's layout that writes `out`; plan.ok false: it cannot
+// run (the caller runs the separate passes).
+PersistPlan plan_for(const at::Tensor& xd, const at::Tensor& out, PersistKind kind,
+                     std::initializer_list<const void*> ptrs, at::Tensor& ws) {
+  if (out.strides() != xd.strides()) return {};
+  const PersistPlan plan = plan_persist(to_dtype(xd.scalar_type()), shape_of(xd), kind, ptrs);
+  if (plan.ok) ws = at::empty({plan.ws_floats}, xd.options().dtype(at::kFloat));
+  return plan;
+}
+
 struct CudaBackend {
   static void fwd_coeffs(FwdCoeffArgs& a) {
     c10::cuda::CUDAGuard guard(a.mean.device());
@@ -107,12 +117,10 @@ struct CudaBackend {
     if (x.numel() == 0) return false;
     c10::cuda::CUDAGuard guard(x.device());
     const at::Tensor xd = dense_like(x), rd = like(res, xd);
-    if (y.strides() != xd.strides()) return false;
-    const BnShape s = shape_of(xd);
-    const DType dt = to_dtype(x.scalar_type());
-    const int64_t n = persist_workspace(dt, s, false, {xd.const_data_ptr(), cptr(rd), y.data_ptr()});
-    if (n == 0) return false;
-    at::Tensor ws = at::empty({n}, x.options().dtype(at::kFloat));
+    const PersistKind kind = rd.defined() || act != 0 ? PersistKind::ForwardAct : PersistKind::Forward;
+    at::Tensor ws;
+    const PersistPlan plan = plan_for(xd, y, kind, {xd.const_data_ptr(), cptr(rd), y.data_ptr()}, ws);
+    if (!plan.ok) return false;
     FwdCoeffPtrs p;
     p.weight = vec(a.weight);
     p.bias = vec(a.bias);
@@ -124,7 +132,7 @@ struct CudaBackend {
     p.count = a.count;
     p.mean = vec(a.mean);
     p.invstd = vec(a.invstd);
-    return launched(launch_persist_forward(dt, s, xd.const_data_ptr(), cptr(rd), y.data_ptr(), int(act), p,
+    return launched(launch_persist_forward(plan, xd.const_data_ptr(), cptr(rd), y.data_ptr(), int(act), p,
                                            ws.data_ptr(), current_stream()));
   }
   // Plain batch_norm's training backward in one persistent kernel (launch_persist_backward): writes a.dw, a.db
@@ -134,12 +142,10 @@ struct CudaBackend {
     if (x.numel() == 0 || mean.scalar_type() != at::kFloat) return false;
     c10::cuda::CUDAGuard guard(x.device());
     const at::Tensor xd = dense_like(x), dyd = like(dy, xd), mu = stat(mean);
-    if (dx.strides() != xd.strides()) return false;
-    const BnShape s = shape_of(xd);
-    const DType dt = to_dtype(x.scalar_type());
-    const int64_t n = persist_workspace(dt, s, true, {dyd.const_data_ptr(), xd.const_data_ptr(), dx.data_ptr()});
-    if (n == 0) return false;
-    at::Tensor ws = at::empty({n}, x.options().dtype(at::kFloat));
+    at::Tensor ws;
+    const PersistPlan plan =
+        plan_for(xd, dx, PersistKind::Backward, {dyd.const_data_ptr(), xd.const_data_ptr(), dx.data_ptr()}, ws);
+    if (!plan.ok) return false;
     BwdCoeffPtrs p;
     p.invstd = vec(a.invstd);
     p.weight = vec(a.weight);
@@ -147,7 +153,7 @@ struct CudaBackend {
     p.count = a.count;
     p.dw = vec(a.dw);
     p.db = vec(a.db);
-    return launched(launch_persist_backward(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
+    return launched(launch_persist_backward(plan, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
                                             dx.data_ptr(), ws.data_ptr(), current_stream()));
   }
   static void stats(const at::Tensor& x, at::Tensor& mean, at::Tensor& m2) {

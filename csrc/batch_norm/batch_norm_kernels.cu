@@ -710,19 +710,6 @@ constexpr int kRingStagesDefault = 6;
 constexpr int kChunkKbDefault = 16;
 constexpr int kBarBytes = 128;  // the mbarriers: the ring's slots, the cache's two copy groups
 
-struct PersistGeom {
-  int TX = 0;            // threads across a row (one 16-byte vector of channels each)
-  int G = 0;             // blocks
-  int chunk_rows = 0;    // rows of a chunk
-  int stages = 0;        // ring slots
-  int slots = 0;         // chunk slots of shared memory (the ring is the top `stages`)
-  int cache_cap = 0;     // at most this many chunks stay in shared memory (knob)
-  int l2_chunks = 0;     // a block's last chunks streamed in pass 1 with the evict_last hint
-  int red_h = 0;         // rows of the block-reduction tree's buffer
-  int red_bytes = 0;
-  size_t smem = 0;
-};
-
 // Phase timestamps of a persistent launch (TORCH_DNN_BN_TRACE=1, a measurement aid): thread 0 of each block
 // writes the global timer at kernel start, end of pass 1, after each grid barrier, and at the end.
 constexpr int kTracePoints = 5;
@@ -855,14 +842,6 @@ __device__ __forceinline__ void load_coefs(const float* p, float (&out)[V]) {
     out[j + 2] = v.z;
     out[j + 3] = v.w;
   }
-}
-
-template <typename T, int V>
-__device__ __forceinline__ void unpack16(const void* p, float (&out)[V]) {
-  static_assert(sizeof(T) * V == 16, "16-byte vectors");
-  const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(p);
-#pragma unroll
-  for (int j = 0; j < V; ++j) out[j] = to_acc<float>(v.v[j]);
 }
 
 // A block's rows as chunks of NT tensors' rows, and where they live in shared memory. Chunk k covers rows
@@ -1013,6 +992,72 @@ __device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, co
   }
 }
 
+// What both directions' kernels share: a block's thread layout over its rows, its chunk plan and shared memory,
+// and the phases around their own math: pass 1 (rows into per-thread sums), the exchange (block partials, grid
+// barrier, a warp per channel merging every block's sums in a fixed order, grid barrier) and pass 2.
+template <typename T, int NT>
+struct PersistBlock {
+  static constexpr int V = kVec16<T>;
+  const PersistGeom& g;
+  int TX, TY, tx, ty;
+  bool active;
+  int64_t C, c0, vec_off;
+  PersistSmem sm;
+  ChunkPlan<NT> cp;
+  unsigned long long* trace;
+
+  __device__ PersistBlock(const PersistGeom& geo, const void* const (&base)[NT], int64_t R, int64_t C_, char* smem,
+                          unsigned long long* trace_)
+      : g(geo),
+        TX(geo.TX),
+        TY(kPersistThreads / geo.TX),
+        tx(int(threadIdx.x) % geo.TX),
+        ty(int(threadIdx.x) / geo.TX),
+        active(ty < TY),
+        C(C_),
+        c0(int64_t(tx) * V),
+        vec_off(int64_t(tx) * V * int64_t(sizeof(T))),
+        sm(smem, geo),
+        cp(base, R, C_ * int64_t(sizeof(T)), geo, sm.area),
+        trace(trace_) {
+    trace_point(trace, 0);
+  }
+
+  template <class F>
+  __device__ void pass1(FoldedSums<V>& acc, F&& use) {
+    persist_pass1(cp, sm, g, ty, TY, vec_off, active, use);
+    acc.fold();
+    trace_point(trace, 1);
+  }
+  // merge(c, S, Q) on lane 0 of channel c's warp, with the channel's sums over all blocks (double)
+  template <class F>
+  __device__ void exchange(FoldedSums<V>& acc, float* part, unsigned* bar, F&& merge) {
+    block_sums_to_partials<V>(acc, active, tx, ty, TY, g.red_h, C, sm.red, part);
+    grid_barrier(bar, gridDim.x);
+    trace_point(trace, 2);
+    for (int64_t c = int64_t(blockIdx.x) * kPersistWarps + threadIdx.x / 32; c < C;
+         c += int64_t(gridDim.x) * kPersistWarps) {
+      double S, Q;
+      merge_partials(part, c, C, S, Q);
+      if (threadIdx.x % 32 == 0) merge(c, S, Q);
+    }
+    grid_barrier(bar, 2 * gridDim.x);
+    trace_point(trace, 3);
+  }
+  template <class F>
+  __device__ void pass2(F&& out) {
+    persist_pass2(cp, sm, g, ty, TY, vec_off, active, out);
+    __syncthreads();
+    trace_point(trace, 4);
+  }
+};
+
+// A row vector of the chunk image: 16 bytes of T in shared memory, as floats.
+template <typename T, int V>
+__device__ __forceinline__ void row_vec(const char* p, float (&out)[V]) {
+  load_acc<V>(reinterpret_cast<const T*>(p), out);
+}
+
 template <typename T>
 struct PersistFwdArgs {
   const T* x;
@@ -1034,64 +1079,43 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
   // (compiled for every architecture, launched on sm_90+ only: the bulk copies are no-ops below)
   constexpr int V = kVec16<T>;
   extern __shared__ __align__(16) char persist_smem[];
-  const PersistGeom& g = a.geo;
-  const int TX = g.TX, TY = kPersistThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-  const bool active = ty < TY;
-  const int64_t C = a.C, c0 = int64_t(tx) * V;
-  const PersistSmem sm(persist_smem, g);
   const void* const base[1] = {a.x};
-  const ChunkPlan<1> cp(base, a.R, C * int64_t(sizeof(T)), g, sm.area);
-  const int64_t vec_off = c0 * int64_t(sizeof(T));
-  trace_point(a.trace, 0);
+  PersistBlock<T, 1> b(a.geo, base, a.R, a.C, persist_smem, a.trace);
+  const int64_t C = a.C, c0 = b.c0;
 
   // pass 1: shifted sums (shift: the channel's first element, the same for every block)
   FoldedSums<V> acc;
   acc.init();
   float sh[V];
-  if (active) load_acc<V>(a.x + c0, sh);
-  persist_pass1(cp, sm, g, ty, TY, vec_off, active, [&](const char* const (&p)[1], int64_t) {
+  if (b.active) load_acc<V>(a.x + c0, sh);
+  b.pass1(acc, [&](const char* const (&p)[1], int64_t) {
     float v[V];
-    unpack16<T, V>(p[0], v);
+    row_vec<T, V>(p[0], v);
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] -= sh[j];
     acc.add(v, v);
   });
-  acc.fold();
-  trace_point(a.trace, 1);
-  block_sums_to_partials<V>(acc, active, tx, ty, TY, g.red_h, C, sm.red, a.part);
-  grid_barrier(a.bar, gridDim.x);
-  trace_point(a.trace, 2);
-
-  // merge: a warp per channel
-  const int lane = threadIdx.x % 32;
-  for (int64_t c = int64_t(blockIdx.x) * kPersistWarps + threadIdx.x / 32; c < C;
-       c += int64_t(gridDim.x) * kPersistWarps) {
-    double S, Q;
-    merge_partials(a.part, c, C, S, Q);
-    if (lane == 0) {
-      const double n = double(a.R), d = S / n;
-      double m2 = Q - S * d;
-      m2 = m2 < 0.0 ? 0.0 : m2;  // rounding may go below 0; NaN stays NaN
-      double scale, shift;
-      fwd_coeffs_one(a.p, c, double(to_acc<float>(a.x[c])) + d, m2, &scale, &shift);
-      a.coef[c] = float(scale);
-      a.coef[C + c] = float(shift);
-    }
-  }
-  grid_barrier(a.bar, 2 * gridDim.x);
-  trace_point(a.trace, 3);
+  b.exchange(acc, a.part, a.bar, [&](int64_t c, double S, double Q) {
+    const double n = double(a.R), d = S / n;
+    double m2 = Q - S * d;
+    m2 = m2 < 0.0 ? 0.0 : m2;  // rounding may go below 0; NaN stays NaN
+    double scale, shift;
+    fwd_coeffs_one(a.p, c, double(to_acc<float>(a.x[c])) + d, m2, &scale, &shift);
+    a.coef[c] = float(scale);
+    a.coef[C + c] = float(shift);
+  });
 
   // pass 2: y = act(x * scale + shift + res)
   float sc[V], sf[V];
-  if (active) {
+  if (b.active) {
     load_coefs<V>(a.coef + c0, sc);
     load_coefs<V>(a.coef + C + c0, sf);
   }
-  T* yb = a.y + cp.r0 * C + c0;
-  const T* rb = ACT && a.res ? a.res + cp.r0 * C + c0 : nullptr;
-  persist_pass2(cp, sm, g, ty, TY, vec_off, active, [&](const char* const (&p)[1], int64_t i) {
+  T* yb = a.y + b.cp.r0 * C + c0;
+  const T* rb = ACT && a.res ? a.res + b.cp.r0 * C + c0 : nullptr;
+  b.pass2([&](const char* const (&p)[1], int64_t i) {
     float v[V];
-    unpack16<T, V>(p[0], v);
+    row_vec<T, V>(p[0], v);
     if constexpr (ACT) {
       float r[V];
       if (rb) {
@@ -1108,8 +1132,6 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
     }
     store_acc<V>(yb + i * C, v);
   });
-  __syncthreads();
-  trace_point(a.trace, 4);
 }
 
 template <typename T>
@@ -1132,68 +1154,46 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
   // (compiled for every architecture, launched on sm_90+ only: the bulk copies are no-ops below)
   constexpr int V = kVec16<T>;
   extern __shared__ __align__(16) char persist_smem[];
-  const PersistGeom& g = a.geo;
-  const int TX = g.TX, TY = kPersistThreads / TX, tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-  const bool active = ty < TY;
-  const int64_t C = a.C, c0 = int64_t(tx) * V;
-  const PersistSmem sm(persist_smem, g);
   const void* const base[2] = {a.dy, a.x};
-  const ChunkPlan<2> cp(base, a.R, C * int64_t(sizeof(T)), g, sm.area);
-  const int64_t vec_off = c0 * int64_t(sizeof(T));
-  trace_point(a.trace, 0);
+  PersistBlock<T, 2> b(a.geo, base, a.R, a.C, persist_smem, a.trace);
+  const int64_t C = a.C, c0 = b.c0;
 
   // pass 1: sum dy and sum dy * (x - mean)
   FoldedSums<V> acc;
   acc.init();
   float mu[V];
-  if (active) load_coefs<V>(a.mean + c0, mu);
-  persist_pass1(cp, sm, g, ty, TY, vec_off, active, [&](const char* const (&p)[2], int64_t) {
+  if (b.active) load_coefs<V>(a.mean + c0, mu);
+  b.pass1(acc, [&](const char* const (&p)[2], int64_t) {
     float d[V], v[V];
-    unpack16<T, V>(p[0], d);
-    unpack16<T, V>(p[1], v);
+    row_vec<T, V>(p[0], d);
+    row_vec<T, V>(p[1], v);
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] -= mu[j];
     acc.add(d, v);
   });
-  acc.fold();
-  trace_point(a.trace, 1);
-  block_sums_to_partials<V>(acc, active, tx, ty, TY, g.red_h, C, sm.red, a.part);
-  grid_barrier(a.bar, gridDim.x);
-  trace_point(a.trace, 2);
-
-  const int lane = threadIdx.x % 32;
-  for (int64_t c = int64_t(blockIdx.x) * kPersistWarps + threadIdx.x / 32; c < C;
-       c += int64_t(gridDim.x) * kPersistWarps) {
-    double S1, S2;
-    merge_partials(a.part, c, C, S1, S2);
-    if (lane == 0) {
-      const BwdCoeffs k = bwd_coeffs_one(a.p, c, S1, S2);
-      a.coef[c] = float(k.k);
-      a.coef[C + c] = float(k.a);
-      a.coef[2 * C + c] = float(k.b);
-    }
-  }
-  grid_barrier(a.bar, 2 * gridDim.x);
-  trace_point(a.trace, 3);
+  b.exchange(acc, a.part, a.bar, [&](int64_t c, double S1, double S2) {
+    const BwdCoeffs k = bwd_coeffs_one(a.p, c, S1, S2);
+    a.coef[c] = float(k.k);
+    a.coef[C + c] = float(k.a);
+    a.coef[2 * C + c] = float(k.b);
+  });
 
   // pass 2: dx = k * (dy - a - (x - mean) * b)
   float kk[V], ka[V], kb[V];
-  if (active) {
+  if (b.active) {
     load_coefs<V>(a.coef + c0, kk);
     load_coefs<V>(a.coef + C + c0, ka);
     load_coefs<V>(a.coef + 2 * C + c0, kb);
   }
-  T* dxb = a.dx + cp.r0 * C + c0;
-  persist_pass2(cp, sm, g, ty, TY, vec_off, active, [&](const char* const (&p)[2], int64_t i) {
+  T* dxb = a.dx + b.cp.r0 * C + c0;
+  b.pass2([&](const char* const (&p)[2], int64_t i) {
     float d[V], v[V];
-    unpack16<T, V>(p[0], d);
-    unpack16<T, V>(p[1], v);
+    row_vec<T, V>(p[0], d);
+    row_vec<T, V>(p[1], v);
 #pragma unroll
     for (int j = 0; j < V; ++j) d[j] = kk[j] * (d[j] - ka[j] - (v[j] - mu[j]) * kb[j]);
     store_acc<V>(dxb + i * C, d);
   });
-  __syncthreads();
-  trace_point(a.trace, 4);
 }
 
 // ---- persistent passes: host side ----
@@ -1412,69 +1412,78 @@ cudaError_t launch_elemt(DType dtype, const BnShape& s, const void* dz, const vo
   return cudaGetLastError();
 }
 
-int64_t persist_workspace(DType dtype, const BnShape& s, bool backward, std::initializer_list<const void*> ptrs) {
-  if (empty(s) || dtype == DType::Float64) return 0;
+PersistPlan plan_persist(DType dtype, const BnShape& s, PersistKind kind, std::initializer_list<const void*> ptrs) {
+  PersistPlan plan;
+  if (empty(s) || dtype == DType::Float64) return plan;
   for (const void* q : ptrs)
-    if (!aligned16(q)) return 0;
-  int64_t n = 0;
+    if (!aligned16(q)) return plan;
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, double>) {
-      PersistGeom g;
-      const bool ok = backward ? persist_geom<T, bn_persist_bwd<T>>(s, 2, g) : persist_geom<T, bn_persist_fwd<T, false>>(s, 1, g)
-                                                                         && persist_geom<T, bn_persist_fwd<T, true>>(s, 1, g);
-      if (ok) n = persist_ws_floats(s, g.G);
+      switch (kind) {
+        case PersistKind::Forward: plan.ok = persist_geom<T, bn_persist_fwd<T, false>>(s, 1, plan.geo); break;
+        case PersistKind::ForwardAct: plan.ok = persist_geom<T, bn_persist_fwd<T, true>>(s, 1, plan.geo); break;
+        case PersistKind::Backward: plan.ok = persist_geom<T, bn_persist_bwd<T>>(s, 2, plan.geo); break;
+      }
     }
   });
-  return n;
+  if (plan.ok) {
+    plan.kind = kind;
+    plan.dtype = dtype;
+    plan.s = s;
+    plan.ws_floats = persist_ws_floats(s, plan.geo.G);
+  }
+  return plan;
 }
 
-cudaError_t launch_persist_forward(DType dtype, const BnShape& s, const void* x, const void* res, void* y, int act,
+cudaError_t launch_persist_forward(const PersistPlan& plan, const void* x, const void* res, void* y, int act,
                                    const FwdCoeffPtrs& p, void* ws, cudaStream_t stream) {
+  const bool with_act = plan.kind == PersistKind::ForwardAct;
+  if (!plan.ok || plan.kind == PersistKind::Backward || (!with_act && (res != nullptr || act != 0)))
+    return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_dtype(dtype, [&](auto tag) {
+  dispatch_dtype(plan.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, double>) {
       PersistFwdArgs<T> a{};
-      const bool plain = res == nullptr && act == 0;
-      if (!(plain ? persist_geom<T, bn_persist_fwd<T, false>>(s, 1, a.geo) : persist_geom<T, bn_persist_fwd<T, true>>(s, 1, a.geo)))
-        return;
+      a.geo = plan.geo;
       a.x = static_cast<const T*>(x);
       a.res = static_cast<const T*>(res);
       a.y = static_cast<T*>(y);
       a.act = act;
-      a.R = s.outer;
-      a.C = s.C;
+      a.R = plan.s.outer;
+      a.C = plan.s.C;
       a.part = static_cast<float*>(ws);
-      a.coef = a.part + 2 * s.C * a.geo.G;
-      a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * s.C);
+      a.coef = a.part + 2 * a.C * a.geo.G;
+      a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * a.C);
       a.p = p;
       err = cudaMemsetAsync(a.bar, 0, sizeof(unsigned), stream);
       if (err == cudaSuccess)
-        err = plain ? launch_cooperative(bn_persist_fwd<T, false>, a.geo, a, stream)
-                    : launch_cooperative(bn_persist_fwd<T, true>, a.geo, a, stream);
+        err = with_act ? launch_cooperative(bn_persist_fwd<T, true>, a.geo, a, stream)
+                       : launch_cooperative(bn_persist_fwd<T, false>, a.geo, a, stream);
     }
   });
   return err;
 }
 
-cudaError_t launch_persist_backward(DType dtype, const BnShape& s, const void* dy, const void* x, const void* mean,
+cudaError_t launch_persist_backward(const PersistPlan& plan, const void* dy, const void* x, const void* mean,
                                     const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream) {
+  if (!plan.ok || plan.kind != PersistKind::Backward) return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
-  dispatch_dtype(dtype, [&](auto tag) {
+  dispatch_dtype(plan.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (!std::is_same_v<T, double>) {
       PersistBwdArgs<T> a{};
-      if (!persist_geom<T, bn_persist_bwd<T>>(s, 2, a.geo)) return;
+      a.geo = plan.geo;
       a.dy = static_cast<const T*>(dy);
       a.x = static_cast<const T*>(x);
       a.mean = static_cast<const float*>(mean);
       a.dx = static_cast<T*>(dx);
-      a.R = s.outer;
-      a.C = s.C;
+      a.R = plan.s.outer;
+      a.C = plan.s.C;
       a.part = static_cast<float*>(ws);
-      a.coef = a.part + 2 * s.C * a.geo.G;
-      a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * s.C);
+      a.coef = a.part + 2 * a.C * a.geo.G;
+      a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * a.C);
       a.p = p;
       err = cudaMemsetAsync(a.bar, 0, sizeof(unsigned), stream);
       if (err == cudaSuccess) err = launch_cooperative(bn_persist_bwd<T>, a.geo, a, stream);

@@ -71,14 +71,39 @@ cudaError_t launch_bwd_coeffs(const BwdCoeffPtrs& p, int64_t C, cudaStream_t str
 // ---- training forward / backward in one persistent kernel each ----
 // Statistics (sums) and the elementwise pass in one cooperative launch, part of the data kept on chip in
 // between (rows walk only: inner == 1, 16-byte vectors, 16- and 32-bit floats; batch_norm_kernels.cu says how).
-// persist_workspace: the workspace in floats, or 0 when the shape, a pointer's alignment or the knobs rule the
-// kernel out (the caller then runs the separate passes). The forward writes p's mean, invstd and running
-// statistics (not scale/shift: p.scale/p.shift may be null); the backward writes p's dw and db (either may be
-// null) and dx = k (dy - a - (x - mean) b).
-int64_t persist_workspace(DType dtype, const BnShape& s, bool backward, std::initializer_list<const void*> ptrs);
-cudaError_t launch_persist_forward(DType dtype, const BnShape& s, const void* x, const void* res, void* y, int act,
+// plan_persist: the launch's geometry and workspace, computed once per call and passed to the launch; ok is
+// false when the device, the shape, a pointer's alignment or the knobs rule the kernel out (the caller then runs
+// the separate passes). The forward writes p's mean, invstd and running statistics (not scale/shift: p.scale /
+// p.shift may be null); the backward writes p's dw and db (either may be null) and dx = k (dy - a - (x - mean) b).
+enum class PersistKind { Forward, ForwardAct, Backward };  // ForwardAct: batch_norm_add_act (residual, act)
+
+struct PersistGeom {
+  int TX = 0;            // threads across a row (one 16-byte vector of channels each)
+  int G = 0;             // blocks
+  int chunk_rows = 0;    // rows of a chunk
+  int stages = 0;        // ring slots
+  int slots = 0;         // chunk slots of shared memory (the ring is the top `stages`)
+  int cache_cap = 0;     // at most this many chunks stay in shared memory (knob)
+  int l2_chunks = 0;     // a block's last chunks streamed in pass 1 with the evict_last hint
+  int red_h = 0;         // rows of the block-reduction tree's buffer
+  int red_bytes = 0;
+  size_t smem = 0;
+};
+
+struct PersistPlan {
+  bool ok = false;
+  PersistKind kind = PersistKind::Forward;
+  DType dtype = DType::Float32;
+  BnShape s;
+  PersistGeom geo;
+  int64_t ws_floats = 0;  // workspace (float elements)
+};
+
+PersistPlan plan_persist(DType dtype, const BnShape& s, PersistKind kind, std::initializer_list<const void*> ptrs);
+// act: 0 identity, 1 relu, 2 silu (ForwardAct plans; Forward plans take res == nullptr and act == 0)
+cudaError_t launch_persist_forward(const PersistPlan& plan, const void* x, const void* res, void* y, int act,
                                    const FwdCoeffPtrs& p, void* ws, cudaStream_t stream);
-cudaError_t launch_persist_backward(DType dtype, const BnShape& s, const void* dy, const void* x, const void* mean,
+cudaError_t launch_persist_backward(const PersistPlan& plan, const void* dy, const void* x, const void* mean,
                                     const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream);
 
 }  // namespace batch_norm

@@ -175,9 +175,21 @@ struct EpilogueParams {
   ActResidualArgs act;
 };
 
+// The bias node: bias[n] broadcast down the columns of the kernel's tile, or (kPerRow, the swap-AB kernels
+// that compute D^T) bias[m] broadcast along its rows.
+template <class CtaTileShapeMNK, class Element, bool kPerRow>
+using BiasBroadcast = cute::conditional_t<
+    kPerRow,
+    cutlass::epilogue::fusion::Sm90ColBroadcast<0, CtaTileShapeMNK, Element, float,
+                                                cute::Stride<cute::_1, cute::_0, int64_t>,
+                                                128 / cute::sizeof_bits_v<Element>>,
+    cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTileShapeMNK, Element, float,
+                                                cute::Stride<cute::_0, cute::_1, int64_t>,
+                                                128 / cute::sizeof_bits_v<Element>>>;
+
 // The same epilogue without the preact store, for kernels that never save it: the aux store's smem
 // (2 x the epilogue subtile) is what stands between the 128x256x64 mainloop and its 4th pipeline stage.
-template <class CtaTileShapeMNK, class Element, bool FAST>
+template <class CtaTileShapeMNK, class Element, bool FAST, bool kBiasPerRow>
 using LinActResidualTree = cutlass::epilogue::fusion::Sm90EVT<
     cutlass::epilogue::fusion::Sm90Compute<ActPlusResidual<FAST>::template Fn, Element, float,
                                            cutlass::FloatRoundStyle::round_to_nearest>,  // act(pre) + res
@@ -185,28 +197,25 @@ using LinActResidualTree = cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, float, float,
                                                cutlass::FloatRoundStyle::round_to_nearest>,  // alpha*acc+bias
         cutlass::epilogue::fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>,
-        cutlass::epilogue::fusion::Sm90AccFetch,
-        cutlass::epilogue::fusion::Sm90RowBroadcast<0, CtaTileShapeMNK, Element, float,
-                                                    cute::Stride<cute::_0, cute::_1, int64_t>,
-                                                    128 / cute::sizeof_bits_v<Element>>>,
+        cutlass::epilogue::fusion::Sm90AccFetch, BiasBroadcast<CtaTileShapeMNK, Element, kBiasPerRow>>,
     OptionalSrcFetch<Element>>;
 
-template <class CtaTileShapeMNK, class Element, bool FAST>
-struct LinActResidualCallbacks : LinActResidualTree<CtaTileShapeMNK, Element, FAST> {
-  using Impl = LinActResidualTree<CtaTileShapeMNK, Element, FAST>;
+template <class CtaTileShapeMNK, class Element, bool FAST, bool kBiasPerRow = false>
+struct LinActResidualCallbacks : LinActResidualTree<CtaTileShapeMNK, Element, FAST, kBiasPerRow> {
+  using Impl = LinActResidualTree<CtaTileShapeMNK, Element, FAST, kBiasPerRow>;
 
   struct Arguments {
     EpilogueParams p;
 
     operator typename Impl::Arguments() const {
-      using StrideBias = cute::Stride<cute::_0, cute::_1, int64_t>;
+      using StrideBias = typename BiasBroadcast<CtaTileShapeMNK, Element, kBiasPerRow>::StrideMNL;
       using StrideAlpha = cute::Stride<cute::_0, cute::_0, int64_t>;
       return {
           {
               // alpha * acc + bias
               {{p.alpha}, {nullptr}, {StrideAlpha{cute::_0{}, cute::_0{}, 0}}},  // alpha
               {},                                                                // acc
-              {static_cast<Element const*>(p.bias), Element(0), StrideBias{}},   // bias[n]
+              {static_cast<Element const*>(p.bias), Element(0), StrideBias{}},   // bias
               {}                                                                 // multiply_add
           },
           {p.residual},  // C = residual, loaded only when present

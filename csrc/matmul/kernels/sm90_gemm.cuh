@@ -1,0 +1,257 @@
+// The Hopper GEMM's shared machinery (sm_90a, CUTLASS 3.x), for its two translation units: gemm_sm90.cu (the
+// persistent and stream-K kernels with the fused epilogue) and gemm_sm90_swap.cu (the swap-AB kernels of
+// skinny problems). Holds the kernel configuration (Sm90Gemm), device facts, the scheduler knobs, CUTLASS's
+// arguments from a GemmArgs, and the launch. Torch-free; each including file defines NDEBUG first (see
+// gemm_sm90.cu).
+#pragma once
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "matmul/gemm_kernels.h"
+#include "matmul/kernels/sm90_epilogue.cuh"
+
+namespace torch_dnn {
+namespace matmul {
+namespace sm90 {
+
+using namespace cute;
+
+// kPreact: the epilogue can store pre (the aux store); without it the mainloop gets the aux smem back.
+// kSwapped: the kernel computes D^T = B^T A^T (swap-AB): D and C are column-major and the bias is broadcast
+// along the kernel's rows (the problem's columns). Only without the preact store.
+template <class ElementAB, class LayoutA, class LayoutB, class ElementD, class TileShape, class ClusterShape,
+          class Scheduler_, bool kPreact = true, bool kPingpong = false, bool kSwapped = false>
+struct Sm90Gemm {
+  static_assert(!(kPreact && kSwapped), "the swap-AB kernels never store preact");
+  using Scheduler = Scheduler_;
+  using LayoutD = cute::conditional_t<kSwapped, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using MainloopSchedule = cute::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = cute::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  static constexpr int kAlignAB = 128 / cutlass::sizeof_bits<ElementAB>::value;
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  static constexpr bool kFast = cutlass::sizeof_bits<ElementD>::value == 16;
+  using FusionOp = cute::conditional_t<kPreact, sm90::LinActResidualAux<ElementD, kFast>,
+                                       sm90::LinActResidualCallbacks<TileShape, ElementD, kFast, kSwapped>>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementD, LayoutD, kAlignD, ElementD, LayoutD, kAlignD, EpilogueSchedule,
+      FusionOp>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementAB, LayoutA, kAlignAB, ElementAB, LayoutB, kAlignAB,
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, Scheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+using C21 = Shape<_2, _1, _1>;
+using C11 = Shape<_1, _1, _1>;
+using Persistent = cutlass::gemm::PersistentScheduler;
+using StreamK = cutlass::gemm::StreamKScheduler;
+using RowM = cutlass::layout::RowMajor;
+using ColM = cutlass::layout::ColumnMajor;
+using bf16 = cutlass::bfloat16_t;
+using fp16 = cutlass::half_t;
+
+// ---- device facts, queried once per device ----------------------------------------------------------------
+
+struct DeviceInfo {
+  bool sm90 = false;
+  int sm_count = 0;
+};
+
+constexpr int kMaxDevices = 64;
+
+inline bool build_has_sm90a() {
+#ifdef TORCH_DNN_CUDA_ARCHS
+  const char* archs = TORCH_DNN_CUDA_ARCHS;
+  return std::strstr(archs, "9.0a") != nullptr || std::strstr(archs, "90a") != nullptr;
+#else
+  return true;  // built outside setup.py: assume the caller compiled for sm_90a
+#endif
+}
+
+inline const DeviceInfo& device_info() {
+  static DeviceInfo infos[kMaxDevices];
+  static std::once_flag flags[kMaxDevices];
+  static DeviceInfo none;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    cudaGetLastError();
+    return none;
+  }
+  std::call_once(flags[dev], [dev] {
+    int major = 0, minor = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    infos[dev].sm90 = major == 9 && minor == 0 && build_has_sm90a();
+    infos[dev].sm_count = sms;
+  });
+  return infos[dev];
+}
+
+// Raster swizzle and order of the persistent scheduler (tuning knobs, read at every call like the others:
+// TORCH_DNN_SM90_SWIZZLE=1,2,4,8; TORCH_DNN_SM90_RASTER=m|n, default CUTLASS's heuristic). Swizzle 8 is the
+// default: on the H100 (scripts/sweep_sm90.py) it took 16384x16384x4096 bf16 from 0.92x to 1.03x cuBLAS and
+// linear+bias+gelu there from 0.99x to 1.11x eager (consecutive tiles share A and B panels in L2), and was
+// within 4% of the best setting on every other shape.
+inline int swizzle() {
+  const char* e = std::getenv("TORCH_DNN_SM90_SWIZZLE");
+  const int v = e ? std::atoi(e) : 8;
+  return (v == 1 || v == 2 || v == 4 || v == 8) ? v : 8;
+}
+
+using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
+inline RasterOrder raster_order() {
+  const char* e = std::getenv("TORCH_DNN_SM90_RASTER");
+  if (e != nullptr && std::strcmp(e, "m") == 0) return RasterOrder::AlongM;
+  if (e != nullptr && std::strcmp(e, "n") == 0) return RasterOrder::AlongN;
+  return RasterOrder::Heuristic;
+}
+
+// Strides of CUTLASS's (rows, cols, batch) operand views: the static _1 mode is the contiguous one.
+template <class Stride>
+Stride make_operand_stride(int64_t ld, int64_t batch_stride) {
+  Stride s{};
+  auto set = [](auto&& x, int64_t v) {  // static modes (_1) come back by value and are left alone
+    if constexpr (std::is_same_v<decltype(x), int64_t&>) x = v;
+  };
+  set(get<0>(s), ld);
+  set(get<1>(s), ld);
+  set(get<2>(s), batch_stride);
+  return s;
+}
+
+// CUTLASS's arguments for problem `a` (already in the kernel's orientation: see swapped()). splits > 0 fixes a
+// stream-K scheduler's decomposition (1: data-parallel, > 1: split-K in that many K ranges, reduced in K order:
+// deterministic); 0 leaves it to CUTLASS's heuristic.
+template <class Cfg>
+typename Cfg::Gemm::Arguments make_arguments(const GemmArgs& a, int splits = 0) {
+  using Gemm = typename Cfg::Gemm;
+  using Kernel = typename Cfg::Kernel;
+  using EA = typename Kernel::ElementA;
+  using EB = typename Kernel::ElementB;
+  using ED = typename Kernel::ElementD;
+  using StrideA = typename Kernel::StrideA;
+  using StrideB = typename Kernel::StrideB;
+  using StrideC = typename Kernel::StrideC;
+  using StrideD = typename Kernel::StrideD;
+  const bool batched = a.batch > 1;
+
+  sm90::EpilogueParams ep;
+  ep.alpha = a.alpha;
+  ep.bias = a.bias;
+  ep.preact = a.preact;
+  ep.ld_pre = a.ldd;
+  ep.batch_stride_pre = batched ? a.batch_stride_d : 0;
+  ep.residual = a.residual != nullptr;
+  ep.act.act = static_cast<int>(a.act);
+  ep.act.a = static_cast<float>(a.act_params.a);
+  ep.act.b = static_cast<float>(a.act_params.b);
+
+  typename Gemm::Arguments args;
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = {int(a.M), int(a.N), int(a.K), int(a.batch)};
+  args.mainloop.ptr_A = static_cast<EA const*>(a.A.ptr);
+  args.mainloop.dA = make_operand_stride<StrideA>(a.A.ld, batched ? a.A.batch_stride : 0);
+  args.mainloop.ptr_B = static_cast<EB const*>(a.B.ptr);
+  args.mainloop.dB = make_operand_stride<StrideB>(a.B.ld, batched ? a.B.batch_stride : 0);
+  args.epilogue.thread = {ep};
+  // C is the residual; without one its load is skipped, and D's pointer stands in for a valid descriptor.
+  args.epilogue.ptr_C = static_cast<ED const*>(a.residual ? a.residual : a.D);
+  args.epilogue.dC = a.residual ? make_operand_stride<StrideC>(a.ldr, batched ? a.batch_stride_r : 0)
+                                : make_operand_stride<StrideC>(a.ldd, batched ? a.batch_stride_d : 0);
+  args.epilogue.ptr_D = static_cast<ED*>(a.D);
+  args.epilogue.dD = make_operand_stride<StrideD>(a.ldd, batched ? a.batch_stride_d : 0);
+  args.hw_info.device_id = 0;
+  cudaGetDevice(&args.hw_info.device_id);
+  args.hw_info.sm_count = device_info().sm_count;
+  args.scheduler.max_swizzle_size = swizzle();
+  args.scheduler.raster_order = raster_order();
+  if constexpr (std::is_same_v<typename Cfg::Scheduler, cutlass::gemm::StreamKScheduler>) {
+    using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
+    if (splits > 0) {
+      args.scheduler.splits = splits;
+      args.scheduler.decomposition_mode = splits > 1 ? Mode::SplitK : Mode::DataParallel;
+      args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
+    }
+  }
+  return args;
+}
+
+template <class Cfg>
+int64_t workspace_bytes(const GemmArgs& a, int splits = 0) {
+  return static_cast<int64_t>(Cfg::Gemm::get_workspace_size(make_arguments<Cfg>(a, splits)));
+}
+
+// The kernel's dynamic shared-memory limit, raised once per device (CUTLASS's adapter sets it at every call:
+// a driver call per GEMM that skinny, microsecond-scale problems notice).
+template <class Kernel>
+cudaError_t raise_smem_limit() {
+  static std::once_flag flags[kMaxDevices];
+  static cudaError_t results[kMaxDevices];
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::call_once(flags[dev], [dev] {
+    constexpr int smem = Kernel::SharedStorageSize;
+    results[dev] = smem >= (48 << 10) ? cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
+                                      : cudaSuccess;
+  });
+  return results[dev];
+}
+
+template <class Cfg>
+cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream, int splits = 0) {
+  using Gemm = typename Cfg::Gemm;
+  using Kernel = typename Cfg::Kernel;
+  auto args = make_arguments<Cfg>(a, splits);
+  if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
+  const size_t need = Gemm::get_workspace_size(args);
+  if (need > 0 && (workspace == nullptr || static_cast<int64_t>(need) > workspace_bytes)) return cudaErrorInvalidValue;
+  void* ws = need > 0 ? workspace : nullptr;
+  if (cudaError_t e = raise_smem_limit<Kernel>(); e != cudaSuccess) return e;
+  if (Kernel::initialize_workspace(args, ws, stream, nullptr) != cutlass::Status::kSuccess) {
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? e : cudaErrorLaunchFailure;
+  }
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, ws);
+  if (Gemm::run(params, stream) != cutlass::Status::kSuccess) {
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? e : cudaErrorLaunchFailure;
+  }
+  return cudaGetLastError();
+}
+
+
+// The swap-AB kernels (gemm_sm90_swap.cu): x @ W^T with few rows of x, computed as D^T = W x^T so that the
+// weight's rows fill wgmma's 128-row side. `width` is the kernel's tile across x's rows (64 or 256).
+int64_t swap_workspace_bytes(const GemmArgs& a, int width);
+cudaError_t run_swap(const GemmArgs& a, int width, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace sm90
+}  // namespace matmul
+}  // namespace torch_dnn
