@@ -212,15 +212,15 @@ def test_linear_act(dtype, act, bias, residual, M, N, K):
 
 
 # the swap-AB kernels (skinny x @ w.T, M <= 256 and N >= 4 M): odd M against both tile widths, N and K not
-# multiples of the tile, bias along the kernel's rows, residual through a column-major C, and the split-K
-# decomposition forced (3 K ranges: an uneven split) as well as chosen
+# multiples of the tile, bias along the kernel's rows, residual through a column-major C (one K range) or added
+# by the split-K finishing kernel (the K ranges as a batch of float partials)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 33, 100, 256])
 @pytest.mark.parametrize("splits", ["auto", "1", "3"])
 def test_linear_act_swap_ab(dtype, M, splits, monkeypatch):
     if splits != "auto":
         monkeypatch.setenv("TORCH_DNN_SM90_SWAP_SPLITS", splits)
-    N, K = 1032, 1048
+    N, K = 1032, 1056  # auto: 4 K ranges of 264; forced 3: 352 (neither a multiple of the 64-wide K tile)
     x = _rand((M, K), dtype)
     w = _rand((N, K), dtype, -0.1, 0.1)
     b = _rand((N,), dtype)

@@ -161,13 +161,15 @@ cudaError_t run_simt(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t s
 
 // ---- the skinny kernel ----
 
-// TORCH_DNN_GEMM_SKINNY=0 turns it off, =counter makes an sm_90 device reduce the splits through the workspace
-// and a counter as other GPUs do (read at every call, like the other knobs: for the A/B against the Hopper
-// stream-K kernel, and to test both reductions on one device).
-enum class SkinnyMode { Off, Auto, Counter };
+// TORCH_DNN_GEMM_SKINNY=0 turns it off, =1 takes it wherever it applies (before the Hopper swap-AB kernels),
+// =counter also makes an sm_90 device reduce the splits through the workspace and a counter as other GPUs do
+// (read at every call, like the other knobs: for the A/B against the Hopper kernels, and to test both
+// reductions on one device).
+enum class SkinnyMode { Off, Auto, On, Counter };
 SkinnyMode skinny_mode() {
   const char* e = std::getenv("TORCH_DNN_GEMM_SKINNY");
   if (e != nullptr && std::strcmp(e, "0") == 0) return SkinnyMode::Off;
+  if (e != nullptr && std::strcmp(e, "1") == 0) return SkinnyMode::On;
   if (e != nullptr && std::strcmp(e, "counter") == 0) return SkinnyMode::Counter;
   return SkinnyMode::Auto;
 }
@@ -239,7 +241,7 @@ bool skinny_plan(const GemmArgs& a, SkinnyPlan* pl) {
   pl->tiles_n = int(tiles_n);
   const int64_t slots = int64_t(sm_count()) * skinny_ctas_per_sm(pl->bx, pl->stages);
   pl->cluster = false;
-  if (mode == SkinnyMode::Auto && device_has_clusters()) {
+  if (mode != SkinnyMode::Counter && device_has_clusters()) {
     set_splits(pl, tiles_n, ktiles, slots, skinny::kMaxCluster);
     pl->cluster = 4 * int64_t(pl->splits) * tiles_n <= 3 * slots;
   }
@@ -311,9 +313,13 @@ cudaError_t run_skinny(const GemmArgs& a, const SkinnyPlan& pl, void* ws, cudaSt
 
 }  // namespace
 
-bool gemm_skinny_applies(const GemmArgs& a) {
+bool gemm_skinny_applies(const GemmArgs& a, bool hopper_swap) {
   SkinnyPlan pl;
-  return skinny_plan(a, &pl);
+  if (!skinny_plan(a, &pl)) return false;
+  // H100 graph replay (benchmarks/NOTES.md): the swap-AB kernels won except at M <= 16 with weight tiles for
+  // 3/4 of the SMs (M = 16, K = N = 16384: 188.9 us here, 195.3 swap-AB; M = 64: 204.1 / 187.8)
+  if (hopper_swap && skinny_mode() == SkinnyMode::Auto) return a.M <= 16 && 4 * int64_t(pl.tiles_n) >= 3 * sm_count();
+  return true;
 }
 
 int64_t gemm_sm80_workspace_bytes(const GemmArgs& a) {

@@ -167,6 +167,12 @@ bool gemm_sm90_supports(const GemmArgs& a) {
   return true;
 }
 
+bool gemm_sm90_swaps(const GemmArgs& a) {
+  if (!gemm_sm90_supports(a)) return false;
+  const Kind k = choose(a);
+  return k == Kind::TnSwap64 || k == Kind::TnSwap256;
+}
+
 int64_t gemm_sm90_workspace_bytes(const GemmArgs& a) {
   const Kind k = choose(a);
   if (k == Kind::None || !device_info().sm90) return 0;

@@ -4,22 +4,29 @@
 // 128x128 stream-K kernel read it once per 128 rows of x and spent most of each MMA on rows that do not exist.
 // D^T is column-major in D's memory and the bias runs along the kernel's rows (Sm90Gemm's kSwapped).
 //
-// Decomposition: one CTA per 128 weight rows when those tiles fill 3/4 of the SMs (K = N = 16384: 128 tiles),
-// else split-K (K = N = 4096: 32 tiles x 4 K ranges), reduced by CUTLASS's stream-K scheduler in K order
-// (deterministic). Cluster 2x1: the two weight tiles of a cluster share x's tile by TMA multicast.
-// Instantiations (4): bf16, fp16 x width 64, 256. See gemm_sm90.cu for NDEBUG.
+// Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs (K = N = 16384: 128 tiles). Otherwise
+// split-K (K = N = 4096: 32 tiles x 4 K ranges) as a batched GEMM whose batch index walks K (each operand's
+// batch stride is the K range), writing float partials [split][M][N]; a second kernel sums them in split order
+// (deterministic) and applies the epilogue. H100: CUTLASS's stream-K split-K, whose turnstile adds each split
+// to the workspace in turn, was slower than no split at all (M = 16, K = N = 4096: 23.7 us at 4 splits, 17.9
+// at 1; benchmarks/NOTES.md).
+// Cluster 2x1: the two weight tiles of a cluster share x's tile by TMA multicast.
+// Instantiations (8): bf16, fp16 x width 64, 256 x output T (whole K) or float (a split's partial).
+// See gemm_sm90.cu for NDEBUG.
 #ifndef NDEBUG
 #define NDEBUG 1
 #endif
 #include "matmul/kernels/sm90_gemm.cuh"
+
+#include "common/cuda/vec.cuh"
 
 namespace torch_dnn {
 namespace matmul {
 namespace sm90 {
 namespace {
 
-template <class T, int W>
-using Swap = Sm90Gemm<T, RowM, ColM, T, Shape<_128, Int<W>, _64>, C21, StreamK, false, false, true>;
+template <class T, int W, class ED>
+using Swap = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, Int<W>, _64>, C21, Persistent, false, false, true>;
 
 // The problem as the kernel sees it: D^T (N x M) = w (N x K, K-major) times x^T (x: M x K, K-major).
 GemmArgs swapped(const GemmArgs& a) {
@@ -31,38 +38,128 @@ GemmArgs swapped(const GemmArgs& a) {
   return s;
 }
 
-// K ranges per tile: 1 when the tiles (clusters of two) cover 3/4 of the SMs, else as many as the free SMs
-// allow with at least 4 K tiles of 64 each. TORCH_DNN_SM90_SWAP_SPLITS=n fixes it (a measurement knob, read
-// at every call).
-int splits_for(const GemmArgs& a) {
-  if (const char* e = std::getenv("TORCH_DNN_SM90_SWAP_SPLITS"); e != nullptr && std::atoi(e) > 0)
-    return std::atoi(e);
-  const int64_t tiles = ((a.N + 127) / 128 + 1) / 2 * 2;
+// K ranges: 1 when the tiles (clusters of two) cover 3/4 of the SMs, else as many as the free SMs allow, each
+// at least 4 K tiles of 64 and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule).
+// TORCH_DNN_SM90_SWAP_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
+int splits_for(const GemmArgs& a, int width) {
+  const int64_t tiles = ((a.N + 127) / 128 + 1) / 2 * 2 * ((a.M + width - 1) / width);
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
-  if (tiles * 4 >= sms * 3) return 1;
-  const int64_t by_k = (a.K + 63) / 64 / 4;
-  return int(std::max<int64_t>(1, std::min(sms / tiles, by_k)));
+  int64_t s = tiles * 4 >= sms * 3 ? 1 : std::min(sms / tiles, a.K / 256);
+  if (const char* e = std::getenv("TORCH_DNN_SM90_SWAP_SPLITS"); e != nullptr && std::atoi(e) > 0) s = std::atoi(e);
+  for (; s > 1; --s)
+    if (a.K % s == 0 && (a.K / s) % 8 == 0) break;
+  return int(std::max<int64_t>(s, 1));
+}
+
+// Split s's GEMM: K range [s * K / splits, (s + 1) * K / splits) as batch s, float partials, no epilogue.
+GemmArgs partial_args(const GemmArgs& a, int splits, float* part) {
+  GemmArgs p = swapped(a);
+  p.K = a.K / splits;
+  p.batch = splits;
+  p.A.batch_stride = p.K;
+  p.B.batch_stride = p.K;
+  p.D = part;
+  p.ldd = a.N;
+  p.batch_stride_d = a.M * a.N;
+  p.bias = nullptr;
+  p.residual = nullptr;
+  p.preact = nullptr;
+  p.act = Act::Identity;
+  return p;
+}
+
+int64_t partial_bytes(const GemmArgs& a, int splits) { return (int64_t(splits) * a.M * a.N * 4 + 255) / 256 * 256; }
+
+// D = act(sum_s part[s] + bias) + residual, 4 columns a thread, the splits added in order.
+template <typename T, Act K>
+__global__ void __launch_bounds__(256) finish_splits(const float* __restrict__ part, int splits, int64_t M, int64_t N,
+                                                     const T* __restrict__ bias, const T* __restrict__ res, int64_t ldr,
+                                                     T* __restrict__ D, int64_t ldd, float pa, float pb) {
+  constexpr bool kFast = sizeof(T) == 2;
+  const int64_t quads = N / 4, total = M * quads, plane = M * N;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / quads, n = (i - m * quads) * 4;
+    const float* p = part + m * N + n;
+    float4 acc = __ldcg(reinterpret_cast<const float4*>(p));
+    for (int s = 1; s < splits; ++s) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p + s * plane));
+      acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+    }
+    float v[4] = {acc.x, acc.y, acc.z, acc.w};
+    float b[4] = {0.f, 0.f, 0.f, 0.f}, r[4] = {0.f, 0.f, 0.f, 0.f};
+    if (bias != nullptr) load_acc<4>(bias + n, b);
+    if (res != nullptr) load_acc<4>(res + m * ldr + n, r);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = activation::act_forward<K, float, kFast>(v[j] + b[j], pa, pb) + r[j];
+    store_acc<4>(D + m * ldd + n, v);
+  }
+}
+
+template <typename T>
+cudaError_t launch_finish(const GemmArgs& a, const float* part, int splits, cudaStream_t stream) {
+  const int64_t total = a.M * (a.N / 4);
+  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, int64_t(device_info().sm_count) * 8));
+  const T* bias = static_cast<const T*>(a.bias);
+  const T* res = static_cast<const T*>(a.residual);
+  T* D = static_cast<T*>(a.D);
+  const float pa = float(a.act_params.a), pb = float(a.act_params.b);
+  switch (a.act) {
+#define TD_FINISH(KIND)                                                                                        \
+  case Act::KIND:                                                                                              \
+    finish_splits<T, Act::KIND><<<blocks, 256, 0, stream>>>(part, splits, a.M, a.N, bias, res, a.ldr, D, a.ldd, \
+                                                            pa, pb);                                           \
+    break;
+    TD_FINISH(Identity)
+    TD_FINISH(Relu)
+    TD_FINISH(Gelu)
+    TD_FINISH(GeluTanh)
+    TD_FINISH(Silu)
+#undef TD_FINISH
+    default: return cudaErrorNotSupported;  // gemm_sm90_supports admits only the epilogue's activations
+  }
+  return cudaGetLastError();
 }
 
 template <class F>
-auto dispatch_swap(const GemmArgs& a, int width, F&& f) {
+auto dispatch_swap(const GemmArgs& a, int width, bool partial, F&& f) {
   const bool bf = a.dtype == DType::BFloat16;
-  if (width == 64) return bf ? f.template operator()<Swap<bf16, 64>>() : f.template operator()<Swap<fp16, 64>>();
-  return bf ? f.template operator()<Swap<bf16, 256>>() : f.template operator()<Swap<fp16, 256>>();
+#define TD_SWAP(T, W) \
+  return partial ? f.template operator()<Swap<T, W, float>, T>() : f.template operator()<Swap<T, W, T>, T>()
+  if (width == 64) {
+    if (bf) TD_SWAP(bf16, 64);
+    TD_SWAP(fp16, 64);
+  }
+  if (bf) TD_SWAP(bf16, 256);
+  TD_SWAP(fp16, 256);
+#undef TD_SWAP
 }
 
 }  // namespace
 
 int64_t swap_workspace_bytes(const GemmArgs& a, int width) {
-  const GemmArgs s = swapped(a);
-  const int splits = splits_for(a);
-  return dispatch_swap(a, width, [&]<class Cfg>() { return workspace_bytes<Cfg>(s, splits); });
+  const int splits = splits_for(a, width);
+  if (splits == 1)
+    return dispatch_swap(a, width, false, [&]<class Cfg, class T>() { return workspace_bytes<Cfg>(swapped(a)); });
+  const GemmArgs p = partial_args(a, splits, nullptr);
+  return partial_bytes(a, splits) +
+         dispatch_swap(a, width, true, [&]<class Cfg, class T>() { return workspace_bytes<Cfg>(p); });
 }
 
 cudaError_t run_swap(const GemmArgs& a, int width, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
-  const GemmArgs s = swapped(a);
-  const int splits = splits_for(a);
-  return dispatch_swap(a, width, [&]<class Cfg>() { return run<Cfg>(s, workspace, workspace_bytes, stream, splits); });
+  const int splits = splits_for(a, width);
+  if (splits == 1)
+    return dispatch_swap(a, width, false, [&]<class Cfg, class T>() {
+      return run<Cfg>(swapped(a), workspace, workspace_bytes, stream);
+    });
+  const int64_t pb = partial_bytes(a, splits);
+  if (workspace == nullptr || workspace_bytes < pb) return cudaErrorInvalidValue;
+  float* part = static_cast<float*>(workspace);
+  const GemmArgs p = partial_args(a, splits, part);
+  return dispatch_swap(a, width, true, [&]<class Cfg, class T>() {
+    using Elem = cute::conditional_t<std::is_same_v<T, bf16>, __nv_bfloat16, __half>;
+    cudaError_t err = run<Cfg>(p, static_cast<char*>(workspace) + pb, workspace_bytes - pb, stream);
+    return err != cudaSuccess ? err : launch_finish<Elem>(a, part, splits, stream);
+  });
 }
 
 }  // namespace sm90

@@ -3,8 +3,8 @@
 //
 // Path choice: the Hopper path (gemm_sm90, wgmma + TMA) when this build has it (TORCH_DNN_WITH_SM90_GEMM),
 // the device is sm_90 and gemm_sm90_supports(args), unless the portable path's skinny kernel takes the problem
-// (gemm_skinny_applies: decode-sized M, where streaming the weight is the whole cost); otherwise the portable
-// sm_80+ path (gemm_sm80).
+// (gemm_skinny_applies: decode-sized M, where streaming the weight is the whole cost, and where the Hopper
+// swap-AB kernels were not faster); otherwise the portable sm_80+ path (gemm_sm80).
 // TORCH_DNN_GEMM_PATH=auto|sm80|sm90 overrides it for tests and benchmarks (sm90 on a problem, build or device
 // that cannot take it is an error, not a silent fallback).
 #include <cstdlib>
@@ -97,7 +97,8 @@ struct CudaBackend {
     c10::cuda::CUDAGuard guard(like.device());
     const Path path = requested_path();
 #ifdef TORCH_DNN_WITH_SM90_GEMM
-    if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a))) {
+    const bool hopper_swap = path == Path::Auto && device_is_sm90(like) && gemm_sm90_swaps(a);
+    if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a, hopper_swap))) {
       if (a.dtype == DType::Float32 && a.allow_tf32 && device_is_sm90(like)) {
         const Tf32Mode mode = sm90_tf32_mode(path == Path::Sm90);
         if (mode != Tf32Mode::Off && gemm_sm90_tf32_rounded(a, mode, like)) return;
