@@ -1,4 +1,4 @@
-"""Per-kernel GPU times of one step, from torch.profiler: `python scripts/profile_kernels.py batch_norm`.
+"""Per-kernel GPU times of one step, from torch.profiler: `python scripts/profile_kernels.py batch_norm|norm|skinny`.
 Prints each kernel's name, calls and mean microseconds per step, for torch_dnn and the eager peer, and the
 GPU's span per step (kernels plus the idle gaps between them, back-to-back steps)."""
 import sys
@@ -63,6 +63,34 @@ def norm_steps():
     return out
 
 
+def skinny_steps():
+    """Skinny F.linear (x @ W.T) per kernel: the default choice, the swap-AB kernels with forced K splits, the
+    128x128 stream-K kernel, and cuBLAS; the weight cycles over copies that together exceed the L2."""
+    import os
+    out = {}
+    for m, kn in [(16, 4096), (256, 4096), (256, 16384)]:
+        ws = [torch.empty(kn, kn, device="cuda", dtype=torch.bfloat16).uniform_(-0.05, 0.05)
+              for _ in range(max(2, -(-160 * 2**20 // (kn * kn * 2))))]
+        x = torch.empty(m, kn, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+        variants = [("default", {}), ("swap splits=1", {"TORCH_DNN_GEMM_SKINNY": "0", "TORCH_DNN_SM90_SWAP_SPLITS": "1"}),
+                    ("swap splits=4", {"TORCH_DNN_GEMM_SKINNY": "0", "TORCH_DNN_SM90_SWAP_SPLITS": "4"}),
+                    ("swap 64-wide", {"TORCH_DNN_GEMM_SKINNY": "0", "TORCH_DNN_SM90_SWAP_TILE": "64"}),
+                    ("stream-K", {"TORCH_DNN_GEMM_SKINNY": "0", "TORCH_DNN_SM90_SWAP": "0"})]
+        for variant, env in variants:
+            def step(env=env, x=x, ws=ws):
+                saved = dict(os.environ)
+                os.environ.update(env)
+                try:
+                    for w in ws:
+                        F.linear(x, w)
+                finally:
+                    os.environ.clear()
+                    os.environ.update(saved)
+            out[f"linear M={m} K=N={kn} x{len(ws)} {variant}"] = step
+        out[f"linear M={m} K=N={kn} x{len(ws)} cuBLAS"] = lambda x=x, ws=ws: [TF.linear(x, w) for w in ws]
+    return out
+
+
 def report(name, fn, steps=20):
     for _ in range(3):
         fn()
@@ -87,7 +115,7 @@ def report(name, fn, steps=20):
 
 
 if __name__ == "__main__":
-    fams = {"batch_norm": lambda: {**bn_steps("NHWC"), **bn_steps("NCHW")}, "norm": norm_steps}
+    fams = {"batch_norm": lambda: {**bn_steps("NHWC"), **bn_steps("NCHW")}, "norm": norm_steps, "skinny": skinny_steps}
     for fam in sys.argv[1:] or list(fams):
         for name, fn in fams[fam]().items():
             report(name, fn)

@@ -83,6 +83,12 @@ bool swap_enabled() {
   const char* e = std::getenv("TORCH_DNN_SM90_SWAP");
   return e == nullptr || std::strcmp(e, "0") != 0;
 }
+// TORCH_DNN_SM90_SWAP_TILE=64: the 64-wide tile for every M (M > 64 then takes ceil(M / 64) tiles across x's
+// rows instead of K splits); a measurement knob, read at every call.
+int swap_tile() {
+  const char* e = std::getenv("TORCH_DNN_SM90_SWAP_TILE");
+  return (e != nullptr && std::strcmp(e, "64") == 0) ? 64 : 256;
+}
 
 // TF32 tile: 128x256x32 unless TORCH_DNN_SM90_TF32_TILE=mid (H100, 8192^3 on rounded copies: 339 TFLOP/s
 // against 278 for 128x128x32; cuBLAS 390 in that run). Problems that store preact keep 128x128x32.
@@ -110,7 +116,7 @@ Kind choose(const GemmArgs& a) {
   if (l == Layout::NN) return a.preact ? Kind::None : Kind::NnBig;
   if (l == Layout::TT) return a.preact ? Kind::None : Kind::TtBig;
   if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && swap_enabled())
-    return a.M <= 64 ? Kind::TnSwap64 : Kind::TnSwap256;
+    return (a.M <= 64 || swap_tile() == 64) ? Kind::TnSwap64 : Kind::TnSwap256;
   // K-major x K-major: the big persistent tile when it fills the machine, else stream-K on 128x128 tiles.
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
   const int sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
