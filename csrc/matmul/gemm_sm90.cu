@@ -74,7 +74,7 @@ bool layout_of(const GemmArgs& a, Layout* out) {
 bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
 
 // Which kernel a problem takes.
-enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, TnSwap64, TnSwap256, NnBig, TtBig, Tf32, Tf32Wide };
+enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, TnSwap, NnBig, TtBig, Tf32, Tf32Wide };
 
 // Swap-AB for skinny x @ w.T (TORCH_DNN_SM90_SWAP=0 turns it off, read at every call): x's rows (M <= 256) on
 // wgmma's N side, the weight's rows (N) on its 128-row side, so that no MMA work or tile goes to rows of x that
@@ -82,12 +82,6 @@ enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, TnSwap64, TnSw
 bool swap_enabled() {
   const char* e = std::getenv("TORCH_DNN_SM90_SWAP");
   return e == nullptr || std::strcmp(e, "0") != 0;
-}
-// TORCH_DNN_SM90_SWAP_TILE=64: the 64-wide tile for every M (M > 64 then takes ceil(M / 64) tiles across x's
-// rows instead of K splits); a measurement knob, read at every call.
-int swap_tile() {
-  const char* e = std::getenv("TORCH_DNN_SM90_SWAP_TILE");
-  return (e != nullptr && std::strcmp(e, "64") == 0) ? 64 : 256;
 }
 
 // TF32 tile: 128x256x32 unless TORCH_DNN_SM90_TF32_TILE=mid (H100, 8192^3 on rounded copies: 339 TFLOP/s
@@ -116,7 +110,7 @@ Kind choose(const GemmArgs& a) {
   if (l == Layout::NN) return a.preact ? Kind::None : Kind::NnBig;
   if (l == Layout::TT) return a.preact ? Kind::None : Kind::TtBig;
   if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && swap_enabled())
-    return (a.M <= 64 || swap_tile() == 64) ? Kind::TnSwap64 : Kind::TnSwap256;
+    return Kind::TnSwap;
   // K-major x K-major: the big persistent tile when it fills the machine, else stream-K on 128x128 tiles.
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
   const int sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
@@ -175,22 +169,20 @@ bool gemm_sm90_supports(const GemmArgs& a) {
 
 bool gemm_sm90_swaps(const GemmArgs& a) {
   if (!gemm_sm90_supports(a)) return false;
-  const Kind k = choose(a);
-  return k == Kind::TnSwap64 || k == Kind::TnSwap256;
+  return choose(a) == Kind::TnSwap;
 }
 
 int64_t gemm_sm90_workspace_bytes(const GemmArgs& a) {
   const Kind k = choose(a);
   if (k == Kind::None || !device_info().sm90) return 0;
-  if (k == Kind::TnSwap64 || k == Kind::TnSwap256) return swap_workspace_bytes(a, k == Kind::TnSwap64 ? 64 : 256);
+  if (k == Kind::TnSwap) return swap_workspace_bytes(a);
   return dispatch(a, k, [&]<class Cfg>() { return workspace_bytes<Cfg>(a); });
 }
 
 cudaError_t gemm_sm90(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
   if (!gemm_sm90_supports(a)) return cudaErrorNotSupported;
   const Kind k = choose(a);
-  if (k == Kind::TnSwap64 || k == Kind::TnSwap256)
-    return run_swap(a, k == Kind::TnSwap64 ? 64 : 256, workspace, workspace_bytes, stream);
+  if (k == Kind::TnSwap) return run_swap(a, workspace, workspace_bytes, stream);
   return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, workspace_bytes, stream); });
 }
 

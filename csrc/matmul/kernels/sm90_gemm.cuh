@@ -248,9 +248,9 @@ cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cud
 
 
 // The swap-AB kernels (gemm_sm90_swap.cu): x @ W^T with few rows of x, computed as D^T = W x^T so that the
-// weight's rows fill wgmma's 128-row side. `width` is the kernel's tile across x's rows (64 or 256).
-int64_t swap_workspace_bytes(const GemmArgs& a, int width);
-cudaError_t run_swap(const GemmArgs& a, int width, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+// weight's rows fill wgmma's 128-row side.
+int64_t swap_workspace_bytes(const GemmArgs& a);
+cudaError_t run_swap(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace matmul
