@@ -72,7 +72,7 @@ cuda_launchers = [f for f in all_cpp if f.endswith("_cuda.cpp")]
 cuda_kernels = sorted(glob.glob("csrc/**/*.cu", recursive=True))
 # The Hopper GEMM (CUTLASS 3.x kernels) is built only when the CUTLASS headers are installed; the matmul
 # launcher then calls it (#ifdef TORCH_DNN_WITH_SM90_GEMM), else it uses the portable kernels alone.
-SM90_GEMM = ["csrc/matmul/gemm_sm90.cu", "csrc/matmul/gemm_sm90_swap.cu"]
+SM90_GEMM = ["csrc/matmul/gemm_sm90.cu", "csrc/matmul/gemm_sm90_skinny.cu"]
 cutlass_include = _cutlass_include_dir()
 if cutlass_include is None:
     cuda_kernels = [f for f in cuda_kernels if f not in SM90_GEMM]

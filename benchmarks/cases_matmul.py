@@ -96,13 +96,13 @@ def _linear_gelu_cases(m, k, n, dtype, group):
 def _skinny_case(m, kn, dtype, group):
     es = torch.empty((), dtype=dtype).element_size()
     fn = lambda x, w: F.linear(x, w)  # noqa: E731
-    # the alternatives: the mma.sync skinny kernel (M <= 64), the Hopper swap-AB kernels (M <= 256), the Hopper
-    # 128x128 stream-K kernel (what M = 256 took before the swap-AB kernels)
+    # the alternatives: the mma.sync skinny kernel (M <= 64), the Hopper skinny kernels (swap-AB or narrow tiles,
+    # M <= 256), the Hopper 128x128 stream-K kernel (what M > 64 took before)
     impls = {"torch_dnn": fn}
     if m <= 64:
         impls["torch_dnn mma.sync skinny"] = with_env(fn, TORCH_DNN_GEMM_SKINNY="1")
-    impls["torch_dnn swap-AB"] = with_env(fn, TORCH_DNN_GEMM_SKINNY="0")
-    impls["torch_dnn stream-K"] = with_env(fn, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SWAP="0")
+    impls["torch_dnn Hopper skinny"] = with_env(fn, TORCH_DNN_GEMM_SKINNY="0")
+    impls["torch_dnn stream-K"] = with_env(fn, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY="0")
     impls["cuBLAS (F.linear)"] = TF.linear
     return Case("matmul", f"linear skinny M={m} K=N={kn} {_short(dtype)}",
                 lambda: (_rand((m, kn), dtype), _rand((kn, kn), dtype, -0.05, 0.05)), impls,

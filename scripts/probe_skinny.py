@@ -1,8 +1,8 @@
 """Skinny (decode-sized) linear on the device: GPU time per call from CUDA-graph replay (the weight cycled over
 enough copies that it streams from DRAM, as in the benchmark harness) and host time per call (a launch loop on
 a tiny problem: the CPU is then the bottleneck), for torch_dnn's default choice, its mma.sync skinny kernel,
-the Hopper swap-AB kernels (TORCH_DNN_GEMM_SKINNY=0; split-K sweep by TORCH_DNN_SM90_SWAP_SPLITS), the Hopper
-128x128 stream-K kernel (TORCH_DNN_SM90_SWAP=0) and cuBLAS (F.linear).
+the Hopper skinny kernels (TORCH_DNN_GEMM_SKINNY=0: swap-AB or narrow tiles, a split-K sweep by
+TORCH_DNN_SM90_SKINNY_SPLITS), the Hopper 128x128 stream-K kernel (TORCH_DNN_SM90_SKINNY=0) and cuBLAS (F.linear).
 
     python scripts/probe_skinny.py [--out probe_skinny.json]
     ncu --kernel-name regex:skinny python scripts/probe_skinny.py --once M,KN    (a few calls of one shape)
@@ -87,11 +87,15 @@ def main():
             impls = {
                 "torch_dnn": lin,
                 "mma.sync skinny": with_env(lin, TORCH_DNN_GEMM_SKINNY="1"),
-                "swap-AB": with_env(lin, TORCH_DNN_GEMM_SKINNY="0"),
+                "Hopper skinny": with_env(lin, TORCH_DNN_GEMM_SKINNY="0"),
             }
-            for sp in ((1, 2, 4, 8) if kn == 4096 else (1, 2)):
-                impls[f"swap-AB splits={sp}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SWAP_SPLITS=str(sp))
-            impls["stream-K 128x128"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SWAP="0")
+            for sp in ((1, 2, 4) if kn == 4096 else (1, 2)):
+                impls[f"Hopper skinny splits={sp}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0",
+                                                               TORCH_DNN_SM90_SKINNY_SPLITS=str(sp))
+            if m > 64:
+                for k in ("swap64", "swap256", "narrow"):
+                    impls[f"Hopper {k}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY_KERNEL=k)
+            impls["stream-K 128x128"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY="0")
             impls["cuBLAS"] = TF.linear
             nbytes = (2 * m * kn + kn * kn) * 2
             for name, fn in impls.items():

@@ -64,18 +64,19 @@ def norm_steps():
 
 
 def skinny_steps():
-    """Skinny F.linear (x @ W.T) per kernel: the default choice, the swap-AB kernels with forced K splits, the
-    128x128 stream-K kernel, and cuBLAS; the weight cycles over copies that together exceed the L2."""
+    """Skinny F.linear (x @ W.T) per kernel: the default choice, the Hopper skinny kernels (swap-AB 64-wide and
+    narrow 128x64) with forced K splits, the 128x128 stream-K kernel, and cuBLAS; the weight cycles over copies
+    that together exceed the L2."""
     import os
     out = {}
     for m, kn in [(16, 4096), (256, 4096), (256, 16384)]:
         ws = [torch.empty(kn, kn, device="cuda", dtype=torch.bfloat16).uniform_(-0.05, 0.05)
               for _ in range(max(2, -(-160 * 2**20 // (kn * kn * 2))))]
         x = torch.empty(m, kn, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
-        variants = [("default", {}), ("swap splits=1", {"TORCH_DNN_GEMM_SKINNY": "0", "TORCH_DNN_SM90_SWAP_SPLITS": "1"}),
-                    ("swap splits=4", {"TORCH_DNN_GEMM_SKINNY": "0", "TORCH_DNN_SM90_SWAP_SPLITS": "4"}),
-                    ("swap 64-wide", {"TORCH_DNN_GEMM_SKINNY": "0", "TORCH_DNN_SM90_SWAP_TILE": "64"}),
-                    ("stream-K", {"TORCH_DNN_GEMM_SKINNY": "0", "TORCH_DNN_SM90_SWAP": "0"})]
+        hop = {"TORCH_DNN_GEMM_SKINNY": "0"}
+        variants = [("default", {})] + [
+            (f"{k} splits={sp}", {**hop, "TORCH_DNN_SM90_SKINNY_KERNEL": k, "TORCH_DNN_SM90_SKINNY_SPLITS": sp})
+            for k in ("swap64", "narrow") for sp in ("1", "2")] + [("stream-K", {**hop, "TORCH_DNN_SM90_SKINNY": "0"})]
         for variant, env in variants:
             def step(env=env, x=x, ws=ws):
                 saved = dict(os.environ)

@@ -211,15 +211,19 @@ def test_linear_act(dtype, act, bias, residual, M, N, K):
     _check(out, peer, ref, f"linear_act {act} bias={bias} res={residual} {M}x{N}x{K} {dtype}")
 
 
-# the swap-AB kernels (skinny x @ w.T, M <= 256 and N >= 4 M): odd M against both tile widths, N and K not
-# multiples of the tile, bias along the kernel's rows, residual through a column-major C (one K range) or added
-# by the split-K finishing kernel (the K ranges as a batch of float partials)
+# the skinny kernels (x @ w.T, M <= 256 and N >= 4 M; swap-AB 64 / 256 wide and narrow 128x64 tiles, each forced
+# as well as chosen): odd M against the tiles, N and K not multiples of the tile, the bias along the swap-AB
+# kernel's rows, the residual through a column-major C (one K range) or added by the split-K finishing kernel
+# (the K ranges as a batch of float partials)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 33, 100, 256])
 @pytest.mark.parametrize("splits", ["auto", "1", "3"])
-def test_linear_act_swap_ab(dtype, M, splits, monkeypatch):
+@pytest.mark.parametrize("kernel", ["auto", "swap64", "swap256", "narrow"])
+def test_linear_act_skinny(dtype, M, splits, kernel, monkeypatch):
     if splits != "auto":
-        monkeypatch.setenv("TORCH_DNN_SM90_SWAP_SPLITS", splits)
+        monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_SPLITS", splits)
+    if kernel != "auto":
+        monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_KERNEL", kernel)
     N, K = 1032, 1056  # auto: 4 K ranges of 264; forced 3: 352 (neither a multiple of the 64-wide K tile)
     x = _rand((M, K), dtype)
     w = _rand((N, K), dtype, -0.1, 0.1)
@@ -228,9 +232,10 @@ def test_linear_act_swap_ab(dtype, M, splits, monkeypatch):
     _poison(M * N * x.element_size() * 4)
     out = torch_dnn.functional.linear_act(x, w, b, "gelu", r)
     ref = _linear_ref(x.double(), w.double(), b.double(), "gelu", r.double())
-    _check(out, _linear_ref(x, w, b, "gelu", r), ref, f"linear_act swap-AB M={M} splits={splits} {dtype}")
+    name = f"M={M} splits={splits} kernel={kernel} {dtype}"
+    _check(out, _linear_ref(x, w, b, "gelu", r), ref, f"linear_act skinny {name}")
     plain = torch_dnn.functional.mm(x, w.t())
-    _check(plain, torch.mm(x, w.t()), torch.mm(x.double(), w.double().t()), f"mm swap-AB M={M} splits={splits}")
+    _check(plain, torch.mm(x, w.t()), torch.mm(x.double(), w.double().t()), f"mm skinny {name}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -58,8 +58,8 @@ struct GemmArgs {
 bool gemm_sm90_supports(const GemmArgs& a);
 cudaError_t gemm_sm90(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 int64_t gemm_sm90_workspace_bytes(const GemmArgs& a);
-// Whether gemm_sm90 takes the problem with its swap-AB kernels (skinny x @ w.T; gemm_sm90_swap.cu).
-bool gemm_sm90_swaps(const GemmArgs& a);
+// Whether gemm_sm90 takes the problem with its skinny kernels (x @ w.T, M <= 256; gemm_sm90_skinny.cu).
+bool gemm_sm90_skinny(const GemmArgs& a);
 
 // Float32 -> TF32 values (round to nearest, cvt.rna), n elements of src into dst (distinct buffers).
 cudaError_t round_to_tf32(const float* src, float* dst, int64_t n, cudaStream_t stream);
@@ -73,9 +73,9 @@ cudaError_t gemm_sm80(const GemmArgs& a, void* workspace, int64_t workspace_byte
 int64_t gemm_sm80_workspace_bytes(const GemmArgs& a);
 // Whether the portable path takes this problem with its skinny kernel (16-bit x @ W.T with M <= 64, both
 // K-contiguous and 16-byte aligned, batch 1; TORCH_DNN_GEMM_SKINNY=0 turns it off, =1 prefers it): a
-// weight-streaming kernel that the CUDA launcher prefers to the Hopper path's 128-row tiles. hopper_swap: the
-// Hopper swap-AB kernels can take the problem (gemm_sm90_swaps); they are then preferred where they were faster.
-bool gemm_skinny_applies(const GemmArgs& a, bool hopper_swap);
+// weight-streaming kernel. hopper_skinny: the Hopper path's skinny kernels can take the problem
+// (gemm_sm90_skinny); they are then preferred where they were faster.
+bool gemm_skinny_applies(const GemmArgs& a, bool hopper_skinny);
 
 }  // namespace matmul
 }  // namespace torch_dnn

@@ -313,12 +313,12 @@ cudaError_t run_skinny(const GemmArgs& a, const SkinnyPlan& pl, void* ws, cudaSt
 
 }  // namespace
 
-bool gemm_skinny_applies(const GemmArgs& a, bool hopper_swap) {
+bool gemm_skinny_applies(const GemmArgs& a, bool hopper_skinny) {
   SkinnyPlan pl;
   if (!skinny_plan(a, &pl)) return false;
   // H100 graph replay (benchmarks/NOTES.md): the swap-AB kernels won except at M <= 16 with weight tiles for
   // 3/4 of the SMs (M = 16, K = N = 16384: 188.9 us here, 195.3 swap-AB; M = 64: 204.1 / 187.8)
-  if (hopper_swap && skinny_mode() == SkinnyMode::Auto) return a.M <= 16 && 4 * int64_t(pl.tiles_n) >= 3 * sm_count();
+  if (hopper_skinny && skinny_mode() == SkinnyMode::Auto) return a.M <= 16 && 4 * int64_t(pl.tiles_n) >= 3 * sm_count();
   return true;
 }
 

@@ -13,7 +13,7 @@
 //   tf32        A K-major, B K-major             128x128x32, cluster 2x1, persistent
 //   tf32        A K-major, B K-major             128x256x32, cluster 2x1, persistent, no preact store (default)
 //   bf16        A K-major, B K-major             64x256x64 ping-pong, cluster 2x1, opt-in (TORCH_DNN_SM90_KERNEL)
-// and, in gemm_sm90_swap.cu, the swap-AB kernels of skinny x @ w.T (M <= 256 rows of x).
+// and, in gemm_sm90_skinny.cu, the kernels of skinny x @ w.T (M <= 256 rows of x: swap-AB and narrow tiles).
 //
 // NDEBUG before any include: CUTLASS's device-side asserts become calls to __assertfail, and a call inside the
 // mainloop makes ptxas serialise the wgmma pipeline (warning C7510), which costs a large share of the speed.
@@ -74,13 +74,13 @@ bool layout_of(const GemmArgs& a, Layout* out) {
 bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
 
 // Which kernel a problem takes.
-enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, TnSwap, NnBig, TtBig, Tf32, Tf32Wide };
+enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, TnSkinny, NnBig, TtBig, Tf32, Tf32Wide };
 
-// Swap-AB for skinny x @ w.T (TORCH_DNN_SM90_SWAP=0 turns it off, read at every call): x's rows (M <= 256) on
-// wgmma's N side, the weight's rows (N) on its 128-row side, so that no MMA work or tile goes to rows of x that
-// do not exist and each weight tile is read once (128 x M tiles: one column of tiles).
-bool swap_enabled() {
-  const char* e = std::getenv("TORCH_DNN_SM90_SWAP");
+// The skinny kernels of gemm_sm90_skinny.cu for x @ w.T with M <= 256 and N >= 4 M (swap-AB: x's rows on wgmma's
+// N side, so that no MMA work goes to rows of x that do not exist and each weight tile is read once; or narrow
+// 128x64 tiles). TORCH_DNN_SM90_SKINNY=0 turns them off (read at every call): the stream-K kernel takes those.
+bool skinny_enabled() {
+  const char* e = std::getenv("TORCH_DNN_SM90_SKINNY");
   return e == nullptr || std::strcmp(e, "0") != 0;
 }
 
@@ -109,8 +109,8 @@ Kind choose(const GemmArgs& a) {
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return Kind::None;
   if (l == Layout::NN) return a.preact ? Kind::None : Kind::NnBig;
   if (l == Layout::TT) return a.preact ? Kind::None : Kind::TtBig;
-  if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && swap_enabled())
-    return Kind::TnSwap;
+  if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && skinny_enabled())
+    return Kind::TnSkinny;
   // K-major x K-major: the big persistent tile when it fills the machine, else stream-K on 128x128 tiles.
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
   const int sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
@@ -119,7 +119,7 @@ Kind choose(const GemmArgs& a) {
   return (a.dtype == DType::BFloat16 && prefer_pingpong()) ? Kind::TnPingpong : Kind::TnBigPlain;
 }
 
-// The kernels of this file (the callers take the swap-AB kinds to gemm_sm90_swap.cu first).
+// The kernels of this file (the callers take TnSkinny to gemm_sm90_skinny.cu first).
 template <class F>
 auto dispatch(const GemmArgs& a, Kind k, F&& f) {
   const bool bf = a.dtype == DType::BFloat16;
@@ -167,22 +167,22 @@ bool gemm_sm90_supports(const GemmArgs& a) {
   return true;
 }
 
-bool gemm_sm90_swaps(const GemmArgs& a) {
+bool gemm_sm90_skinny(const GemmArgs& a) {
   if (!gemm_sm90_supports(a)) return false;
-  return choose(a) == Kind::TnSwap;
+  return choose(a) == Kind::TnSkinny;
 }
 
 int64_t gemm_sm90_workspace_bytes(const GemmArgs& a) {
   const Kind k = choose(a);
   if (k == Kind::None || !device_info().sm90) return 0;
-  if (k == Kind::TnSwap) return swap_workspace_bytes(a);
+  if (k == Kind::TnSkinny) return skinny_workspace_bytes(a);
   return dispatch(a, k, [&]<class Cfg>() { return workspace_bytes<Cfg>(a); });
 }
 
 cudaError_t gemm_sm90(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
   if (!gemm_sm90_supports(a)) return cudaErrorNotSupported;
   const Kind k = choose(a);
-  if (k == Kind::TnSwap) return run_swap(a, workspace, workspace_bytes, stream);
+  if (k == Kind::TnSkinny) return run_skinny(a, workspace, workspace_bytes, stream);
   return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, workspace_bytes, stream); });
 }
 

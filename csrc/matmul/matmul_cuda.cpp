@@ -97,8 +97,8 @@ struct CudaBackend {
     c10::cuda::CUDAGuard guard(like.device());
     const Path path = requested_path();
 #ifdef TORCH_DNN_WITH_SM90_GEMM
-    const bool hopper_swap = path == Path::Auto && device_is_sm90(like) && gemm_sm90_swaps(a);
-    if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a, hopper_swap))) {
+    const bool hopper_skinny = path == Path::Auto && device_is_sm90(like) && gemm_sm90_skinny(a);
+    if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a, hopper_skinny))) {
       if (a.dtype == DType::Float32 && a.allow_tf32 && device_is_sm90(like)) {
         const Tf32Mode mode = sm90_tf32_mode(path == Path::Sm90);
         if (mode != Tf32Mode::Off && gemm_sm90_tf32_rounded(a, mode, like)) return;

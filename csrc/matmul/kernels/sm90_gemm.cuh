@@ -1,5 +1,5 @@
 // The Hopper GEMM's shared machinery (sm_90a, CUTLASS 3.x), for its two translation units: gemm_sm90.cu (the
-// persistent and stream-K kernels with the fused epilogue) and gemm_sm90_swap.cu (the swap-AB kernels of
+// persistent and stream-K kernels with the fused epilogue) and gemm_sm90_skinny.cu (the kernels of
 // skinny problems). Holds the kernel configuration (Sm90Gemm), device facts, the scheduler knobs, CUTLASS's
 // arguments from a GemmArgs, and the launch. Torch-free; each including file defines NDEBUG first (see
 // gemm_sm90.cu).
@@ -247,10 +247,9 @@ cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cud
 }
 
 
-// The swap-AB kernels (gemm_sm90_swap.cu): x @ W^T with few rows of x, computed as D^T = W x^T so that the
-// weight's rows fill wgmma's 128-row side.
-int64_t swap_workspace_bytes(const GemmArgs& a);
-cudaError_t run_swap(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+// The skinny kernels (gemm_sm90_skinny.cu): x @ W^T with at most 256 rows of x (swap-AB, or narrow tiles).
+int64_t skinny_workspace_bytes(const GemmArgs& a);
+cudaError_t run_skinny(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace matmul

@@ -1,0 +1,201 @@
+// The Hopper path's kernels for skinny x @ w.T (M <= 256 rows of x against a long weight, N >= 4 M), where the
+// 128x256 and 128x128 tiles of gemm_sm90.cu would spend most of each MMA on rows of x that do not exist:
+//   Swap64 / Swap256: swap-AB, D^T = w x^T, so the weight's rows fill wgmma's 128-row side and x's rows its N
+//     side (a 64- or 256-wide tile). Each weight tile is read from DRAM once. D^T is column-major in D's memory
+//     and the bias runs along the kernel's rows (Sm90Gemm's kSwapped). Cluster 2x1: the two weight tiles of a
+//     cluster share x's tile by TMA multicast.
+//   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
+//     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
+// Which one (skinny_kernel): M <= 64 Swap64; M > 64 Swap256 where the weight's 128-row tiles fill 3/4 of the
+// SMs, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a
+// batched GEMM whose batch index walks K (each operand's batch stride is the K range; TMA zero-fills past each
+// range's end), writing float partials [split][M][N]; a second kernel sums them in split order (deterministic)
+// and applies the epilogue. CUTLASS's own stream-K split-K adds the splits into the workspace in a turnstile
+// (each waits for the one before): on the H100 every split made it slower (benchmarks/NOTES.md).
+// Instantiations (10 = 5 x bf16, fp16): Swap64 and Narrow each with output T (whole K) or float (a split's
+// partial), Swap256 with output T. See gemm_sm90.cu for NDEBUG.
+#ifndef NDEBUG
+#define NDEBUG 1
+#endif
+#include "matmul/kernels/sm90_gemm.cuh"
+
+#include "common/cuda/vec.cuh"
+
+namespace torch_dnn {
+namespace matmul {
+namespace sm90 {
+namespace {
+
+using C12 = Shape<_1, _2, _1>;
+template <class T, int W, class ED>
+using Swap = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, Int<W>, _64>, C21, Persistent, false, false, true>;
+template <class T, class ED>
+using Narrow = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, _64, _64>, C12, Persistent, false>;
+
+enum class SkinnyKernel { Swap64, Swap256, Narrow };
+
+struct SkinnyShape {
+  SkinnyKernel k;
+  int64_t tiles;  // CTAs of one K range, cluster padding included
+};
+
+// H100 graph replay, M = 256, K = N = 4096 (benchmarks/NOTES.md): Swap256 with 4 K splits 30.2 us, Swap64 (4 x 32
+// tiles) 24.1, the same in 1x2 clusters sharing the weight tile 48.9, cuBLAS (128x64 tiles, 1x2) 18.2.
+// TORCH_DNN_SM90_SKINNY_KERNEL=swap64|swap256|narrow forces one (a measurement knob, read at every call).
+SkinnyShape skinny_shape(const GemmArgs& a) {
+  const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
+  const auto even = [](int64_t v) { return (v + 1) / 2 * 2; };
+  const int64_t wtiles = even((a.N + 127) / 128);
+  SkinnyKernel k = a.M <= 64 ? SkinnyKernel::Swap64 : (wtiles * 4 >= sms * 3 ? SkinnyKernel::Swap256 : SkinnyKernel::Narrow);
+  if (const char* e = std::getenv("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
+    if (std::strcmp(e, "swap64") == 0) k = SkinnyKernel::Swap64;
+    if (std::strcmp(e, "swap256") == 0) k = SkinnyKernel::Swap256;
+    if (std::strcmp(e, "narrow") == 0) k = SkinnyKernel::Narrow;
+  }
+  switch (k) {
+    case SkinnyKernel::Swap64: return {k, wtiles * ((a.M + 63) / 64)};
+    case SkinnyKernel::Swap256: return {k, wtiles * ((a.M + 255) / 256)};
+    default: return {k, (a.M + 127) / 128 * even((a.N + 63) / 64)};
+  }
+}
+
+// The problem as a swap-AB kernel sees it: D^T (N x M) = w (N x K, K-major) times x^T (x: M x K, K-major).
+GemmArgs swapped(const GemmArgs& a) {
+  GemmArgs s = a;
+  s.M = a.N;
+  s.N = a.M;
+  s.A = MatrixRef{a.B.ptr, a.B.ld, 0, false};
+  s.B = MatrixRef{a.A.ptr, a.A.ld, 0, true};
+  return s;
+}
+GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return sh.k == SkinnyKernel::Narrow ? a : swapped(a); }
+
+// K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
+// each at least 4 K tiles of 64 and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule).
+// TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
+int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
+  if (sh.k == SkinnyKernel::Swap256) return 1;
+  const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
+  int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 256);
+  if (const char* e = std::getenv("TORCH_DNN_SM90_SKINNY_SPLITS"); e != nullptr && std::atoi(e) > 0) s = std::atoi(e);
+  for (; s > 1; --s)
+    if (a.K % s == 0 && (a.K / s) % 8 == 0) break;
+  return int(std::max<int64_t>(s, 1));
+}
+
+// Split s's GEMM: K range [s * K / splits, (s + 1) * K / splits) as batch s, float partials [s][M][N], no epilogue.
+GemmArgs partial_args(const GemmArgs& a, const SkinnyShape& sh, int splits, float* part) {
+  GemmArgs p = oriented(a, sh);
+  p.K = a.K / splits;
+  p.batch = splits;
+  p.A.batch_stride = p.K;
+  p.B.batch_stride = p.K;
+  p.D = part;
+  p.ldd = a.N;
+  p.batch_stride_d = a.M * a.N;
+  p.bias = nullptr;
+  p.residual = nullptr;
+  p.preact = nullptr;
+  p.act = Act::Identity;
+  return p;
+}
+
+int64_t partial_bytes(const GemmArgs& a, int splits) { return (int64_t(splits) * a.M * a.N * 4 + 255) / 256 * 256; }
+
+// D = act(sum_s part[s] + bias) + residual, 4 columns a thread, the splits added in order.
+template <typename T, Act K>
+__global__ void __launch_bounds__(256) finish_splits(const float* __restrict__ part, int splits, int64_t M, int64_t N,
+                                                     const T* __restrict__ bias, const T* __restrict__ res, int64_t ldr,
+                                                     T* __restrict__ D, int64_t ldd, float pa, float pb) {
+  constexpr bool kFast = sizeof(T) == 2;
+  const int64_t quads = N / 4, total = M * quads, plane = M * N;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / quads, n = (i - m * quads) * 4;
+    const float* p = part + m * N + n;
+    float4 acc = __ldcg(reinterpret_cast<const float4*>(p));
+    for (int s = 1; s < splits; ++s) {
+      const float4 v = __ldcg(reinterpret_cast<const float4*>(p + s * plane));
+      acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+    }
+    float v[4] = {acc.x, acc.y, acc.z, acc.w};
+    float b[4] = {0.f, 0.f, 0.f, 0.f}, r[4] = {0.f, 0.f, 0.f, 0.f};
+    if (bias != nullptr) load_acc<4>(bias + n, b);
+    if (res != nullptr) load_acc<4>(res + m * ldr + n, r);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = activation::act_forward<K, float, kFast>(v[j] + b[j], pa, pb) + r[j];
+    store_acc<4>(D + m * ldd + n, v);
+  }
+}
+
+template <typename T>
+cudaError_t launch_finish(const GemmArgs& a, const float* part, int splits, cudaStream_t stream) {
+  const int64_t total = a.M * (a.N / 4);
+  const unsigned blocks = unsigned(std::min<int64_t>((total + 255) / 256, int64_t(device_info().sm_count) * 8));
+  const T* bias = static_cast<const T*>(a.bias);
+  const T* res = static_cast<const T*>(a.residual);
+  T* D = static_cast<T*>(a.D);
+  const float pa = float(a.act_params.a), pb = float(a.act_params.b);
+  switch (a.act) {
+#define TD_FINISH(KIND)                                                                                        \
+  case Act::KIND:                                                                                              \
+    finish_splits<T, Act::KIND><<<blocks, 256, 0, stream>>>(part, splits, a.M, a.N, bias, res, a.ldr, D, a.ldd, \
+                                                            pa, pb);                                           \
+    break;
+    TD_FINISH(Identity)
+    TD_FINISH(Relu)
+    TD_FINISH(Gelu)
+    TD_FINISH(GeluTanh)
+    TD_FINISH(Silu)
+#undef TD_FINISH
+    default: return cudaErrorNotSupported;  // gemm_sm90_supports admits only the epilogue's activations
+  }
+  return cudaGetLastError();
+}
+
+template <class T, class F>
+auto dispatch_typed(SkinnyKernel k, bool partial, F&& f) {
+  if (k == SkinnyKernel::Swap64)
+    return partial ? f.template operator()<Swap<T, 64, float>, T>() : f.template operator()<Swap<T, 64, T>, T>();
+  if (k == SkinnyKernel::Narrow)
+    return partial ? f.template operator()<Narrow<T, float>, T>() : f.template operator()<Narrow<T, T>, T>();
+  return f.template operator()<Swap<T, 256, T>, T>();  // Swap256 never splits (splits_for)
+}
+
+template <class F>
+auto dispatch_skinny(const GemmArgs& a, SkinnyKernel k, bool partial, F&& f) {
+  return a.dtype == DType::BFloat16 ? dispatch_typed<bf16>(k, partial, f) : dispatch_typed<fp16>(k, partial, f);
+}
+
+}  // namespace
+
+int64_t skinny_workspace_bytes(const GemmArgs& a) {
+  const SkinnyShape sh = skinny_shape(a);
+  const int splits = splits_for(a, sh);
+  if (splits == 1)
+    return dispatch_skinny(a, sh.k, false, [&]<class Cfg, class T>() { return workspace_bytes<Cfg>(oriented(a, sh)); });
+  const GemmArgs p = partial_args(a, sh, splits, nullptr);
+  return partial_bytes(a, splits) +
+         dispatch_skinny(a, sh.k, true, [&]<class Cfg, class T>() { return workspace_bytes<Cfg>(p); });
+}
+
+cudaError_t run_skinny(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
+  const SkinnyShape sh = skinny_shape(a);
+  const int splits = splits_for(a, sh);
+  if (splits == 1)
+    return dispatch_skinny(a, sh.k, false, [&]<class Cfg, class T>() {
+      return run<Cfg>(oriented(a, sh), workspace, workspace_bytes, stream);
+    });
+  const int64_t pb = partial_bytes(a, splits);
+  if (workspace == nullptr || workspace_bytes < pb) return cudaErrorInvalidValue;
+  float* part = static_cast<float*>(workspace);
+  const GemmArgs p = partial_args(a, sh, splits, part);
+  return dispatch_skinny(a, sh.k, true, [&]<class Cfg, class T>() {
+    using Elem = cute::conditional_t<std::is_same_v<T, bf16>, __nv_bfloat16, __half>;
+    cudaError_t err = run<Cfg>(p, static_cast<char*>(workspace) + pb, workspace_bytes - pb, stream);
+    return err != cudaSuccess ? err : launch_finish<Elem>(a, part, splits, stream);
+  });
+}
+
+}  // namespace sm90
+}  // namespace matmul
+}  // namespace torch_dnn
