@@ -1,6 +1,9 @@
 """Host time per call of small-tensor CUDA ops (the GPU work is microseconds, so a launch loop measures the
 host path): `python scripts/probe_host.py [bn]`. Prints microseconds per call for torch_dnn and PyTorch, and
-the CPU-side operators of one torch_dnn step (torch.profiler), to see where the host time goes."""
+the CPU-side operators of one torch_dnn step (torch.profiler), to see where the host time goes.
+`python scripts/probe_host.py linear`: the layers of a decode-sized linear call (Python wrapper, the op below
+autograd, the launcher with one kernel or a split-K pair) against F.linear (cuBLAS), on small shapes whose GPU
+time is under the host time."""
 import os
 import sys
 import time
@@ -38,7 +41,43 @@ def bn_steps():
             "bn fwd+bwd torch_dnn": fb(F.batch_norm), "bn fwd+bwd torch": fb(TF.batch_norm)}
 
 
+def linear_layers():
+    """Host time of each layer of torch_dnn's linear, for skinny shapes (Hopper skinny kernels) and one big-path
+    shape; the GPU work of each is a few microseconds, so the loop measures the host."""
+    ops = torch.ops.torch_dnn
+    la = ops.linear_act.default
+    for m, k, n in [(16, 256, 1024), (16, 1024, 1024), (64, 1024, 4096), (256, 512, 512)]:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+
+        def below():
+            with torch._C._AutoDispatchBelowAutograd():
+                return la(x, w, b, "none", None, None, None, allow_tf32=False)
+
+        rows = {"F.linear (cuBLAS)": lambda: TF.linear(x, w, b),
+                "torch.mm (cuBLAS)": lambda: torch.mm(x, w.t()),
+                "torch_dnn F.linear": lambda: F.linear(x, w, b),
+                "op at Autograd key": lambda: la(x, w, b, "none", None, None, None, allow_tf32=False),
+                "op below autograd": below,
+                "torch_dnn mm": lambda: F.mm(x, w.t()),
+                "empty(out) only": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
+        for env in [{}, {"TORCH_DNN_SM90_SKINNY_SPLITS": "1"}, {"TORCH_DNN_SM90_SKINNY": "0"},
+                    {"TORCH_DNN_GEMM_PATH": "sm80"}]:
+            os.environ.update(env)
+            tag = ",".join(f"{k[10:]}={v}" for k, v in env.items()) or "default"
+            for name, fn in rows.items():
+                if env and not name.startswith("torch_dnn F.linear"):
+                    continue
+                print(f"M={m:<4d} K={k:<5d} N={n:<5d} {tag:22s} {name:22s} {per_call_us(fn, 2000):7.1f} us/call")
+            for key in env:
+                del os.environ[key]
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["linear"]:
+        linear_layers()
+        sys.exit(0)
     steps = bn_steps()
     for name, fn in steps.items():
         print(f"{name:28s} {per_call_us(fn):8.1f} us/call")
