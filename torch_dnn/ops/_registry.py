@@ -54,16 +54,20 @@ class _FunctionalOps:
                for ov in packet.overloads() for a in getattr(packet, ov)._schema.arguments):
             fn = packet
         else:
+            # one overload per op: calling it skips the packet's overload resolution (host time)
+            overload = packet.default if packet.overloads() == ["default"] else packet
+
             def fn(*args, **kwargs):
                 # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
                 if (torch.compiler.is_compiling() or _forward_ad._current_level >= 0
                         or (torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs))):
                     return packet(*args, **kwargs)
-                with torch._C._AutoDispatchBelowAutograd():
-                    return packet(*args, **kwargs)
+                with _below_autograd():
+                    return overload(*args, **kwargs)
             fn.__name__ = fn.__qualname__ = name
         self.__dict__[name] = fn  # resolved once per name
         return fn
 
 
+_below_autograd = torch._C._AutoDispatchBelowAutograd
 ops = _FunctionalOps()

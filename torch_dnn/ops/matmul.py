@@ -12,6 +12,7 @@ import torch
 from torch_dnn.ops._registry import add_family, needs_autograd, ops
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
+_get_allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", lambda: bool(torch.backends.cuda.matmul.allow_tf32))
 
 # bias_act's activation names (torch_dnn.ops.activation.BIAS_ACTS); "identity" is another name of "none"
 NO_ACT = ("none", "identity")
@@ -120,7 +121,9 @@ def allow_tf32() -> bool:
     """Whether float32 GEMMs may use TF32 tensor cores: PyTorch's own switch,
     torch.backends.cuda.matmul.allow_tf32 (<=> torch.get_float32_matmul_precision() != "highest"). Read through
     the backends flag because torch.compile traces it (a guarded constant) where it cannot trace the string."""
-    return bool(torch.backends.cuda.matmul.allow_tf32)
+    if torch.compiler.is_compiling():
+        return bool(torch.backends.cuda.matmul.allow_tf32)
+    return _get_allow_tf32()  # the flag's own getter, without the module's __getattr__ (host time of small GEMMs)
 
 
 def gemm_paths(device=None) -> list:

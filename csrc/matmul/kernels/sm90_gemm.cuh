@@ -9,6 +9,41 @@
 #include <mutex>
 #include <type_traits>
 
+// CUTLASS makes each TMA descriptor through the driver's cuTensorMapEncodeTiled, which it looks up by name
+// (cudaGetDriverEntryPointByVersion) at every call: four lookups a GEMM on the host path, which is the whole
+// budget of a decode-sized problem. With CUTLASS's direct driver calls on, that name is routed here to a wrapper
+// that looks it up once (the extension itself does not link libcuda, so that CPU-only machines import it).
+#define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+namespace torch_dnn {
+namespace matmul {
+namespace sm90 {
+inline CUresult encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                                        const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                        const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
+                                        CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                        CUtensorMapFloatOOBfill oob_fill) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      p = nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return fn(map, type, rank, address, dims, strides, box, element_strides, interleave, swizzle, l2, oob_fill);
+}
+}  // namespace sm90
+}  // namespace matmul
+}  // namespace torch_dnn
+#define cuTensorMapEncodeTiled ::torch_dnn::matmul::sm90::encode_tensor_map_tiled
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -224,6 +259,28 @@ cudaError_t raise_smem_limit() {
   return results[dev];
 }
 
+// The launch of GemmUniversalAdapter::run without its per-call cudaFuncSetAttribute (the cluster launcher sets
+// NonPortableClusterSizeAllowed before every launch; our clusters are at most 2, within the portable 8, and the
+// smem limit is raised once by raise_smem_limit).
+template <class Kernel>
+cudaError_t launch(typename Kernel::Params& params, cudaStream_t stream) {
+  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = Kernel::get_grid_shape(params);
+  cfg.blockDim = Kernel::get_block_shape();
+  cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(size<0>(Cluster{}));
+  attr[0].val.clusterDim.y = unsigned(size<1>(Cluster{}));
+  attr[0].val.clusterDim.z = unsigned(size<2>(Cluster{}));
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  void* kernel_args[] = {&params};
+  return cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args);
+}
+
 template <class Cfg>
 cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream, int splits = 0) {
   using Gemm = typename Cfg::Gemm;
@@ -239,11 +296,7 @@ cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cud
     return e != cudaSuccess ? e : cudaErrorLaunchFailure;
   }
   typename Kernel::Params params = Kernel::to_underlying_arguments(args, ws);
-  if (Gemm::run(params, stream) != cutlass::Status::kSuccess) {
-    cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? e : cudaErrorLaunchFailure;
-  }
-  return cudaGetLastError();
+  return launch<Kernel>(params, stream);
 }
 
 
