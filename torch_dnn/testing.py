@@ -33,6 +33,14 @@ def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return e_max, e_l2
 
 
+def _same_non_finite(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """NaN at the same places, and the same infinities at the same places."""
+    if not torch.equal(torch.isnan(a), torch.isnan(b)):
+        return False
+    inf = torch.isinf(b)
+    return torch.equal(torch.isinf(a), inf) and torch.equal(a[inf], b[inf])
+
+
 @dataclass
 class Verdict:
     ok: bool
@@ -54,11 +62,10 @@ def compare(ours: torch.Tensor, peer: torch.Tensor, ref64: torch.Tensor, *, grad
     # large outputs on the host took most of a CUDA test's time.
     dev = ours.device
     ours_c, peer_c, ref_c = ours.detach(), peer.detach().to(dev), ref64.detach().to(dev)
-    nan_ok = torch.equal(torch.isnan(ours_c), torch.isnan(peer_c))
-    inf_ok = torch.equal(torch.isinf(ours_c) & ~torch.isnan(ours_c), torch.isinf(peer_c)) and torch.equal(
-        ours_c[torch.isinf(peer_c)], peer_c[torch.isinf(peer_c)]
-    )
-    if not (nan_ok and inf_ok):
+    # NaN and inf where PyTorch puts them in this dtype, or where its float64 op does: some of PyTorch's
+    # vectorised CPU kernels differ from its own float64 result (AVX-512 float32 gelu: gelu(inf) = nan,
+    # gelu(3.4e38) = inf), and the mathematically right answer passes too.
+    if not (_same_non_finite(ours_c, peer_c) or _same_non_finite(ours_c, ref_c.to(ours_c.dtype))):
         return Verdict(False, (), (), f"{name}: non-finite values differ from PyTorch's")
     factor = GRAD_FACTOR if grad else OUTPUT_FACTOR
     e_ours = _errors(ours_c, ref_c)

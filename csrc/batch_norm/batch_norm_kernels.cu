@@ -18,6 +18,7 @@
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/types.cuh"
 #include "common/cuda/vec.cuh"
+#include "common/env.h"
 
 namespace torch_dnn {
 namespace batch_norm {
@@ -1198,11 +1199,6 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
 
 // ---- persistent passes: host side ----
 
-int env_int(const char* name, int fallback) {
-  const char* e = std::getenv(name);
-  return e && *e ? std::atoi(e) : fallback;
-}
-
 // The geometry of a persistent launch over NT tensors a row (1 forward, 2 backward); false when the device
 // (before sm_90) or the shape does not fit it: the separate passes run then. Knobs (benchmarks/NOTES.md):
 // TORCH_DNN_BN_PERSIST=0 off; TORCH_DNN_BN_CACHE_KB caps a block's cached chunks; TORCH_DNN_BN_L2_MB sets the
@@ -1210,7 +1206,7 @@ int env_int(const char* name, int fallback) {
 template <typename T, auto Kernel>
 bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
   constexpr int V = kVec16<T>;
-  if (env_int("TORCH_DNN_BN_PERSIST", 1) == 0) return false;
+  if (env::get_int("TORCH_DNN_BN_PERSIST", 1) == 0) return false;
   if (cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) < 9) return false;
   if (s.inner != 1 || s.C % V != 0 || s.C / V > kPersistThreads || s.outer < 1) return false;
   g.TX = int(s.C / V);
@@ -1220,8 +1216,8 @@ bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
   g.red_h = p2 / 2;
   g.red_bytes = int(int64_t(g.red_h) * 2 * s.C * int64_t(sizeof(float)));
   const int64_t row_bytes = int64_t(NT) * s.C * int64_t(sizeof(T));
-  g.stages = std::min(std::max(env_int("TORCH_DNN_BN_RING", kRingStagesDefault), 2), kMaxRingStages);
-  g.chunk_rows = int(std::max<int64_t>(1, int64_t(std::max(env_int("TORCH_DNN_BN_CHUNK_KB", kChunkKbDefault), 1)) * 1024 / row_bytes));
+  g.stages = std::min(std::max(env::get_int("TORCH_DNN_BN_RING", kRingStagesDefault), 2), kMaxRingStages);
+  g.chunk_rows = int(std::max<int64_t>(1, int64_t(std::max(env::get_int("TORCH_DNN_BN_CHUNK_KB", kChunkKbDefault), 1)) * 1024 / row_bytes));
   const int64_t slot_bytes = row_bytes * g.chunk_rows;
   // the kernels have no static shared memory; the limit is raised once per device to the opt-in maximum
   if (raise_smem_limit_once<Kernel>(max_smem_optin()) != cudaSuccess) {
@@ -1231,14 +1227,14 @@ bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
   const int64_t area = int64_t(max_smem_optin()) - kBarBytes - g.red_bytes;
   g.slots = int(area > 0 ? area / slot_bytes : 0);
   if (g.slots < g.stages + 1) return false;
-  const int cap_kb = env_int("TORCH_DNN_BN_CACHE_KB", -1);
+  const int cap_kb = env::get_int("TORCH_DNN_BN_CACHE_KB", -1);
   g.cache_cap = cap_kb >= 0 ? int(int64_t(cap_kb) * 1024 / slot_bytes) : g.slots;
   g.G = sm_count();  // one block per SM (launch bounds (512, 1): at most 128 registers, so one always fits)
   const int64_t chunks = (s.outer + g.G - 1) / g.G / g.chunk_rows + 1;  // a block's chunks, at most
   const int used = int(std::min<int64_t>(g.slots, std::max<int64_t>(chunks, g.stages + 1)));
   g.smem = size_t(kBarBytes) + size_t(g.red_bytes) + size_t(used) * size_t(slot_bytes);
   g.slots = used;
-  g.l2_chunks = int((int64_t(env_int("TORCH_DNN_BN_L2_MB", 16)) << 20) / (int64_t(g.G) * slot_bytes));
+  g.l2_chunks = int((int64_t(env::get_int("TORCH_DNN_BN_L2_MB", 16)) << 20) / (int64_t(g.G) * slot_bytes));
   return true;
 }
 
@@ -1261,7 +1257,7 @@ cudaError_t launch_cooperative_once(K kernel, const PersistGeom& g, const Args& 
 // over the blocks, microseconds from the first block's start) to stderr.
 template <class K, class Args>
 cudaError_t launch_cooperative(K kernel, const PersistGeom& g, Args args, cudaStream_t stream) {
-  if (env_int("TORCH_DNN_BN_TRACE", 0) != 1) return launch_cooperative_once(kernel, g, args, stream);
+  if (env::get_int("TORCH_DNN_BN_TRACE", 0) != 1) return launch_cooperative_once(kernel, g, args, stream);
   const size_t n = size_t(g.G) * kTracePoints;
   cudaError_t err = cudaMalloc(&args.trace, n * sizeof(unsigned long long));
   if (err != cudaSuccess) return err;

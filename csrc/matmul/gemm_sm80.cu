@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "common/cuda/device.cuh"
+#include "common/env.h"
 #include "matmul/gemm_kernels.h"
 #include "matmul/kernels/gemm_mma.cuh"
 #include "matmul/kernels/gemm_simt.cuh"
@@ -167,7 +168,7 @@ cudaError_t run_simt(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t s
 // reductions on one device).
 enum class SkinnyMode { Off, Auto, On, Counter };
 SkinnyMode skinny_mode() {
-  const char* e = std::getenv("TORCH_DNN_GEMM_SKINNY");
+  const char* e = env::get("TORCH_DNN_GEMM_SKINNY");
   if (e != nullptr && std::strcmp(e, "0") == 0) return SkinnyMode::Off;
   if (e != nullptr && std::strcmp(e, "1") == 0) return SkinnyMode::On;
   if (e != nullptr && std::strcmp(e, "counter") == 0) return SkinnyMode::Counter;
@@ -198,8 +199,7 @@ struct SkinnyPlan {
 // CTA per SM streaming longer K ranges won 5 of 6 H100 shapes in graph replay (M=16, K=N=16384: 188 against
 // 200 us, cuBLAS 184; M=64, K=N=4096: 26 against 33 us) and lost M=1, K=N=4096 (19.0 against 17.5 us).
 int skinny_stages() {
-  const char* e = std::getenv("TORCH_DNN_GEMM_SKINNY_STAGES");
-  return (e != nullptr && std::strcmp(e, "4") == 0) ? 4 : 8;
+  return env::is("TORCH_DNN_GEMM_SKINNY_STAGES", "4") ? 4 : 8;
 }
 
 template <int BX>

@@ -80,23 +80,20 @@ enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, TnSkinny, NnBi
 // N side, so that no MMA work goes to rows of x that do not exist and each weight tile is read once; or narrow
 // 128x64 tiles). TORCH_DNN_SM90_SKINNY=0 turns them off (read at every call): the stream-K kernel takes those.
 bool skinny_enabled() {
-  const char* e = std::getenv("TORCH_DNN_SM90_SKINNY");
-  return e == nullptr || std::strcmp(e, "0") != 0;
+  return !env::is("TORCH_DNN_SM90_SKINNY", "0");
 }
 
 // TF32 tile: 128x256x32 unless TORCH_DNN_SM90_TF32_TILE=mid (H100, 8192^3 on rounded copies: 339 TFLOP/s
 // against 278 for 128x128x32; cuBLAS 390 in that run). Problems that store preact keep 128x128x32.
 bool prefer_tf32_wide() {
-  const char* e = std::getenv("TORCH_DNN_SM90_TF32_TILE");
-  return e == nullptr || std::strcmp(e, "mid") != 0;
+  return !env::is("TORCH_DNN_SM90_TF32_TILE", "mid");
 }
 
 // TORCH_DNN_SM90_KERNEL=pingpong: bf16 K-major x K-major problems that would take TnBigPlain take the ping-pong
 // kernel instead (to compare the two on the device; see benchmarks/NOTES.md).
 // Read at every call, as TORCH_DNN_GEMM_PATH is, so that one benchmark process can compare both kernels.
 bool prefer_pingpong() {
-  const char* e = std::getenv("TORCH_DNN_SM90_KERNEL");
-  return e != nullptr && std::strcmp(e, "pingpong") == 0;
+  return env::is("TORCH_DNN_SM90_KERNEL", "pingpong");
 }
 
 Kind choose(const GemmArgs& a) {

@@ -47,7 +47,7 @@ SkinnyShape skinny_shape(const GemmArgs& a) {
   const auto even = [](int64_t v) { return (v + 1) / 2 * 2; };
   const int64_t wtiles = even((a.N + 127) / 128);
   SkinnyKernel k = a.M <= 64 ? SkinnyKernel::Swap64 : (wtiles * 4 >= sms * 3 ? SkinnyKernel::Swap256 : SkinnyKernel::Narrow);
-  if (const char* e = std::getenv("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
+  if (const char* e = env::get("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
     if (std::strcmp(e, "swap64") == 0) k = SkinnyKernel::Swap64;
     if (std::strcmp(e, "swap256") == 0) k = SkinnyKernel::Swap256;
     if (std::strcmp(e, "narrow") == 0) k = SkinnyKernel::Narrow;
@@ -71,13 +71,15 @@ GemmArgs swapped(const GemmArgs& a) {
 GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return sh.k == SkinnyKernel::Narrow ? a : swapped(a); }
 
 // K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
-// each at least 4 K tiles of 64 and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule).
+// each at least 4096 long and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule). Graph replay
+// on the H100 at K = N = 4096 (32 weight tiles): one CTA a tile 17.8 / 18.0 us at M = 16 / 64 against 18.4 /
+// 19.2 with 4 splits, and one launch less of host time (benchmarks/NOTES.md, ninth session).
 // TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
   if (sh.k == SkinnyKernel::Swap256) return 1;
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
-  int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 256);
-  if (const char* e = std::getenv("TORCH_DNN_SM90_SKINNY_SPLITS"); e != nullptr && std::atoi(e) > 0) s = std::atoi(e);
+  int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 4096);
+  if (const int e = env::get_int("TORCH_DNN_SM90_SKINNY_SPLITS", 0); e > 0) s = e;
   for (; s > 1; --s)
     if (a.K % s == 0 && (a.K / s) % 8 == 0) break;
   return int(std::max<int64_t>(s, 1));

@@ -13,6 +13,7 @@
 
 #include "activation/activation_kernels.h"
 #include "common/cuda_utils.h"
+#include "common/env.h"
 #include "matmul/gemm_kernels.h"
 #include "matmul/matmul_ops.h"
 
@@ -23,7 +24,7 @@ namespace {
 enum class Path { Auto, Sm80, Sm90 };
 
 Path requested_path() {
-  const char* s = std::getenv("TORCH_DNN_GEMM_PATH");
+  const char* s = env::get("TORCH_DNN_GEMM_PATH");
   if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return Path::Auto;
   if (std::strcmp(s, "sm80") == 0) return Path::Sm80;
   if (std::strcmp(s, "sm90") == 0) return Path::Sm90;
@@ -50,7 +51,7 @@ bool device_is_sm90(const at::Tensor& like) {
 // TORCH_DNN_GEMM_PATH=sm90 never takes =off.
 enum class Tf32Mode { Off, Both, One };
 Tf32Mode sm90_tf32_mode(bool forced) {
-  const char* s = std::getenv("TORCH_DNN_SM90_TF32");
+  const char* s = env::get("TORCH_DNN_SM90_TF32");
   if (s != nullptr && std::strcmp(s, "round1") == 0) return Tf32Mode::One;
   if (s != nullptr && std::strcmp(s, "off") == 0 && !forced) return Tf32Mode::Off;
   return Tf32Mode::Both;
@@ -95,6 +96,7 @@ bool gemm_sm90_tf32_rounded(const GemmArgs& a, Tf32Mode mode, const at::Tensor& 
 struct CudaBackend {
   static void gemm(const GemmArgs& a, const at::Tensor& like) {
     c10::cuda::CUDAGuard guard(like.device());
+    const env::Scope knobs;  // the launchers below read ~15 knobs a call: one scan of the environment
     const Path path = requested_path();
 #ifdef TORCH_DNN_WITH_SM90_GEMM
     const bool hopper_skinny = path == Path::Auto && device_is_sm90(like) && gemm_sm90_skinny(a);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/cuda/cp_async.cuh"
+#include "common/env.h"
 #include "group_norm/kernels/gn_common.cuh"
 
 // The kernels' cluster, dynamic shared memory and device-code guard; tests/emulation/gn_cluster_emulation.cpp
@@ -404,13 +405,12 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_bwd(GnParams<T>
 // TORCH_DNN_GN_TILE_KB (default 50: 4 CTAs an SM) is the CTA tile budget that sets it.
 enum class GnPlan { Auto, Cluster, Smem };
 inline GnPlan gn_plan() {
-  const char* e = std::getenv("TORCH_DNN_GN_PLAN");
+  const char* e = env::get("TORCH_DNN_GN_PLAN");
   if (!e || !*e || std::strcmp(e, "auto") == 0) return GnPlan::Auto;
   return std::strcmp(e, "cluster") == 0 ? GnPlan::Cluster : GnPlan::Smem;
 }
-inline int env_int(const char* name, int dflt, int lo, int hi) {
-  const char* e = std::getenv(name);
-  const int v = e && *e ? std::atoi(e) : dflt;
+inline int env_int_clamped(const char* name, int dflt, int lo, int hi) {
+  const int v = env::get_int(name, dflt);
   return v < lo ? lo : (v > hi ? hi : v);
 }
 
@@ -527,8 +527,8 @@ template <typename T, typename Launch>
 bool run_cluster_plan(const GnParams<T>& p, int tiles, Launch&& launch) {
   const GnPlan plan = gn_plan();
   if (plan == GnPlan::Smem) return false;
-  const int kmax = env_int("TORCH_DNN_GN_CLUSTER_MAX", 16, 1, 16);
-  const int64_t budget = int64_t(env_int("TORCH_DNN_GN_TILE_KB", 50, 1, 227)) * 1024;
+  const int kmax = env_int_clamped("TORCH_DNN_GN_CLUSTER_MAX", 16, 1, 16);
+  const int64_t budget = int64_t(env_int_clamped("TORCH_DNN_GN_TILE_KB", 50, 1, 227)) * 1024;
   int K = 1;
   for (;; K *= 2) {
     const ClusterChoice c = cluster_choice(p, tiles, K);

@@ -52,6 +52,7 @@ inline CUresult encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType ty
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "common/env.h"
 #include "matmul/gemm_kernels.h"
 #include "matmul/kernels/sm90_epilogue.cuh"
 
@@ -153,14 +154,13 @@ inline const DeviceInfo& device_info() {
 // linear+bias+gelu there from 0.99x to 1.11x eager (consecutive tiles share A and B panels in L2), and was
 // within 4% of the best setting on every other shape.
 inline int swizzle() {
-  const char* e = std::getenv("TORCH_DNN_SM90_SWIZZLE");
-  const int v = e ? std::atoi(e) : 8;
+  const int v = env::get_int("TORCH_DNN_SM90_SWIZZLE", 8);
   return (v == 1 || v == 2 || v == 4 || v == 8) ? v : 8;
 }
 
 using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
 inline RasterOrder raster_order() {
-  const char* e = std::getenv("TORCH_DNN_SM90_RASTER");
+  const char* e = env::get("TORCH_DNN_SM90_RASTER");
   if (e != nullptr && std::strcmp(e, "m") == 0) return RasterOrder::AlongM;
   if (e != nullptr && std::strcmp(e, "n") == 0) return RasterOrder::AlongN;
   return RasterOrder::Heuristic;

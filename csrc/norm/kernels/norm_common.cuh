@@ -9,6 +9,7 @@
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/vec.cuh"
+#include "common/env.h"
 #include "norm/norm_kernels.h"
 
 namespace torch_dnn {
@@ -93,10 +94,6 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //   TORCH_DNN_NORM_BWD=block           backward: the earlier register kernel (pass 2 re-reads x and dy
 //                                      through L1) and two column-sum launches, instead of the staged kernel
 //   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows)
-inline bool env_is(const char* name, const char* value) {
-  const char* e = std::getenv(name);
-  return e && std::strcmp(e, value) == 0;
-}
 // The block forward's defaults, from the H100 (bf16/fp32, 32768x4096 and 8192x16384; benchmarks/NOTES.md):
 // LayerNorm on 16-bit rows keeps the two-pass statistics and the 4-wave grid (93.7% of copy at 4096 against
 // 81.4% for one reduction and a block per row) and streams rows longer than 8K through the staged kernel
@@ -104,7 +101,7 @@ inline bool env_is(const char* name, const char* value) {
 // fp32 99.3% against 95.9%, RMSNorm bf16 96-97% against 93.5%). Each knob, when set, forces its choice:
 //   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block
 inline int env_pick(const char* name, const char* yes, const char* no) {  // 1, 0, or -1 when unset / other
-  return env_is(name, yes) ? 1 : env_is(name, no) ? 0 : -1;
+  return env::is(name, yes) ? 1 : env::is(name, no) ? 0 : -1;
 }
 inline bool fwd_default_old(int elem_bytes, bool rms) { return elem_bytes == 2 && !rms; }
 inline bool fwd_twopass_stats(int elem_bytes, bool rms) {
@@ -119,10 +116,9 @@ inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
 }
-inline bool bwd_old_block() { return env_is("TORCH_DNN_NORM_BWD", "block"); }
+inline bool bwd_old_block() { return env::is("TORCH_DNN_NORM_BWD", "block"); }
 inline int bwd_blocks_cap() {
-  const char* e = std::getenv("TORCH_DNN_NORM_BWD_BLOCKS");
-  const int v = e ? std::atoi(e) : 0;
+  const int v = env::get_int("TORCH_DNN_NORM_BWD_BLOCKS", 0);
   return v > 0 ? v : 0;
 }
 

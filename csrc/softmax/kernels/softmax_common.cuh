@@ -8,6 +8,7 @@
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/vec.cuh"
+#include "common/env.h"
 #include "softmax/softmax_kernels.h"
 
 namespace torch_dnn {
@@ -105,7 +106,7 @@ inline int pow2_at_least(int64_t v) {
 // TORCH_DNN_SOFTMAX_PLAN=regs|twopass|split forces the plan of rows longer than a warp's (benchmarking knob;
 // a forced plan that cannot hold the row falls back to the default choice).
 inline const char* forced_plan() {
-  const char* p = std::getenv("TORCH_DNN_SOFTMAX_PLAN");
+  const char* p = env::get("TORCH_DNN_SOFTMAX_PLAN");
   return p && *p ? p : nullptr;
 }
 
