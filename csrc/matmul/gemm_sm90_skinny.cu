@@ -1,19 +1,19 @@
 // The Hopper path's kernels for skinny x @ w.T (M <= 256 rows of x against a long weight, N >= 4 M), where the
 // 128x256 and 128x128 tiles of gemm_sm90.cu would spend most of each MMA on rows of x that do not exist:
-//   Swap64 / Swap256: swap-AB, D^T = w x^T, so the weight's rows fill wgmma's 128-row side and x's rows its N
-//     side (a 64- or 256-wide tile). Each weight tile is read from DRAM once. D^T is column-major in D's memory
+//   Swap16 / Swap64 / Swap256: swap-AB, D^T = w x^T, so the weight's rows fill wgmma's 128-row side and x's rows
+//     its N side (a 16-, 64- or 256-wide tile). Each weight tile is read from DRAM once. D^T is column-major in D's memory
 //     and the bias runs along the kernel's rows (Sm90Gemm's kSwapped). Cluster 2x1: the two weight tiles of a
 //     cluster share x's tile by TMA multicast.
 //   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
 //     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
-// Which one (skinny_kernel): M <= 64 Swap64; M > 64 Swap256 where the weight's 128-row tiles fill 3/4 of the
-// SMs, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a
+// Which one (skinny_kernel): M <= 16 Swap16, M <= 64 Swap64; M > 64 Swap256 where the weight's 128-row tiles
+// fill 3/4 of the SMs, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a
 // batched GEMM whose batch index walks K (each operand's batch stride is the K range; TMA zero-fills past each
 // range's end), writing float partials [split][M][N]; a second kernel sums them in split order (deterministic)
 // and applies the epilogue. CUTLASS's own stream-K split-K adds the splits into the workspace in a turnstile
 // (each waits for the one before): on the H100 every split made it slower (benchmarks/NOTES.md).
-// Instantiations (10 = 5 x bf16, fp16): Swap64 and Narrow each with output T (whole K) or float (a split's
-// partial), Swap256 with output T. See gemm_sm90.cu for NDEBUG.
+// Instantiations (14 = 7 x bf16, fp16): Swap16, Swap64 and Narrow each with output T (whole K) or float (a
+// split's partial), Swap256 with output T. See gemm_sm90.cu for NDEBUG.
 #ifndef NDEBUG
 #define NDEBUG 1
 #endif
@@ -32,7 +32,7 @@ using Swap = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, Int<W>, _64>, C21, Persiste
 template <class T, class ED>
 using Narrow = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, _64, _64>, C12, Persistent, false>;
 
-enum class SkinnyKernel { Swap64, Swap256, Narrow };
+enum class SkinnyKernel { Swap16, Swap64, Swap256, Narrow };
 
 struct SkinnyShape {
   SkinnyKernel k;
@@ -41,18 +41,24 @@ struct SkinnyShape {
 
 // H100 graph replay, M = 256, K = N = 4096 (benchmarks/NOTES.md): Swap256 with 4 K splits 30.2 us, Swap64 (4 x 32
 // tiles) 24.1, the same in 1x2 clusters sharing the weight tile 48.9, cuBLAS (128x64 tiles, 1x2) 18.2.
-// TORCH_DNN_SM90_SKINNY_KERNEL=swap64|swap256|narrow forces one (a measurement knob, read at every call).
+// M <= 16 takes a 16-wide tile: on the 64-wide one, 3/4 of each MMA multiplies the zeros TMA fills in for
+// missing rows of x, ~9 us of tensor-core time a 128x64x4096 tile (cuBLAS: 128x16 tiles, 11 stages).
+// TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap256|narrow forces one (a measurement knob, read at every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
   const auto even = [](int64_t v) { return (v + 1) / 2 * 2; };
   const int64_t wtiles = even((a.N + 127) / 128);
-  SkinnyKernel k = a.M <= 64 ? SkinnyKernel::Swap64 : (wtiles * 4 >= sms * 3 ? SkinnyKernel::Swap256 : SkinnyKernel::Narrow);
+  SkinnyKernel k = a.M <= 16   ? SkinnyKernel::Swap16
+                   : a.M <= 64 ? SkinnyKernel::Swap64
+                               : (wtiles * 4 >= sms * 3 ? SkinnyKernel::Swap256 : SkinnyKernel::Narrow);
   if (const char* e = env::get("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
+    if (std::strcmp(e, "swap16") == 0) k = SkinnyKernel::Swap16;
     if (std::strcmp(e, "swap64") == 0) k = SkinnyKernel::Swap64;
     if (std::strcmp(e, "swap256") == 0) k = SkinnyKernel::Swap256;
     if (std::strcmp(e, "narrow") == 0) k = SkinnyKernel::Narrow;
   }
   switch (k) {
+    case SkinnyKernel::Swap16: return {k, wtiles * ((a.M + 15) / 16)};
     case SkinnyKernel::Swap64: return {k, wtiles * ((a.M + 63) / 64)};
     case SkinnyKernel::Swap256: return {k, wtiles * ((a.M + 255) / 256)};
     default: return {k, (a.M + 127) / 128 * even((a.N + 63) / 64)};
@@ -71,14 +77,16 @@ GemmArgs swapped(const GemmArgs& a) {
 GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return sh.k == SkinnyKernel::Narrow ? a : swapped(a); }
 
 // K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
-// each at least 4096 long and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule). Graph replay
-// on the H100 at K = N = 4096 (32 weight tiles): one CTA a tile 17.8 / 18.0 us at M = 16 / 64 against 18.4 /
-// 19.2 with 4 splits, and one launch less of host time (benchmarks/NOTES.md, ninth session).
+// each at least 4096 long (1024 for Swap16, whose MMAs are short) and a whole multiple of 8 elements (a 16-byte
+// batch stride, TMA's rule). Graph replay at K = N = 4096 (32 weight tiles), Swap64, two H100s: one CTA a tile
+// 17.8 / 18.0 and 19.7 / 19.5 us at M = 16 / 64, 4 splits 18.4 / 19.2 and 18.4 / 19.4: a draw on the GPU, and
+// one launch and workspace less on the host (benchmarks/NOTES.md, ninth session).
 // TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
   if (sh.k == SkinnyKernel::Swap256) return 1;
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
-  int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 4096);
+  const int64_t min_range = sh.k == SkinnyKernel::Swap16 ? 1024 : 4096;
+  int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / min_range);
   if (const int e = env::get_int("TORCH_DNN_SM90_SKINNY_SPLITS", 0); e > 0) s = e;
   for (; s > 1; --s)
     if (a.K % s == 0 && (a.K / s) % 8 == 0) break;
@@ -156,6 +164,8 @@ cudaError_t launch_finish(const GemmArgs& a, const float* part, int splits, cuda
 
 template <class T, class F>
 auto dispatch_typed(SkinnyKernel k, bool partial, F&& f) {
+  if (k == SkinnyKernel::Swap16)
+    return partial ? f.template operator()<Swap<T, 16, float>, T>() : f.template operator()<Swap<T, 16, T>, T>();
   if (k == SkinnyKernel::Swap64)
     return partial ? f.template operator()<Swap<T, 64, float>, T>() : f.template operator()<Swap<T, 64, T>, T>();
   if (k == SkinnyKernel::Narrow)
