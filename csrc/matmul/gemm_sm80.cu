@@ -316,9 +316,10 @@ cudaError_t run_skinny(const GemmArgs& a, const SkinnyPlan& pl, void* ws, cudaSt
 bool gemm_skinny_applies(const GemmArgs& a, bool hopper_skinny) {
   SkinnyPlan pl;
   if (!skinny_plan(a, &pl)) return false;
-  // H100 graph replay (benchmarks/NOTES.md): the swap-AB kernels won except at M <= 16 with weight tiles for
-  // 3/4 of the SMs (M = 16, K = N = 16384: 188.9 us here, 195.3 swap-AB; M = 64: 204.1 / 187.8)
-  if (hopper_skinny && skinny_mode() == SkinnyMode::Auto) return a.M <= 16 && 4 * int64_t(pl.tiles_n) >= 3 * sm_count();
+  // H100 graph replay (benchmarks/NOTES.md, ninth session): the Hopper kernels won everywhere since M <= 16
+  // has its 16-wide swap-AB tile (K = N = 16384: M = 1 185.1 us against 186.7 here, M = 16 185.4 / 190.0;
+  // K = N = 4096: 16.7 / 19.0 and 16.3 / 19.5), so this kernel serves only GPUs without them
+  if (hopper_skinny && skinny_mode() == SkinnyMode::Auto) return false;
   return true;
 }
 

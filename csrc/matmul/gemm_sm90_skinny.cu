@@ -77,16 +77,15 @@ GemmArgs swapped(const GemmArgs& a) {
 GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return sh.k == SkinnyKernel::Narrow ? a : swapped(a); }
 
 // K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
-// each at least 4096 long (1024 for Swap16, whose MMAs are short) and a whole multiple of 8 elements (a 16-byte
-// batch stride, TMA's rule). Graph replay at K = N = 4096 (32 weight tiles), Swap64, two H100s: one CTA a tile
-// 17.8 / 18.0 and 19.7 / 19.5 us at M = 16 / 64, 4 splits 18.4 / 19.2 and 18.4 / 19.4: a draw on the GPU, and
-// one launch and workspace less on the host (benchmarks/NOTES.md, ninth session).
+// each at least 4096 long and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule). Graph replay
+// at K = N = 4096 (32 weight tiles) on the H100 (benchmarks/NOTES.md, ninth session): Swap16 one CTA a tile
+// 16.7 / 16.3 us at M = 1 / 16 against 16.9 / 17.7 with 4 splits (cuBLAS 16.4 / 16.6); Swap64 at M = 64 a draw
+// across two machines (19.7 / 19.5 against 18.4 / 19.4); one launch and workspace less on the host.
 // TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
   if (sh.k == SkinnyKernel::Swap256) return 1;
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
-  const int64_t min_range = sh.k == SkinnyKernel::Swap16 ? 1024 : 4096;
-  int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / min_range);
+  int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 4096);
   if (const int e = env::get_int("TORCH_DNN_SM90_SKINNY_SPLITS", 0); e > 0) s = e;
   for (; s > 1; --s)
     if (a.K % s == 0 && (a.K / s) % 8 == 0) break;
