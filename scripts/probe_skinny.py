@@ -92,9 +92,10 @@ def main():
             for sp in ((1, 2, 4) if kn == 4096 else (1, 2)):
                 impls[f"Hopper skinny splits={sp}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0",
                                                                TORCH_DNN_SM90_SKINNY_SPLITS=str(sp))
-            for k in (("swap16", "swap64") if m <= 16 else ("swap64", "swap256", "narrow") if m > 64 else ()):
+            for k in (("swap16", "swap64") if m <= 16 else ("swap64", "swap256", "narrow") if m > 64
+                      else ("swap64", "swap64x64")):
                 impls[f"Hopper {k}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY_KERNEL=k)
-                if m <= 16 and kn == 4096:
+                if m <= 64 and kn == 4096:
                     for sp in (1, 2, 4):
                         impls[f"Hopper {k} splits={sp}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0",
                                                                     TORCH_DNN_SM90_SKINNY_KERNEL=k,

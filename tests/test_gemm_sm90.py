@@ -211,14 +211,15 @@ def test_linear_act(dtype, act, bias, residual, M, N, K):
     _check(out, peer, ref, f"linear_act {act} bias={bias} res={residual} {M}x{N}x{K} {dtype}")
 
 
-# the skinny kernels (x @ w.T, M <= 256 and N >= 4 M; swap-AB 16 / 64 / 256 wide and narrow 128x64 tiles, each forced
+# the skinny kernels (x @ w.T, M <= 256 and N >= 4 M; swap-AB 16 / 64 / 256 wide (64 wide also on 64 weight
+# rows) and narrow 128x64 tiles, each forced
 # as well as chosen): odd M against the tiles, N and K not multiples of the tile, the bias along the swap-AB
 # kernel's rows, the residual through a column-major C (one K range) or added by the split-K finishing kernel
 # (the K ranges as a batch of float partials)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 33, 100, 256])
 @pytest.mark.parametrize("splits", ["auto", "1", "3"])
-@pytest.mark.parametrize("kernel", ["auto", "swap16", "swap64", "swap256", "narrow"])
+@pytest.mark.parametrize("kernel", ["auto", "swap16", "swap64", "swap64x64", "swap256", "narrow"])
 def test_linear_act_skinny(dtype, M, splits, kernel, monkeypatch):
     if splits != "auto":
         monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_SPLITS", splits)

@@ -12,8 +12,8 @@
 // range's end), writing float partials [split][M][N]; a second kernel sums them in split order (deterministic)
 // and applies the epilogue. CUTLASS's own stream-K split-K adds the splits into the workspace in a turnstile
 // (each waits for the one before): on the H100 every split made it slower (benchmarks/NOTES.md).
-// Instantiations (14 = 7 x bf16, fp16): Swap16, Swap64 and Narrow each with output T (whole K) or float (a
-// split's partial), Swap256 with output T. See gemm_sm90.cu for NDEBUG.
+// Instantiations (18 = 9 x bf16, fp16): Swap16, Swap64, Swap64x64 and Narrow each with output T (whole K) or
+// float (a split's partial), Swap256 with output T. See gemm_sm90.cu for NDEBUG.
 #ifndef NDEBUG
 #define NDEBUG 1
 #endif
@@ -29,10 +29,14 @@ namespace {
 using C12 = Shape<_1, _2, _1>;
 template <class T, int W, class ED>
 using Swap = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, Int<W>, _64>, C21, Persistent, false, false, true>;
+// 64 weight rows a tile (wgmma's own M) on the ping-pong kernel, one consumer warpgroup a tile: twice the CTAs of
+// Swap64 over a short weight, each streaming half the bytes, without split-K.
+template <class T, class ED>
+using Swap64x64 = Sm90Gemm<T, RowM, ColM, ED, Shape<_64, _64, _64>, C21, Persistent, false, true, true>;
 template <class T, class ED>
 using Narrow = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, _64, _64>, C12, Persistent, false>;
 
-enum class SkinnyKernel { Swap16, Swap64, Swap256, Narrow };
+enum class SkinnyKernel { Swap16, Swap64, Swap64x64, Swap256, Narrow };
 
 struct SkinnyShape {
   SkinnyKernel k;
@@ -43,23 +47,29 @@ struct SkinnyShape {
 // tiles) 24.1, the same in 1x2 clusters sharing the weight tile 48.9, cuBLAS (128x64 tiles, 1x2) 18.2.
 // M <= 16 takes a 16-wide tile: on the 64-wide one, 3/4 of each MMA multiplies the zeros TMA fills in for
 // missing rows of x, ~9 us of tensor-core time a 128x64x4096 tile (cuBLAS: 128x16 tiles, 11 stages).
-// TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap256|narrow forces one (a measurement knob, read at every call).
+// 16 < M <= 64 with few 128-row weight tiles (under 3/4 of the SMs) takes 64-row ones (Swap64x64): at M = 64,
+// K = N = 4096, Swap64's 32 CTAs each stream 1 MB and spend ~9 us in MMAs (19.4 us against cuBLAS's 14.9).
+// TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow forces one (a measurement knob, read at
+// every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
   const auto even = [](int64_t v) { return (v + 1) / 2 * 2; };
   const int64_t wtiles = even((a.N + 127) / 128);
+  const bool few = wtiles * 4 < sms * 3;
   SkinnyKernel k = a.M <= 16   ? SkinnyKernel::Swap16
-                   : a.M <= 64 ? SkinnyKernel::Swap64
-                               : (wtiles * 4 >= sms * 3 ? SkinnyKernel::Swap256 : SkinnyKernel::Narrow);
+                   : a.M <= 64 ? (few ? SkinnyKernel::Swap64x64 : SkinnyKernel::Swap64)
+                               : (few ? SkinnyKernel::Narrow : SkinnyKernel::Swap256);
   if (const char* e = env::get("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
     if (std::strcmp(e, "swap16") == 0) k = SkinnyKernel::Swap16;
     if (std::strcmp(e, "swap64") == 0) k = SkinnyKernel::Swap64;
+    if (std::strcmp(e, "swap64x64") == 0) k = SkinnyKernel::Swap64x64;
     if (std::strcmp(e, "swap256") == 0) k = SkinnyKernel::Swap256;
     if (std::strcmp(e, "narrow") == 0) k = SkinnyKernel::Narrow;
   }
   switch (k) {
     case SkinnyKernel::Swap16: return {k, wtiles * ((a.M + 15) / 16)};
     case SkinnyKernel::Swap64: return {k, wtiles * ((a.M + 63) / 64)};
+    case SkinnyKernel::Swap64x64: return {k, even((a.N + 63) / 64) * ((a.M + 63) / 64)};
     case SkinnyKernel::Swap256: return {k, wtiles * ((a.M + 255) / 256)};
     default: return {k, (a.M + 127) / 128 * even((a.N + 63) / 64)};
   }
@@ -167,6 +177,8 @@ auto dispatch_typed(SkinnyKernel k, bool partial, F&& f) {
     return partial ? f.template operator()<Swap<T, 16, float>, T>() : f.template operator()<Swap<T, 16, T>, T>();
   if (k == SkinnyKernel::Swap64)
     return partial ? f.template operator()<Swap<T, 64, float>, T>() : f.template operator()<Swap<T, 64, T>, T>();
+  if (k == SkinnyKernel::Swap64x64)
+    return partial ? f.template operator()<Swap64x64<T, float>, T>() : f.template operator()<Swap64x64<T, T>, T>();
   if (k == SkinnyKernel::Narrow)
     return partial ? f.template operator()<Narrow<T, float>, T>() : f.template operator()<Narrow<T, T>, T>();
   return f.template operator()<Swap<T, 256, T>, T>();  // Swap256 never splits (splits_for)
