@@ -6,8 +6,8 @@
 //     cluster share x's tile by TMA multicast.
 //   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
 //     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
-// Which one (skinny_kernel): M <= 16 Swap16, M <= 64 Swap64; M > 64 Swap256 where the weight's 128-row tiles
-// fill 3/4 of the SMs, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a
+// Which one (skinny_shape): M <= 16 Swap16, M <= 64 Swap64x64 (64 weight rows a tile, ping-pong); M > 64 Swap256
+// where the weight's 128-row tiles fill 3/4 of the SMs, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a
 // batched GEMM whose batch index walks K (each operand's batch stride is the K range; TMA zero-fills past each
 // range's end), writing float partials [split][M][N]; a second kernel sums them in split order (deterministic)
 // and applies the epilogue. CUTLASS's own stream-K split-K adds the splits into the workspace in a turnstile
@@ -47,8 +47,9 @@ struct SkinnyShape {
 // tiles) 24.1, the same in 1x2 clusters sharing the weight tile 48.9, cuBLAS (128x64 tiles, 1x2) 18.2.
 // M <= 16 takes a 16-wide tile: on the 64-wide one, 3/4 of each MMA multiplies the zeros TMA fills in for
 // missing rows of x, ~9 us of tensor-core time a 128x64x4096 tile (cuBLAS: 128x16 tiles, 11 stages).
-// 16 < M <= 64 with few 128-row weight tiles (under 3/4 of the SMs) takes 64-row ones (Swap64x64): at M = 64,
-// K = N = 4096, Swap64's 32 CTAs each stream 1 MB and spend ~9 us in MMAs (19.4 us against cuBLAS's 14.9).
+// 16 < M <= 64 takes 64-row weight tiles (Swap64x64): at M = 64, K = N = 4096, Swap64's 32 CTAs each stream 1 MB
+// and spend ~9 us in MMAs: 19.3 us against 16.1 for Swap64x64 (cuBLAS 14.7); K = N = 16384: 187.4 against 184.6
+// (cuBLAS 192.5).
 // TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow forces one (a measurement knob, read at
 // every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
@@ -57,7 +58,7 @@ SkinnyShape skinny_shape(const GemmArgs& a) {
   const int64_t wtiles = even((a.N + 127) / 128);
   const bool few = wtiles * 4 < sms * 3;
   SkinnyKernel k = a.M <= 16   ? SkinnyKernel::Swap16
-                   : a.M <= 64 ? (few ? SkinnyKernel::Swap64x64 : SkinnyKernel::Swap64)
+                   : a.M <= 64 ? SkinnyKernel::Swap64x64
                                : (few ? SkinnyKernel::Narrow : SkinnyKernel::Swap256);
   if (const char* e = env::get("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
     if (std::strcmp(e, "swap16") == 0) k = SkinnyKernel::Swap16;
@@ -89,8 +90,8 @@ GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return sh.k == Ski
 // K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
 // each at least 4096 long and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule). Graph replay
 // at K = N = 4096 (32 weight tiles) on the H100 (benchmarks/NOTES.md, ninth session): Swap16 one CTA a tile
-// 16.7 / 16.3 us at M = 1 / 16 against 16.9 / 17.7 with 4 splits (cuBLAS 16.4 / 16.6); Swap64 at M = 64 a draw
-// across two machines (19.7 / 19.5 against 18.4 / 19.4); one launch and workspace less on the host.
+// 16.7 / 16.3 us at M = 1 / 16 against 16.9 / 17.7 with 4 splits (cuBLAS 16.4 / 16.6), Swap64x64 at M = 64 16.1
+// against 18.8; one launch and workspace less on the host.
 // TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
   if (sh.k == SkinnyKernel::Swap256) return 1;
