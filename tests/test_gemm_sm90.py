@@ -239,6 +239,24 @@ def test_linear_act_skinny(dtype, M, splits, kernel, monkeypatch):
     _check(plain, torch.mm(x, w.t()), torch.mm(x.double(), w.double().t()), f"mm skinny {name}")
 
 
+# every skinny kernel over a weight with more tiles than the GPU has SMs: each CTA of the persistent scheduler
+# takes several tiles (on Swap64x64's ping-pong kernel its two consumer warpgroups take turns), which the shapes
+# above (one tile a CTA) never reach
+@pytest.mark.parametrize("kernel", ["swap16", "swap64", "swap64x64", "swap256", "narrow"])
+def test_linear_act_skinny_many_tiles(kernel, monkeypatch):
+    monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_KERNEL", kernel)
+    M, N, K = 40, 20488, 264  # 321 tiles of 64 weight rows, 161 of 128; K ends mid-tile
+    dtype = torch.bfloat16
+    x = _rand((M, K), dtype)
+    w = _rand((N, K), dtype, -0.1, 0.1)
+    b = _rand((N,), dtype)
+    r = _rand((M, N), dtype)
+    _poison(M * N * x.element_size() * 4)
+    out = torch_dnn.functional.linear_act(x, w, b, "gelu", r)
+    ref = _linear_ref(x.double(), w.double(), b.double(), "gelu", r.double())
+    _check(out, _linear_ref(x, w, b, "gelu", r), ref, f"linear_act skinny many tiles kernel={kernel}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_linear_gelu_big(dtype):
     M, N, K = 4096, 4096, 4096

@@ -6,8 +6,8 @@
 //     cluster share x's tile by TMA multicast.
 //   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
 //     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
-// Which one (skinny_shape): M <= 16 Swap16, M <= 64 Swap64x64 (64 weight rows a tile, ping-pong); M > 64 Swap256
-// where the weight's 128-row tiles fill 3/4 of the SMs, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a
+// Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64, or Swap64x64 (64 weight rows a tile, ping-pong) where
+// the weight's 128-row tiles fill less than 3/4 of the SMs; M > 64 Swap256 where they fill 3/4, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a
 // batched GEMM whose batch index walks K (each operand's batch stride is the K range; TMA zero-fills past each
 // range's end), writing float partials [split][M][N]; a second kernel sums them in split order (deterministic)
 // and applies the epilogue. CUTLASS's own stream-K split-K adds the splits into the workspace in a turnstile
@@ -47,9 +47,11 @@ struct SkinnyShape {
 // tiles) 24.1, the same in 1x2 clusters sharing the weight tile 48.9, cuBLAS (128x64 tiles, 1x2) 18.2.
 // M <= 16 takes a 16-wide tile: on the 64-wide one, 3/4 of each MMA multiplies the zeros TMA fills in for
 // missing rows of x, ~9 us of tensor-core time a 128x64x4096 tile (cuBLAS: 128x16 tiles, 11 stages).
-// 16 < M <= 64 takes 64-row weight tiles (Swap64x64): at M = 64, K = N = 4096, Swap64's 32 CTAs each stream 1 MB
-// and spend ~9 us in MMAs: 19.3 us against 16.1 for Swap64x64 (cuBLAS 14.7); K = N = 16384: 187.4 against 184.6
-// (cuBLAS 192.5).
+// 16 < M <= 64 with few 128-row weight tiles (under 3/4 of the SMs) takes 64-row ones (Swap64x64): at M = 64,
+// K = N = 4096, Swap64's 32 CTAs each stream 1 MB and spend ~9 us in MMAs: 19.3 us against 16.1 for Swap64x64
+// (cuBLAS 14.7). With many tiles Swap64x64 measured faster too (K = N = 16384: 184.6 against 187.4 us, cuBLAS
+// 192.5), but its ping-pong warpgroups then take turns over several tiles a CTA, a path not yet checked on a GPU
+// (test_linear_act_skinny_many_tiles): Swap64 stays the default there until it is.
 // TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow forces one (a measurement knob, read at
 // every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
@@ -58,7 +60,7 @@ SkinnyShape skinny_shape(const GemmArgs& a) {
   const int64_t wtiles = even((a.N + 127) / 128);
   const bool few = wtiles * 4 < sms * 3;
   SkinnyKernel k = a.M <= 16   ? SkinnyKernel::Swap16
-                   : a.M <= 64 ? SkinnyKernel::Swap64x64
+                   : a.M <= 64 ? (few ? SkinnyKernel::Swap64x64 : SkinnyKernel::Swap64)
                                : (few ? SkinnyKernel::Narrow : SkinnyKernel::Swap256);
   if (const char* e = env::get("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
     if (std::strcmp(e, "swap16") == 0) k = SkinnyKernel::Swap16;
