@@ -211,6 +211,19 @@ def test_linear_act(dtype, act, bias, residual, M, N, K):
     _check(out, peer, ref, f"linear_act {act} bias={bias} res={residual} {M}x{N}x{K} {dtype}")
 
 
+def _check_skinny_gelu(M, N, K, dtype, name):
+    """gelu(x @ w.T + b) + r for fresh random operands against PyTorch's in `dtype` and float64; returns (x, w)."""
+    x = _rand((M, K), dtype)
+    w = _rand((N, K), dtype, -0.1, 0.1)
+    b = _rand((N,), dtype)
+    r = _rand((M, N), dtype)
+    _poison(M * N * x.element_size() * 4)
+    out = torch_dnn.functional.linear_act(x, w, b, "gelu", r)
+    ref = _linear_ref(x.double(), w.double(), b.double(), "gelu", r.double())
+    _check(out, _linear_ref(x, w, b, "gelu", r), ref, f"linear_act skinny {name}")
+    return x, w
+
+
 # the skinny kernels (x @ w.T, M <= 256 and N >= 4 M; swap-AB 16 / 64 / 256 wide (64 wide also on 64 weight
 # rows) and narrow 128x64 tiles, each forced
 # as well as chosen): odd M against the tiles, N and K not multiples of the tile, the bias along the swap-AB
@@ -226,15 +239,8 @@ def test_linear_act_skinny(dtype, M, splits, kernel, monkeypatch):
     if kernel != "auto":
         monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_KERNEL", kernel)
     N, K = 1032, 1056  # auto: 4 K ranges of 264; forced 3: 352 (neither a multiple of the 64-wide K tile)
-    x = _rand((M, K), dtype)
-    w = _rand((N, K), dtype, -0.1, 0.1)
-    b = _rand((N,), dtype)
-    r = _rand((M, N), dtype)
-    _poison(M * N * x.element_size() * 4)
-    out = torch_dnn.functional.linear_act(x, w, b, "gelu", r)
-    ref = _linear_ref(x.double(), w.double(), b.double(), "gelu", r.double())
     name = f"M={M} splits={splits} kernel={kernel} {dtype}"
-    _check(out, _linear_ref(x, w, b, "gelu", r), ref, f"linear_act skinny {name}")
+    x, w = _check_skinny_gelu(M, N, K, dtype, name)
     plain = torch_dnn.functional.mm(x, w.t())
     _check(plain, torch.mm(x, w.t()), torch.mm(x.double(), w.double().t()), f"mm skinny {name}")
 
@@ -246,15 +252,7 @@ def test_linear_act_skinny(dtype, M, splits, kernel, monkeypatch):
 def test_linear_act_skinny_many_tiles(kernel, monkeypatch):
     monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_KERNEL", kernel)
     M, N, K = 40, 20488, 264  # 321 tiles of 64 weight rows, 161 of 128; K ends mid-tile
-    dtype = torch.bfloat16
-    x = _rand((M, K), dtype)
-    w = _rand((N, K), dtype, -0.1, 0.1)
-    b = _rand((N,), dtype)
-    r = _rand((M, N), dtype)
-    _poison(M * N * x.element_size() * 4)
-    out = torch_dnn.functional.linear_act(x, w, b, "gelu", r)
-    ref = _linear_ref(x.double(), w.double(), b.double(), "gelu", r.double())
-    _check(out, _linear_ref(x, w, b, "gelu", r), ref, f"linear_act skinny many tiles kernel={kernel}")
+    _check_skinny_gelu(M, N, K, torch.bfloat16, f"many tiles kernel={kernel}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

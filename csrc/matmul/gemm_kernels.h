@@ -74,7 +74,7 @@ int64_t gemm_sm80_workspace_bytes(const GemmArgs& a);
 // Whether the portable path takes this problem with its skinny kernel (16-bit x @ W.T with M <= 64, both
 // K-contiguous and 16-byte aligned, batch 1; TORCH_DNN_GEMM_SKINNY=0 turns it off, =1 prefers it): a
 // weight-streaming kernel. hopper_skinny: the Hopper path's skinny kernels can take the problem
-// (gemm_sm90_skinny); they are then preferred where they were faster.
+// (gemm_sm90_skinny); they are then preferred (unless TORCH_DNN_GEMM_SKINNY forces this kernel).
 bool gemm_skinny_applies(const GemmArgs& a, bool hopper_skinny);
 
 }  // namespace matmul

@@ -314,13 +314,12 @@ cudaError_t run_skinny(const GemmArgs& a, const SkinnyPlan& pl, void* ws, cudaSt
 }  // namespace
 
 bool gemm_skinny_applies(const GemmArgs& a, bool hopper_skinny) {
-  SkinnyPlan pl;
-  if (!skinny_plan(a, &pl)) return false;
   // H100 graph replay (benchmarks/NOTES.md, ninth session): the Hopper kernels won everywhere since M <= 16
   // has its 16-wide swap-AB tile (K = N = 16384: M = 1 185.1 us against 186.7 here, M = 16 185.4 / 190.0;
-  // K = N = 4096: 16.7 / 19.0 and 16.3 / 19.5), so this kernel serves only GPUs without them
+  // K = N = 4096: 16.7 / 19.0 and 16.3 / 19.5), so this kernel serves only GPUs without them, unless forced
   if (hopper_skinny && skinny_mode() == SkinnyMode::Auto) return false;
-  return true;
+  SkinnyPlan pl;
+  return skinny_plan(a, &pl);
 }
 
 int64_t gemm_sm80_workspace_bytes(const GemmArgs& a) {

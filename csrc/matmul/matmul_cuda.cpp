@@ -3,8 +3,8 @@
 //
 // Path choice: the Hopper path (gemm_sm90, wgmma + TMA) when this build has it (TORCH_DNN_WITH_SM90_GEMM),
 // the device is sm_90 and gemm_sm90_supports(args), unless the portable path's skinny kernel takes the problem
-// (gemm_skinny_applies: decode-sized M, where streaming the weight is the whole cost, and where the Hopper
-// swap-AB kernels were not faster); otherwise the portable sm_80+ path (gemm_sm80).
+// (gemm_skinny_applies: decode-sized M, where streaming the weight is the whole cost, on GPUs without the Hopper
+// skinny kernels or when forced); otherwise the portable sm_80+ path (gemm_sm80).
 // TORCH_DNN_GEMM_PATH=auto|sm80|sm90 overrides it for tests and benchmarks (sm90 on a problem, build or device
 // that cannot take it is an error, not a silent fallback).
 #include <cstdlib>

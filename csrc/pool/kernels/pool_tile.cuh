@@ -654,21 +654,18 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
 // Variant switches, read per call so that one process can measure both (benchmarks/cases_pool.py):
 // TORCH_DNN_POOL_NC=item: the per-element NCDHW kernels (pool.cuh) instead of the plane tiles.
 inline bool nc_item() {
-  const char* v = env::get("TORCH_DNN_POOL_NC");
-  return v && std::strcmp(v, "item") == 0;
+  return env::is("TORCH_DNN_POOL_NC", "item");
 }
 // TORCH_DNN_POOL_GLOBAL=old: the first global-average kernels (forward: a warp per plane, rows one at a time;
 // backward: the generic gather) instead of the chunked forward and the broadcast backward.
 inline bool global_old() {
-  const char* v = env::get("TORCH_DNN_POOL_GLOBAL");
-  return v && std::strcmp(v, "old") == 0;
+  return env::is("TORCH_DNN_POOL_GLOBAL", "old");
 }
 
 // TORCH_DNN_POOL_NC_FWD=unpadded: the NCDHW forward's first tile kernel (bounds-checked taps) for 3x3 windows
 // instead of the padded tiles.
 inline bool tile_unpadded() {
-  const char* v = env::get("TORCH_DNN_POOL_NC_FWD");
-  return v && std::strcmp(v, "unpadded") == 0;
+  return env::is("TORCH_DNN_POOL_NC_FWD", "unpadded");
 }
 
 // The NCDHW backward's kernel choice, TORCH_DNN_POOL_NC_BWD: unset, pool_bwd_tile_k3s2 for 3x3/2 windows and
@@ -676,9 +673,8 @@ inline bool tile_unpadded() {
 // tile gather.
 enum class NcBwd { Auto, Owner, Gather };
 inline NcBwd nc_bwd_choice() {
-  const char* v = env::get("TORCH_DNN_POOL_NC_BWD");
-  if (v && std::strcmp(v, "owner") == 0) return NcBwd::Owner;
-  if (v && std::strcmp(v, "gather") == 0) return NcBwd::Gather;
+  if (env::is("TORCH_DNN_POOL_NC_BWD", "owner")) return NcBwd::Owner;
+  if (env::is("TORCH_DNN_POOL_NC_BWD", "gather")) return NcBwd::Gather;
   return NcBwd::Auto;
 }
 
@@ -686,14 +682,12 @@ constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: severa
 
 // TORCH_DNN_POOL_PAD_PAIR=0: pool_fwd_tile_pad with one output a thread also for avg at stride 2 (A/B runs).
 inline bool pad_single() {
-  const char* v = env::get("TORCH_DNN_POOL_PAD_PAIR");
-  return v && std::strcmp(v, "0") == 0;
+  return env::is("TORCH_DNN_POOL_PAD_PAIR", "0");
 }
 
 // Bytes of one of pool_fwd_tile_pad's two buffers: TORCH_DNN_POOL_PAD_KB (4..32, for A/B runs), else 32 KB.
 inline int pad_tile_bytes() {
-  const char* v = env::get("TORCH_DNN_POOL_PAD_KB");
-  const int kb = v ? std::atoi(v) : 32;
+  const int kb = env::get_int("TORCH_DNN_POOL_PAD_KB", 32);
   return (kb >= 4 && kb <= 32 ? kb : 32) * 1024;
 }
 
@@ -861,8 +855,7 @@ inline bool owner_applies(const PoolShape& s) {
 
 // TORCH_DNN_POOL_CL_BWD=item: the per-input channels-last gather (pool.cuh) instead of the owner blocks.
 inline bool cl_bwd_item() {
-  const char* v = env::get("TORCH_DNN_POOL_CL_BWD");
-  return v && std::strcmp(v, "item") == 0;
+  return env::is("TORCH_DNN_POOL_CL_BWD", "item");
 }
 
 inline OwnerArgs owner_args(const PoolShape& s, int V) {
@@ -969,9 +962,8 @@ __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict
 // 3x3/2) max went 63% -> 82% of copy with all taps, avg went 67% -> 46% (its 2 blocks/SM bound costs more
 // than the taps win). TORCH_DNN_POOL_CL_FWD=item / =taps forces one kernel for both (A/B and tests).
 inline bool cl_fwd_taps(bool is_max) {
-  const char* v = env::get("TORCH_DNN_POOL_CL_FWD");
-  if (v && std::strcmp(v, "item") == 0) return false;
-  if (v && std::strcmp(v, "taps") == 0) return true;
+  if (env::is("TORCH_DNN_POOL_CL_FWD", "item")) return false;
+  if (env::is("TORCH_DNN_POOL_CL_FWD", "taps")) return true;
   return is_max;
 }
 
