@@ -64,6 +64,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default="probe_skinny.json")
     p.add_argument("--once", default="", help="M,KN: three calls of torch_dnn then of cuBLAS, nothing timed")
+    p.add_argument("--shapes", default="", help="'M,KN M,KN ...': only these, only the default, the forced "
+                   "Hopper kernels and cuBLAS, no host timing")
     a = p.parse_args()
     dt = torch.bfloat16
     if a.once:
@@ -76,32 +78,40 @@ def main():
         torch.cuda.synchronize()
         return
     rows = []
+    brief = [tuple(int(v) for v in s.split(",")) for s in a.shapes.split()]
     print("| M | K=N | impl | graph us/call | GB/s |")
     print("|---|---|---|---|---|")
-    for kn in (4096, 16384):
+    for kn in sorted({kn for _, kn in brief}) if brief else (4096, 16384):
         n_sets = max(2, -(-160 * 2**20 // (kn * kn * 2)))  # > 3x the 50 MB L2
         ws = [torch.empty(kn, kn, dtype=dt, device="cuda").uniform_(-0.05, 0.05) for _ in range(n_sets)]
-        for m in (1, 16, 64, 256):
+        for m in [m for m, k in brief if k == kn] if brief else (1, 16, 64, 256):
             sets = [(torch.empty(m, kn, dtype=dt, device="cuda").uniform_(-1, 1), w) for w in ws]
             lin = lambda x, w: F.linear(x, w)  # noqa: E731
-            impls = {
-                "torch_dnn": lin,
-                "mma.sync skinny": with_env(lin, TORCH_DNN_GEMM_SKINNY="1"),
-                "Hopper skinny": with_env(lin, TORCH_DNN_GEMM_SKINNY="0"),
-            }
-            for sp in ((1, 2, 4) if kn == 4096 else (1, 2)):
-                impls[f"Hopper skinny splits={sp}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0",
-                                                               TORCH_DNN_SM90_SKINNY_SPLITS=str(sp))
-            for k in (("swap16", "swap64") if m <= 16 else ("swap64", "swap256", "narrow") if m > 64
-                      else ("swap64", "swap64x64")):
-                impls[f"Hopper {k}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY_KERNEL=k)
-                if m <= 64 and kn == 4096:
-                    for sp in (1, 2, 4):
-                        impls[f"Hopper {k} splits={sp}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0",
-                                                                    TORCH_DNN_SM90_SKINNY_KERNEL=k,
-                                                                    TORCH_DNN_SM90_SKINNY_SPLITS=str(sp))
-            impls["stream-K 128x128"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY="0")
-            impls["cuBLAS"] = TF.linear
+            if brief:
+                impls = {"torch_dnn": lin}
+                for k in (("swap16", "swap64x64") if m <= 16 else ("swap64", "swap256", "narrow") if m > 64
+                          else ("swap64", "swap64x64")):
+                    impls[f"Hopper {k}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY_KERNEL=k)
+                impls["cuBLAS"] = TF.linear
+            else:
+                impls = {
+                    "torch_dnn": lin,
+                    "mma.sync skinny": with_env(lin, TORCH_DNN_GEMM_SKINNY="1"),
+                    "Hopper skinny": with_env(lin, TORCH_DNN_GEMM_SKINNY="0"),
+                }
+                for sp in ((1, 2, 4) if kn == 4096 else (1, 2)):
+                    impls[f"Hopper skinny splits={sp}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0",
+                                                                   TORCH_DNN_SM90_SKINNY_SPLITS=str(sp))
+                for k in (("swap16", "swap64") if m <= 16 else ("swap64", "swap256", "narrow") if m > 64
+                          else ("swap64", "swap64x64")):
+                    impls[f"Hopper {k}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY_KERNEL=k)
+                    if m <= 64 and kn == 4096:
+                        for sp in (1, 2, 4):
+                            impls[f"Hopper {k} splits={sp}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0",
+                                                                        TORCH_DNN_SM90_SKINNY_KERNEL=k,
+                                                                        TORCH_DNN_SM90_SKINNY_SPLITS=str(sp))
+                impls["stream-K 128x128"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY="0")
+                impls["cuBLAS"] = TF.linear
             nbytes = (2 * m * kn + kn * kn) * 2
             for name, fn in impls.items():
                 us = graph_us(fn, sets)
@@ -109,6 +119,8 @@ def main():
                 print(f"| {m} | {kn} | {name} | {us:.2f} | {nbytes / us / 1e3:.0f} |")
         del ws
         torch.cuda.empty_cache()
+    if brief:
+        return
     x, w = torch.randn(1, 64, dtype=dt, device="cuda"), torch.randn(64, 64, dtype=dt, device="cuda")
     op = torch.ops.torch_dnn.linear_act
     host = {
