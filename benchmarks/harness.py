@@ -15,6 +15,7 @@ import os
 import platform
 import statistics
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -34,6 +35,11 @@ class Case:
     target: str = ""  # e.g. ">=0.9 copy", ">=2x eager": printed beside the row
     group: str = ""  # rows of one group form one table in the results file
     extra: dict = field(default_factory=dict)
+    # > 1: the impls take turns, `rounds` times, each turn after `warmup_ms` of calls. For compute-bound cases at
+    # the H100's power cap the SM clock depends on what ran just before: timed one after another, an impl that
+    # follows a slow, cool kernel runs at a higher clock than one that follows a hot one (benchmarks/NOTES.md).
+    rounds: int = 1
+    warmup_ms: float = 0.0
 
 
 def rand_cuda(shape, dtype, layout: str = "NCHW", lo: float = -4.0, hi: float = 4.0) -> torch.Tensor:
@@ -60,10 +66,18 @@ def with_env(fn, **env):
     return run
 
 
-def time_calls(fn, input_sets, warmup: int, reps: int) -> list[float]:
+def time_calls(fn, input_sets, warmup: int, reps: int, warmup_ms: float = 0.0) -> list[float]:
     for i in range(warmup):
         fn(*input_sets[i % len(input_sets)])
     torch.cuda.synchronize()
+    if warmup_ms > 0:  # keep the GPU busy with this impl until its clock has settled
+        t = time.perf_counter()
+        i = 0
+        while (time.perf_counter() - t) * 1e3 < warmup_ms:
+            fn(*input_sets[i % len(input_sets)])
+            i += 1
+            if i % 4 == 0:
+                torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
@@ -88,13 +102,20 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
     set_bytes = sum(t.numel() * t.element_size() for t in first if isinstance(t, torch.Tensor))
     n_sets = max(1, min(8, -(-L2_FLUSH_BYTES // max(set_bytes, 1))))
     input_sets = [first] + [case.make_inputs() for _ in range(n_sets - 1)]
+    times_of, errors = {impl: [] for impl in case.impls}, {}
+    for _ in range(max(1, case.rounds)):
+        for impl, fn in case.impls.items():
+            if impl in errors:
+                continue
+            try:
+                times_of[impl] += time_calls(fn, input_sets, warmup, reps, case.warmup_ms)
+            except Exception as e:  # a peer that cannot run this case (e.g. compile failure) is reported, not fatal
+                errors[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
     rows = []
-    for impl, fn in case.impls.items():
-        try:
-            times = time_calls(fn, input_sets, warmup, reps)
-        except Exception as e:  # a peer that cannot run this case (e.g. compile failure) is reported, not fatal
+    for impl, times in times_of.items():
+        if impl in errors:
             rows.append({"family": case.family, "group": case.group, "case": case.name, "impl": impl,
-                         "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
+                         "error": errors[impl]})
             continue
         ms = statistics.median(times)
         q = statistics.quantiles(times, n=10)
