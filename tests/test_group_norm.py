@@ -471,11 +471,13 @@ GN_PLANS = {"smem": {"TORCH_DNN_GN_PLAN": "smem"}, "default": {}, "cluster": {"T
             "k16": {"TORCH_DNN_GN_PLAN": "cluster", "TORCH_DNN_GN_TILE_KB": "1"},
             "k2": {"TORCH_DNN_GN_PLAN": "cluster", "TORCH_DNN_GN_TILE_KB": "4", "TORCH_DNN_GN_CLUSTER_MAX": "2"}}
 # channels-last: 8 groups of 8 (128-byte bf16 rows), 32 groups of 8, 2 groups of 32 (two groups a row), groups of
-# 24 (no power-of-two row: the old kernels); NCHW: 16 and 8 channels a group, a group of 256 KB (bf16)
+# 24 (no power-of-two row: the old kernels); NCHW: 16 and 8 channels a group, a group of 256 KB (bf16), and more
+# groups than SMs (the persistent backward walks several a block, the next one's loads in flight)
 PLAN_CASES = [((3, 64, 7, 9), 8, "channels_last"), ((2, 256, 13, 11), 32, "channels_last"),
               ((2, 64, 5, 5), 2, "channels_last"), ((2, 96, 9, 9), 4, "channels_last"),
               ((2, 256, 12, 12), 16, "contiguous"), ((3, 24, 16, 20), 3, "contiguous"),
-              ((2, 8, 128, 256), 2, "contiguous"), ((5, 32, 3, 17), 4, "channels_last")]
+              ((2, 8, 128, 256), 2, "contiguous"), ((5, 32, 3, 17), 4, "channels_last"),
+              ((64, 64, 8, 8), 32, "contiguous"), ((16, 256, 28, 28), 32, "contiguous")]
 
 
 @pytest.mark.cuda

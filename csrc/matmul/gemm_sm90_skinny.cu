@@ -4,20 +4,20 @@
 //     its N side (a 16-, 64- or 256-wide tile). Each weight tile is read from DRAM once. D^T is column-major in D's memory
 //     and the bias runs along the kernel's rows (Sm90Gemm's kSwapped). Cluster 2x1: the two weight tiles of a
 //     cluster share x's tile by TMA multicast.
-//   Swap64x64 / Swap64x128: swap-AB on 64 weight rows a tile (wgmma's own M) on the ping-pong kernel, one
-//     consumer warpgroup a tile, x's rows 64 / 128 wide.
+//   Swap64x64: swap-AB on 64 weight rows a tile (wgmma's own M) on the ping-pong kernel, one consumer warpgroup
+//     a tile, x's rows 64 wide.
 //   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
 //     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
-// Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64x64 (64 weight rows a tile, ping-pong); M > 64 Swap256
-// where its tiles fill 3/4 of the SMs, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the
+// Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64x64; M <= 128 Narrow; M > 128 Swap256 where its tiles
+// fill 3/4 of the SMs, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the
 // SMs; otherwise split-K as a batched GEMM whose batch index walks K (each operand's batch stride is the K range;
 // TMA zero-fills past each range's end), writing float partials [split][M][N]; a second kernel sums them in split
 // order (deterministic) and applies the epilogue. CUTLASS's own stream-K split-K adds the splits into the
 // workspace in a turnstile (each waits for the one before): on the H100 every split made it slower
 // (benchmarks/NOTES.md).
 // Instantiations (20 = 10 x bf16, fp16): Swap16, Swap64, Swap64x64 and Narrow each with output T (whole K) or
-// float (a split's partial), Swap256 and Swap64x128 (a candidate for M > 64, chosen by the knob below) with output
-// T. See gemm_sm90.cu for NDEBUG.
+// float (a split's partial), Swap256 and Mid12 (a candidate for M > 64, chosen by the knob below) with output T.
+// See gemm_sm90.cu for NDEBUG.
 #ifndef NDEBUG
 #define NDEBUG 1
 #endif
@@ -37,14 +37,14 @@ using Swap = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, Int<W>, _64>, C21, Persiste
 // Swap64 over a short weight, each streaming half the bytes, without split-K.
 template <class T, class ED>
 using Swap64x64 = Sm90Gemm<T, RowM, ColM, ED, Shape<_64, _64, _64>, C21, Persistent, false, true, true>;
-// The same on 128-wide x tiles (M > 64): one warpgroup's m64n128 MMA reads 6 KB of smem per 2 x 64 x 128 x 16
-// FLOPs where Narrow's two m64n64 read 8 KB (at M = 256 the MMAs are half the time, and smem feeds them).
-template <class T, class ED>
-using Swap64x128 = Sm90Gemm<T, RowM, ColM, ED, Shape<_64, _128, _64>, C21, Persistent, false, true, true>;
 template <class T, class ED>
 using Narrow = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, _64, _64>, C12, Persistent, false>;
+// Narrow's arrangement on 128 weight rows a tile: each warpgroup's m64n128 MMA needs 3/4 of the smem bytes a FLOP
+// of m64n64 (a candidate where M = 256 makes the MMAs the longer part: K = N = 8192), half the CTAs.
+template <class T>
+using Mid12 = Sm90Gemm<T, RowM, ColM, T, Shape<_128, _128, _64>, C12, Persistent, false>;
 
-enum class SkinnyKernel { Swap16, Swap64, Swap64x64, Swap64x128, Swap256, Narrow };
+enum class SkinnyKernel { Swap16, Swap64, Swap64x64, Swap256, Narrow, Mid12 };
 
 struct SkinnyShape {
   SkinnyKernel k;
@@ -59,7 +59,7 @@ struct SkinnyShape {
 // and spend ~9 us in MMAs: 19.3 us against 16.1 for Swap64x64 (cuBLAS 14.7); with more tiles than SMs (K = N =
 // 16384, each CTA's two warpgroups taking turns over several tiles) 184.8 against 187.2 (cuBLAS 191.4), M = 40
 // 182.5 against 186.2 (187.2) (tenth session; test_linear_act_skinny_many_tiles covers that path).
-// TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap64x128|swap256|narrow forces one (a measurement knob, read at
+// TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow|mid12 forces one (a measurement knob, read at
 // every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
@@ -68,21 +68,21 @@ SkinnyShape skinny_shape(const GemmArgs& a) {
   const bool few = wtiles * 4 < sms * 3;
   SkinnyKernel k = a.M <= 16   ? SkinnyKernel::Swap16
                    : a.M <= 64 ? SkinnyKernel::Swap64x64
-                               : (few ? SkinnyKernel::Narrow : SkinnyKernel::Swap256);
+                               : (a.M <= 128 || few ? SkinnyKernel::Narrow : SkinnyKernel::Swap256);
   if (const char* e = env::get("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
     if (std::strcmp(e, "swap16") == 0) k = SkinnyKernel::Swap16;
     if (std::strcmp(e, "swap64") == 0) k = SkinnyKernel::Swap64;
     if (std::strcmp(e, "swap64x64") == 0) k = SkinnyKernel::Swap64x64;
-    if (std::strcmp(e, "swap64x128") == 0) k = SkinnyKernel::Swap64x128;
     if (std::strcmp(e, "swap256") == 0) k = SkinnyKernel::Swap256;
     if (std::strcmp(e, "narrow") == 0) k = SkinnyKernel::Narrow;
+    if (std::strcmp(e, "mid12") == 0) k = SkinnyKernel::Mid12;
   }
   switch (k) {
     case SkinnyKernel::Swap16: return {k, wtiles * ((a.M + 15) / 16)};
     case SkinnyKernel::Swap64: return {k, wtiles * ((a.M + 63) / 64)};
     case SkinnyKernel::Swap64x64: return {k, even((a.N + 63) / 64) * ((a.M + 63) / 64)};
-    case SkinnyKernel::Swap64x128: return {k, even((a.N + 63) / 64) * ((a.M + 127) / 128)};
     case SkinnyKernel::Swap256: return {k, wtiles * ((a.M + 255) / 256)};
+    case SkinnyKernel::Mid12: return {k, (a.M + 127) / 128 * wtiles};
     default: return {k, (a.M + 127) / 128 * even((a.N + 63) / 64)};
   }
 }
@@ -96,7 +96,9 @@ GemmArgs swapped(const GemmArgs& a) {
   s.B = MatrixRef{a.A.ptr, a.A.ld, 0, true};
   return s;
 }
-GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return sh.k == SkinnyKernel::Narrow ? a : swapped(a); }
+GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) {
+  return sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12 ? a : swapped(a);
+}
 
 // K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
 // each at least 4096 long and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule). Graph replay
@@ -105,7 +107,7 @@ GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return sh.k == Ski
 // against 18.8; one launch and workspace less on the host.
 // TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
-  if (sh.k == SkinnyKernel::Swap256 || sh.k == SkinnyKernel::Swap64x128) return 1;
+  if (sh.k == SkinnyKernel::Swap256 || sh.k == SkinnyKernel::Mid12) return 1;
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
   int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 4096);
   if (const int e = env::get_int("TORCH_DNN_SM90_SKINNY_SPLITS", 0); e > 0) s = e;
@@ -193,7 +195,7 @@ auto dispatch_typed(SkinnyKernel k, bool partial, F&& f) {
     return partial ? f.template operator()<Swap64x64<T, float>, T>() : f.template operator()<Swap64x64<T, T>, T>();
   if (k == SkinnyKernel::Narrow)
     return partial ? f.template operator()<Narrow<T, float>, T>() : f.template operator()<Narrow<T, T>, T>();
-  if (k == SkinnyKernel::Swap64x128) return f.template operator()<Swap64x128<T, T>, T>();  // never splits
+  if (k == SkinnyKernel::Mid12) return f.template operator()<Mid12<T>, T>();                // never splits
   return f.template operator()<Swap<T, 256, T>, T>();  // Swap256 never splits (splits_for)
 }
 

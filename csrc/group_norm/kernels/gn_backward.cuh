@@ -6,6 +6,9 @@
 //   gn_smem_bwd      x and dy of the group fit in shared memory together: a persistent block per (n, g) loads
 //                    both ONCE, takes the per-channel sums P, Q from shared memory (warps over (channel, slice)
 //                    items, fixed order), and writes dx from shared memory: 2 reads + 1 write, the minimum.
+//   gn_bulk_bwd      (sm_90, NCHW, two groups fit; the default there, TORCH_DNN_GN_PLAN=smem selects gn_smem_bwd)
+//                    the same sums and writes, each block walking its groups with the next group's x and dy in
+//                    flight (1-D bulk copies into a double buffer) while it works on the current one.
 //   gn_cluster_bwd   (gn_cluster.cuh, sm_90; TORCH_DNN_GN_PLAN says where) a cluster of CTAs per (n, W channels)
 //                    holding x and dy once; TORCH_DNN_GN_PLAN=smem selects gn_smem_bwd instead.
 //   gn_smem_bwd_cl_small  channels-last groups narrower than a vector (instance_norm NHWC): a block per (n, V / D
@@ -13,6 +16,7 @@
 //   otherwise        gn_chunk_bwd (sum(g * xhat), sum(g) per chunk) + gn_finalize_bwd + gn_apply_bwd
 //                    (elementwise), and gn_channel_sums (a block per (n, c)) for P and Q.
 #pragma once
+#include "common/cuda/bulk_copy.cuh"
 #include "common/cuda/column_sum.cuh"
 #include "group_norm/kernels/gn_forward.cuh"
 
@@ -27,6 +31,68 @@ struct GnBwdWs {
   A* partial;  // [N * G, K, 2] chunk sums of g * xhat and g
   A* coef;     // [N * G, 2] sum(g * xhat) / L, sum(g) / L
 };
+
+// gn_smem_bwd / gn_bulk_bwd, once the (channel, slice) sums of group (n, g) are in red ([D * SP][2]: sum(dy *
+// xhat), sum(dy)): the channel totals (into tot, and P / Q when wanted) and c12 = (sum(w dy xhat) / L, sum(w dy)
+// / L). Ends with a __syncthreads.
+template <typename T, typename A>
+__device__ __forceinline__ void group_coefficients(const GnParams<T>& p, const GnBwdWs<T>& ws, int64_t n, int64_t g,
+                                                   int SP, const A* red, A* tot, A* c12) {
+  const unsigned D = unsigned(p.D);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (unsigned d = threadIdx.x; d < D; d += blockDim.x) {
+    A pc = A(0), qc = A(0);
+    for (int sp = 0; sp < SP; ++sp) {
+      pc += red[2 * (d * SP + sp)];
+      qc += red[2 * (d * SP + sp) + 1];
+    }
+    tot[2 * d] = pc;
+    tot[2 * d + 1] = qc;
+    if (ws.P) {
+      ws.P[n * p.C + g * p.D + d] = pc;
+      ws.Q[n * p.C + g * p.D + d] = qc;
+    }
+  }
+  __syncthreads();
+  if (warp == 0) {
+    A s1 = A(0), s2 = A(0);
+    for (unsigned d = lane; d < D; d += 32) {
+      const A wc = p.w ? to_acc<A>(p.w[g * p.D + d]) : A(1);
+      s1 += wc * tot[2 * d];
+      s2 += wc * tot[2 * d + 1];
+    }
+    s1 = warp_reduce(s1, SumOp{});
+    s2 = warp_reduce(s2, SumOp{});
+    if (lane == 0) {
+      c12[0] = s1 / A(p.L);
+      c12[1] = s2 / A(p.L);
+    }
+  }
+  __syncthreads();
+}
+
+// dx of an NCHW group from its x and dy vectors in shared memory (bx, bdy; channel row d = vectors d * S / V ...):
+// dx = rstd (dy w - xhat c1 - c2) = a dy - b (x - mean) - e, a = rstd w, b = rstd^2 c1, e = rstd c2. Warps walk
+// the (channel, slice) items of the sums, so that each thread reads back what it loaded (gn_smem_bwd).
+template <typename T, int V, typename A>
+__device__ __forceinline__ void write_dx_nchw(const GnParams<T>& p, int64_t g, int64_t gbase, int SP, A m, A rs,
+                                              A c1, A c2, const Vec<T, V>* bx, const Vec<T, V>* bdy) {
+  const unsigned D = unsigned(p.D), SV = unsigned(p.S) / unsigned(V);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const A b = rs * rs * c1, e = rs * c2;
+  for (unsigned it = warp; it < D * unsigned(SP); it += nwarps) {
+    const unsigned d = it / unsigned(SP), sp = it - d * unsigned(SP);
+    const A a = rs * (p.w ? to_acc<A>(p.w[g * p.D + d]) : A(1));
+    for (unsigned j = sp * 32 + lane; j < SV; j += unsigned(SP) * 32) {
+      const unsigned i = d * SV + j;
+      const Vec<T, V> xv = bx[i], gv = bdy[i];
+      Vec<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) o.v[k] = from_acc<T>(a * to_acc<A>(gv.v[k]) - (b * (to_acc<A>(xv.v[k]) - m) + e));
+      store_vec<T, V>(p.out + gbase + int64_t(i) * V, o);
+    }
+  }
+}
 
 // Dynamic shared memory: x vectors, dy vectors, then 2 * D * SP partial sums and 2 * D channel totals.
 template <typename T, int V>
@@ -116,52 +182,11 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
     }
     }
     __syncthreads();
-    for (unsigned d = threadIdx.x; d < D; d += blockDim.x) {
-      A pc = A(0), qc = A(0);
-      for (int sp = 0; sp < SP; ++sp) {
-        pc += red[2 * (d * SP + sp)];
-        qc += red[2 * (d * SP + sp) + 1];
-      }
-      tot[2 * d] = pc;
-      tot[2 * d + 1] = qc;
-      if (ws.P) {
-        ws.P[n * p.C + g * p.D + d] = pc;
-        ws.Q[n * p.C + g * p.D + d] = qc;
-      }
-    }
-    __syncthreads();
-    if (warp == 0) {
-      A s1 = A(0), s2 = A(0);
-      for (unsigned d = lane; d < D; d += 32) {
-        const A wc = p.w ? to_acc<A>(p.w[g * p.D + d]) : A(1);
-        s1 += wc * tot[2 * d];
-        s2 += wc * tot[2 * d + 1];
-      }
-      s1 = warp_reduce(s1, SumOp{});
-      s2 = warp_reduce(s2, SumOp{});
-      if (lane == 0) {
-        c12[0] = s1 / A(p.L);
-        c12[1] = s2 / A(p.L);
-      }
-    }
-    __syncthreads();
+    group_coefficients(p, ws, n, g, SP, red, tot, c12);
     if (!p.out) continue;
     const A c1 = c12[0], c2 = c12[1];
     if (!p.cl) {
-      // dx = rstd (dy w - xhat c1 - c2) = a dy - b (x - mean) - e, a = rstd w, b = rstd^2 c1, e = rstd c2
-      const A b = rs * rs * c1, e = rs * c2;
-      for (unsigned it = warp; it < D * unsigned(SP); it += nwarps) {
-        const unsigned d = it / unsigned(SP), sp = it - d * unsigned(SP);
-        const A a = rs * (p.w ? to_acc<A>(p.w[g * p.D + d]) : A(1));
-        for (unsigned j = sp * 32 + lane; j < SV; j += unsigned(SP) * 32) {
-          const unsigned i = d * SV + j;
-          const Vec<T, V> xv = bx[i], gv = bdy[i];
-          Vec<T, V> o;
-#pragma unroll
-          for (int k = 0; k < V; ++k) o.v[k] = from_acc<T>(a * to_acc<A>(gv.v[k]) - (b * (to_acc<A>(xv.v[k]) - m) + e));
-          store_vec<T, V>(p.out + gbase + int64_t(i) * V, o);
-        }
-      }
+      write_dx_nchw<T, V>(p, g, gbase, SP, m, rs, c1, c2, bx, bdy);
       continue;
     }
     for (unsigned i = threadIdx.x; i < nv; i += blockDim.x) {
@@ -177,6 +202,79 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
       }
       store_vec<T, V>(p.out + smem_vec_offset<T, V>(p, n, g, i, dv_count), o);
     }
+  }
+}
+
+// NCHW groups of which two (x and dy each) fit in shared memory, on sm_90: one persistent block an SM walks the
+// groups ng = blockIdx.x, + gridDim.x, ...; thread 0 copies the NEXT group's x and dy (contiguous in NCHW) into
+// the other half of a double buffer by two 1-D bulk copies while the block sums and writes the current one, so
+// that the loads of a group overlap the previous group's sums and dx stores (gn_smem_bwd loads, sums and writes
+// in turn: 79% of copy on the H100 at 64x256x56x56 bf16). Dynamic shared memory: two halves of
+// bulk_bwd_half() bytes (x, then dy), then the (channel, slice) sums [D * SP][2] and channel totals [D][2].
+template <typename T>
+__host__ __device__ inline size_t bulk_bwd_half(int64_t L) { return (size_t(L) * 2 * sizeof(T) + 127) / 128 * 128; }
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kSmemThreads, 1) gn_bulk_bwd(GnParams<T> p, GnBwdWs<T> ws, int SP) {
+  using A = acc_t<T>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // 16-byte aligned: the bulk copies' rule
+  __shared__ uint64_t bars[2];
+  __shared__ A c12[2];
+  const unsigned D = unsigned(p.D), SV = unsigned(p.S) / unsigned(V);
+  const size_t half = bulk_bwd_half<T>(p.L);
+  const unsigned bytes = unsigned(p.L) * unsigned(sizeof(T));
+  A* red = reinterpret_cast<A*>(smem_raw + 2 * half);  // [D * SP][2]
+  A* tot = red + 2 * D * SP;                            // [D][2]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int64_t NG = p.N * p.G;
+  if (threadIdx.x == 0) {
+    mbar_init(&bars[0], 1);
+    mbar_init(&bars[1], 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  const uint64_t pol = l2_policy_evict_first();
+  auto fetch = [&](int64_t ng, int buf) {  // thread 0
+    unsigned char* dst = smem_raw + buf * half;
+    mbar_arrive_expect_tx(&bars[buf], 2 * bytes);
+    bulk_copy_g2s(dst, p.x + ng * p.L, bytes, &bars[buf], pol);
+    bulk_copy_g2s(dst + bytes, p.dy + ng * p.L, bytes, &bars[buf], pol);
+  };
+  if (threadIdx.x == 0 && int64_t(blockIdx.x) < NG) fetch(blockIdx.x, 0);
+  unsigned k = 0;
+  for (int64_t ng = blockIdx.x; ng < NG; ng += gridDim.x, ++k) {
+    const int buf = int(k & 1);
+    // the other half was last read in the previous iteration, which ended with a __syncthreads
+    if (threadIdx.x == 0 && ng + gridDim.x < NG) fetch(ng + gridDim.x, buf ^ 1);
+    const int64_t n = ng / p.G, g = ng - n * p.G;
+    const A m = p.mean[ng], rs = p.rstd[ng];
+    const int64_t gbase = ng * p.L;
+    const Vec<T, V>* bx = reinterpret_cast<const Vec<T, V>*>(smem_raw + buf * half);
+    const Vec<T, V>* bdy = reinterpret_cast<const Vec<T, V>*>(smem_raw + buf * half + bytes);
+    mbar_wait(&bars[buf], (k >> 1) & 1);
+    for (unsigned it = warp; it < D * unsigned(SP); it += nwarps) {
+      const unsigned d = it / unsigned(SP), sp = it - d * unsigned(SP);
+      A pc = A(0), qc = A(0);
+      for (unsigned j = sp * 32 + lane; j < SV; j += unsigned(SP) * 32) {
+        const Vec<T, V> xv = bx[d * SV + j], gv = bdy[d * SV + j];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          const A gk = to_acc<A>(gv.v[v]);
+          pc += gk * (to_acc<A>(xv.v[v]) - m);
+          qc += gk;
+        }
+      }
+      pc = warp_reduce(pc, SumOp{});
+      qc = warp_reduce(qc, SumOp{});
+      if (lane == 0) {
+        red[2 * it] = pc * rs;
+        red[2 * it + 1] = qc;
+      }
+    }
+    __syncthreads();
+    group_coefficients(p, ws, n, g, SP, red, tot, c12);
+    if (p.out) write_dx_nchw<T, V>(p, g, gbase, SP, m, rs, c12[0], c12[1], bx, bdy);
+    __syncthreads();
   }
 }
 
@@ -366,6 +464,26 @@ void launch_smem_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, cudaStream_t st
   gn_smem_bwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p, ws, SP);
 }
 
+// gn_bulk_bwd where it applies (sm_90+, NCHW, 16-byte vectors, two groups of x and dy in shared memory, the
+// default plan); false: the caller takes gn_smem_bwd.
+template <typename T>
+bool try_bulk_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, bool vec, cudaStream_t stream) {
+  constexpr int V = kVec16<T>;
+  if (p.cl || !vec || gn_plan() != GnPlan::Auto) return false;
+  if (cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) < 9) return false;
+  if ((p.L * int64_t(sizeof(T))) % 16 != 0) return false;  // each group's copy starts 16-byte aligned
+  const int SP = smem_bwd_slices(p.D, kSmemThreads);
+  const int64_t smem = 2 * int64_t(bulk_bwd_half<T>(p.L)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
+  if (smem + 2 * 8 + 2 * int64_t(sizeof(acc_t<T>)) + 1024 > max_smem_optin()) return false;
+  if (raise_smem_limit_once<gn_bulk_bwd<T, V>>(int(smem)) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  const int64_t grid = std::min<int64_t>(p.N * p.G, sm_count());
+  gn_bulk_bwd<T, V><<<unsigned(grid), kSmemThreads, size_t(smem), stream>>>(p, ws, SP);
+  return true;
+}
+
 inline int64_t backward_workspace_elems(const GnShape& s) {
   const int64_t NG = s.N * s.G;
   const ChunkPlan c = chunk_plan(NG, (s.C / s.G) * s.S);
@@ -404,6 +522,7 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
              try_cluster_bwd(p, w.P, w.Q, vec, stream)) {
     // (NCHW groups that fit gn_smem_bwd take it by default: 0.1297 ms against the K = 2 cluster plan's 0.1330 on
     // the H100, 64x256x56x56 bf16 G = 32, once its sums were fused into the loads)
+  } else if (!stats_given && try_bulk_bwd(p, w, vec, stream)) {
   } else if (!stats_given && smem_fits) {
     if (vec) launch_smem_bwd<T, V>(p, w, stream);
     else launch_smem_bwd<T, 1>(p, w, stream);
