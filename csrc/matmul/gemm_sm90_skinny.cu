@@ -9,14 +9,14 @@
 //   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
 //     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
 // Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64x64; M <= 128 Narrow; M > 128 Swap256 where its tiles
-// fill 3/4 of the SMs, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the
+// fill 3/4 of the SMs, else Mid12 where its tiles do, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the
 // SMs; otherwise split-K as a batched GEMM whose batch index walks K (each operand's batch stride is the K range;
 // TMA zero-fills past each range's end), writing float partials [split][M][N]; a second kernel sums them in split
 // order (deterministic) and applies the epilogue. CUTLASS's own stream-K split-K adds the splits into the
 // workspace in a turnstile (each waits for the one before): on the H100 every split made it slower
 // (benchmarks/NOTES.md).
 // Instantiations (20 = 10 x bf16, fp16): Swap16, Swap64, Swap64x64 and Narrow each with output T (whole K) or
-// float (a split's partial), Swap256 and Mid12 (a candidate for M > 64, chosen by the knob below) with output T.
+// float (a split's partial), Swap256 and Mid12 with output T.
 // See gemm_sm90.cu for NDEBUG.
 #ifndef NDEBUG
 #define NDEBUG 1
@@ -40,7 +40,8 @@ using Swap64x64 = Sm90Gemm<T, RowM, ColM, ED, Shape<_64, _64, _64>, C21, Persist
 template <class T, class ED>
 using Narrow = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, _64, _64>, C12, Persistent, false>;
 // Narrow's arrangement on 128 weight rows a tile: each warpgroup's m64n128 MMA needs 3/4 of the smem bytes a FLOP
-// of m64n64 (a candidate where M = 256 makes the MMAs the longer part: K = N = 8192), half the CTAs.
+// of m64n64, on half the CTAs: for M > 128 where those fill the SMs (M = 256, K = N = 8192: 60.5 us against
+// Narrow's 72.4, cuBLAS 55.4).
 template <class T>
 using Mid12 = Sm90Gemm<T, RowM, ColM, T, Shape<_128, _128, _64>, C12, Persistent, false>;
 
@@ -59,16 +60,21 @@ struct SkinnyShape {
 // and spend ~9 us in MMAs: 19.3 us against 16.1 for Swap64x64 (cuBLAS 14.7); with more tiles than SMs (K = N =
 // 16384, each CTA's two warpgroups taking turns over several tiles) 184.8 against 187.2 (cuBLAS 191.4), M = 40
 // 182.5 against 186.2 (187.2) (tenth session; test_linear_act_skinny_many_tiles covers that path).
+// 64 < M <= 128 takes Narrow whatever the weight (one row tile of x, shared by each 1x2 pair): M = 128, K = N =
+// 16384 190.6 us against Swap256's 255.8 (cuBLAS 194.1); 8192 51.6 (50.1); 4096 20.1 (15.4: not reached).
 // TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow|mid12 forces one (a measurement knob, read at
 // every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
   const auto even = [](int64_t v) { return (v + 1) / 2 * 2; };
   const int64_t wtiles = even((a.N + 127) / 128);
-  const bool few = wtiles * 4 < sms * 3;
-  SkinnyKernel k = a.M <= 16   ? SkinnyKernel::Swap16
-                   : a.M <= 64 ? SkinnyKernel::Swap64x64
-                               : (a.M <= 128 || few ? SkinnyKernel::Narrow : SkinnyKernel::Swap256);
+  const auto fill = [&](int64_t tiles) { return tiles * 4 >= sms * 3; };  // 3/4 of the SMs
+  SkinnyKernel k = a.M <= 16                        ? SkinnyKernel::Swap16
+                   : a.M <= 64                      ? SkinnyKernel::Swap64x64
+                   : a.M <= 128                     ? SkinnyKernel::Narrow
+                   : fill(wtiles)                   ? SkinnyKernel::Swap256
+                   : fill((a.M + 127) / 128 * wtiles) ? SkinnyKernel::Mid12
+                                                    : SkinnyKernel::Narrow;
   if (const char* e = env::get("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
     if (std::strcmp(e, "swap16") == 0) k = SkinnyKernel::Swap16;
     if (std::strcmp(e, "swap64") == 0) k = SkinnyKernel::Swap64;
@@ -109,7 +115,7 @@ GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) {
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
   if (sh.k == SkinnyKernel::Swap256 || sh.k == SkinnyKernel::Mid12) return 1;
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
-  int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 4096);
+  int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 4096);  // 1 where they fill 3/4
   if (const int e = env::get_int("TORCH_DNN_SM90_SKINNY_SPLITS", 0); e > 0) s = e;
   for (; s > 1; --s)
     if (a.K % s == 0 && (a.K / s) % 8 == 0) break;

@@ -475,9 +475,18 @@ bool try_bulk_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, bool vec, cudaStre
   const int SP = smem_bwd_slices(p.D, kSmemThreads);
   const int64_t smem = 2 * int64_t(bulk_bwd_half<T>(p.L)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
   if (smem + 2 * 8 + 2 * int64_t(sizeof(acc_t<T>)) + 1024 > max_smem_optin()) return false;
-  if (raise_smem_limit_once<gn_bulk_bwd<T, V>>(int(smem)) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
+  // the kernel's shared-memory limit, raised when a problem needs more than the last one that raised it (groups
+  // differ in size from call to call; raise_smem_limit_once would keep the first call's size)
+  static int raised[64] = {0};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 64) return false;
+  if (smem > raised[dev]) {
+    if (cudaFuncSetAttribute(gn_bulk_bwd<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    raised[dev] = int(smem);
   }
   const int64_t grid = std::min<int64_t>(p.N * p.G, sm_count());
   gn_bulk_bwd<T, V><<<unsigned(grid), kSmemThreads, size_t(smem), stream>>>(p, ws, SP);
