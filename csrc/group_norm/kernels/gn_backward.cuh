@@ -209,13 +209,14 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
 // groups ng = blockIdx.x, + gridDim.x, ...; thread 0 copies the NEXT group's x and dy (contiguous in NCHW) into
 // the other half of a double buffer by two 1-D bulk copies while the block sums and writes the current one, so
 // that the loads of a group overlap the previous group's sums and dx stores (gn_smem_bwd loads, sums and writes
-// in turn: 79% of copy on the H100 at 64x256x56x56 bf16). Dynamic shared memory: two halves of
-// bulk_bwd_half() bytes (x, then dy), then the (channel, slice) sums [D * SP][2] and channel totals [D][2].
+// in turn: 79% of copy on the H100 at 64x256x56x56 bf16). bufs = 1 (TORCH_DNN_GN_BULK_BUFS=1, a measurement
+// knob): one buffer, a block a group, two blocks an SM overlapping each other instead. Dynamic shared memory: bufs
+// halves of bulk_bwd_half() bytes (x, then dy), then the (channel, slice) sums [D * SP][2] and totals [D][2].
 template <typename T>
 __host__ __device__ inline size_t bulk_bwd_half(int64_t L) { return (size_t(L) * 2 * sizeof(T) + 127) / 128 * 128; }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kSmemThreads, 1) gn_bulk_bwd(GnParams<T> p, GnBwdWs<T> ws, int SP) {
+__global__ void __launch_bounds__(kSmemThreads, 2) gn_bulk_bwd(GnParams<T> p, GnBwdWs<T> ws, int SP, int bufs) {
   using A = acc_t<T>;
   extern __shared__ __align__(16) unsigned char smem_raw[];  // 16-byte aligned: the bulk copies' rule
   __shared__ uint64_t bars[2];
@@ -223,7 +224,7 @@ __global__ void __launch_bounds__(kSmemThreads, 1) gn_bulk_bwd(GnParams<T> p, Gn
   const unsigned D = unsigned(p.D), SV = unsigned(p.S) / unsigned(V);
   const size_t half = bulk_bwd_half<T>(p.L);
   const unsigned bytes = unsigned(p.L) * unsigned(sizeof(T));
-  A* red = reinterpret_cast<A*>(smem_raw + 2 * half);  // [D * SP][2]
+  A* red = reinterpret_cast<A*>(smem_raw + bufs * half);  // [D * SP][2]
   A* tot = red + 2 * D * SP;                            // [D][2]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int64_t NG = p.N * p.G;
@@ -243,15 +244,16 @@ __global__ void __launch_bounds__(kSmemThreads, 1) gn_bulk_bwd(GnParams<T> p, Gn
   if (threadIdx.x == 0 && int64_t(blockIdx.x) < NG) fetch(blockIdx.x, 0);
   unsigned k = 0;
   for (int64_t ng = blockIdx.x; ng < NG; ng += gridDim.x, ++k) {
-    const int buf = int(k & 1);
+    const int buf = bufs == 2 ? int(k & 1) : 0;
     // the other half was last read in the previous iteration, which ended with a __syncthreads
-    if (threadIdx.x == 0 && ng + gridDim.x < NG) fetch(ng + gridDim.x, buf ^ 1);
+    if (threadIdx.x == 0 && bufs == 2 && ng + gridDim.x < NG) fetch(ng + gridDim.x, buf ^ 1);
     const int64_t n = ng / p.G, g = ng - n * p.G;
     const A m = p.mean[ng], rs = p.rstd[ng];
     const int64_t gbase = ng * p.L;
     const Vec<T, V>* bx = reinterpret_cast<const Vec<T, V>*>(smem_raw + buf * half);
     const Vec<T, V>* bdy = reinterpret_cast<const Vec<T, V>*>(smem_raw + buf * half + bytes);
-    mbar_wait(&bars[buf], (k >> 1) & 1);
+    if (bufs == 1 && k > 0 && threadIdx.x == 0) fetch(ng, 0);  // (single buffer: after the last reads of it)
+    mbar_wait(&bars[buf], bufs == 2 ? (k >> 1) & 1 : k & 1);
     for (unsigned it = warp; it < D * unsigned(SP); it += nwarps) {
       const unsigned d = it / unsigned(SP), sp = it - d * unsigned(SP);
       A pc = A(0), qc = A(0);
@@ -473,7 +475,8 @@ bool try_bulk_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, bool vec, cudaStre
   if (cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) < 9) return false;
   if ((p.L * int64_t(sizeof(T))) % 16 != 0) return false;  // each group's copy starts 16-byte aligned
   const int SP = smem_bwd_slices(p.D, kSmemThreads);
-  const int64_t smem = 2 * int64_t(bulk_bwd_half<T>(p.L)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
+  const int bufs = env::get_int("TORCH_DNN_GN_BULK_BUFS", 2) == 1 ? 1 : 2;
+  const int64_t smem = bufs * int64_t(bulk_bwd_half<T>(p.L)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
   if (smem + 2 * 8 + 2 * int64_t(sizeof(acc_t<T>)) + 1024 > max_smem_optin()) return false;
   // the kernel's shared-memory limit, raised when a problem needs more than the last one that raised it (groups
   // differ in size from call to call; raise_smem_limit_once would keep the first call's size)
@@ -488,8 +491,8 @@ bool try_bulk_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, bool vec, cudaStre
     }
     raised[dev] = int(smem);
   }
-  const int64_t grid = std::min<int64_t>(p.N * p.G, sm_count());
-  gn_bulk_bwd<T, V><<<unsigned(grid), kSmemThreads, size_t(smem), stream>>>(p, ws, SP);
+  const int64_t grid = bufs == 2 ? std::min<int64_t>(p.N * p.G, sm_count()) : std::min<int64_t>(p.N * p.G, INT32_MAX);
+  gn_bulk_bwd<T, V><<<unsigned(grid), kSmemThreads, size_t(smem), stream>>>(p, ws, SP, bufs);
   return true;
 }
 
