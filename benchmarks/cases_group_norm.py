@@ -74,10 +74,10 @@ def _gn_cases(dtype, layout):
     def bwd_fn(g, x, mean, rstd, w, eg, cg):
         return ops.group_norm_backward(g, x, mean, rstd, w, G, False, [True, True, True])
 
-    # NCHW: "torch_dnn bulk1" = the bulk-copy backward with one buffer, two blocks an SM (TORCH_DNN_GN_BULK_BUFS=1)
-    bulk1 = {"torch_dnn bulk1": with_env(bwd_fn, TORCH_DNN_GN_BULK_BUFS="1")} if layout == "NCHW" else {}
+    # NCHW: "torch_dnn bulk2" = the bulk-copy backward's persistent, double-buffered form (TORCH_DNN_GN_BULK_BUFS=2)
+    bulk2 = {"torch_dnn bulk2": with_env(bwd_fn, TORCH_DNN_GN_BULK_BUFS="2")} if layout == "NCHW" else {}
     bwd = Case("group_norm", f"group_norm({G}) bwd {tag}", bwd_inputs,
-               {**_plans(bwd_fn, [8] if layout == "NHWC" else [1], tiles=[25, 12]), **bulk1,
+               {**_plans(bwd_fn, [8] if layout == "NHWC" else [1], tiles=[25, 12]), **bulk2,
                 "eager": peer_bwd("eager"), "compile": peer_bwd("compile")},
                bytes=3 * numel * es + 3 * C * es + stats, target=">=3x eager (>=2.4 TB/s)", group=group)
     return [fwd, bwd]

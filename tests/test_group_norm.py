@@ -465,12 +465,12 @@ def test_cuda_past_2_31_elements():
 # Plans of the CUDA kernels (csrc/group_norm/kernels/gn_cluster.cuh), selected by environment variables read at
 # every call: the per-(n, group) kernels; the default choice; the cluster plan wherever it applies, as chosen; with
 # clusters of one CTA; with the largest clusters (a 1 KB tile budget: 16 CTAs, trailing ranks with no rows); with
-# clusters of at most 2 and small tiles; the NCHW bulk-copy backward with one buffer.
+# clusters of at most 2 and small tiles; the NCHW bulk-copy backward's persistent double-buffered form.
 GN_PLANS = {"smem": {"TORCH_DNN_GN_PLAN": "smem"}, "default": {}, "cluster": {"TORCH_DNN_GN_PLAN": "cluster"},
             "k1": {"TORCH_DNN_GN_PLAN": "cluster", "TORCH_DNN_GN_CLUSTER_MAX": "1"},
             "k16": {"TORCH_DNN_GN_PLAN": "cluster", "TORCH_DNN_GN_TILE_KB": "1"},
             "k2": {"TORCH_DNN_GN_PLAN": "cluster", "TORCH_DNN_GN_TILE_KB": "4", "TORCH_DNN_GN_CLUSTER_MAX": "2"},
-            "bulk1": {"TORCH_DNN_GN_BULK_BUFS": "1"}}
+            "bulk2": {"TORCH_DNN_GN_BULK_BUFS": "2"}}
 # channels-last: 8 groups of 8 (128-byte bf16 rows), 32 groups of 8, 2 groups of 32 (two groups a row), groups of
 # 24 (no power-of-two row: the old kernels); NCHW: 16 and 8 channels a group, a group of 256 KB (bf16), and more
 # groups than SMs (the persistent backward walks several a block, the next one's loads in flight)

@@ -6,9 +6,8 @@
 //   gn_smem_bwd      x and dy of the group fit in shared memory together: a persistent block per (n, g) loads
 //                    both ONCE, takes the per-channel sums P, Q from shared memory (warps over (channel, slice)
 //                    items, fixed order), and writes dx from shared memory: 2 reads + 1 write, the minimum.
-//   gn_bulk_bwd      (sm_90, NCHW, two groups fit; the default there, TORCH_DNN_GN_PLAN=smem selects gn_smem_bwd)
-//                    the same sums and writes, each block walking its groups with the next group's x and dy in
-//                    flight (1-D bulk copies into a double buffer) while it works on the current one.
+//   gn_bulk_bwd      (sm_90, NCHW, the default where the group fits; TORCH_DNN_GN_PLAN=smem selects gn_smem_bwd)
+//                    the same sums and writes, the group's x and dy loaded by two 1-D bulk copies.
 //   gn_cluster_bwd   (gn_cluster.cuh, sm_90; TORCH_DNN_GN_PLAN says where) a cluster of CTAs per (n, W channels)
 //                    holding x and dy once; TORCH_DNN_GN_PLAN=smem selects gn_smem_bwd instead.
 //   gn_smem_bwd_cl_small  channels-last groups narrower than a vector (instance_norm NHWC): a block per (n, V / D
@@ -205,13 +204,15 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
   }
 }
 
-// NCHW groups of which two (x and dy each) fit in shared memory, on sm_90: one persistent block an SM walks the
-// groups ng = blockIdx.x, + gridDim.x, ...; thread 0 copies the NEXT group's x and dy (contiguous in NCHW) into
-// the other half of a double buffer by two 1-D bulk copies while the block sums and writes the current one, so
-// that the loads of a group overlap the previous group's sums and dx stores (gn_smem_bwd loads, sums and writes
-// in turn: 79% of copy on the H100 at 64x256x56x56 bf16). bufs = 1 (TORCH_DNN_GN_BULK_BUFS=1, a measurement
-// knob): one buffer, a block a group, two blocks an SM overlapping each other instead. Dynamic shared memory: bufs
-// halves of bulk_bwd_half() bytes (x, then dy), then the (channel, slice) sums [D * SP][2] and totals [D][2].
+// NCHW groups whose x and dy fit in shared memory, on sm_90: thread 0 copies the group's x and dy (contiguous in
+// NCHW) into shared memory by two 1-D bulk copies (the whole group in flight for two instructions), then the block
+// sums and writes dx from there as gn_smem_bwd does. bufs = 1 (the default): a block a group, two blocks an SM,
+// each one's loads overlapping the other's sums and stores; H100, 64x256x56x56 bf16: 0.1196 ms (86% of copy)
+// against gn_smem_bwd's 0.1302 (its loads: two vectors a lane in flight). bufs = 2 (TORCH_DNN_GN_BULK_BUFS=2): one
+// persistent block an SM walking groups ng = blockIdx.x, + gridDim.x, ... with the NEXT group's copies in flight
+// in the other half of a double buffer while it works on the current one: 0.1249-0.1260 (the SM's one block
+// waits at every group's barriers with nothing else to run). Dynamic shared memory: bufs halves of
+// bulk_bwd_half() bytes (x, then dy), then the (channel, slice) sums [D * SP][2] and channel totals [D][2].
 template <typename T>
 __host__ __device__ inline size_t bulk_bwd_half(int64_t L) { return (size_t(L) * 2 * sizeof(T) + 127) / 128 * 128; }
 
@@ -475,7 +476,7 @@ bool try_bulk_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, bool vec, cudaStre
   if (cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) < 9) return false;
   if ((p.L * int64_t(sizeof(T))) % 16 != 0) return false;  // each group's copy starts 16-byte aligned
   const int SP = smem_bwd_slices(p.D, kSmemThreads);
-  const int bufs = env::get_int("TORCH_DNN_GN_BULK_BUFS", 2) == 1 ? 1 : 2;
+  const int bufs = env::get_int("TORCH_DNN_GN_BULK_BUFS", 1) == 2 ? 2 : 1;
   const int64_t smem = bufs * int64_t(bulk_bwd_half<T>(p.L)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
   if (smem + 2 * 8 + 2 * int64_t(sizeof(acc_t<T>)) + 1024 > max_smem_optin()) return false;
   // the kernel's shared-memory limit, raised when a problem needs more than the last one that raised it (groups
