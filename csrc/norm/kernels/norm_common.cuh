@@ -89,7 +89,8 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //                           =fused     one Chan-merged (count, mean, M2) reduction
 //   TORCH_DNN_NORM_FWD_GRID=waves      block forward: the persistent grid of 4 waves; =rows a block per row
 //   TORCH_DNN_NORM_FWD=staged          block-plan rows: the staged forward (next row streamed into shared
-//                                      memory by cp.async during this row's reduction), persistent; =block not
+//                                      memory by cp.async during this row's reduction), persistent; =block not;
+//                                      =bulk the bulk-copy forward (a row in shared memory a block, sm_90)
 //   (unset: the measured defaults below)
 //   TORCH_DNN_NORM_BWD=block           backward: the earlier register kernel (pass 2 re-reads x and dy
 //                                      through L1) and two column-sum launches, instead of the staged kernel
@@ -109,8 +110,16 @@ inline bool fwd_twopass_stats(int elem_bytes, bool rms) {
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
 }
 inline bool fwd_staged(int elem_bytes, bool rms, int64_t N) {
+  if (env::is("TORCH_DNN_NORM_FWD", "bulk")) return false;
   const int e = env_pick("TORCH_DNN_NORM_FWD", "staged", "block");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms) && N > 8192;
+}
+// The bulk-copy forward (norm_bulk_fwd, sm_90): forced by TORCH_DNN_NORM_FWD=bulk, off with =staged or =block,
+// else the default for 16-bit rows.
+inline bool fwd_bulk(int elem_bytes) {
+  const char* e = env::get("TORCH_DNN_NORM_FWD");
+  if (e != nullptr && *e) return std::strcmp(e, "bulk") == 0;
+  return elem_bytes == 2;
 }
 inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
