@@ -66,7 +66,7 @@ def cases(quick: bool = False):
                              "td-fused-rows": with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="fused",
                                                         TORCH_DNN_NORM_FWD_GRID="rows", TORCH_DNN_NORM_FWD="block"),
                              "td-staged": with_env(ln_ours, TORCH_DNN_NORM_FWD="staged"),
-                             "td-block": with_env(ln_ours, TORCH_DNN_NORM_FWD="block")},
+                             "td-bulk": with_env(ln_ours, TORCH_DNN_NORM_FWD="bulk")},
                             bytes=2 * numel * es + 2 * n * es, target=">=2.7 TB/s", group=group))
 
             def ln_bwd_eager(g, x, mean, rstd, w, b, n=n):
@@ -89,7 +89,7 @@ def cases(quick: bool = False):
                              "compile": _compiled(rms), "td-old": with_env(rms_ours, TORCH_DNN_NORM_FWD_GRID="waves",
                                                                     TORCH_DNN_NORM_FWD="block"),
                              "td-staged": with_env(rms_ours, TORCH_DNN_NORM_FWD="staged"),
-                             "td-block": with_env(rms_ours, TORCH_DNN_NORM_FWD="block")},
+                             "td-bulk": with_env(rms_ours, TORCH_DNN_NORM_FWD="bulk")},
                             bytes=2 * numel * es + n * es, target=">=2.7 TB/s", group=group))
 
             def rms_bwd_eager(g, x, rstd, w, n=n):
@@ -113,6 +113,6 @@ def cases(quick: bool = False):
                              "eager": add_rms, "compile": _compiled(add_rms),
                              "td-old": with_env(add_ours, TORCH_DNN_NORM_FWD_GRID="waves"),
                              "td-staged": with_env(add_ours, TORCH_DNN_NORM_FWD="staged"),
-                             "td-block": with_env(add_ours, TORCH_DNN_NORM_FWD="block")},
+                             "td-bulk": with_env(add_ours, TORCH_DNN_NORM_FWD="bulk")},
                             bytes=4 * numel * es + n * es, target=">=2.7 TB/s", group=group))
     return out

@@ -114,13 +114,11 @@ inline bool fwd_staged(int elem_bytes, bool rms, int64_t N) {
   const int e = env_pick("TORCH_DNN_NORM_FWD", "staged", "block");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms) && N > 8192;
 }
-// The bulk-copy forward (norm_bulk_fwd, sm_90): forced by TORCH_DNN_NORM_FWD=bulk, off with =staged or =block,
-// else the default for 16-bit rows.
-inline bool fwd_bulk(int elem_bytes) {
-  const char* e = env::get("TORCH_DNN_NORM_FWD");
-  if (e != nullptr && *e) return std::strcmp(e, "bulk") == 0;
-  return elem_bytes == 2;
-}
+// The bulk-copy forward (norm_bulk_fwd, sm_90): only when TORCH_DNN_NORM_FWD=bulk. H100, bf16 (tenth session):
+// slower than the defaults on every shape measured (LN 32768x4096 0.1945 ms against 0.1913, 8192x16384 0.2001
+// against the staged 0.1965; RMS 0.1936 / 0.1980 against 0.1855 / 0.1850; add_rms 0.3847 / 0.3863 against
+// 0.3755 / 0.3734).
+inline bool fwd_bulk() { return env::is("TORCH_DNN_NORM_FWD", "bulk"); }
 inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);

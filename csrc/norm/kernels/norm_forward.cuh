@@ -3,7 +3,7 @@
 //   norm_warp_fwd     rows <= 1024: `width` lanes per row, <= 32 values a lane, several rows a block
 //   norm_block_fwd    vectorizable rows <= 32K (16-bit) / 16K (float) / 8K (double): a block per row,
 //                     the row held as raw 16-byte vectors
-//   norm_bulk_fwd     (sm_90, 16-bit rows of that plan) a block per row, the row in shared memory by a bulk copy
+//   norm_bulk_fwd     (sm_90, opt-in) a block per row, the row in shared memory by a bulk copy
 //   norm_twopass_fwd  anything else: a block per row; pass 1 the mergeable (mean, M2) statistic, pass 2
 //                     re-reads (mostly from L2) and writes
 #pragma once
@@ -341,12 +341,11 @@ __global__ void __launch_bounds__(kTwoPassThreads) norm_twopass_fwd(FwdParams<T>
   }
 }
 
-// ---- Bulk forward (sm_90; the default for 16-bit vectorizable block-plan rows, TORCH_DNN_NORM_FWD=bulk forces
-// it): a block per row (grid-stride), thread 0 copies the row (and the residual's) into shared memory by 1-D bulk
-// copies, the whole row in flight for one instruction; the block then reads it from shared memory three times
-// (sum, squared deviations, output), holding nothing in registers, so that a block needs few threads and an SM
-// holds as many rows in flight as its shared memory takes (7 rows of 16K bf16, 8 of 4K). The register kernel
-// holds a row in 64 registers a thread: 4 rows of 16K an SM, each one's loads stopped while it reduces.
+// ---- Bulk forward (sm_90, TORCH_DNN_NORM_FWD=bulk; slower than the defaults on the H100, see fwd_bulk): a block
+// per row (grid-stride), thread 0 copies the row (and the residual's) into shared memory by 1-D bulk copies, the
+// whole row in flight for one instruction; the block then reads it from shared memory three times (sum, squared
+// deviations, output), holding nothing in registers, so that an SM holds as many rows in flight as its shared
+// memory takes (7 rows of 16K bf16, 8 of 4K) where the register kernel holds 4 rows of 16K.
 constexpr int kBulkFwdThreads = 256;
 
 template <typename T>
@@ -464,7 +463,7 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       break;
     }
     case FwdPlan::BlockRegs: {
-      if (fwd_bulk(kBytes) && try_bulk_fwd<T, RMS>(p, plan.vec, stream)) break;
+      if (fwd_bulk() && try_bulk_fwd<T, RMS>(p, plan.vec, stream)) break;
       if (fwd_staged(kBytes, RMS, p.N)) {
         const int per_sm = staged_fwd_per_sm<T, RMS>(plan.threads, p.res != nullptr);
         if (per_sm > 0) {
