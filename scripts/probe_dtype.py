@@ -23,14 +23,18 @@ import torch_dnn.functional as F
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def operands(dt, m, n, k, seed=0):
+def operands(dt, m, n, k, layout="tn", seed=0):
+    """x (m, k) and the weight: (n, k) for x @ w.T ("tn", F.linear), (k, n) for x @ w ("nn", torch.mm as the
+    benchmark's mm cases call it)."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(m, k, device="cuda", dtype=dt, generator=g)
-    b = torch.randn(n, k, device="cuda", dtype=dt, generator=g) * k ** -0.5
+    b = torch.randn(*((n, k) if layout == "tn" else (k, n)), device="cuda", dtype=dt, generator=g) * k ** -0.5
     return a, b
 
 
-def fn_of(impl):
+def fn_of(impl, layout="tn"):
+    if layout == "nn":
+        return (lambda a, b: F.mm(a, b)) if impl == "ours" else torch.mm
     return (lambda a, b: F.linear(a, b)) if impl == "ours" else (lambda a, b: torch.nn.functional.linear(a, b))
 
 
@@ -85,27 +89,29 @@ def main():
     p.add_argument("--shape", default="8192,8192,8192", help="M,N,K")
     p.add_argument("--seconds", type=float, default=1.5)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--layout", default="tn", choices=["tn", "nn"], help="tn: F.linear (x @ w.T); nn: mm (x @ w)")
+    p.add_argument("--no-profile", action="store_true", help="skip the per-call kernel listing")
     p.add_argument("--once", default="", help="VARIANT (bf16-ours, fp16-cublas, ...): 5 calls, nothing timed")
     args = p.parse_args()
     m, n, k = (int(v) for v in args.shape.split(","))
     if args.once:
         dt, impl = args.once.split("-")
-        a, b = operands(DTYPES[dt], m, n, k)
+        a, b = operands(DTYPES[dt], m, n, k, args.layout)
         for _ in range(5):
-            fn_of(impl)(a, b)
+            fn_of(impl, args.layout)(a, b)
         torch.cuda.synchronize()
         return
     flops = 2 * m * n * k
-    data = {dt: operands(t, m, n, k) for dt, t in DTYPES.items()}
+    data = {dt: operands(t, m, n, k, args.layout) for dt, t in DTYPES.items()}
     sampler = Sampler()
     sampler.start()
-    print(f"GEMM {m}x{n}x{k}, {args.seconds} s streams, interleaved over {args.rounds} rounds")
+    print(f"GEMM {m}x{n}x{k} {args.layout}, {args.seconds} s streams, interleaved over {args.rounds} rounds")
     print("| variant | round | median ms | p10-p90 ms | TFLOP/s | SM MHz (median, min-max) | W (median) | samples |")
     print("|---|---|---|---|---|---|---|---|")
     for r in range(args.rounds):
         for dt in DTYPES:
             for impl in ("ours", "cublas"):
-                ms, smp = stream(fn_of(impl), *data[dt], args.seconds, sampler)
+                ms, smp = stream(fn_of(impl, args.layout), *data[dt], args.seconds, sampler)
                 med = statistics.median(ms)
                 p10, p90 = ms[len(ms) // 10], ms[len(ms) * 9 // 10]
                 clk = [s[0] for s in smp] or [float("nan")]
@@ -114,11 +120,13 @@ def main():
                       f"{statistics.median(clk):.0f} ({min(clk):.0f}-{max(clk):.0f}) | {statistics.median(pw):.0f} | "
                       f"{len(smp)} |", flush=True)
     sampler.stop.set()
+    if args.no_profile:
+        return
     print("\nkernels of one call (torch.profiler):")
     for dt in DTYPES:
         for impl in ("ours", "cublas"):
             a, b = data[dt]
-            fn = fn_of(impl)
+            fn = fn_of(impl, args.layout)
             fn(a, b)
             torch.cuda.synchronize()
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
