@@ -8,13 +8,14 @@
 //     a tile, x's rows 64 wide.
 //   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
 //     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
+//   Mid12: Narrow's arrangement on 128x128 tiles.
 // Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64x64; M <= 128 Narrow; M > 128 Swap256 where its tiles
-// fill 3/4 of the SMs, else Mid12 where its tiles do, else Narrow. Decomposition: one CTA per tile when the tiles fill 3/4 of the
-// SMs; otherwise split-K as a batched GEMM whose batch index walks K (each operand's batch stride is the K range;
-// TMA zero-fills past each range's end), writing float partials [split][M][N]; a second kernel sums them in split
-// order (deterministic) and applies the epilogue. CUTLASS's own stream-K split-K adds the splits into the
-// workspace in a turnstile (each waits for the one before): on the H100 every split made it slower
-// (benchmarks/NOTES.md).
+// fill 3/4 of the SMs, else Mid12 where its tiles do, else Narrow (Swap64 only when forced).
+// Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a batched GEMM whose
+// batch index walks K (each operand's batch stride is the K range; TMA zero-fills past each range's end), writing
+// float partials [split][M][N]; a second kernel sums them in split order (deterministic) and applies the
+// epilogue. CUTLASS's own stream-K split-K adds the splits into the workspace in a turnstile (each waits for the
+// one before): on the H100 every split made it slower (benchmarks/NOTES.md).
 // Instantiations (20 = 10 x bf16, fp16): Swap16, Swap64, Swap64x64 and Narrow each with output T (whole K) or
 // float (a split's partial), Swap256 and Mid12 with output T.
 // See gemm_sm90.cu for NDEBUG.
