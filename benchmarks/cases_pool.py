@@ -169,4 +169,9 @@ def cases(quick: bool = False):
     layouts = ["NHWC"] if quick else ["NHWC", "NCHW"]
     out = [c for lay in layouts for c in _pool_cases(torch.bfloat16, lay)]
     out += [c for lay in layouts for c in _adaptive_cases(torch.bfloat16, lay)]
-    return out + _rank_cases(torch.bfloat16)
+    out += _rank_cases(torch.bfloat16)
+    # the impls take turns (3 rounds): timed one after another, the first of a case ran slower than the same kernel
+    # later in the case (avg_pool2d NHWC fwd: torch_dnn 0.0710 ms, its "item" row, the same kernel, 0.0635)
+    for c in out:
+        c.rounds = 3
+    return out
