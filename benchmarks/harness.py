@@ -4,7 +4,8 @@ A Case names the bytes and FLOPs it must move/do at minimum, builds its inputs (
 maps implementation names ("torch_dnn", "eager", "compile", ...) to callables taking those inputs. Every
 implementation of a case runs in this one process on the same inputs; each is timed with CUDA events around
 single calls after warm-up, rotating through enough input sets to defeat the L2 cache, and the median is
-reported with p10/p90. Rows print ms, GB/s or TFLOP/s, % of the ceiling measured in the same run, and
+reported with p10/p90. Cases with Case.rounds > 1 time their impls in turns (each turn after warmup_ms of its
+own calls) and take the median over all turns: at the power cap, an impl's clock depends on what ran before it. Rows print ms, GB/s or TFLOP/s, % of the ceiling measured in the same run, and
 torch_dnn's speed over each peer's.
 """
 from __future__ import annotations
