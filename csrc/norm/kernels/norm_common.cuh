@@ -89,8 +89,7 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //                           =fused     one Chan-merged (count, mean, M2) reduction
 //   TORCH_DNN_NORM_FWD_GRID=waves      block forward: the persistent grid of 4 waves; =rows a block per row
 //   TORCH_DNN_NORM_FWD=staged          block-plan rows: the staged forward (next row streamed into shared
-//                                      memory by cp.async during this row's reduction), persistent; =block not;
-//                                      =bulk the bulk-copy forward (a row in shared memory a block, sm_90)
+//                                      memory by cp.async during this row's reduction), persistent; =block not
 //   (unset: the measured defaults below)
 //   TORCH_DNN_NORM_BWD=block           backward: the earlier register kernel (pass 2 re-reads x and dy
 //                                      through L1) and two column-sum launches, instead of the staged kernel
@@ -110,15 +109,9 @@ inline bool fwd_twopass_stats(int elem_bytes, bool rms) {
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
 }
 inline bool fwd_staged(int elem_bytes, bool rms, int64_t N) {
-  if (env::is("TORCH_DNN_NORM_FWD", "bulk")) return false;
   const int e = env_pick("TORCH_DNN_NORM_FWD", "staged", "block");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms) && N > 8192;
 }
-// The bulk-copy forward (norm_bulk_fwd, sm_90): only when TORCH_DNN_NORM_FWD=bulk. H100, bf16 (tenth session):
-// slower than the defaults on every shape measured (LN 32768x4096 0.1945 ms against 0.1913, 8192x16384 0.2001
-// against the staged 0.1965; RMS 0.1936 / 0.1980 against 0.1855 / 0.1850; add_rms 0.3847 / 0.3863 against
-// 0.3755 / 0.3734).
-inline bool fwd_bulk() { return env::is("TORCH_DNN_NORM_FWD", "bulk"); }
 inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);

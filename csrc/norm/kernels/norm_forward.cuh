@@ -3,13 +3,11 @@
 //   norm_warp_fwd     rows <= 1024: `width` lanes per row, <= 32 values a lane, several rows a block
 //   norm_block_fwd    vectorizable rows <= 32K (16-bit) / 16K (float) / 8K (double): a block per row,
 //                     the row held as raw 16-byte vectors
-//   norm_bulk_fwd     (sm_90, opt-in) a block per row, the row in shared memory by a bulk copy
 //   norm_twopass_fwd  anything else: a block per row; pass 1 the mergeable (mean, M2) statistic, pass 2
 //                     re-reads (mostly from L2) and writes
 #pragma once
 #include <algorithm>
 
-#include "common/cuda/bulk_copy.cuh"
 #include "norm/kernels/norm_common.cuh"
 
 namespace torch_dnn {
@@ -341,108 +339,6 @@ __global__ void __launch_bounds__(kTwoPassThreads) norm_twopass_fwd(FwdParams<T>
   }
 }
 
-// ---- Bulk forward (sm_90, TORCH_DNN_NORM_FWD=bulk; slower than the defaults on the H100, see fwd_bulk): a block
-// per row (grid-stride), thread 0 copies the row (and the residual's) into shared memory by 1-D bulk copies, the
-// whole row in flight for one instruction; the block then reads it from shared memory three times (sum, squared
-// deviations, output), holding nothing in registers, so that an SM holds as many rows in flight as its shared
-// memory takes (7 rows of 16K bf16, 8 of 4K) where the register kernel holds 4 rows of 16K.
-constexpr int kBulkFwdThreads = 256;
-
-template <typename T>
-__host__ __device__ inline int64_t bulk_fwd_row_bytes(int64_t N) { return (N * int64_t(sizeof(T)) + 15) / 16 * 16; }
-
-template <typename T, bool RMS>
-__global__ void __launch_bounds__(kBulkFwdThreads) norm_bulk_fwd(FwdParams<T> p) {
-  using A = acc_t<T>;
-  constexpr int V = kVec16<T>;
-  extern __shared__ __align__(16) unsigned char fwd_bulk_raw[];
-  __shared__ uint64_t bar;
-  __shared__ A smem[32];
-  Vec<T, V>* const xs = reinterpret_cast<Vec<T, V>*>(fwd_bulk_raw);
-  const Vec<T, V>* const rs_buf = reinterpret_cast<const Vec<T, V>*>(fwd_bulk_raw + bulk_fwd_row_bytes<T>(p.N));
-  const int64_t nv = p.N / V;
-  const unsigned bytes = unsigned(p.N * int64_t(sizeof(T)));
-  if (threadIdx.x == 0) {
-    mbar_init(&bar, 1);
-    mbar_fence_init();
-  }
-  __syncthreads();
-  const uint64_t pol = l2_policy_evict_first();
-  unsigned k = 0;
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x, ++k) {
-    if (k > 0) __syncthreads();  // every thread done with the previous row's buffer
-    if (threadIdx.x == 0) {
-      mbar_arrive_expect_tx(&bar, p.res ? 2 * bytes : bytes);
-      bulk_copy_g2s(xs, p.x + r * p.N, bytes, &bar, pol);
-      if (p.res) bulk_copy_g2s(fwd_bulk_raw + bulk_fwd_row_bytes<T>(p.N), p.res + r * p.N, bytes, &bar, pol);
-    }
-    mbar_wait(&bar, k & 1);
-    A s = A(0);
-    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      Vec<T, V> v = xs[i];
-      if (p.res) {  // the sum, rounded to T as stored, is what gets normalised; each thread keeps its own vectors
-        const Vec<T, V> rv = rs_buf[i];
-#pragma unroll
-        for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(to_acc<A>(v.v[j]) + to_acc<A>(rv.v[j]));
-        xs[i] = v;
-        store_vec<T, V>(p.sum + r * p.N + i * V, v);
-      }
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const A a = to_acc<A>(v.v[j]);
-        s += RMS ? a * a : a;
-      }
-    }
-    A m = A(0), var;
-    if constexpr (RMS) {
-      var = block_reduce(s, SumOp{}, smem) / A(p.N);
-    } else {
-      m = block_reduce(s, SumOp{}, smem) / A(p.N);
-      A q = A(0);
-      for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-        const Vec<T, V> v = xs[i];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const A d = to_acc<A>(v.v[j]) - m;
-          q += d * d;
-        }
-      }
-      var = block_reduce(q, SumOp{}, smem) / A(p.N);
-    }
-    const A rstd = rstd_of(var, p.eps);
-    if (threadIdx.x == 0) {
-      if constexpr (!RMS) p.mean[r] = m;
-      p.rstd[r] = rstd;
-    }
-    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-      const Vec<T, V> raw = xs[i];
-      A v[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw.v[j]);
-      store_output<V>(p, r * p.N + i * V, i * V, v, m, rstd);
-    }
-  }
-}
-
-// Launches norm_bulk_fwd where it applies (sm_90+, 16-byte aligned rows of whole vectors, shared memory for at
-// least two rows an SM); false: the caller takes another kernel.
-template <typename T, bool RMS>
-bool try_bulk_fwd(const FwdParams<T>& p, bool vec, cudaStream_t stream) {
-  if (!vec || cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) < 9) return false;
-  if ((p.N * int64_t(sizeof(T))) % 16 != 0) return false;
-  const int64_t smem = bulk_fwd_row_bytes<T>(p.N) * (p.res ? 2 : 1);
-  static int avail_of[64] = {0};  // 0: not yet asked on that device (three driver calls: once)
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev < 0 || dev >= 64) return false;
-  if (avail_of[dev] == 0) avail_of[dev] = allow_max_dynamic_smem(norm_bulk_fwd<T, RMS>);
-  const int avail = avail_of[dev];
-  if (avail < 0 || 2 * (smem + 1024) > int64_t(smem_per_sm())) return false;
-  if (smem > avail) return false;
-  norm_bulk_fwd<T, RMS><<<unsigned(std::min<int64_t>(p.rows, 0x7fffffff)), kBulkFwdThreads, size_t(smem), stream>>>(p);
-  return true;
-}
-
 template <typename T>
 bool all_aligned(const FwdParams<T>& p) {
   return aligned16(p.x) && aligned16(p.y) && (!p.res || (aligned16(p.res) && aligned16(p.sum))) &&
@@ -463,7 +359,6 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       break;
     }
     case FwdPlan::BlockRegs: {
-      if (fwd_bulk() && try_bulk_fwd<T, RMS>(p, plan.vec, stream)) break;
       if (fwd_staged(kBytes, RMS, p.N)) {
         const int per_sm = staged_fwd_per_sm<T, RMS>(plan.threads, p.res != nullptr);
         if (per_sm > 0) {
