@@ -122,14 +122,7 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
       for (unsigned it = warp; it < D * unsigned(SP); it += nwarps) {
         const unsigned d = it / unsigned(SP), sp = it - d * unsigned(SP);
         A pc = A(0), qc = A(0);
-        auto add = [&](const Vec<T, V>& xv, const Vec<T, V>& gv) {
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const A gk = to_acc<A>(gv.v[k]);
-            pc += gk * (to_acc<A>(xv.v[k]) - m);
-            qc += gk;
-          }
-        };
+        auto add = [&](const Vec<T, V>& xv, const Vec<T, V>& gv) { add_dy_sums(xv, gv, m, pc, qc); };
         unsigned j = sp * 32 + lane;
         for (; j + step < SV; j += 2 * step) {
           const unsigned i0 = d * SV + j, i1 = i0 + step;
@@ -259,13 +252,7 @@ __global__ void __launch_bounds__(kSmemThreads, 2) gn_bulk_bwd(GnParams<T> p, Gn
       const unsigned d = it / unsigned(SP), sp = it - d * unsigned(SP);
       A pc = A(0), qc = A(0);
       for (unsigned j = sp * 32 + lane; j < SV; j += unsigned(SP) * 32) {
-        const Vec<T, V> xv = bx[d * SV + j], gv = bdy[d * SV + j];
-#pragma unroll
-        for (int v = 0; v < V; ++v) {
-          const A gk = to_acc<A>(gv.v[v]);
-          pc += gk * (to_acc<A>(xv.v[v]) - m);
-          qc += gk;
-        }
+        add_dy_sums(bx[d * SV + j], bdy[d * SV + j], m, pc, qc);
       }
       pc = warp_reduce(pc, SumOp{});
       qc = warp_reduce(qc, SumOp{});

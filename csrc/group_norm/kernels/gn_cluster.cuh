@@ -307,13 +307,7 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_bwd(GnParams<T>
       for (unsigned d = warp / wpr; d < W; d += nwarps / wpr) {
         A pc = A(0), qc = A(0);
         for (unsigned j = part_of * 32 + lane; j < RV; j += wpr * 32) {
-          const Vec<T, V> xv = vx[d * RV + j], gv = vdy[d * RV + j];
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const A g = to_acc<A>(gv.v[k]);
-            pc += g * (to_acc<A>(xv.v[k]) - m);
-            qc += g;
-          }
+          add_dy_sums(vx[d * RV + j], vdy[d * RV + j], m, pc, qc);
         }
         pc = warp_reduce(pc, SumOp{});
         qc = warp_reduce(qc, SumOp{});

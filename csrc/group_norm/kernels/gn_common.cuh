@@ -66,5 +66,17 @@ inline ChunkPlan chunk_plan(int64_t NG, int64_t L) {
   return {(L + chunk - 1) / chunk, chunk};
 }
 
+// The backward's per-channel sums over one x / dy vector pair: pc += dy (x - mean), qc += dy (every backward
+// kernel takes them in this order, so that their results agree bitwise).
+template <typename T, int V, typename A>
+__device__ __forceinline__ void add_dy_sums(const Vec<T, V>& xv, const Vec<T, V>& gv, A m, A& pc, A& qc) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const A g = to_acc<A>(gv.v[k]);
+    pc += g * (to_acc<A>(xv.v[k]) - m);
+    qc += g;
+  }
+}
+
 }  // namespace group_norm
 }  // namespace torch_dnn
