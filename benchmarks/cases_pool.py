@@ -46,9 +46,13 @@ def _pool_cases(dtype, layout):
                                               "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather"),
                                      "TORCH_DNN_POOL_NC_BWD", "owner", "torch_dnn owner")
     else:
-        var = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_CL_FWD", "item", "torch_dnn item"),  # noqa: E731
-                                 "TORCH_DNN_POOL_CL_FWD", "taps", "torch_dnn taps")
-        var_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_CL_BWD", "item", "torch_dnn item")  # noqa: E731
+        # NHWC: the per-item kernels that the row bands replaced (TORCH_DNN_POOL_CL_BAND=0: pool_fwd_cl2d for max,
+        # the row kernel for avg; pool_bwd_cl_owner), and other band sizes (TORCH_DNN_POOL_BAND_KB)
+        var = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_CL_BAND", "0", "torch_dnn noband"),  # noqa: E731
+                                 "TORCH_DNN_POOL_BAND_KB", "108", "torch_dnn band108")
+        var_bwd = lambda d: _variant(_variant(_variant(  # noqa: E731
+            d, "TORCH_DNN_POOL_CL_BAND", "0", "torch_dnn noband"),
+            "TORCH_DNN_POOL_BAND_KB", "72", "torch_dnn band72"), "TORCH_DNN_POOL_BAND_KB", "144", "torch_dnn band144")
 
     # max_pool2d: forward writes values and int64 indices; backward reads grad and indices, writes grad_input
     def max_inputs(d=dtype, lay=layout):
@@ -96,6 +100,8 @@ def _pool_cases(dtype, layout):
 
 
 def _adaptive_cases(dtype, layout="NHWC"):
+    """Global average pooling, timed twice: per call (events around each call: on the device's host our op's
+    host time exceeds the 17 us kernel) and as GPU time (CUDA-graph replay), where the A/B row runs too."""
     shape = (256, 2048, 7, 7)
     es = torch.empty((), dtype=dtype).element_size()
     n_in, n_out = math.prod(shape), shape[0] * shape[1]
@@ -103,23 +109,27 @@ def _adaptive_cases(dtype, layout="NHWC"):
     eager = lambda x: TF.adaptive_avg_pool2d(x, 1)  # noqa: E731
     # the first global-average kernels (TORCH_DNN_POOL_GLOBAL=old) beside the new ones, for the A/B
     old = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL", "old", "torch_dnn old")  # noqa: E731
-    fwd = Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}", lambda: (rand_cuda(shape, dtype, layout),), old({
-        "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
-        "eager": eager,
-        "compile": torch.compile(eager, dynamic=False),
-    }), bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive")
 
     def bwd_inputs():
         x = rand_cuda(shape, dtype, layout)
         return torch.randn_like(TF.adaptive_avg_pool2d(x, 1)), x
 
     eager_bwd = lambda g, x: aten._adaptive_avg_pool2d_backward(g, x)  # noqa: E731
-    bwd = Case("pool", f"adaptive_avg_pool2d(1) bwd {tag}", bwd_inputs, old({
-        "torch_dnn": lambda g, x: ops.adaptive_avg_pool2d_backward(g, x),
-        "eager": eager_bwd,
-        "compile": torch.compile(eager_bwd, dynamic=False),
-    }), bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive")
-    return [fwd, bwd]
+    out = []
+    for graph in (False, True):
+        how = " graph" if graph else ""
+        ab = old if graph else (lambda d: d)
+        out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab({
+            "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
+            "eager": eager,
+            "compile": torch.compile(eager, dynamic=False),
+        }), bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive", graph=graph))
+        out.append(Case("pool", f"adaptive_avg_pool2d(1) bwd {tag}{how}", bwd_inputs, ab({
+            "torch_dnn": lambda g, x: ops.adaptive_avg_pool2d_backward(g, x),
+            "eager": eager_bwd,
+            "compile": torch.compile(eager_bwd, dynamic=False),
+        }), bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive", graph=graph))
+    return out
 
 
 def _rank_cases(dtype):

@@ -5,8 +5,10 @@ maps implementation names ("torch_dnn", "eager", "compile", ...) to callables ta
 implementation of a case runs in this one process on the same inputs; each is timed with CUDA events around
 single calls after warm-up, rotating through enough input sets to defeat the L2 cache, and the median is
 reported with p10/p90. Cases with Case.rounds > 1 time their impls in turns (each turn after warmup_ms of its
-own calls) and take the median over all turns: at the power cap, an impl's clock depends on what ran before it. Rows print ms, GB/s or TFLOP/s, % of the ceiling measured in the same run, and
-torch_dnn's speed over each peer's.
+own calls) and take the median over all turns: at the power cap, an impl's clock depends on what ran before it.
+Cases with Case.graph time CUDA-graph replays instead (GPU time only, for kernels shorter than a call's host
+time). Rows print ms, GB/s or TFLOP/s, % of the ceiling measured in the same run, and torch_dnn's speed over
+each peer's.
 """
 from __future__ import annotations
 
@@ -41,6 +43,9 @@ class Case:
     # follows a slow, cool kernel runs at a higher clock than one that follows a hot one (benchmarks/NOTES.md).
     rounds: int = 1
     warmup_ms: float = 0.0
+    # True: time GPU work only, by replaying a CUDA graph of GRAPH_CALLS calls (for cases whose kernels are
+    # shorter than an eager call's host time, where the events would time the host)
+    graph: bool = False
 
 
 def rand_cuda(shape, dtype, layout: str = "NCHW", lo: float = -4.0, hi: float = 4.0) -> torch.Tensor:
@@ -90,6 +95,35 @@ def time_calls(fn, input_sets, warmup: int, reps: int, warmup_ms: float = 0.0) -
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
 
 
+GRAPH_CALLS = 20
+
+
+def time_graph_calls(fn, input_sets, warmup: int, reps: int) -> list[float]:
+    """Per-call GPU time: GRAPH_CALLS calls (rotating the input sets) captured into one CUDA graph, each replay
+    timed with events and divided by GRAPH_CALLS."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as capture requires
+        for i in range(max(warmup, 3)):
+            fn(*input_sets[i % len(input_sets)])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(GRAPH_CALLS):
+            fn(*input_sets[i % len(input_sets)])
+    graph.replay()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        graph.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    del graph
+    return [s.elapsed_time(e) / GRAPH_CALLS for s, e in zip(starts, ends)]
+
+
 def measure_copy_ceiling(nbytes: int = 2 * 1024**3) -> float:
     """Device-to-device copy bandwidth, counting bytes read plus written (GB/s)."""
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_()
@@ -109,7 +143,10 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
             if impl in errors:
                 continue
             try:
-                times_of[impl] += time_calls(fn, input_sets, warmup, reps, case.warmup_ms)
+                if case.graph:
+                    times_of[impl] += time_graph_calls(fn, input_sets, warmup, reps)
+                else:
+                    times_of[impl] += time_calls(fn, input_sets, warmup, reps, case.warmup_ms)
             except Exception as e:  # a peer that cannot run this case (e.g. compile failure) is reported, not fatal
                 errors[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
     rows = []

@@ -713,11 +713,37 @@ def test_cuda_past_2_31_elements_nchw_and_global():
 
 
 @pytest.mark.cuda
+def test_cuda_past_2_31_elements_channels_last_bands():
+    # the channels-last row bands (pool_band.cuh): 64-bit slice offsets, forward and backward, max and avg;
+    # references in NCHW (PyTorch's channels-last avg_pool backward has its own bug, NOTES.md)
+    x = torch.empty((38000, 64, 30, 30), dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
+    x = x.contiguous(memory_format=torch.channels_last)
+    assert x.numel() > 2**31
+    tail = x[-2:].contiguous()
+    y, i = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    y_ref, i_ref = TF.max_pool2d(tail, 3, 2, 1, return_indices=True)
+    assert torch.equal(y[-2:], y_ref) and torch.equal(i[-2:], i_ref)
+    g = torch.randn_like(y)
+    dx = ops.max_pool2d_backward(g, x, i, (3, 3), (2, 2), (1, 1), (1, 1), False)
+    ref = torch.ops.aten.max_pool2d_with_indices_backward(g[-2:].contiguous(), tail, (3, 3), (2, 2), (1, 1), (1, 1),
+                                                          False, i_ref)
+    torch.testing.assert_close(dx[-2:], ref)
+    del dx, g, i, y
+    ya = F.avg_pool2d(x, 3, 2)
+    torch.testing.assert_close(ya[-2:], TF.avg_pool2d(tail, 3, 2))
+    ga = torch.randn_like(ya)
+    dxa = ops.avg_pool2d_backward(ga, x, (3, 3), (2, 2), (0, 0), False, True, None)
+    ref = torch.ops.aten.avg_pool2d_backward(ga[-2:].contiguous(), tail, (3, 3), (2, 2), (0, 0), False, True, None)
+    torch.testing.assert_close(dxa[-2:], ref)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("variant", ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather",
                                      "TORCH_DNN_POOL_CL_BWD=item", "TORCH_DNN_POOL_GLOBAL=old",
                                      "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
                                      "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_NC_FWD=unpadded",
-                                     "TORCH_DNN_POOL_PAD_PAIR=0", "TORCH_DNN_POOL_PAD_KB=4"])
+                                     "TORCH_DNN_POOL_PAD_PAIR=0", "TORCH_DNN_POOL_PAD_KB=4",
+                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_BAND_KB=16"])
 def test_cuda_variants_agree(variant, monkeypatch):
     # the old paths kept for A/B measurements give what the default paths give (up to float summation order)
     xs = [make_input((4, 24, 37, 30), torch.float32, "cuda", layout) for layout in ("contiguous", "channels_last")]

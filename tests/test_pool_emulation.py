@@ -162,7 +162,8 @@ def test_fixed_cases(emu, dtype):
 @pytest.mark.parametrize("variant", ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_GLOBAL=old", "TORCH_DNN_POOL_CL_BWD=item",
                                      "TORCH_DNN_POOL_NC_BWD=gather", "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
                                      "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_NC_FWD=unpadded",
-                                     "TORCH_DNN_POOL_PAD_PAIR=0", "TORCH_DNN_POOL_PAD_KB=4"])
+                                     "TORCH_DNN_POOL_PAD_PAIR=0", "TORCH_DNN_POOL_PAD_KB=4",
+                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_BAND_KB=16"])
 def test_fixed_cases_old_paths(emu, variant, monkeypatch):
     # the kernels the plane tiles and the new global-average kernels replaced stay selectable: keep them right
     name, value = variant.split("=")

@@ -1,5 +1,6 @@
 // Pooling backward entry points: gather-style (one thread per input item), deterministic, no zero fill.
 #include "pool/kernels/pool.cuh"
+#include "pool/kernels/pool_band.cuh"
 #include "pool/kernels/pool_global.cuh"
 #include "pool/kernels/pool_tile.cuh"
 
@@ -121,6 +122,7 @@ void launch_gather(DType t, const void* g, const int64_t* ind, const void* x, co
     const T* yp = static_cast<const T*>(y);
     T* dxp = static_cast<T*>(dx);
     if constexpr (cl.value && OP != Op::Lp) {
+      if (launch_band_bwd<T, OP, v.value>(gp, ind, dxp, s, stream)) return;
       if (owner_applies(s) && !cl_bwd_item()) {
         const OwnerArgs oa = owner_args(s, v.value);
         launch(pool_bwd_cl_owner<T, OP, v.value>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind, dxp, oa);

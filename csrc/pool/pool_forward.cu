@@ -1,5 +1,6 @@
 // Pooling forward entry points: max (with indices), avg, lp, adaptive avg and max, over dtype x layout.
 #include "pool/kernels/pool.cuh"
+#include "pool/kernels/pool_band.cuh"
 #include "pool/kernels/pool_global.cuh"
 #include "pool/kernels/pool_tile.cuh"
 
@@ -94,6 +95,7 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
     // the scalar channels-last path (C not a multiple of the vector) is the rare one: loops only
     dispatch_taps<OP, (!decltype(cl)::value || decltype(v)::value > 1)>(s, [&](auto kh, auto kw) {
       if constexpr (cl.value && OP != Op::Lp && decltype(kh)::value > 0) {
+        if (launch_band_fwd<T, OP, v.value, decltype(kh)::value, decltype(kw)::value>(xp, yp, ind, s, stream)) return;
         if (cl2d_applies(s) && cl_fwd_taps(OP == Op::Max)) {
           const Args<4> a = cl_args(s, v.value, out);
           launch(pool_fwd_cl2d<T, OP, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream,

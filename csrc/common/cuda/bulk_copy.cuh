@@ -2,9 +2,12 @@
 // complete on a shared-memory mbarrier, and the mbarrier operations around them. One thread issues a copy of
 // up to 4 GB of contiguous bytes (16-byte aligned, a multiple of 16): deep memory-level parallelism for a few
 // instructions. A waiter sees the bytes once the barrier's phase with that parity completed. Every function
-// is a no-op below sm_90; callers check the device (sm_90+) on the host.
+// is a no-op below sm_90; callers check the device (sm_90+) on the host. In the host emulation
+// (TORCH_DNN_EMULATE_CUDA) a copy is an immediate memcpy and the barrier operations do nothing: a kernel that
+// is emulated puts a __syncthreads between its copies and their first reads.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 namespace torch_dnn {
 
@@ -13,7 +16,12 @@ namespace torch_dnn {
 #endif
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
+#if defined(TORCH_DNN_EMULATE_CUDA)
+  (void)p;
+  return 0;
+#else
   return unsigned(__cvta_generic_to_shared(p));
+#endif
 }
 
 // count arrivals (besides the transaction bytes) complete a phase.
@@ -57,6 +65,13 @@ __device__ __forceinline__ uint64_t l2_policy_evict_last() {
 #endif
   return pol;
 }
+__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
 __device__ __forceinline__ uint64_t l2_policy_evict_first() {
   uint64_t pol = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -75,6 +90,8 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
           smem_addr(dst)),
       "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
       : "memory");
+#elif defined(TORCH_DNN_EMULATE_CUDA)
+  std::memcpy(dst, src, bytes);
 #endif
 }
 
