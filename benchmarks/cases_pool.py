@@ -47,9 +47,10 @@ def _pool_cases(dtype, layout):
                                      "TORCH_DNN_POOL_NC_BWD", "owner", "torch_dnn owner")
     else:
         # NHWC: the per-item kernels that the row bands replaced (TORCH_DNN_POOL_CL_BAND=0: pool_fwd_cl2d for max,
-        # the row kernel for avg; pool_bwd_cl_owner), and other band sizes (TORCH_DNN_POOL_BAND_KB)
-        var = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_CL_BAND", "0", "torch_dnn noband"),  # noqa: E731
-                                 "TORCH_DNN_POOL_BAND_KB", "108", "torch_dnn band108")
+        # the row kernel for avg; pool_bwd_cl_owner), and other ring sizes (TORCH_DNN_POOL_BAND_KB)
+        var = lambda d: _variant(_variant(_variant(  # noqa: E731
+            d, "TORCH_DNN_POOL_CL_BAND", "0", "torch_dnn noband"),
+            "TORCH_DNN_POOL_BAND_KB", "58", "torch_dnn band58"), "TORCH_DNN_POOL_BAND_KB", "150", "torch_dnn band150")
         var_bwd = lambda d: _variant(_variant(_variant(  # noqa: E731
             d, "TORCH_DNN_POOL_CL_BAND", "0", "torch_dnn noband"),
             "TORCH_DNN_POOL_BAND_KB", "72", "torch_dnn band72"), "TORCH_DNN_POOL_BAND_KB", "144", "torch_dnn band144")

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn
+from torch_dnn.testing import compare as compare_errors
 import torch_dnn.functional as F
 from torch_dnn.reference import (avg_pool1d_reference, avg_pool2d_reference, avg_pool3d_reference, lp_pool3d_reference,
                                  max_pool1d_reference, max_pool2d_reference, max_pool3d_reference)
@@ -734,7 +735,10 @@ def test_cuda_past_2_31_elements_channels_last_bands():
     ga = torch.randn_like(ya)
     dxa = ops.avg_pool2d_backward(ga, x, (3, 3), (2, 2), (0, 0), False, True, None)
     ref = torch.ops.aten.avg_pool2d_backward(ga[-2:].contiguous(), tail, (3, 3), (2, 2), (0, 0), False, True, None)
-    torch.testing.assert_close(dxa[-2:], ref)
+    ref64 = torch.ops.aten.avg_pool2d_backward(ga[-2:].double(), tail.double(), (3, 3), (2, 2), (0, 0), False, True,
+                                               None)
+    v = compare_errors(dxa[-2:], ref, ref64, grad=True, name="avg_pool2d_backward tail")  # sums of 1-4 g / 9
+    assert v, v.message
 
 
 @pytest.mark.cuda
@@ -743,7 +747,8 @@ def test_cuda_past_2_31_elements_channels_last_bands():
                                      "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
                                      "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_NC_FWD=unpadded",
                                      "TORCH_DNN_POOL_PAD_PAIR=0", "TORCH_DNN_POOL_PAD_KB=4",
-                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_BAND_KB=16"])
+                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_BAND_KB=16",
+                                     "TORCH_DNN_POOL_BAND_SEGMENTS=3", "TORCH_DNN_POOL_BAND_SLOTS=1"])
 def test_cuda_variants_agree(variant, monkeypatch):
     # the old paths kept for A/B measurements give what the default paths give (up to float summation order)
     xs = [make_input((4, 24, 37, 30), torch.float32, "cuda", layout) for layout in ("contiguous", "channels_last")]

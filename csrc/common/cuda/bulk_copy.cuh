@@ -95,4 +95,13 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
 #endif
 }
 
+// In the host emulation a copy is done when its issuing thread returns, not when a waiter's mbar_wait returns:
+// a kernel that issues copies between barriers calls this after issuing, so that the emulated threads see them.
+// Nothing on the GPU.
+__device__ __forceinline__ void emu_sync_after_copies() {
+#if defined(TORCH_DNN_EMULATE_CUDA)
+  __syncthreads();
+#endif
+}
+
 }  // namespace torch_dnn
