@@ -32,9 +32,8 @@ def _pool_cases(dtype, layout):
     tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
     group = f"pool {layout}"
     out = []
-    # A/B rows (the old paths on the same inputs): NCHW, the per-element kernels (TORCH_DNN_POOL_NC=item) beside
-    # the plane tiles; NHWC forward, the row-at-a-time kernel (TORCH_DNN_POOL_CL_FWD=item) beside all taps in
-    # flight; NHWC backward, the per-input gather (TORCH_DNN_POOL_CL_BWD=item) beside the owner blocks
+    # A/B rows (the other paths on the same inputs): NCHW, the per-element kernels (TORCH_DNN_POOL_NC=item) beside
+    # the plane tiles; NHWC, the row bands beside the per-item kernels
     if layout == "NCHW":
         # forward: also the first (bounds-checked) plane tiles (TORCH_DNN_POOL_NC_FWD=unpadded) for 3x3 windows
         # and the padded tiles with one output a thread (TORCH_DNN_POOL_PAD_PAIR=0) instead of two
@@ -46,14 +45,17 @@ def _pool_cases(dtype, layout):
                                               "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather"),
                                      "TORCH_DNN_POOL_NC_BWD", "owner", "torch_dnn owner")
     else:
-        # NHWC: the per-item kernels that the row bands replaced (TORCH_DNN_POOL_CL_BAND=0: pool_fwd_cl2d for max,
-        # the row kernel for avg; pool_bwd_cl_owner), and other ring sizes (TORCH_DNN_POOL_BAND_KB)
-        var = lambda d: _variant(_variant(_variant(  # noqa: E731
-            d, "TORCH_DNN_POOL_CL_BAND", "0", "torch_dnn noband"),
-            "TORCH_DNN_POOL_BAND_KB", "58", "torch_dnn band58"), "TORCH_DNN_POOL_BAND_KB", "150", "torch_dnn band150")
-        var_bwd = lambda d: _variant(_variant(_variant(  # noqa: E731
-            d, "TORCH_DNN_POOL_CL_BAND", "0", "torch_dnn noband"),
-            "TORCH_DNN_POOL_BAND_KB", "72", "torch_dnn band72"), "TORCH_DNN_POOL_BAND_KB", "144", "torch_dnn band144")
+        # NHWC: the row bands (pool_band.cuh) against the per-item kernels (TORCH_DNN_POOL_CL_BAND=0: pool_fwd_cl2d for
+        # max, the row kernel for avg; pool_bwd_cl_owner). The bands are the default for avg's forward only; =1 forces
+        # them; 256 threads a block instead of 512; a smaller ring (58 KB: 4 rows of 14 KB, 3 blocks an SM)
+        def var(d, avg_fwd=False):
+            d = _variant(d, "TORCH_DNN_POOL_CL_BAND", "0" if avg_fwd else "1", "torch_dnn noband" if avg_fwd else
+                         "torch_dnn band")
+            d["torch_dnn band256"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_CL_BAND="1", TORCH_DNN_POOL_BAND_THREADS="256")
+            if avg_fwd:
+                d["torch_dnn band58"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_BAND_KB="58")
+            return d
+        var_bwd = var
 
     # max_pool2d: forward writes values and int64 indices; backward reads grad and indices, writes grad_input
     def max_inputs(d=dtype, lay=layout):
@@ -81,11 +83,13 @@ def _pool_cases(dtype, layout):
     oh_a = (SHAPE[2] - K[0]) // S[0] + 1
     n_out_a = SHAPE[0] * SHAPE[1] * oh_a * oh_a
     eager_avg = lambda x: TF.avg_pool2d(x, K, S)  # noqa: E731
-    out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag}", max_inputs, var({
+    avg_fwd_impls = {
         "torch_dnn": lambda x: F.avg_pool2d(x, K, S),
         "eager": eager_avg,
         "compile": torch.compile(eager_avg, dynamic=False),
-    }), bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
+    }
+    out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag}", max_inputs,
+                    var(avg_fwd_impls, avg_fwd=True) if layout == "NHWC" else var(avg_fwd_impls), bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
 
     def avg_bwd_inputs(d=dtype, lay=layout):
         x = rand_cuda(SHAPE, d, lay)

@@ -747,8 +747,11 @@ def test_cuda_past_2_31_elements_channels_last_bands():
                                      "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
                                      "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_NC_FWD=unpadded",
                                      "TORCH_DNN_POOL_PAD_PAIR=0", "TORCH_DNN_POOL_PAD_KB=4",
-                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_BAND_KB=16",
-                                     "TORCH_DNN_POOL_BAND_SEGMENTS=3", "TORCH_DNN_POOL_BAND_SLOTS=1"])
+                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_CL_BAND=1",
+                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_KB=16",
+                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
+                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
+                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256"])
 def test_cuda_variants_agree(variant, monkeypatch):
     # the old paths kept for A/B measurements give what the default paths give (up to float summation order)
     xs = [make_input((4, 24, 37, 30), torch.float32, "cuda", layout) for layout in ("contiguous", "channels_last")]
@@ -765,7 +768,8 @@ def test_cuda_variants_agree(variant, monkeypatch):
         return out
 
     base = run()
-    name, value = variant.split("=")
-    monkeypatch.setenv(name, value)
+    for setting in variant.split(","):
+        name, value = setting.split("=")
+        monkeypatch.setenv(name, value)
     for a, b in zip(base, run()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

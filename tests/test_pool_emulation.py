@@ -163,12 +163,16 @@ def test_fixed_cases(emu, dtype):
                                      "TORCH_DNN_POOL_NC_BWD=gather", "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
                                      "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_NC_FWD=unpadded",
                                      "TORCH_DNN_POOL_PAD_PAIR=0", "TORCH_DNN_POOL_PAD_KB=4",
-                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_BAND_KB=16",
-                                     "TORCH_DNN_POOL_BAND_SEGMENTS=3", "TORCH_DNN_POOL_BAND_SLOTS=1"])
+                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_CL_BAND=1",
+                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_KB=16",
+                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
+                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
+                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256"])
 def test_fixed_cases_old_paths(emu, variant, monkeypatch):
     # the kernels the plane tiles and the new global-average kernels replaced stay selectable: keep them right
-    name, value = variant.split("=")
-    monkeypatch.setenv(name, value)
+    for setting in variant.split(","):
+        name, value = setting.split("=")
+        monkeypatch.setenv(name, value)
     gen = torch.Generator().manual_seed(2)
     for kind, r, shape, layout, kw in FIXED:
         _compare(kind, r, _input(shape, torch.float32, layout, gen), kw, emu, gen)

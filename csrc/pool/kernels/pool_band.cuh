@@ -22,7 +22,8 @@
 namespace torch_dnn {
 namespace pool {
 
-constexpr int kRingSlots = 16;  // most slots a ring may have (one mbarrier each)
+constexpr int kRingSlots = 16;       // most slots a ring may have (one mbarrier each)
+constexpr int kBandThreadsMax = 512;  // threads a block: 256 or 512 (band_threads())
 
 struct BandArgs {
   int64_t slices;  // N * D
@@ -80,7 +81,7 @@ __device__ __forceinline__ Ring ring_start(uint64_t* bars, int slots, unsigned s
 }
 
 template <typename T, Op OP, int V, int KH, int KW>
-__global__ void __launch_bounds__(kThreads) pool_fwd_cl_band(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __restrict__ x, T* __restrict__ y,
                                                               int64_t* __restrict__ ind, BandArgs a) {
   using A = acc_t<T>;
   __shared__ uint64_t bars[kRingSlots];
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_cl_band(const T* __restrict
       }
     }
     const int64_t ybase = ((slice * a.OH + oh) * int64_t(a.OW)) * C;
-    for (unsigned it = threadIdx.x; it < items; it += kThreads) {
+    for (unsigned it = threadIdx.x; it < items; it += blockDim.x) {
       uint32_t ow, cg;
       a.by_cv.divmod(it, ow, cg);
       const int ws = int(ow) * a.sw - a.pw;
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_cl_band(const T* __restrict
 }
 
 template <typename T, Op OP, int V>
-__global__ void __launch_bounds__(kThreads) pool_bwd_cl_band(const T* __restrict__ g, const int64_t* __restrict__ ind,
+__global__ void __launch_bounds__(kBandThreadsMax) pool_bwd_cl_band(const T* __restrict__ g, const int64_t* __restrict__ ind,
                                                               T* __restrict__ dx, BandArgs a) {
   using A = acc_t<T>;
   __shared__ uint64_t bars[kRingSlots];
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_band(const T* __restrict
         irow[u] = reinterpret_cast<const int64_t*>(sp + a.idx_offset);
       }
     }
-    for (unsigned it = threadIdx.x; it < items; it += kThreads) {
+    for (unsigned it = threadIdx.x; it < items; it += blockDim.x) {
       uint32_t ow_own, cg;
       a.by_cv.divmod(it, ow_own, cg);
       // the 2 x 2 covering outputs (oh_own - 1 + u, ow_own - 1 + v)
@@ -295,7 +296,20 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_band(const T* __restrict
 
 // TORCH_DNN_POOL_CL_BAND=0: the per-item channels-last kernels instead of the bands (A/B runs and tests); so do
 // the older knobs that force one of those kernels (TORCH_DNN_POOL_CL_FWD=item|taps, TORCH_DNN_POOL_CL_BWD=item).
-inline bool cl_band_enabled() { return !env::is("TORCH_DNN_POOL_CL_BAND", "0"); }
+// TORCH_DNN_POOL_CL_BAND=1: the bands for every case they apply to. Unset: average pooling's forward only, the
+// one case where they beat the per-item kernels on the H100 (64x64x112x112 bf16 3x3/2: avg forward 0.0568 ms
+// against 0.0636; max forward 0.1101 against 0.0942, max backward 0.1300 against 0.1243, avg backward 0.0670
+// against 0.0619; benchmarks/NOTES.md).
+enum class BandUse { Off, Auto, All };
+inline BandUse cl_band_use() {
+  if (env::is("TORCH_DNN_POOL_CL_BAND", "0")) return BandUse::Off;
+  if (env::is("TORCH_DNN_POOL_CL_BAND", "1")) return BandUse::All;
+  return BandUse::Auto;
+}
+inline bool cl_band_enabled() { return cl_band_use() != BandUse::Off; }
+
+// Threads a band block: TORCH_DNN_POOL_BAND_THREADS=256|512 (A/B runs), else 512.
+inline int band_threads() { return env::get_int("TORCH_DNN_POOL_BAND_THREADS", 512) == 256 ? 256 : 512; }
 
 // Shared memory a band may take (bytes): TORCH_DNN_POOL_BAND_KB (16..200) for A/B runs, else `dflt` KB.
 inline int64_t band_budget(int dflt_kb) {
@@ -370,7 +384,8 @@ inline bool set_slots(BandArgs& a, int64_t slot_bytes, int64_t budget, int need,
 }
 
 inline int blocks_per_sm(int64_t smem) {
-  return int(std::max<int64_t>(1, std::min<int64_t>(8, smem_per_sm() / (smem + 1024))));
+  const int64_t by_threads = 2048 / band_threads();
+  return int(std::max<int64_t>(1, std::min<int64_t>(by_threads, smem_per_sm() / (smem + 1024))));
 }
 
 // Forward, windows of exactly KH x KW taps with dilation 1 along H and W; false: the caller takes another path.
@@ -380,14 +395,15 @@ bool launch_band_fwd(const T* x, T* y, int64_t* ind, const PoolShape& s, cudaStr
     return false;
   } else {
     if (!band_applies(s) || s.ax[1].d != 1 || s.ax[2].d != 1 || s.ax[1].k != KH || s.ax[2].k != KW ||
-        env::is("TORCH_DNN_POOL_CL_FWD", "item") || env::is("TORCH_DNN_POOL_CL_FWD", "taps"))
+        env::is("TORCH_DNN_POOL_CL_FWD", "item") || env::is("TORCH_DNN_POOL_CL_FWD", "taps") ||
+        (OP != Op::Avg && cl_band_use() != BandUse::All))
       return false;
     BandArgs a = band_shape(s, V);
     const int64_t row_bytes = int64_t(a.W) * a.C * int64_t(sizeof(T));
     if (!set_slots(a, row_bytes, band_budget(100), KH, a.H)) return false;  // 7 rows of 14 KB: 2 blocks an SM
     const int64_t smem = int64_t(a.slots) * row_bytes;
     if (!band_device_ok(smem) || !set_segments(a, a.OH, blocks_per_sm(smem))) return false;
-    launch_smem_over48k<pool_fwd_cl_band<T, OP, V, KH, KW>>(unsigned(a.slices * a.bands), kThreads, size_t(smem),
+    launch_smem_over48k<pool_fwd_cl_band<T, OP, V, KH, KW>>(unsigned(a.slices * a.bands), band_threads(), size_t(smem),
                                                              size_t(200 * 1024), stream, x, y, ind, a);
     return true;
   }
@@ -399,7 +415,7 @@ bool launch_band_bwd(const T* g, const int64_t* ind, T* dx, const PoolShape& s, 
   if constexpr (V == 1) {
     return false;
   } else {
-    if (!band_applies(s) || cl_bwd_item()) return false;
+    if (!band_applies(s) || cl_bwd_item() || cl_band_use() != BandUse::All) return false;
     for (int i = 1; i < 3; ++i)
       if ((s.ax[i].k - 1) * s.ax[i].d + 1 > 2 * s.ax[i].s) return false;
     BandArgs a = band_shape(s, V);
@@ -411,7 +427,7 @@ bool launch_band_bwd(const T* g, const int64_t* ind, T* dx, const PoolShape& s, 
     if (!set_slots(a, slot, band_budget(OP == Op::Max ? 108 : 72), 2, a.OH)) return false;
     const int64_t smem = int64_t(a.slots) * slot;
     if (!band_device_ok(smem) || !set_segments(a, a.own_h, blocks_per_sm(smem))) return false;
-    launch_smem_over48k<pool_bwd_cl_band<T, OP, V>>(unsigned(a.slices * a.bands), kThreads, size_t(smem),
+    launch_smem_over48k<pool_bwd_cl_band<T, OP, V>>(unsigned(a.slices * a.bands), band_threads(), size_t(smem),
                                                      size_t(200 * 1024), stream, g, ind, dx, a);
     return true;
   }
