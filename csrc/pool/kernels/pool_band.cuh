@@ -6,8 +6,7 @@
 // segment of rows of one slice; segments are sized so that the grid is about one wave (the KH - sh halo rows at
 // a segment's edges are read twice).
 //   forward : a step is one output row: wait for its KH input rows, compute its OW * C / V items (KH x KW taps,
-//             16-byte shared-memory vectors), release the rows no longer needed (their slots get refilled).
-//             Windows at least as tall as their stride (every row read: see Ring).
+//             16-byte shared-memory vectors), one __syncthreads, refill the slots of rows no longer needed.
 //   backward: windows of span <= 2 * stride (pool_bwd_cl_owner's items): a step is one owner row a, whose inputs
 //             only output rows a - 1 and a cover; a slot holds one grad row (and max's int64 index row); an
 //             item reads its 2 x 2 covering outputs from shared memory and writes the sh x sw inputs it owns.
@@ -41,66 +40,40 @@ struct BandArgs {
   int divisor_override;
 };
 
-// The ring of one block: rows [0, n) of a segment (relative numbers) through `slots` slots; row r lives in slot
-// r % slots. Slot s has two barriers: full[s] (the copy of its k-th row completes phase k) and empty[s] (every
-// warp arrives once it is done with that row: phase k completes when the k-th row may be overwritten). Thread 0
-// issues the copies; no block-wide barrier per step, so a warp that is done with a step goes on to the next one
-// as soon as that step's rows have landed (a __syncthreads a step was the kernel's top stall on the H100).
-// Every row must be read by some step (the window at least as tall as the stride): a warp releases rows in order,
-// and its release of row r + slots then follows its read of it, which follows the end of row r's phase.
+// The ring of one block: rows [0, n) of a segment (relative numbers) through a.slots slots; row r lives in slot
+// r % slots, its copy completing phase r / slots of that slot's barrier. Thread 0 issues; everyone waits.
 struct Ring {
-  uint64_t* full;
-  uint64_t* empty;
+  uint64_t* bars;
   unsigned char* base;
-  int slots, n;
-  unsigned slot_bytes;
-  int next;      // the first row not yet issued (thread 0's count)
-  int released;  // rows [0, released) are released by this warp
+  int slots, n, next;  // next: the first row not yet issued (thread 0's count)
   __device__ __forceinline__ unsigned char* slot(int r) const { return base + size_t(r % slots) * slot_bytes; }
-  __device__ __forceinline__ void wait(int r) const { mbar_wait(&full[r % slots], unsigned(r / slots) & 1u); }
+  unsigned slot_bytes;
+  __device__ __forceinline__ void wait(int r) const { mbar_wait(&bars[r % slots], unsigned(r / slots) & 1u); }
 };
 
-// Thread 0: copies rows while their slots are free: row r's slot once row r - slots is released by every warp
-// (r - slots < first_needed for this warp). issue(r, dst, bar) announces and starts row r's copies.
+// Thread 0: copies rows while their slots are free (row r's slot is free once row r - slots is no longer read:
+// r - slots < first_needed). issue(r, dst, bar) announces and starts row r's copies.
 template <class Issue>
 __device__ __forceinline__ void ring_refill(Ring& q, int first_needed, Issue&& issue) {
   if (threadIdx.x == 0)
     while (q.next < q.n && q.next - q.slots < first_needed) {
-      const int s = q.next % q.slots;
-      if (q.next >= q.slots) mbar_wait(&q.empty[s], unsigned((q.next - q.slots) / q.slots) & 1u);
-      issue(q.next, q.slot(q.next), &q.full[s]);
+      issue(q.next, q.slot(q.next), &q.bars[q.next % q.slots]);
       ++q.next;
     }
   emu_sync_after_copies();
 }
 
-// Every thread: done with rows [0, upto). Lane 0 of each warp arrives on the empty barriers of the rows it had
-// not released yet (the host emulation, whose barriers do nothing, synchronises the block instead).
-__device__ __forceinline__ void ring_release(Ring& q, int upto) {
-  upto = imin(upto, q.n);
-#if defined(TORCH_DNN_EMULATE_CUDA)
-  __syncthreads();
-#else
-  __syncwarp();
-  if ((threadIdx.x & 31) == 0)
-    for (int r = q.released; r < upto; ++r) mbar_arrive(&q.empty[r % q.slots]);
-#endif
-  if (upto > q.released) q.released = upto;
-}
-
-// Thread 0 waits for the copies still in flight, so that none lands after the block has left its shared memory.
+// Thread 0 waits for the copies still in flight (rows that no step reads, when the stride exceeds the window), so
+// that none lands after the block has left its shared memory.
 __device__ __forceinline__ void ring_drain(const Ring& q) {
   if (threadIdx.x == 0)
     for (int r = q.next - q.slots < 0 ? 0 : q.next - q.slots; r < q.next; ++r) q.wait(r);
 }
 
-__device__ __forceinline__ Ring ring_start(uint64_t* full, uint64_t* empty, int slots, unsigned slot_bytes, int n) {
-  Ring q{full, empty, tile_smem(), slots, n, slot_bytes, 0, 0};
+__device__ __forceinline__ Ring ring_start(uint64_t* bars, int slots, unsigned slot_bytes, int n) {
+  Ring q{bars, tile_smem(), slots, n, 0, slot_bytes};
   if (threadIdx.x == 0) {
-    for (int k = 0; k < slots; ++k) {
-      mbar_init(&full[k], 1);
-      mbar_init(&empty[k], blockDim.x / 32);
-    }
+    for (int k = 0; k < slots; ++k) mbar_init(&bars[k], 1);
     mbar_fence_init();
   }
   __syncthreads();  // the barriers are initialised
@@ -111,7 +84,7 @@ template <typename T, Op OP, int V, int KH, int KW>
 __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __restrict__ x, T* __restrict__ y,
                                                               int64_t* __restrict__ ind, BandArgs a) {
   using A = acc_t<T>;
-  __shared__ uint64_t full[kRingSlots], empty[kRingSlots];
+  __shared__ uint64_t bars[kRingSlots];
   const int H = a.H, W = a.W, C = a.C;
   const int64_t slice = int64_t(blockIdx.x) / a.bands;
   const int band = int(int64_t(blockIdx.x) - slice * a.bands);
@@ -125,7 +98,7 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
     mbar_arrive_expect_tx(bar, row_bytes);
     bulk_copy_g2s(dst, src + int64_t(r) * row_elems, row_bytes, bar, pol);
   };
-  Ring q = ring_start(full, empty, a.slots, a.slot_bytes, r_hi - r_lo);
+  Ring q = ring_start(bars, a.slots, a.slot_bytes, r_hi - r_lo);
   ring_refill(q, 0, issue);
   const int cv = C / V;
   const unsigned items = unsigned(a.OW * cv);
@@ -199,9 +172,8 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
         store_acc<V>(y + o, acc);
       }
     }
-    const int next_first = imax((oh + 1) * a.sh - a.ph, 0) - r_lo;  // rows before it: done
-    ring_release(q, next_first);
-    ring_refill(q, next_first, issue);
+    __syncthreads();  // every thread is done with this output row's input rows
+    ring_refill(q, imax((oh + 1) * a.sh - a.ph, 0) - r_lo, issue);
   }
   ring_drain(q);
 }
@@ -210,7 +182,7 @@ template <typename T, Op OP, int V>
 __global__ void __launch_bounds__(kBandThreadsMax) pool_bwd_cl_band(const T* __restrict__ g, const int64_t* __restrict__ ind,
                                                               T* __restrict__ dx, BandArgs a) {
   using A = acc_t<T>;
-  __shared__ uint64_t full[kRingSlots], empty[kRingSlots];
+  __shared__ uint64_t bars[kRingSlots];
   const int H = a.H, W = a.W, C = a.C, OH = a.OH, OW = a.OW;
   const int64_t slice = int64_t(blockIdx.x) / a.bands;
   const int band = int(int64_t(blockIdx.x) - slice * a.bands);
@@ -226,7 +198,7 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_bwd_cl_band(const T* __r
     if constexpr (OP == Op::Max)
       bulk_copy_g2s(dst + a.idx_offset, ind + gfirst + int64_t(r) * row_elems, unsigned(row_elems * 8), bar, pol);
   };
-  Ring q = ring_start(full, empty, a.slots, a.slot_bytes, imax(g_hi - g_lo, 0));
+  Ring q = ring_start(bars, a.slots, a.slot_bytes, imax(g_hi - g_lo, 0));
   ring_refill(q, 0, issue);
   const int cv = C / V;
   const unsigned items = unsigned(a.own_w * cv);
@@ -314,7 +286,7 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_bwd_cl_band(const T* __r
         }
       }
     }
-    ring_release(q, oh_own - g_lo);  // done with grad row oh_own - 1
+    __syncthreads();  // every thread is done with grad row oh_own - 1
     ring_refill(q, oh_own - g_lo, issue);
   }
   ring_drain(q);
@@ -422,7 +394,7 @@ bool launch_band_fwd(const T* x, T* y, int64_t* ind, const PoolShape& s, cudaStr
   if constexpr (V == 1) {  // the rows are copied as 16-byte channel vectors
     return false;
   } else {
-    if (!band_applies(s) || s.ax[1].d != 1 || s.ax[2].d != 1 || s.ax[1].k != KH || s.ax[2].k != KW || s.ax[1].s > KH ||
+    if (!band_applies(s) || s.ax[1].d != 1 || s.ax[2].d != 1 || s.ax[1].k != KH || s.ax[2].k != KW ||
         env::is("TORCH_DNN_POOL_CL_FWD", "item") || env::is("TORCH_DNN_POOL_CL_FWD", "taps") ||
         (OP != Op::Avg && cl_band_use() != BandUse::All))
       return false;
