@@ -123,7 +123,10 @@ def _adaptive_cases(dtype, layout="NHWC"):
     out = []
     for graph in (False, True):
         how = " graph" if graph else ""
-        ab = old if graph else (lambda d: d)
+        # graph rows: also the first kernels, and the chunked kernel with 64 planes a block instead of 128 (NCHW) or
+        # 4 rows in flight a lane instead of 8 (NHWC)
+        ab = (lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_PB", "64", "torch_dnn pb64") if layout == "NCHW"
+              else _variant(old(d), "TORCH_DNN_POOL_GLOBAL_U", "4", "torch_dnn u4")) if graph else (lambda d: d)
         out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
             "eager": eager,

@@ -147,7 +147,7 @@ FIXED = [
     ("avg_pool", 2, (2, 8, 17, 10), "channels_last", dict(k=(5, 4), s=3, p=2, ceil=True)),
     ("max_pool", 3, (2, 8, 3, 9, 8), "channels_last", dict(k=(1, 3, 3), s=(1, 2, 2), p=(0, 1, 1))),
     ("avg_pool", 1, (2, 8, 33), "channels_last", dict(k=3, s=2, p=1)),
-    ("adaptive_avg_pool", 2, (3, 40, 7, 7), "contiguous", dict(out=1)),            # global, 64 planes a block
+    ("adaptive_avg_pool", 2, (3, 40, 7, 7), "contiguous", dict(out=1)),            # global, 128 planes a block
     ("adaptive_avg_pool", 2, (2, 9, 11, 15), "contiguous", dict(out=1)),           # 16 planes a block
 ]
 
@@ -167,7 +167,8 @@ def test_fixed_cases(emu, dtype):
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_KB=16",
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
-                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256"])
+                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256",
+                                     "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=4"])
 def test_fixed_cases_old_paths(emu, variant, monkeypatch):
     # the kernels the plane tiles and the new global-average kernels replaced stay selectable: keep them right
     for setting in variant.split(","):

@@ -133,7 +133,11 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         int groups = 32;
         while (groups > 1 && groups / 2 >= G) groups /= 2;
         const int64_t blocks = s.N * ((G + groups - 1) / groups);
-        launch(global_avg_cl<T, VV>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
+        // rows in flight a lane: 8 (TORCH_DNN_POOL_GLOBAL_U=4 for A/B runs)
+        if (env::get_int("TORCH_DNN_POOL_GLOBAL_U", 8) == 4)
+          launch(global_avg_cl<T, VV, 4>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
+        else
+          launch(global_avg_cl<T, VV, 8>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
       };
       if (s.C % V == 0 && aligned) run(std::integral_constant<int, V>{});
       else run(std::integral_constant<int, 1>{});
@@ -147,7 +151,11 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         if (aligned16(x)) launch_smem(global_avg_nc_chunk<T, V, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
         else launch_smem(global_avg_nc_chunk<T, 1, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
       };
-      if (P * int64_t(sizeof(acc_t<T>)) * 64 <= kTileSmem) run(int_c<64>{});
+      // planes a block: 128 where they fit (TORCH_DNN_POOL_GLOBAL_PB=64 / 16 for A/B runs: 64 was the default)
+      const int64_t plane_bytes = P * int64_t(sizeof(acc_t<T>));
+      const int want = env::get_int("TORCH_DNN_POOL_GLOBAL_PB", 128);
+      if (want >= 128 && plane_bytes * 128 <= kTileSmem) run(int_c<128>{});
+      else if (want >= 64 && plane_bytes * 64 <= kTileSmem) run(int_c<64>{});
       else run(int_c<16>{});
     } else {
       const int64_t planes = s.N * s.C;

@@ -68,10 +68,18 @@ __global__ void __launch_bounds__(kThreads) global_bcast_nc(const T* __restrict_
       plane = e0 / P, p = e0 - plane * P;
     }
     A v[V];
+    if (P >= V && e0 + V <= total) {
+      // the V elements span at most two planes: two loads of g, not V
+      const A g0 = to_acc<A>(g[plane]) * inv;
+      const A g1 = p + V > P ? to_acc<A>(g[plane + 1]) * inv : g0;
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      v[j] = e0 + j < total ? to_acc<A>(g[plane]) * inv : A(0);
-      if (++p == P) p = 0, ++plane;
+      for (int j = 0; j < V; ++j) v[j] = p + j < P ? g0 : g1;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        v[j] = e0 + j < total ? to_acc<A>(g[plane]) * inv : A(0);
+        if (++p == P) p = 0, ++plane;
+      }
     }
     if (V > 1 && e0 + V <= total) {
       store_acc<V>(dx + e0, v);
