@@ -47,13 +47,14 @@ def _pool_cases(dtype, layout):
     else:
         # NHWC: the row bands (pool_band.cuh) against the per-item kernels (TORCH_DNN_POOL_CL_BAND=0: pool_fwd_cl2d for
         # max, the row kernel for avg; pool_bwd_cl_owner). The bands are the default for avg's forward only; =1 forces
-        # them; 256 threads a block instead of 512; a smaller ring (58 KB: 4 rows of 14 KB, 3 blocks an SM)
+        # them; 256 threads a block instead of 512; smaller rings
         def var(d, avg_fwd=False):
             d = _variant(d, "TORCH_DNN_POOL_CL_BAND", "0" if avg_fwd else "1", "torch_dnn noband" if avg_fwd else
                          "torch_dnn band")
             d["torch_dnn band256"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_CL_BAND="1", TORCH_DNN_POOL_BAND_THREADS="256")
-            if avg_fwd:
-                d["torch_dnn band58"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_BAND_KB="58")
+            if avg_fwd:  # rings of 5 rows (3 blocks an SM) and 6 rows, against the default 7
+                d["torch_dnn band72"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_BAND_KB="72")
+                d["torch_dnn band86"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_BAND_KB="86")
             return d
         var_bwd = var
 
@@ -124,9 +125,9 @@ def _adaptive_cases(dtype, layout="NHWC"):
     for graph in (False, True):
         how = " graph" if graph else ""
         # graph rows: also the first kernels, and the chunked kernel with 64 planes a block instead of 128 (NCHW) or
-        # 4 rows in flight a lane instead of 8 (NHWC)
+        # 8 rows in flight a lane instead of 4 (NHWC)
         ab = (lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_PB", "64", "torch_dnn pb64") if layout == "NCHW"
-              else _variant(old(d), "TORCH_DNN_POOL_GLOBAL_U", "4", "torch_dnn u4")) if graph else (lambda d: d)
+              else _variant(old(d), "TORCH_DNN_POOL_GLOBAL_U", "8", "torch_dnn u8")) if graph else (lambda d: d)
         out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
             "eager": eager,

@@ -168,7 +168,7 @@ def test_fixed_cases(emu, dtype):
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256",
-                                     "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=4"])
+                                     "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8"])
 def test_fixed_cases_old_paths(emu, variant, monkeypatch):
     # the kernels the plane tiles and the new global-average kernels replaced stay selectable: keep them right
     for setting in variant.split(","):

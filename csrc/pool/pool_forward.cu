@@ -133,11 +133,11 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         int groups = 32;
         while (groups > 1 && groups / 2 >= G) groups /= 2;
         const int64_t blocks = s.N * ((G + groups - 1) / groups);
-        // rows in flight a lane: 8 (TORCH_DNN_POOL_GLOBAL_U=4 for A/B runs)
-        if (env::get_int("TORCH_DNN_POOL_GLOBAL_U", 8) == 4)
-          launch(global_avg_cl<T, VV, 4>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
-        else
+        // rows in flight a lane: 4 (TORCH_DNN_POOL_GLOBAL_U=8 for A/B runs: 128 registers, slower on the H100)
+        if (env::get_int("TORCH_DNN_POOL_GLOBAL_U", 4) == 8)
           launch(global_avg_cl<T, VV, 8>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
+        else
+          launch(global_avg_cl<T, VV, 4>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
       };
       if (s.C % V == 0 && aligned) run(std::integral_constant<int, V>{});
       else run(std::integral_constant<int, 1>{});
