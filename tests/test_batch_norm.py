@@ -336,6 +336,13 @@ def test_cuda_training_paths(monkeypatch, knobs, dtype):
         for i, what in enumerate(("running_mean", "running_var")):
             _compare(outs["ours"][i], outs["peer"][i], outs["ref"][i], f"{what} {shape} {dtype} {knobs}")
         r = _input(shape, dtype, "cuda", "channels_last" if len(shape) == 4 else "contiguous", -2, 2)
+        # keep bn(x) + r off relu's kink: where it lies within rounding of 0 the mask is decided by the last bit
+        # (scripts/probe_bn_kink.py on the H100: 1 float32 (4096, 40) trial in 400 had one element at z = 9.4e-9,
+        # PyTorch's float32 rounding on the right side of 0, ours on the wrong one)
+        with torch.no_grad():
+            z = TF.batch_norm(x.double(), None, None, w.double(), b.double(), True) + r.double()
+            r = torch.where(z.abs() < 0.05, r + 0.125, r)
+            r = r.contiguous(memory_format=torch.channels_last) if len(shape) == 4 else r.contiguous()
         assert_matches_torch(lambda x, r, w, b: F.batch_norm_add_act(x, None, None, w, b, r, "relu", True),
                              lambda x, r, w, b: torch.relu(TF.batch_norm(x, None, None, w, b, True) + r), [x, r, w, b],
                              name=f"batch_norm_add_act relu {shape} {dtype} {knobs}")
