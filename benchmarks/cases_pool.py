@@ -125,10 +125,9 @@ def _adaptive_cases(dtype, layout="NHWC"):
     for graph in (False, True):
         how = " graph" if graph else ""
         # graph rows: also the first kernels, and the chunked kernel with 64 planes a block instead of 128 (NCHW) or
-        # 8 rows in flight a lane instead of 4, and 8 row lanes instead of 16 (NHWC)
+        # 8 rows in flight a lane instead of 4 (NHWC)
         ab = (lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_PB", "64", "torch_dnn pb64") if layout == "NCHW"
-              else _variant(_variant(old(d), "TORCH_DNN_POOL_GLOBAL_U", "8", "torch_dnn u8"),
-                            "TORCH_DNN_POOL_GLOBAL_GROUPS", "32", "torch_dnn g32")) if graph else (lambda d: d)
+              else _variant(old(d), "TORCH_DNN_POOL_GLOBAL_U", "8", "torch_dnn u8")) if graph else (lambda d: d)
         out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
             "eager": eager,

@@ -752,8 +752,7 @@ def test_cuda_past_2_31_elements_channels_last_bands():
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256",
-                                     "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8",
-                                     "TORCH_DNN_POOL_GLOBAL_GROUPS=32"])
+                                     "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8"])
 def test_cuda_variants_agree(variant, monkeypatch):
     # the old paths kept for A/B measurements give what the default paths give (up to float summation order)
     xs = [make_input((4, 24, 37, 30), torch.float32, "cuda", layout) for layout in ("contiguous", "channels_last")]

@@ -107,7 +107,6 @@ FIXED = [
     ("lp_pool", 3, (2, 3, 5, 6, 7), "contiguous", dict(norm=1, k=2, s=2)),
     ("adaptive_avg_pool", 2, (4, 64, 7, 7), "channels_last", dict(out=1)),         # global, vectors
     ("adaptive_avg_pool", 2, (4, 6, 7, 7), "channels_last", dict(out=1)),          # global, one channel a thread
-    ("adaptive_avg_pool", 2, (2, 256, 7, 7), "channels_last", dict(out=1)),        # global, 16 row lanes
     ("adaptive_avg_pool", 2, (3, 5, 7, 7), "contiguous", dict(out=1)),             # global, warp per plane
     ("adaptive_avg_pool", 2, (2, 4, 16, 16), "contiguous", dict(out=1)),           # global, vectors per plane
     ("adaptive_avg_pool", 2, (1, 3, 70, 70), "contiguous", dict(out=1)),           # global, block per plane
@@ -169,8 +168,7 @@ def test_fixed_cases(emu, dtype):
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
                                      "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256",
-                                     "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8",
-                                     "TORCH_DNN_POOL_GLOBAL_GROUPS=32"])
+                                     "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8"])
 def test_fixed_cases_old_paths(emu, variant, monkeypatch):
     # the kernels the plane tiles and the new global-average kernels replaced stay selectable: keep them right
     for setting in variant.split(","):

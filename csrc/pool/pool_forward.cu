@@ -130,16 +130,11 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
       auto run = [&](auto vec) {
         constexpr int VV = decltype(vec)::value;
         const int64_t G = s.C / VV;
-        const int U = env::get_int("TORCH_DNN_POOL_GLOBAL_U", 4) == 8 ? 8 : 4;
-        int groups = std::min(32, std::max(1, env::get_int("TORCH_DNN_POOL_GLOBAL_GROUPS", 32)));
+        int groups = 32;
         while (groups > 1 && groups / 2 >= G) groups /= 2;
-        // enough row lanes that each lane's rows are one round of U loads (7x7: 16 lanes of <= 4 rows), keeping 8
-        // channel vectors (128 bytes and more) a row; TORCH_DNN_POOL_GLOBAL_GROUPS=32 for A/B runs (8 lanes)
-        while (groups > 8 && int64_t(kThreads / groups) * U < P && !env::is("TORCH_DNN_POOL_GLOBAL_GROUPS", "32"))
-          groups /= 2;
         const int64_t blocks = s.N * ((G + groups - 1) / groups);
         // rows in flight a lane: 4 (TORCH_DNN_POOL_GLOBAL_U=8 for A/B runs: 128 registers, slower on the H100)
-        if (U == 8)
+        if (env::get_int("TORCH_DNN_POOL_GLOBAL_U", 4) == 8)
           launch(global_avg_cl<T, VV, 8>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
         else
           launch(global_avg_cl<T, VV, 4>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
