@@ -14,7 +14,8 @@ from torch_dnn.testing import compare as compare_errors
 import torch_dnn.functional as F
 from torch_dnn.reference import (avg_pool1d_reference, avg_pool2d_reference, avg_pool3d_reference, lp_pool3d_reference,
                                  max_pool1d_reference, max_pool2d_reference, max_pool3d_reference)
-from tests.utils import assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
+from tests.utils import (POOL_VARIANTS, ALL_DTYPES, assert_cuda_graph_replays, assert_matches_torch, devices, first_line,
+                         make_input, opcheck_samples, set_variant)
 
 ops = torch.ops.torch_dnn
 RANKS = [1, 2, 3]
@@ -742,17 +743,7 @@ def test_cuda_past_2_31_elements_channels_last_bands():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("variant", ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather",
-                                     "TORCH_DNN_POOL_CL_BWD=item", "TORCH_DNN_POOL_GLOBAL=old",
-                                     "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
-                                     "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_NC_FWD=unpadded",
-                                     "TORCH_DNN_POOL_PAD_PAIR=0", "TORCH_DNN_POOL_PAD_KB=4",
-                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_CL_BAND=1",
-                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_KB=16",
-                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
-                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
-                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256",
-                                     "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8"])
+@pytest.mark.parametrize("variant", POOL_VARIANTS)
 def test_cuda_variants_agree(variant, monkeypatch):
     # the old paths kept for A/B measurements give what the default paths give (up to float summation order)
     xs = [make_input((4, 24, 37, 30), torch.float32, "cuda", layout) for layout in ("contiguous", "channels_last")]
@@ -769,8 +760,6 @@ def test_cuda_variants_agree(variant, monkeypatch):
         return out
 
     base = run()
-    for setting in variant.split(","):
-        name, value = setting.split("=")
-        monkeypatch.setenv(name, value)
+    set_variant(monkeypatch, variant)
     for a, b in zip(base, run()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

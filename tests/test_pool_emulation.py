@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torch_dnn  # noqa: F401
+from tests.utils import POOL_VARIANTS, set_variant
 
 pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
                                 reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation")
@@ -159,21 +160,10 @@ def test_fixed_cases(emu, dtype):
         _compare(kind, r, _input(shape, dtype, layout, gen), kw, emu, gen)
 
 
-@pytest.mark.parametrize("variant", ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_GLOBAL=old", "TORCH_DNN_POOL_CL_BWD=item",
-                                     "TORCH_DNN_POOL_NC_BWD=gather", "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
-                                     "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_NC_FWD=unpadded",
-                                     "TORCH_DNN_POOL_PAD_PAIR=0", "TORCH_DNN_POOL_PAD_KB=4",
-                                     "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_CL_BAND=1",
-                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_KB=16",
-                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
-                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
-                                     "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256",
-                                     "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8"])
+@pytest.mark.parametrize("variant", POOL_VARIANTS)
 def test_fixed_cases_old_paths(emu, variant, monkeypatch):
     # the kernels the plane tiles and the new global-average kernels replaced stay selectable: keep them right
-    for setting in variant.split(","):
-        name, value = setting.split("=")
-        monkeypatch.setenv(name, value)
+    set_variant(monkeypatch, variant)
     gen = torch.Generator().manual_seed(2)
     for kind, r, shape, layout, kw in FIXED:
         _compare(kind, r, _input(shape, torch.float32, layout, gen), kw, emu, gen)

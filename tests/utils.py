@@ -123,3 +123,23 @@ def assert_models_agree(model, converted, x, *, name: str, loss=lambda y: y.squa
     for (n, pa), (_, pb) in zip(model.named_parameters(), converted.named_parameters()):
         v = compare(pb.grad, pa.grad, pa.grad, grad=True, name=n)
         assert v, v.message
+
+
+# The pooling family's variant knobs ("NAME=value[,NAME=value]"): the old and alternative kernels kept for A/B
+# measurements (csrc/pool), each run by test_pool.py on the GPU and test_pool_emulation.py on the CPU.
+POOL_VARIANTS = ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather", "TORCH_DNN_POOL_CL_BWD=item",
+                 "TORCH_DNN_POOL_GLOBAL=old", "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
+                 "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_NC_FWD=unpadded", "TORCH_DNN_POOL_PAD_PAIR=0",
+                 "TORCH_DNN_POOL_PAD_KB=4", "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_CL_BAND=1",
+                 "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_KB=16",
+                 "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
+                 "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
+                 "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256",
+                 "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8"]
+
+
+def set_variant(monkeypatch, variant: str):
+    """Sets the environment variables of one POOL_VARIANTS entry for the test."""
+    for setting in variant.split(","):
+        name, value = setting.split("=")
+        monkeypatch.setenv(name, value)
