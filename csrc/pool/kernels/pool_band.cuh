@@ -122,31 +122,27 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
       const int ws = int(ow) * a.sw - a.pw;
       const int coff = ws * C + int(cg) * V;  // tap (i, 0)'s element in its row, possibly left of it
       const int64_t o = ybase + int64_t(it) * V;  // item it's V channels are the row's outputs it * V ...
-      // f(i, w, the tap's vector) over the window's taps inside the input, row by row
-      auto taps = [&](auto&& f) {
-#pragma unroll
-        for (int i = 0; i < KH; ++i) {
-          if (!rowp[i]) continue;
-#pragma unroll
-          for (int j = 0; j < KW; ++j) {
-            const int w = ws + j;
-            if (w >= 0 && w < W) f(i, w, *reinterpret_cast<const Vec<T, V>*>(rowp[i] + coff + j * C));
-          }
-        }
-      };
       if constexpr (OP == Op::Max) {
         A m[V];
         int mi[V];
         const int first = imax(hs, 0) * W + imax(ws, 0);  // the index of a window of only -inf
 #pragma unroll
         for (int k = 0; k < V; ++k) m[k] = A(-INFINITY), mi[k] = first;
-        taps([&](int i, int w, const Vec<T, V>& r) {
 #pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const A v = to_acc<A>(r.v[k]);
-            if (v > m[k] || v != v) m[k] = v, mi[k] = (hs + i) * W + w;  // a NaN wins (the last one), as PyTorch
+        for (int i = 0; i < KH; ++i) {
+          if (!rowp[i]) continue;
+#pragma unroll
+          for (int j = 0; j < KW; ++j) {
+            const int w = ws + j;
+            if (w < 0 || w >= W) continue;
+            const Vec<T, V> r = *reinterpret_cast<const Vec<T, V>*>(rowp[i] + coff + j * C);
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+              const A v = to_acc<A>(r.v[k]);
+              if (v > m[k] || v != v) m[k] = v, mi[k] = (hs + i) * W + w;  // a NaN wins (the last one), as PyTorch
+            }
           }
-        });
+        }
         store_acc<V>(y + o, m);
         int64_t idx[V];
 #pragma unroll
@@ -156,10 +152,18 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
         A acc[V];
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[k] = A(0);
-        taps([&](int, int, const Vec<T, V>& r) {
 #pragma unroll
-          for (int k = 0; k < V; ++k) acc[k] += to_acc<A>(r.v[k]);
-        });
+        for (int i = 0; i < KH; ++i) {
+          if (!rowp[i]) continue;
+#pragma unroll
+          for (int j = 0; j < KW; ++j) {
+            const int w = ws + j;
+            if (w < 0 || w >= W) continue;
+            const Vec<T, V> r = *reinterpret_cast<const Vec<T, V>*>(rowp[i] + coff + j * C);
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[k] += to_acc<A>(r.v[k]);
+          }
+        }
         const int div =
             a.divisor_override ? a.divisor_override : avg_window_size(hs, ws, KH, KW, H, W, a.ph, a.pw, a.cip);
         const A inv = A(1) / A(div);
@@ -177,6 +181,7 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
 template <typename T, Op OP, int V>
 __global__ void __launch_bounds__(kBandThreadsMax) pool_bwd_cl_band(const T* __restrict__ g, const int64_t* __restrict__ ind,
                                                               T* __restrict__ dx, BandArgs a) {
+  using A = acc_t<T>;
   __shared__ uint64_t bars[kRingSlots];
   const int H = a.H, W = a.W, C = a.C, OH = a.OH, OW = a.OW;
   const int64_t slice = int64_t(blockIdx.x) / a.bands;
@@ -216,18 +221,70 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_bwd_cl_band(const T* __r
     for (unsigned it = threadIdx.x; it < items; it += blockDim.x) {
       uint32_t ow_own, cg;
       a.by_cv.divmod(it, ow_own, cg);
-      owner_item<T, OP, V>(a, oh_own, int(ow_own), ibase, C, dx + xbase + int(cg) * V,
-                           [&](int u, int, int, int ow, Vec<T, V>& gv, int64_t (&raw)[V]) {
-                             const int e = ow * C + int(cg) * V;  // element of the staged row
-                             gv = *reinterpret_cast<const Vec<T, V>*>(grow[u] + e);
-                             if constexpr (OP == Op::Max) {
+      // the 2 x 2 covering outputs (oh_own - 1 + u, ow_own - 1 + v)
+      Vec<T, V> gv[2][2];
+      int idx[2][2][V];
+      A inv[2][2];
+      bool ok[2][2];
 #pragma unroll
-                               for (int j = 0; j < V; j += 2) {
-                                 const Vec<int64_t, 2> r = *reinterpret_cast<const Vec<int64_t, 2>*>(irow[u] + e + j);
-                                 raw[j] = r.v[0], raw[j + 1] = r.v[1];
-                               }
-                             }
-                           });
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int v = 0; v < 2; ++v) {
+          const int oh = oh_own - 1 + u, ow = int(ow_own) - 1 + v;
+          ok[u][v] = grow[u] != nullptr && ow >= 0 && ow < OW;
+          inv[u][v] = A(0);
+          if (ok[u][v]) {
+            const int e = ow * C + int(cg) * V;  // element of the row
+            gv[u][v] = *reinterpret_cast<const Vec<T, V>*>(grow[u] + e);
+            if constexpr (OP == Op::Max) {
+#pragma unroll
+              for (int j = 0; j < V; j += 2) {
+                const Vec<int64_t, 2> r = *reinterpret_cast<const Vec<int64_t, 2>*>(irow[u] + e + j);
+#pragma unroll
+                for (int k = 0; k < 2; ++k) {  // relative to the slice; outside it: matches no input
+                  const int64_t rel = r.v[k] - ibase;
+                  idx[u][v][j + k] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+                }
+              }
+            } else {
+              const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
+              const int div = a.divisor_override ? a.divisor_override
+                                                 : avg_window_size(hs, ws, a.kh, a.kw, H, W, a.ph, a.pw, a.cip);
+              inv[u][v] = A(1) / A(div);
+            }
+          }
+        }
+      for (int r = 0; r < a.sh; ++r) {
+        const int h = oh_own * a.sh - a.ph + r;
+        if (h < 0 || h >= H) continue;
+        for (int e = 0; e < a.sw; ++e) {
+          const int w = int(ow_own) * a.sw - a.pw + e;
+          if (w < 0 || w >= W) continue;
+          const int i = h * W + w;
+          A acc[V];
+#pragma unroll
+          for (int j = 0; j < V; ++j) acc[j] = A(0);
+#pragma unroll
+          for (int u = 0; u < 2; ++u)
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+              if (!ok[u][v]) continue;
+              if constexpr (OP == Op::Max) {
+#pragma unroll
+                for (int j = 0; j < V; ++j)
+                  if (idx[u][v][j] == i) acc[j] += to_acc<A>(gv[u][v].v[j]);
+              } else {
+                // the output's window starts at or before h (its owner is not after h's); does it reach h?
+                const int oh = oh_own - 1 + u, ow = int(ow_own) - 1 + v;
+                if (h < oh * a.sh - a.ph + a.kh && w < ow * a.sw - a.pw + a.kw) {
+#pragma unroll
+                  for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(gv[u][v].v[j]) * inv[u][v];
+                }
+              }
+            }
+          store_acc<V>(dx + xbase + int64_t(i) * C + int(cg) * V, acc);
+        }
+      }
     }
     __syncthreads();  // every thread is done with grad row oh_own - 1
     ring_refill(q, oh_own - g_lo, issue);

@@ -759,95 +759,82 @@ struct OwnerArgs {
   int divisor_override;
 };
 
-// One owner item (V channels): the (at most) 2 x 2 covering outputs (oh_own - 1 + u, ow_own - 1 + v) inside the
-// output, read by load(u, v, oh, ow, gv, raw) (grad vector; max: the V raw indices), then the sh x sw inputs the
-// owner owns, written at dxc + (h * W + w) * C (dxc: the slice's first element of this item's channels). `a`: the
-// window geometry (OwnerArgs, BandArgs); ibase: the slice's first index (max indices count in the (n, c) volume).
-template <typename T, Op OP, int V, class Geo, class Load>
-__device__ __forceinline__ void owner_item(const Geo& a, int oh_own, int ow_own, int64_t ibase, int64_t C, T* dxc,
-                                           Load&& load) {
-  using A = acc_t<T>;
-  const int H = a.H, W = a.W;
-  Vec<T, V> gv[2][2];
-  int idx[2][2][V];
-  A inv[2][2];
-  bool ok[2][2];
-#pragma unroll
-  for (int u = 0; u < 2; ++u)
-#pragma unroll
-    for (int v = 0; v < 2; ++v) {
-      const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
-      ok[u][v] = oh >= 0 && oh < a.OH && ow >= 0 && ow < a.OW;
-      inv[u][v] = A(0);
-      if (ok[u][v]) {
-        int64_t raw[V];
-        load(u, v, oh, ow, gv[u][v], raw);
-        if constexpr (OP == Op::Max) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            // relative to the slice; outside it: matches no input
-            const int64_t rel = raw[j] - ibase;
-            idx[u][v][j] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
-          }
-        } else {
-          const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
-          const int div = a.divisor_override ? a.divisor_override
-                                             : avg_window_size(hs, ws, a.kh, a.kw, H, W, a.ph, a.pw, a.cip);
-          inv[u][v] = A(1) / A(div);
-        }
-      }
-    }
-  for (int r = 0; r < a.sh; ++r) {
-    const int h = oh_own * a.sh - a.ph + r;
-    if (h < 0 || h >= H) continue;
-    for (int e = 0; e < a.sw; ++e) {
-      const int w = ow_own * a.sw - a.pw + e;
-      if (w < 0 || w >= W) continue;
-      const int i = h * W + w;
-      A acc[V];
-#pragma unroll
-      for (int j = 0; j < V; ++j) acc[j] = A(0);
-#pragma unroll
-      for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int v = 0; v < 2; ++v) {
-          if (!ok[u][v]) continue;
-          if constexpr (OP == Op::Max) {
-#pragma unroll
-            for (int j = 0; j < V; ++j)
-              if (idx[u][v][j] == i) acc[j] += to_acc<A>(gv[u][v].v[j]);
-          } else {
-            // the output's window starts at or before h (its owner is not after h's); does it reach h?
-            const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
-            if (h < oh * a.sh - a.ph + a.kh && w < ow * a.sw - a.pw + a.kw) {
-#pragma unroll
-              for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(gv[u][v].v[j]) * inv[u][v];
-            }
-          }
-        }
-      store_acc<V>(dxc + int64_t(i) * C, acc);
-    }
-  }
-}
-
 template <typename T, Op OP, int V>
 __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restrict__ g,
                                                                const int64_t* __restrict__ ind,
                                                                T* __restrict__ dx, OwnerArgs a) {
-  const int OH = a.OH, OW = a.OW;
+  using A = acc_t<T>;
+  const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
   POOL_GRID_LOOP(t, a.items) {
     int64_t q[5];
     split(a.sp, t, q);
     const int64_t c = q[0] * V, n = q[4];
     const int ow_own = int(q[1]), oh_own = int(q[2]), d = int(q[3]);
     const int64_t gplane = (n * a.D + d) * OH;  // first output row of this (n, d) slice
-    owner_item<T, OP, V>(a, oh_own, ow_own, int64_t(d) * a.H * a.W, a.C,
-                         dx + (n * a.D + d) * int64_t(a.H) * a.W * a.C + c,
-                         [&](int, int, int oh, int ow, Vec<T, V>& gv, int64_t (&raw)[V]) {
-                           const int64_t o = ((gplane + oh) * OW + ow) * a.C + c;
-                           gv = load_vec<T, V>(g + o);
-                           if constexpr (OP == Op::Max) load_idx<V>(ind + o, raw);
-                         });
+    // the 2 x 2 covering outputs: (oh_own - 1 + u, ow_own - 1 + v)
+    Vec<T, V> gv[2][2];
+    int idx[2][2][V];
+    A inv[2][2];
+    bool ok[2][2];
+    const int64_t ibase = int64_t(d) * H * W;
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
+        ok[u][v] = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
+        inv[u][v] = A(0);
+        if (ok[u][v]) {
+          const int64_t o = ((gplane + oh) * OW + ow) * a.C + c;
+          gv[u][v] = load_vec<T, V>(g + o);
+          if constexpr (OP == Op::Max) {
+            int64_t raw[V];
+            load_idx<V>(ind + o, raw);
+#pragma unroll
+            for (int j = 0; j < V; ++j) {
+              // relative to the slice; outside it: matches no input
+              const int64_t rel = raw[j] - ibase;
+              idx[u][v][j] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+            }
+          } else {
+            const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
+            const int div = a.divisor_override ? a.divisor_override
+                                               : avg_window_size(hs, ws, a.kh, a.kw, H, W, a.ph, a.pw, a.cip);
+            inv[u][v] = A(1) / A(div);
+          }
+        }
+      }
+    for (int r = 0; r < a.sh; ++r) {
+      const int h = oh_own * a.sh - a.ph + r;
+      if (h < 0 || h >= H) continue;
+      for (int e = 0; e < a.sw; ++e) {
+        const int w = ow_own * a.sw - a.pw + e;
+        if (w < 0 || w >= W) continue;
+        const int i = h * W + w;
+        A acc[V];
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] = A(0);
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int v = 0; v < 2; ++v) {
+            if (!ok[u][v]) continue;
+            if constexpr (OP == Op::Max) {
+#pragma unroll
+              for (int j = 0; j < V; ++j)
+                if (idx[u][v][j] == i) acc[j] += to_acc<A>(gv[u][v].v[j]);
+            } else {
+              // the output's window starts at or before h (its owner is not after h's); does it reach h?
+              const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
+              if (h < oh * a.sh - a.ph + a.kh && w < ow * a.sw - a.pw + a.kw) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(gv[u][v].v[j]) * inv[u][v];
+              }
+            }
+          }
+        store_acc<V>(dx + (((n * a.D + d) * H + h) * int64_t(W) + w) * a.C + c, acc);
+      }
+    }
   }
 }
 
