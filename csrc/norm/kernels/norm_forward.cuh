@@ -346,10 +346,9 @@ __global__ void __launch_bounds__(kTwoPassThreads) norm_twopass_fwd(FwdParams<T>
 // and writes y (evict_first). With a residual, pass 1 reads x and res once and writes sum with evict_last;
 // pass 2 reads sum. LayerNorm's statistic: each chunk's exact (mean, M2) over its registers, Chan-merged.
 constexpr int kL2Threads = 512;
-constexpr int kL2Vecs = 1;  // vectors a thread loads per step (2 spill at the 32-register bound)
 
-template <typename T, bool RMS, int U>
-__global__ void __launch_bounds__(kL2Threads, 4) norm_l2_fwd(FwdParams<T> p) {
+template <typename T, bool RMS, bool RES, int U>
+__global__ void __launch_bounds__(kL2Threads, 4) norm_l2_fwd(FwdParams<T> p, bool store_hint) {
   using A = acc_t<T>;
   constexpr int V = kVec16<T>;
   __shared__ A smem[96];
@@ -365,7 +364,7 @@ __global__ void __launch_bounds__(kL2Threads, 4) norm_l2_fwd(FwdParams<T> p) {
       for (int u = 0; u < U; ++u) {
         const int i = i0 + u * bd;
         if (i < nv) {
-          if (p.res) {
+          if constexpr (RES) {
             const uint64_t drop = l2_policy_evict_first();
             const Vec<T, V> xv = load_vec_hint<T, V>(p.x + base + int64_t(i) * V, drop);
             const Vec<T, V> rv = load_vec_hint<T, V>(p.res + base + int64_t(i) * V, drop);
@@ -423,35 +422,19 @@ __global__ void __launch_bounds__(kL2Threads, 4) norm_l2_fwd(FwdParams<T> p) {
       if constexpr (!RMS) p.mean[r] = m;
       p.rstd[r] = rs;
     }
-    const T* src = (p.res ? p.sum : p.x) + base;  // pass 2 reads what pass 1 kept in L2
+    const T* src = (RES ? p.sum : p.x) + base;  // pass 2 reads what pass 1 kept in L2
     T* const yr = p.y + base;
-    for (int i0 = threadIdx.x; i0 < nv; i0 += U * bd) {
-      Vec<T, V> raw[U];
+    for (int i = threadIdx.x; i < nv; i += bd) {
+      const int col = i * V;
+      const Vec<T, V> raw = load_vec_hint<T, V>(src + col, l2_policy_evict_first());
+      A w[V], b[V];
+      load_param<V>(p.w, col, A(1), w);
+      load_param<V>(p.b, col, A(0), b);
+      Vec<T, V> o;
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (i0 + u * bd < nv) raw[u] = load_vec_hint<T, V>(src + (i0 + u * bd) * V, l2_policy_evict_first());
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int col = (i0 + u * bd) * V;
-        if (i0 + u * bd < nv) {
-          // the parameters stay raw vectors (converted where used): floats would double their registers
-          Vec<T, V> wv, bv;
-          if (p.w) wv = load_vec<T, V>(p.w + col);
-          else
-#pragma unroll
-            for (int j = 0; j < V; ++j) wv.v[j] = from_acc<T>(A(1));
-          if (p.b) bv = load_vec<T, V>(p.b + col);
-          else
-#pragma unroll
-            for (int j = 0; j < V; ++j) bv.v[j] = from_acc<T>(A(0));
-          Vec<T, V> o;
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            o.v[j] = from_acc<T>((to_acc<A>(raw[u].v[j]) - m) * rs * to_acc<A>(wv.v[j]) + to_acc<A>(bv.v[j]));
-          }
-          store_vec_hint<T, V>(yr + col, o, l2_policy_evict_first());
-        }
-      }
+      for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>((to_acc<A>(raw.v[j]) - m) * rs * w[j] + b[j]);
+      if (store_hint) store_vec_hint<T, V>(yr + col, o, l2_policy_evict_first());
+      else store_vec<T, V>(yr + col, o);
     }
   }
 }
@@ -483,7 +466,19 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
           const int threads = want >= 32 && want <= kL2Threads && (want & (want - 1)) == 0
                                   ? int(want)
                                   : int(std::min<int64_t>(kL2Threads, std::max(32, pow2_at_least((p.N / V + 1) / 2))));  // 2 vectors a thread
-          norm_l2_fwd<T, RMS, kL2Vecs><<<unsigned(std::min<int64_t>(p.rows, 0x7fffffff)), threads, 0, stream>>>(p);
+          // TORCH_DNN_NORM_L2_U: vectors a thread loads a step in pass 1 (1, 2, 4; a residual: 1, 2);
+          // TORCH_DNN_NORM_L2_STORE=plain: y stored without the evict_first hint (A/B runs)
+          const unsigned grid = unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
+          const bool hint = !env::is("TORCH_DNN_NORM_L2_STORE", "plain");
+          const int u = env::get_int("TORCH_DNN_NORM_L2_U", 2);
+          if (p.res) {
+            if (u == 1) norm_l2_fwd<T, RMS, true, 1><<<grid, threads, 0, stream>>>(p, hint);
+            else norm_l2_fwd<T, RMS, true, 2><<<grid, threads, 0, stream>>>(p, hint);
+          } else {
+            if (u == 1) norm_l2_fwd<T, RMS, false, 1><<<grid, threads, 0, stream>>>(p, hint);
+            else if (u == 4) norm_l2_fwd<T, RMS, false, 4><<<grid, threads, 0, stream>>>(p, hint);
+            else norm_l2_fwd<T, RMS, false, 2><<<grid, threads, 0, stream>>>(p, hint);
+          }
           break;
         }
       }
