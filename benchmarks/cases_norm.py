@@ -65,8 +65,7 @@ def cases(quick: bool = False):
                                                  TORCH_DNN_NORM_FWD_GRID="waves", TORCH_DNN_NORM_FWD="block"),
                              "td-fused-rows": with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="fused",
                                                         TORCH_DNN_NORM_FWD_GRID="rows", TORCH_DNN_NORM_FWD="block"),
-                             "td-staged": with_env(ln_ours, TORCH_DNN_NORM_FWD="staged"),
-                             "td-l2": with_env(ln_ours, TORCH_DNN_NORM_FWD="l2")},
+                             "td-staged": with_env(ln_ours, TORCH_DNN_NORM_FWD="staged")},
                             bytes=2 * numel * es + 2 * n * es, target=">=2.7 TB/s", group=group))
 
             def ln_bwd_eager(g, x, mean, rstd, w, b, n=n):
@@ -88,8 +87,7 @@ def cases(quick: bool = False):
                             {"torch_dnn": (rms_ours := lambda x, w, n=n: F.rms_norm(x, [n], w, 1e-6)), "eager": rms,
                              "compile": _compiled(rms), "td-old": with_env(rms_ours, TORCH_DNN_NORM_FWD_GRID="waves",
                                                                     TORCH_DNN_NORM_FWD="block"),
-                             "td-staged": with_env(rms_ours, TORCH_DNN_NORM_FWD="staged"),
-                             "td-l2": with_env(rms_ours, TORCH_DNN_NORM_FWD="l2")},
+                             "td-staged": with_env(rms_ours, TORCH_DNN_NORM_FWD="staged")},
                             bytes=2 * numel * es + n * es, target=">=2.7 TB/s", group=group))
 
             def rms_bwd_eager(g, x, rstd, w, n=n):
@@ -112,7 +110,6 @@ def cases(quick: bool = False):
                             {"torch_dnn": (add_ours := lambda x, r, w, n=n: F.add_rms_norm(x, r, [n], w, 1e-6)),
                              "eager": add_rms, "compile": _compiled(add_rms),
                              "td-old": with_env(add_ours, TORCH_DNN_NORM_FWD_GRID="waves"),
-                             "td-staged": with_env(add_ours, TORCH_DNN_NORM_FWD="staged"),
-                             "td-l2": with_env(add_ours, TORCH_DNN_NORM_FWD="l2")},
+                             "td-staged": with_env(add_ours, TORCH_DNN_NORM_FWD="staged")},
                             bytes=4 * numel * es + n * es, target=">=2.7 TB/s", group=group))
     return out

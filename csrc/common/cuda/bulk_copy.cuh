@@ -9,8 +9,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "common/cuda/cache_hint.cuh"  // the copies take an L2 policy
-
 namespace torch_dnn {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -57,6 +55,29 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
       "r"(parity)
       : "memory");
 #endif
+}
+
+// L2 eviction priorities for the copies' source lines: keep (data read again soon) or drop (read once).
+__device__ __forceinline__ uint64_t l2_policy_evict_last() {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_normal() {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+__device__ __forceinline__ uint64_t l2_policy_evict_first() {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
 }
 
 // Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global src to shared dst; completes

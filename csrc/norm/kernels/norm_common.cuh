@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/cuda/cache_hint.cuh"
 #include "common/cuda/cp_async.cuh"
 #include "common/cuda/device.cuh"
 #include "common/cuda/reduce.cuh"
@@ -91,7 +90,6 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //   TORCH_DNN_NORM_FWD_GRID=waves      block forward: the persistent grid of 4 waves; =rows a block per row
 //   TORCH_DNN_NORM_FWD=staged          block-plan rows: the staged forward (next row streamed into shared
 //                                      memory by cp.async during this row's reduction), persistent; =block not
-//                    =l2               block-plan rows: the L2 two-pass forward (norm_l2_fwd)
 //   (unset: the measured defaults below)
 //   TORCH_DNN_NORM_BWD=block           backward: the earlier register kernel (pass 2 re-reads x and dy
 //                                      through L1) and two column-sum launches, instead of the staged kernel
@@ -114,7 +112,6 @@ inline bool fwd_staged(int elem_bytes, bool rms, int64_t N) {
   const int e = env_pick("TORCH_DNN_NORM_FWD", "staged", "block");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms) && N > 8192;
 }
-inline bool fwd_l2() { return env::is("TORCH_DNN_NORM_FWD", "l2"); }
 inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);

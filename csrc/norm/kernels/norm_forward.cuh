@@ -339,106 +339,6 @@ __global__ void __launch_bounds__(kTwoPassThreads) norm_twopass_fwd(FwdParams<T>
   }
 }
 
-// ---- L2 two-pass forward (TORCH_DNN_NORM_FWD=l2): torch.compile's form for long rows. A block per row
-// (the block scheduler balances the end), <= 32 registers a thread so that 4 blocks of 512 threads share an
-// SM; pass 1 streams the row for its statistic in chunks of U vectors a thread, keeping its lines in L2
-// (evict_last: the whole grid's rows in flight are ~17 MB at 16K bf16), pass 2 re-reads them from L2 (evict_first)
-// and writes y (evict_first). With a residual, pass 1 reads x and res once and writes sum with evict_last;
-// pass 2 reads sum. LayerNorm's statistic: each chunk's exact (mean, M2) over its registers, Chan-merged.
-constexpr int kL2Threads = 512;
-
-template <typename T, bool RMS, bool RES, int U>
-__global__ void __launch_bounds__(kL2Threads, 4) norm_l2_fwd(FwdParams<T> p, bool store_hint) {
-  using A = acc_t<T>;
-  constexpr int V = kVec16<T>;
-  __shared__ A smem[96];
-  const int nv = int(p.N / V), bd = blockDim.x;  // rows of this plan are <= 32K elements
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
-    const int64_t base = r * p.N;
-    MeanM2<A> st{A(0), A(0), A(0)};
-    A q = A(0);
-    for (int i0 = threadIdx.x; i0 < nv; i0 += U * bd) {
-      Vec<T, V> raw[U];
-      int cnt = 0;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int i = i0 + u * bd;
-        if (i < nv) {
-          if constexpr (RES) {
-            const uint64_t drop = l2_policy_evict_first();
-            const Vec<T, V> xv = load_vec_hint<T, V>(p.x + base + int64_t(i) * V, drop);
-            const Vec<T, V> rv = load_vec_hint<T, V>(p.res + base + int64_t(i) * V, drop);
-#pragma unroll
-            for (int j = 0; j < V; ++j) raw[u].v[j] = from_acc<T>(to_acc<A>(xv.v[j]) + to_acc<A>(rv.v[j]));
-            store_vec_hint<T, V>(p.sum + base + int64_t(i) * V, raw[u], l2_policy_evict_last());
-          } else {
-            raw[u] = load_vec_hint<T, V>(p.x + base + int64_t(i) * V, l2_policy_evict_last());
-          }
-          ++cnt;
-        }
-      }
-      if constexpr (RMS) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (u < cnt) {
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-              const A v = to_acc<A>(raw[u].v[j]);
-              q += v * v;
-            }
-          }
-      } else {
-        A s = A(0);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (u < cnt) {
-#pragma unroll
-            for (int j = 0; j < V; ++j) s += to_acc<A>(raw[u].v[j]);
-          }
-        const A n = A(cnt * V), mc = cnt == U ? s * A(1.0 / (U * V)) : s / n;
-        A m2 = A(0);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (u < cnt) {
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-              const A d = to_acc<A>(raw[u].v[j]) - mc;
-              m2 += d * d;
-            }
-          }
-        merge_meanm2_fast(st, n, mc, m2);
-      }
-    }
-    A m = A(0), var;
-    if constexpr (RMS) {
-      var = block_reduce(q, SumOp{}, smem) / A(p.N);
-    } else {
-      st = block_reduce_meanm2_uniform(st, smem);
-      m = st.mean;
-      var = st.m2 / A(p.N);
-    }
-    const A rs = rstd_of(var, p.eps);
-    if (threadIdx.x == 0) {
-      if constexpr (!RMS) p.mean[r] = m;
-      p.rstd[r] = rs;
-    }
-    const T* src = (RES ? p.sum : p.x) + base;  // pass 2 reads what pass 1 kept in L2
-    T* const yr = p.y + base;
-    for (int i = threadIdx.x; i < nv; i += bd) {
-      const int col = i * V;
-      const Vec<T, V> raw = load_vec_hint<T, V>(src + col, l2_policy_evict_first());
-      A w[V], b[V];
-      load_param<V>(p.w, col, A(1), w);
-      load_param<V>(p.b, col, A(0), b);
-      Vec<T, V> o;
-#pragma unroll
-      for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>((to_acc<A>(raw.v[j]) - m) * rs * w[j] + b[j]);
-      if (store_hint) store_vec_hint<T, V>(yr + col, o, l2_policy_evict_first());
-      else store_vec<T, V>(yr + col, o);
-    }
-  }
-}
-
 template <typename T>
 bool all_aligned(const FwdParams<T>& p) {
   return aligned16(p.x) && aligned16(p.y) && (!p.res || (aligned16(p.res) && aligned16(p.sum))) &&
@@ -459,29 +359,6 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       break;
     }
     case FwdPlan::BlockRegs: {
-      if constexpr (sizeof(T) <= 4) {  // (double rows: 2 values a vector, the statistic alone spills)
-        if (fwd_l2()) {
-          // TORCH_DNN_NORM_L2_THREADS: the block size for A/B runs (a power of two, 32..512)
-          const int64_t want = env::get_int("TORCH_DNN_NORM_L2_THREADS", 0);
-          const int threads = want >= 32 && want <= kL2Threads && (want & (want - 1)) == 0
-                                  ? int(want)
-                                  : int(std::min<int64_t>(kL2Threads, std::max(32, pow2_at_least((p.N / V + 1) / 2))));  // 2 vectors a thread
-          // TORCH_DNN_NORM_L2_U: vectors a thread loads a step in pass 1 (1, 2, 4; a residual: 1, 2);
-          // TORCH_DNN_NORM_L2_STORE=plain: y stored without the evict_first hint (A/B runs)
-          const unsigned grid = unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
-          const bool hint = !env::is("TORCH_DNN_NORM_L2_STORE", "plain");
-          const int u = env::get_int("TORCH_DNN_NORM_L2_U", 2);
-          if (p.res) {
-            if (u == 1) norm_l2_fwd<T, RMS, true, 1><<<grid, threads, 0, stream>>>(p, hint);
-            else norm_l2_fwd<T, RMS, true, 2><<<grid, threads, 0, stream>>>(p, hint);
-          } else {
-            if (u == 1) norm_l2_fwd<T, RMS, false, 1><<<grid, threads, 0, stream>>>(p, hint);
-            else if (u == 4) norm_l2_fwd<T, RMS, false, 4><<<grid, threads, 0, stream>>>(p, hint);
-            else norm_l2_fwd<T, RMS, false, 2><<<grid, threads, 0, stream>>>(p, hint);
-          }
-          break;
-        }
-      }
       if (fwd_staged(kBytes, RMS, p.N)) {
         const int per_sm = staged_fwd_per_sm<T, RMS>(plan.threads, p.res != nullptr);
         if (per_sm > 0) {
