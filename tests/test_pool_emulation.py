@@ -170,8 +170,11 @@ def test_fixed_cases_old_paths(emu, variant, monkeypatch):
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
-def test_special_values(emu, layout):
+@pytest.mark.parametrize("variant", ["", "TORCH_DNN_POOL_PAD_STRIP=1"])
+def test_special_values(emu, layout, variant, monkeypatch):
     # NaN wins (the last one), -inf windows keep their first index, inf propagates: taps and loops alike
+    if variant:
+        set_variant(monkeypatch, variant)
     gen = torch.Generator().manual_seed(1)
     for r, shape in ((1, (2, 16, 12)), (2, (2, 16, 9, 8)), (3, (2, 8, 5, 6, 7))):
         for dtype in (torch.float32, torch.bfloat16):

@@ -20,10 +20,10 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
     const bool vec = aligned16(x) && row_bytes % 16 == 0;
     const bool k3 = a.kh == 3 && a.kw == 3 && a.dh == 1 && a.dw == 1;
     if (k3 && !tile_unpadded()) {  // padded tiles, planned for their wider pitch
-      auto go_pad = [&](auto v, auto pair) {
+      auto go_pad = [&](auto v, auto mode) {
         constexpr int V = decltype(v)::value;
-        constexpr bool PAIR = decltype(pair)::value;
-        constexpr int NO = PAIR ? 2 : 1;
+        constexpr int MODE = decltype(mode)::value;
+        constexpr int NO = MODE == kPadPair ? 2 : 1;
         const int cols = (a.OW + NO - 1) / NO;  // output items a row
         PadGeo pg;
         pg.LP = (a.pw + V - 1) / V * V;
@@ -42,7 +42,7 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
         // persistent: the blocks that fit an SM by shared memory (at most 8 of 256 threads)
         const int64_t per_sm = std::max<int64_t>(1, std::min<int64_t>(8, smem_per_sm() / int64_t(smem + 1024)));
         const int64_t grid = std::min<int64_t>(a.tiles, per_sm * sm_count());
-        launch_smem_over48k<pool_fwd_tile_pad<T, OP, V, 3, 3, PAIR>>(unsigned(std::max<int64_t>(grid, 1)), kThreads,
+        launch_smem_over48k<pool_fwd_tile_pad<T, OP, V, 3, 3, MODE>>(unsigned(std::max<int64_t>(grid, 1)), kThreads,
                                                                      smem, 2 * kTileSmem + 32, stream,
                                                                      static_cast<const T*>(x), static_cast<T*>(y),
                                                                      ind, a, pg);
@@ -50,8 +50,13 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
       };
       // pairs for avg only: on the H100 (64x64x112x112 bf16) avg 3x3/2 went 0.0637 -> 0.0614 ms with them and
       // max 0.0982 -> 0.1196 ms (its per-tap argmax keeps both outputs' state live)
+      const bool s2 = a.sh == 2 && a.sw == 2;
+      const int strip_knob = pad_strip();
+      const bool strip = s2 && (strip_knob == 1 || (strip_knob < 0 && OP == Op::Avg));
       const bool pair = OP == Op::Avg && a.sw == 2 && !pad_single();
-      auto go_v = [&](auto v) { return pair ? go_pad(v, std::true_type{}) : go_pad(v, std::false_type{}); };
+      auto go_v = [&](auto v) {
+        return strip ? go_pad(v, int_c<kPadStrip>{}) : pair ? go_pad(v, int_c<kPadPair>{}) : go_pad(v, int_c<kPadSingle>{});
+      };
       if (vec ? go_v(int_c<kVec16<T>>{}) : go_v(int_c<1>{})) {
         done = true;
         return;

@@ -196,7 +196,13 @@ struct PadGeo {
 // Persistent blocks, two tile buffers: the next band's rows are copied in (cp.async for 16-byte vectors, so
 // without registers) while this band's outputs are computed. One buffer a block left the block's DRAM
 // reads idle for its whole compute phase (avg 3x3/2 NCHW bf16 ran at 57% of copy).
-template <typename T, Op OP, int V, int KH, int KW, bool PAIR>
+// How pool_fwd_tile_pad's threads take a band's outputs: one output an item; two neighbours along W (avg,
+// stride 2); or a column strip (3x3 windows at stride 2 x 2): a thread per output column walking down a
+// group of output rows, each input row's 3 taps reduced once (sum, or max with its column) and shared by the
+// two output rows that cover it: ~2x fewer shared-memory reads and conversions an output than the pairs.
+enum PadMode { kPadSingle = 0, kPadPair = 1, kPadStrip = 2 };
+
+template <typename T, Op OP, int V, int KH, int KW, int MODE>
 __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restrict__ x, T* __restrict__ y,
                                                                int64_t* __restrict__ ind, TileArgs a, PadGeo pg) {
   using A = acc_t<T>;
@@ -244,69 +250,143 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
     const int oh1 = imin(oh0 + a.rows, a.OH);
     const int64_t obase = plane * a.OH * OW;
     const int64_t ibase = int64_t(plane % a.D) * H * W;  // indices are flat in the (n, c) volume
-    // PAIR (stride 2 along W, KW = 3): a thread takes two neighbouring outputs, whose windows share a column:
-    // 3 x 5 taps read as 2-element vectors where aligned, instead of 2 x 3 x 3 single reads
-    constexpr int NO = PAIR ? 2 : 1, SPAN = PAIR ? 2 * 2 + KW - 2 : KW;
-    const int cols = (OW + NO - 1) / NO;
-    int r = threadIdx.x / cols, c = threadIdx.x % cols;
-    for (; r < oh1 - oh0; r += a.step_r) {
-      const int oh = oh0 + r, ow0 = c * NO;
-      const int hs = oh * a.sh - a.ph, ws0 = ow0 * a.sw - a.pw;
-      const T* tp = tile + r * a.sh * P + ws0 + LP;  // the first window's corner
-      A v[KH][SPAN];
-      if constexpr (PAIR) {
-        const bool even = ((ws0 + LP) & 1) == 0;  // the same for every thread (P is even)
-#pragma unroll
-        for (int i = 0; i < KH; ++i) {
-          const T* rp = tp + i * P;
+    if constexpr (MODE == kPadStrip) {
+      static_assert(KH == 3 && KW == 3, "the strip walks 3x3 windows at stride 2");
+      const int nrows = oh1 - oh0;
+      // thread -> (row group g, first column c): groups of OW threads, each a contiguous run of the band's rows
+      int G, g, c, cstep;
+      if (OW <= kThreads) G = kThreads / OW, g = threadIdx.x / OW, c = threadIdx.x - g * OW, cstep = OW;
+      else G = 1, g = 0, c = threadIdx.x, cstep = kThreads;
+      const int rpg = (nrows + G - 1) / G, r0 = g * rpg, r1 = imin(nrows, r0 + rpg);
+      // the taps' parity is the same for every thread (ws = 2 ow - pw, LP and P even): pairs read as 2-vectors
+      const bool even = ((LP - a.pw) & 1) == 0;
+      for (; g < G && r0 < r1 && c < OW; c += cstep) {
+        const int ws = c * 2 - a.pw;
+        const T* const cp = tile + ws + LP;  // the thread's left tap in tile row 0
+        A t0, t1, t2;                         // one tile row's 3 taps
+        auto taps = [&](int i) {
+          const T* rp = cp + i * P;
           if (even) {
-            const Vec<T, 2> p0 = load_vec<T, 2>(rp), p1 = load_vec<T, 2>(rp + 2);
-            v[i][0] = to_acc<A>(p0.v[0]), v[i][1] = to_acc<A>(p0.v[1]);
-            v[i][2] = to_acc<A>(p1.v[0]), v[i][3] = to_acc<A>(p1.v[1]);
-            v[i][4] = to_acc<A>(rp[4]);
+            const Vec<T, 2> q = load_vec<T, 2>(rp);
+            t0 = to_acc<A>(q.v[0]), t1 = to_acc<A>(q.v[1]), t2 = to_acc<A>(rp[2]);
           } else {
-            const Vec<T, 2> p0 = load_vec<T, 2>(rp + 1), p1 = load_vec<T, 2>(rp + 3);
-            v[i][0] = to_acc<A>(rp[0]);
-            v[i][1] = to_acc<A>(p0.v[0]), v[i][2] = to_acc<A>(p0.v[1]);
-            v[i][3] = to_acc<A>(p1.v[0]), v[i][4] = to_acc<A>(p1.v[1]);
+            const Vec<T, 2> q = load_vec<T, 2>(rp + 1);
+            t0 = to_acc<A>(rp[0]), t1 = to_acc<A>(q.v[0]), t2 = to_acc<A>(q.v[1]);
+          }
+        };
+        T* yc = y + obase + int64_t(oh0 + r0) * OW + c;
+        if constexpr (OP == Op::Avg) {
+          const int we_p = imin(ws + 3, W + a.pw);
+          const int cf = a.cip ? we_p - ws : imin(we_p, W) - imax(ws, 0);  // the window's columns
+          taps(2 * r0);
+          A top = t0 + t1 + t2;
+          for (int r = r0; r < r1; ++r, yc += OW) {
+            taps(2 * r + 1);
+            const A mid = t0 + t1 + t2;
+            taps(2 * r + 2);
+            const A bot = t0 + t1 + t2;
+            const A acc = top + mid + bot;
+            top = bot;
+            const int hs = (oh0 + r) * 2 - a.ph, he_p = imin(hs + 3, H + a.ph);
+            const int rf = a.cip ? he_p - hs : imin(he_p, H) - imax(hs, 0);
+            *yc = from_acc<T>(acc * (a.divisor_override ? rcp_override : rcp[rf * cf]));
+          }
+        } else {
+          // a row's max and its column (-1: none above -inf), then rows top to bottom by the same rule, which
+          // gives the row-major scan's answer: the first maximum, or the last NaN
+          auto row_max = [&](int i, A& m, int& j) {
+            taps(i);
+            m = A(-INFINITY), j = -1;
+            if (t0 > m || t0 != t0) m = t0, j = 0;
+            if (t1 > m || t1 != t1) m = t1, j = 1;
+            if (t2 > m || t2 != t2) m = t2, j = 2;
+          };
+          int64_t* ic = ind + obase + int64_t(oh0 + r0) * OW + c;
+          A mt;
+          int jt;
+          row_max(2 * r0, mt, jt);
+          for (int r = r0; r < r1; ++r, yc += OW, ic += OW) {
+            A mm, mb;
+            int jm, jb;
+            row_max(2 * r + 1, mm, jm);
+            row_max(2 * r + 2, mb, jb);
+            A m = mt;
+            int i = jt >= 0 ? 0 : -1, j = jt;
+            if (mm > m || mm != mm) m = mm, i = 1, j = jm;
+            if (mb > m || mb != mb) m = mb, i = 2, j = jb;
+            mt = mb, jt = jb;
+            const int hs = (oh0 + r) * 2 - a.ph;
+            *yc = from_acc<T>(m);
+            *ic = ibase + (j >= 0 ? (hs + i) * W + ws + j : imax(hs, 0) * W + imax(ws, 0));
           }
         }
-      } else {
-#pragma unroll
-        for (int i = 0; i < KH; ++i)
-#pragma unroll
-          for (int j = 0; j < KW; ++j) v[i][j] = to_acc<A>(tp[i * P + j]);
       }
-#pragma unroll
-      for (int u = 0; u < NO; ++u) {
-        const int ow = ow0 + u, ws = ws0 + u * 2;  // (PAIR: stride 2)
-        if (u > 0 && ow >= OW) break;
-        const int64_t o = obase + int64_t(oh) * OW + ow;
-        if constexpr (OP == Op::Max) {
-          A m = A(-INFINITY);
-          int k = -1;
-#pragma unroll
-          for (int i = 0; i < KH; ++i)
-#pragma unroll
-            for (int j = 0; j < KW; ++j) {
-              const A x_ij = v[i][u * 2 + j];
-              if (x_ij > m || x_ij != x_ij) m = x_ij, k = i * KW + j;  // a NaN wins (the last one), as PyTorch
+    } else {
+      // PAIR (stride 2 along W, KW = 3): a thread takes two neighbouring outputs, whose windows share a column:
+      // 3 x 5 taps read as 2-element vectors where aligned, instead of 2 x 3 x 3 single reads
+      constexpr bool PAIR = MODE == kPadPair;
+      constexpr int NO = PAIR ? 2 : 1, SPAN = PAIR ? 2 * 2 + KW - 2 : KW;
+      const int cols = (OW + NO - 1) / NO;
+      int r = threadIdx.x / cols, c = threadIdx.x % cols;
+      for (; r < oh1 - oh0; r += a.step_r) {
+        const int oh = oh0 + r, ow0 = c * NO;
+        const int hs = oh * a.sh - a.ph, ws0 = ow0 * a.sw - a.pw;
+        const T* tp = tile + r * a.sh * P + ws0 + LP;  // the first window's corner
+        A v[KH][SPAN];
+        if constexpr (PAIR) {
+          const bool even = ((ws0 + LP) & 1) == 0;  // the same for every thread (P is even)
+  #pragma unroll
+          for (int i = 0; i < KH; ++i) {
+            const T* rp = tp + i * P;
+            if (even) {
+              const Vec<T, 2> p0 = load_vec<T, 2>(rp), p1 = load_vec<T, 2>(rp + 2);
+              v[i][0] = to_acc<A>(p0.v[0]), v[i][1] = to_acc<A>(p0.v[1]);
+              v[i][2] = to_acc<A>(p1.v[0]), v[i][3] = to_acc<A>(p1.v[1]);
+              v[i][4] = to_acc<A>(rp[4]);
+            } else {
+              const Vec<T, 2> p0 = load_vec<T, 2>(rp + 1), p1 = load_vec<T, 2>(rp + 3);
+              v[i][0] = to_acc<A>(rp[0]);
+              v[i][1] = to_acc<A>(p0.v[0]), v[i][2] = to_acc<A>(p0.v[1]);
+              v[i][3] = to_acc<A>(p1.v[0]), v[i][4] = to_acc<A>(p1.v[1]);
             }
-          const int mi = k >= 0 ? (hs + k / KW) * W + ws + k % KW : imax(hs, 0) * W + imax(ws, 0);
-          y[o] = from_acc<T>(m);
-          ind[o] = ibase + mi;
+          }
         } else {
-          A acc = A(0);
-#pragma unroll
+  #pragma unroll
           for (int i = 0; i < KH; ++i)
-#pragma unroll
-            for (int j = 0; j < KW; ++j) acc += v[i][u * 2 + j];
-          const int div = avg_window_size(hs, ws, KH, KW, H, W, a.ph, a.pw, a.cip);
-          y[o] = from_acc<T>(acc * (a.divisor_override ? rcp_override : rcp[div]));
+  #pragma unroll
+            for (int j = 0; j < KW; ++j) v[i][j] = to_acc<A>(tp[i * P + j]);
         }
+  #pragma unroll
+        for (int u = 0; u < NO; ++u) {
+          const int ow = ow0 + u, ws = ws0 + u * 2;  // (PAIR: stride 2)
+          if (u > 0 && ow >= OW) break;
+          const int64_t o = obase + int64_t(oh) * OW + ow;
+          if constexpr (OP == Op::Max) {
+            A m = A(-INFINITY);
+            int k = -1;
+  #pragma unroll
+            for (int i = 0; i < KH; ++i)
+  #pragma unroll
+              for (int j = 0; j < KW; ++j) {
+                const A x_ij = v[i][u * 2 + j];
+                if (x_ij > m || x_ij != x_ij) m = x_ij, k = i * KW + j;  // a NaN wins (the last one), as PyTorch
+              }
+            const int mi = k >= 0 ? (hs + k / KW) * W + ws + k % KW : imax(hs, 0) * W + imax(ws, 0);
+            y[o] = from_acc<T>(m);
+            ind[o] = ibase + mi;
+          } else {
+            A acc = A(0);
+  #pragma unroll
+            for (int i = 0; i < KH; ++i)
+  #pragma unroll
+              for (int j = 0; j < KW; ++j) acc += v[i][u * 2 + j];
+            const int div = avg_window_size(hs, ws, KH, KW, H, W, a.ph, a.pw, a.cip);
+            y[o] = from_acc<T>(acc * (a.divisor_override ? rcp_override : rcp[div]));
+          }
+        }
+        c += a.step_c;
+        if (c >= cols) c -= cols, ++r;
       }
-      c += a.step_c;
-      if (c >= cols) c -= cols, ++r;
     }
     __syncthreads();  // this buffer is read: the next iteration stages into it
   }
@@ -683,6 +763,10 @@ constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: severa
 // TORCH_DNN_POOL_PAD_PAIR=0: pool_fwd_tile_pad with one output a thread also for avg at stride 2 (A/B runs).
 inline bool pad_single() {
   return env::is("TORCH_DNN_POOL_PAD_PAIR", "0");
+}
+// TORCH_DNN_POOL_PAD_STRIP=0: no column strips (avg: pairs, max: one output a thread); =1: strips for max too
+inline int pad_strip() {
+  return env::is("TORCH_DNN_POOL_PAD_STRIP", "0") ? 0 : env::is("TORCH_DNN_POOL_PAD_STRIP", "1") ? 1 : -1;
 }
 
 // Bytes of one of pool_fwd_tile_pad's two buffers: TORCH_DNN_POOL_PAD_KB (4..32, for A/B runs), else 32 KB.
