@@ -202,6 +202,38 @@ struct PadGeo {
 // two output rows that cover it: ~2x fewer shared-memory reads and conversions an output than the pairs.
 enum PadMode { kPadSingle = 0, kPadPair = 1, kPadStrip = 2 };
 
+// The strip's three taps of one tile row from `rp` (its left tap): a 2-vector and a single read, the pair
+// first where `rp` is even (the same for every thread of a launch).
+template <typename A, typename T>
+__device__ __forceinline__ void row_taps(const T* rp, bool even, A& t0, A& t1, A& t2) {
+  if (even) {
+    const Vec<T, 2> q = load_vec<T, 2>(rp);
+    t0 = to_acc<A>(q.v[0]), t1 = to_acc<A>(q.v[1]), t2 = to_acc<A>(rp[2]);
+  } else {
+    const Vec<T, 2> q = load_vec<T, 2>(rp + 1);
+    t0 = to_acc<A>(rp[0]), t1 = to_acc<A>(q.v[0]), t2 = to_acc<A>(q.v[1]);
+  }
+}
+template <typename A, typename T>
+__device__ __forceinline__ A row_sum(const T* rp, bool even) {
+  A t0, t1, t2;
+  row_taps(rp, even, t0, t1, t2);
+  return t0 + t1 + t2;
+}
+// The row's maximum and its column j (-1: nothing above -inf), with max pooling's rule: the first maximum,
+// or the last NaN.
+template <typename A, typename T>
+__device__ __forceinline__ A row_max(const T* rp, bool even, int& j) {
+  A t0, t1, t2;
+  row_taps(rp, even, t0, t1, t2);
+  A m = A(-INFINITY);
+  j = -1;
+  if (t0 > m || t0 != t0) m = t0, j = 0;
+  if (t1 > m || t1 != t1) m = t1, j = 1;
+  if (t2 > m || t2 != t2) m = t2, j = 2;
+  return m;
+}
+
 template <typename T, Op OP, int V, int KH, int KW, int MODE>
 __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restrict__ x, T* __restrict__ y,
                                                                int64_t* __restrict__ ind, TileArgs a, PadGeo pg) {
@@ -217,6 +249,9 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
 #pragma unroll
   for (int j = 0; j < V; ++j) padv.v[j] = from_acc<T>(OP == Op::Max ? A(-INFINITY) : A(0));
   // the band's tile rows: input rows [hs0, hs0 + R) with padding, the real columns from LP
+  const uint32_t pv = uint32_t(P / V);
+  uint32_t step_row, step_j;  // kThreads vectors = step_row rows and step_j vectors
+  pg.by_pv.divmod(kThreads, step_row, step_j);
   auto stage = [&](int64_t t, T* tile) {
     const int64_t plane = t / a.bands;
     const int oh0 = int(t - plane * a.bands) * a.rows;
@@ -224,9 +259,11 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
     const int hs0 = oh0 * a.sh - a.ph;
     const int nvec = ((oh1 - oh0 - 1) * a.sh + KH) * (P / V);
     const T* xplane = x + plane * H * W;
+    // the thread's (row, vector) walks by the block's stride: one division a band, not one a vector (the
+    // kernel is issue-bound)
+    uint32_t row, j;
+    pg.by_pv.divmod(threadIdx.x, row, j);
     for (int e = threadIdx.x; e < nvec; e += kThreads) {
-      uint32_t row, j;
-      pg.by_pv.divmod(uint32_t(e), row, j);
       const int h = hs0 + int(row), col = int(j) * V - LP;  // vectors lie wholly inside or outside a row
       if (h >= 0 && h < H && col >= 0 && col < W) {
         if constexpr (V * sizeof(T) == 16) cp_async16(tile + e * V, xplane + int64_t(h) * W + col);
@@ -234,6 +271,8 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
       } else {
         store_vec<T, V>(tile + e * V, padv);
       }
+      row += step_row, j += step_j;
+      if (j >= pv) j -= pv, ++row;
     }
   };
   int buf = 0;
@@ -262,60 +301,43 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
       const bool even = ((LP - a.pw) & 1) == 0;
       for (; g < G && r0 < r1 && c < OW; c += cstep) {
         const int ws = c * 2 - a.pw;
-        const T* const cp = tile + ws + LP;  // the thread's left tap in tile row 0
-        A t0, t1, t2;                         // one tile row's 3 taps
-        auto taps = [&](int i) {
-          const T* rp = cp + i * P;
-          if (even) {
-            const Vec<T, 2> q = load_vec<T, 2>(rp);
-            t0 = to_acc<A>(q.v[0]), t1 = to_acc<A>(q.v[1]), t2 = to_acc<A>(rp[2]);
-          } else {
-            const Vec<T, 2> q = load_vec<T, 2>(rp + 1);
-            t0 = to_acc<A>(rp[0]), t1 = to_acc<A>(q.v[0]), t2 = to_acc<A>(q.v[1]);
-          }
-        };
+        const T* rp = tile + 2 * r0 * P + ws + LP;  // the thread's left tap in its first window's top row
         T* yc = y + obase + int64_t(oh0 + r0) * OW + c;
+        int hs = (oh0 + r0) * 2 - a.ph;
         if constexpr (OP == Op::Avg) {
           const int we_p = imin(ws + 3, W + a.pw);
           const int cf = a.cip ? we_p - ws : imin(we_p, W) - imax(ws, 0);  // the window's columns
-          taps(2 * r0);
-          A top = t0 + t1 + t2;
-          for (int r = r0; r < r1; ++r, yc += OW) {
-            taps(2 * r + 1);
-            const A mid = t0 + t1 + t2;
-            taps(2 * r + 2);
-            const A bot = t0 + t1 + t2;
+          // rows wholly inside the input have 3 rows either way: their scale is the thread's; others' by the rule
+          const A inner = a.divisor_override ? rcp_override : rcp[3 * cf];
+          A top = row_sum<A>(rp, even);
+          for (int r = r0; r < r1; ++r, yc += OW, hs += 2) {
+            const A mid = row_sum<A>(rp + P, even), bot = row_sum<A>(rp + 2 * P, even);
+            rp += 2 * P;
             const A acc = top + mid + bot;
             top = bot;
-            const int hs = (oh0 + r) * 2 - a.ph, he_p = imin(hs + 3, H + a.ph);
-            const int rf = a.cip ? he_p - hs : imin(he_p, H) - imax(hs, 0);
-            *yc = from_acc<T>(acc * (a.divisor_override ? rcp_override : rcp[rf * cf]));
+            A scale = inner;
+            if (hs < 0 || hs > H - 3) {
+              const int he_p = imin(hs + 3, H + a.ph);
+              const int rf = a.cip ? he_p - hs : imin(he_p, H) - imax(hs, 0);
+              scale = a.divisor_override ? rcp_override : rcp[rf * cf];
+            }
+            *yc = from_acc<T>(acc * scale);
           }
         } else {
-          // a row's max and its column (-1: none above -inf), then rows top to bottom by the same rule, which
-          // gives the row-major scan's answer: the first maximum, or the last NaN
-          auto row_max = [&](int i, A& m, int& j) {
-            taps(i);
-            m = A(-INFINITY), j = -1;
-            if (t0 > m || t0 != t0) m = t0, j = 0;
-            if (t1 > m || t1 != t1) m = t1, j = 1;
-            if (t2 > m || t2 != t2) m = t2, j = 2;
-          };
+          // a row's max and its column, then rows top to bottom by the same rule (row_max): the row-major
+          // scan's answer, the first maximum or the last NaN
           int64_t* ic = ind + obase + int64_t(oh0 + r0) * OW + c;
-          A mt;
           int jt;
-          row_max(2 * r0, mt, jt);
-          for (int r = r0; r < r1; ++r, yc += OW, ic += OW) {
-            A mm, mb;
+          A mt = row_max<A>(rp, even, jt);
+          for (int r = r0; r < r1; ++r, yc += OW, ic += OW, hs += 2) {
             int jm, jb;
-            row_max(2 * r + 1, mm, jm);
-            row_max(2 * r + 2, mb, jb);
+            const A mm = row_max<A>(rp + P, even, jm), mb = row_max<A>(rp + 2 * P, even, jb);
+            rp += 2 * P;
             A m = mt;
             int i = jt >= 0 ? 0 : -1, j = jt;
             if (mm > m || mm != mm) m = mm, i = 1, j = jm;
             if (mb > m || mb != mb) m = mb, i = 2, j = jb;
             mt = mb, jt = jb;
-            const int hs = (oh0 + r) * 2 - a.ph;
             *yc = from_acc<T>(m);
             *ic = ibase + (j >= 0 ? (hs + i) * W + ws + j : imax(hs, 0) * W + imax(ws, 0));
           }
@@ -335,7 +357,7 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
         A v[KH][SPAN];
         if constexpr (PAIR) {
           const bool even = ((ws0 + LP) & 1) == 0;  // the same for every thread (P is even)
-  #pragma unroll
+#pragma unroll
           for (int i = 0; i < KH; ++i) {
             const T* rp = tp + i * P;
             if (even) {
@@ -351,12 +373,12 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
             }
           }
         } else {
-  #pragma unroll
+#pragma unroll
           for (int i = 0; i < KH; ++i)
-  #pragma unroll
+#pragma unroll
             for (int j = 0; j < KW; ++j) v[i][j] = to_acc<A>(tp[i * P + j]);
         }
-  #pragma unroll
+#pragma unroll
         for (int u = 0; u < NO; ++u) {
           const int ow = ow0 + u, ws = ws0 + u * 2;  // (PAIR: stride 2)
           if (u > 0 && ow >= OW) break;
@@ -364,9 +386,9 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
           if constexpr (OP == Op::Max) {
             A m = A(-INFINITY);
             int k = -1;
-  #pragma unroll
+#pragma unroll
             for (int i = 0; i < KH; ++i)
-  #pragma unroll
+#pragma unroll
               for (int j = 0; j < KW; ++j) {
                 const A x_ij = v[i][u * 2 + j];
                 if (x_ij > m || x_ij != x_ij) m = x_ij, k = i * KW + j;  // a NaN wins (the last one), as PyTorch
@@ -376,9 +398,9 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
             ind[o] = ibase + mi;
           } else {
             A acc = A(0);
-  #pragma unroll
+#pragma unroll
             for (int i = 0; i < KH; ++i)
-  #pragma unroll
+#pragma unroll
               for (int j = 0; j < KW; ++j) acc += v[i][u * 2 + j];
             const int div = avg_window_size(hs, ws, KH, KW, H, W, a.ph, a.pw, a.cip);
             y[o] = from_acc<T>(acc * (a.divisor_override ? rcp_override : rcp[div]));
