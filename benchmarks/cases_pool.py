@@ -36,11 +36,10 @@ def _pool_cases(dtype, layout):
     # the plane tiles; NHWC, the row bands beside the per-item kernels
     if layout == "NCHW":
         # forward: also the first (bounds-checked) plane tiles (TORCH_DNN_POOL_NC_FWD=unpadded) for 3x3 windows,
-        # and the padded tiles with and without column strips (TORCH_DNN_POOL_PAD_STRIP=1|0; without: avg's pairs,
-        # max's one output a thread)
-        var = lambda d: _variant(_variant(_variant(_variant(  # noqa: E731
+        # and the padded tiles without column strips (TORCH_DNN_POOL_PAD_STRIP=0: avg's pairs, max's one output a thread)
+        var = lambda d: _variant(_variant(_variant(  # noqa: E731
             d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"), "TORCH_DNN_POOL_NC_FWD", "unpadded", "torch_dnn unpadded"),
-            "TORCH_DNN_POOL_PAD_STRIP", "1", "torch_dnn strip"), "TORCH_DNN_POOL_PAD_STRIP", "0", "torch_dnn nostrip")
+            "TORCH_DNN_POOL_PAD_STRIP", "0", "torch_dnn nostrip")
         # backward: also the per-input tile gather (TORCH_DNN_POOL_NC_BWD=gather) beside the owner blocks
         var_bwd = lambda d: _variant(_variant(_variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"),  # noqa: E731
                                               "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather"),

@@ -25,6 +25,10 @@ namespace pool {
 TD_HD int imin(int a, int b) { return a < b ? a : b; }
 TD_HD int imax(int a, int b) { return a > b ? a : b; }
 
+// Band t's plane: bands == 1 (a band a plane, the common case) needs no 64-bit division, which costs ~60
+// instructions a warp in these issue-bound kernels.
+TD_HD int64_t band_plane(int64_t t, int bands) { return bands == 1 ? t : t / bands; }
+
 // avg pooling's divisor (no divisor_override) for the kh x kw window at (hs, ws): its size clamped to the padded
 // input (count_include_pad) or to the input itself, as PyTorch.
 TD_HD int avg_window_size(int hs, int ws, int kh, int kw, int H, int W, int ph, int pw, bool cip) {
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile(const T* __restrict__ 
   T* tile = reinterpret_cast<T*>(tile_smem());
   const int H = a.H, W = a.W, OW = a.OW;
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
-    const int64_t plane = t / a.bands;
+    const int64_t plane = band_plane(t, a.bands);
     const int oh0 = int(t - plane * a.bands) * a.rows;
     const int oh1 = imin(oh0 + a.rows, a.OH);
     const int h_lo = imax(oh0 * a.sh - a.ph, 0);
@@ -113,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile(const T* __restrict__ 
     if (h_hi > h_lo) stage_rows<T, V>(tile, x + (plane * H + h_lo) * W, (h_hi - h_lo) * W);
     __syncthreads();
     const int64_t obase = plane * a.OH * OW;
-    const int64_t ibase = int64_t(plane % a.D) * H * W;  // indices are flat in the (n, c) volume
+    const int64_t ibase = (a.D == 1 ? int64_t(0) : plane % a.D) * H * W;  // indices are flat in the (n, c) volume
     int r = threadIdx.x / OW, c = threadIdx.x % OW;
     for (; r < oh1 - oh0; r += a.step_r) {
       const int oh = oh0 + r, ow = c;
@@ -253,7 +257,7 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
   uint32_t step_row, step_j;  // kThreads vectors = step_row rows and step_j vectors
   pg.by_pv.divmod(kThreads, step_row, step_j);
   auto stage = [&](int64_t t, T* tile) {
-    const int64_t plane = t / a.bands;
+    const int64_t plane = band_plane(t, a.bands);
     const int oh0 = int(t - plane * a.bands) * a.rows;
     const int oh1 = imin(oh0 + a.rows, a.OH);
     const int hs0 = oh0 * a.sh - a.ph;
@@ -275,6 +279,13 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
       if (j >= pv) j -= pv, ++row;
     }
   };
+  // strips: thread -> (row group g, first column c), groups of OW threads each taking a run of a band's rows
+  struct {
+    int G, g, c, cstep;
+  } sg{1, 0, int(threadIdx.x), kThreads};
+  if (MODE == kPadStrip && OW <= kThreads) {
+    sg.G = kThreads / OW, sg.g = int(threadIdx.x) / OW, sg.c = int(threadIdx.x) - sg.g * OW, sg.cstep = OW;
+  }
   int buf = 0;
   if (blockIdx.x < a.tiles) stage(blockIdx.x, bufs);
   cp_async_commit();
@@ -284,19 +295,17 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
     cp_async_commit();  // possibly empty: "all but the newest group" is then this band's
     cp_async_wait<1>();
     __syncthreads();  // every thread's copies and padding of this band are in
-    const int64_t plane = t / a.bands;
+    const int64_t plane = band_plane(t, a.bands);
     const int oh0 = int(t - plane * a.bands) * a.rows;
     const int oh1 = imin(oh0 + a.rows, a.OH);
     const int64_t obase = plane * a.OH * OW;
-    const int64_t ibase = int64_t(plane % a.D) * H * W;  // indices are flat in the (n, c) volume
+    const int64_t ibase = (a.D == 1 ? int64_t(0) : plane % a.D) * H * W;  // indices are flat in the (n, c) volume
     if constexpr (MODE == kPadStrip) {
       static_assert(KH == 3 && KW == 3, "the strip walks 3x3 windows at stride 2");
       const int nrows = oh1 - oh0;
-      // thread -> (row group g, first column c): groups of OW threads, each a contiguous run of the band's rows
-      int G, g, c, cstep;
-      if (OW <= kThreads) G = kThreads / OW, g = threadIdx.x / OW, c = threadIdx.x - g * OW, cstep = OW;
-      else G = 1, g = 0, c = threadIdx.x, cstep = kThreads;
-      const int rpg = (nrows + G - 1) / G, r0 = g * rpg, r1 = imin(nrows, r0 + rpg);
+      const int rpg = int(unsigned(nrows + sg.G - 1) / unsigned(sg.G)), r0 = sg.g * rpg, r1 = imin(nrows, r0 + rpg);
+      int c = sg.c;
+      const int g = sg.g, G = sg.G, cstep = sg.cstep;
       // the taps' parity is the same for every thread (ws = 2 ow - pw, LP and P even): pairs read as 2-vectors
       const bool even = ((LP - a.pw) & 1) == 0;
       for (; g < G && r0 < r1 && c < OW; c += cstep) {
@@ -433,7 +442,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ 
   A* sg = reinterpret_cast<A*>(tile_smem());
   const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
-    const int64_t plane = t / a.bands;
+    const int64_t plane = band_plane(t, a.bands);
     const int h0 = int(t - plane * a.bands) * a.rows;
     const int h1 = imin(h0 + a.rows, H);
     int oh_lo, oh_hi, unused;
@@ -442,7 +451,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ 
     const int n_out = imax(oh_hi - oh_lo, 0) * OW;
     int* sidx = reinterpret_cast<int*>(sg + n_out);  // max only
     const int64_t gbase = plane * OH * OW + int64_t(oh_lo) * OW;
-    const int64_t ibase = int64_t(plane % a.D) * H * W;
+    const int64_t ibase = (a.D == 1 ? int64_t(0) : plane % a.D) * H * W;
     __syncthreads();  // the previous band's readers are done
     {
       // stage: grad rows [oh_lo, oh_hi) as float (avg: divided by the window's divisor), max's indices
@@ -532,14 +541,14 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restr
   const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
   const int own_h = (H - 1 + a.ph) / a.sh + 1, own_w = (W - 1 + a.pw) / a.sw + 1;
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
-    const int64_t plane = t / a.bands;
+    const int64_t plane = band_plane(t, a.bands);
     const int o0 = int(t - plane * a.bands) * a.rows;
     const int o1 = imin(o0 + a.rows, own_h);
     const int oh_lo = imax(o0 - 1, 0), oh_hi = imin(o1, OH);
     const int n_out = imax(oh_hi - oh_lo, 0) * OW;
     int* sidx = reinterpret_cast<int*>(sg + n_out);  // max only
     const int64_t gbase = plane * OH * OW + int64_t(oh_lo) * OW;
-    const int64_t ibase = int64_t(plane % a.D) * H * W;
+    const int64_t ibase = (a.D == 1 ? int64_t(0) : plane % a.D) * H * W;
     __syncthreads();  // the previous band's readers are done
     {
       constexpr int U = 4;
@@ -649,7 +658,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
   const int H = a.H, W = a.W, OH = a.OH, OW = a.OW, ph = a.ph;
   const int cols = W / V;
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
-    const int64_t plane = t / a.bands;
+    const int64_t plane = band_plane(t, a.bands);
     const int h0 = int(t - plane * a.bands) * a.rows;
     const int h1 = imin(h0 + a.rows, H);
     const int oh_lo = ((h0 + ph) >> 1) - 1;  // output row of staged row 0
@@ -657,7 +666,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
     const int n_st = n_rows * n_cols;
     int* sidx = reinterpret_cast<int*>(sg + n_st);  // max only
     const int64_t gplane = plane * OH * OW;
-    const int64_t ibase = int64_t(plane % a.D) * H * W;
+    const int64_t ibase = (a.D == 1 ? int64_t(0) : plane % a.D) * H * W;
     __syncthreads();  // the previous band's readers are done
     {
       constexpr int U = 4;
@@ -786,9 +795,9 @@ constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: severa
 inline bool pad_single() {
   return env::is("TORCH_DNN_POOL_PAD_PAIR", "0");
 }
-// TORCH_DNN_POOL_PAD_STRIP=0: no column strips (avg: pairs, max: one output a thread); =1: strips for max too
-inline int pad_strip() {
-  return env::is("TORCH_DNN_POOL_PAD_STRIP", "0") ? 0 : env::is("TORCH_DNN_POOL_PAD_STRIP", "1") ? 1 : -1;
+// TORCH_DNN_POOL_PAD_STRIP=0: no column strips for 3x3/2 (avg: pairs, max: one output a thread; A/B runs).
+inline bool pad_nostrip() {
+  return env::is("TORCH_DNN_POOL_PAD_STRIP", "0");
 }
 
 // Bytes of one of pool_fwd_tile_pad's two buffers: TORCH_DNN_POOL_PAD_KB (4..32, for A/B runs), else 32 KB.
