@@ -753,9 +753,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
             sg[e] = ok[u] ? to_acc<A>(gv[u]) : A(0);
           } else if (ok[u]) {
             const int hs = (oh_lo + rr[u]) * 2 - ph, ws = (cc[u] - 1) * 2 - a.pw;
-            // windows inside the input divide by 9 under either rule: the rule's arithmetic for the edges only
-            const bool inner = hs >= 0 && hs <= H - 3 && ws >= 0 && ws <= W - 3;
-            const int div = inner ? 9 : avg_window_size(hs, ws, 3, 3, H, W, ph, a.pw, a.cip);
+            const int div = avg_window_size(hs, ws, 3, 3, H, W, ph, a.pw, a.cip);
             sg[e] = to_acc<A>(gv[u]) * (a.divisor_override ? rcp_override : rcp[div]);
           } else {
             sg[e] = A(0);
