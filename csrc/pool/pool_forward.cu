@@ -48,15 +48,16 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
                                                                      ind, a, pg);
         return true;
       };
-      // pairs for avg only: on the H100 (64x64x112x112 bf16) avg 3x3/2 went 0.0637 -> 0.0614 ms with them and
-      // max 0.0982 -> 0.1196 ms (its per-tap argmax keeps both outputs' state live)
-      const bool s2 = a.sh == 2 && a.sw == 2;
-      // strips: on the H100 (64x64x112x112 bf16) avg 0.0643 -> 0.0593 ms, max 0.0986 -> 0.0962 against the pairs
-      // and the single outputs (ncu: 22-21% fewer instructions; these kernels are issue-bound)
-      const bool strip = s2 && !pad_nostrip();
+      // column strips for 3x3/2 (TORCH_DNN_POOL_PAD_STRIP=0: not): on the H100 (64x64x112x112 bf16) avg 0.0643 ->
+      // 0.0593 ms, max 0.0986 -> 0.0962 against the pairs and the single outputs (ncu: 21-22% fewer instructions;
+      // these kernels are issue-bound)
+      const bool strip = a.sh == 2 && a.sw == 2 && !pad_nostrip();
+      // pairs for avg only: avg 3x3/2 went 0.0637 -> 0.0614 ms with them and max 0.0982 -> 0.1196 ms (its
+      // per-tap argmax keeps both outputs' state live)
       const bool pair = OP == Op::Avg && a.sw == 2 && !pad_single();
       auto go_v = [&](auto v) {
-        return strip ? go_pad(v, int_c<kPadStrip>{}) : pair ? go_pad(v, int_c<kPadPair>{}) : go_pad(v, int_c<kPadSingle>{});
+        if (strip) return go_pad(v, int_c<kPadStrip>{});
+        return pair ? go_pad(v, int_c<kPadPair>{}) : go_pad(v, int_c<kPadSingle>{});
       };
       if (vec ? go_v(int_c<kVec16<T>>{}) : go_v(int_c<1>{})) {
         done = true;
