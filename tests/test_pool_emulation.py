@@ -148,6 +148,12 @@ FIXED = [
     ("avg_pool", 2, (2, 8, 17, 10), "channels_last", dict(k=(5, 4), s=3, p=2, ceil=True)),
     ("max_pool", 3, (2, 8, 3, 9, 8), "channels_last", dict(k=(1, 3, 3), s=(1, 2, 2), p=(0, 1, 1))),
     ("avg_pool", 1, (2, 8, 33), "channels_last", dict(k=3, s=2, p=1)),
+    # NCDHW 3x3/2 column strips: several bands a plane (bulk-staged for avg, padding rows at both ends), and
+    # more output columns than threads (a thread walks two columns)
+    ("avg_pool", 2, (1, 2, 200, 160), "contiguous", dict(k=3, s=2, p=1)),
+    ("max_pool", 2, (1, 2, 200, 160), "contiguous", dict(k=3, s=2, p=1, ceil=True)),
+    ("max_pool", 2, (1, 2, 9, 540), "contiguous", dict(k=3, s=2, p=1)),
+    ("avg_pool", 2, (1, 2, 9, 540), "contiguous", dict(k=3, s=2, p=0, ceil=True, cip=False)),
     ("adaptive_avg_pool", 2, (3, 40, 7, 7), "contiguous", dict(out=1)),            # global, 128 planes a block
     ("adaptive_avg_pool", 2, (2, 9, 11, 15), "contiguous", dict(out=1)),           # 16 planes a block
 ]
