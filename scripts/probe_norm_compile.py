@@ -1,4 +1,4 @@
-"""Our norm forwards against torch.compile's kernels, for Nsight Compute and by events:
+"""Our norm forwards against torch.compile's kernels, for Nsight Compute and by the harness's event timing:
 
     python scripts/probe_norm_compile.py code OUTDIR   # write Inductor's generated code per case, then time both
     ncu --profile-from-start off --section SpeedOfLight --section LaunchStats --section Occupancy \
@@ -8,6 +8,7 @@ Cases (bf16): layer_norm and rms_norm at 8192x16384 and 32768x4096, add_rms_norm
 each case's compiled function once, then ours once, inside one cudaProfilerStart/Stop window (compilation and
 warm-up outside it), so ncu lists them in that order."""
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository root
@@ -16,6 +17,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
+from benchmarks.harness import time_calls
 from torch_dnn.reference import add_rms_norm_reference
 
 CASES = [("ln", 8192, 16384), ("rms", 8192, 16384), ("ln", 32768, 4096), ("rms", 32768, 4096),
@@ -35,17 +37,8 @@ def make(kind, m, n):
             (lambda x, r, w: F.add_rms_norm(x, r, [n], w, 1e-6)), (x, res, w))
 
 
-def event_ms(fn, args, iters=50):
-    for _ in range(3):
-        fn(*args)
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    s.record()
-    for _ in range(iters):
-        fn(*args)
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) / iters
+def median_ms(fn, args):
+    return statistics.median(time_calls(fn, [args], warmup=3, reps=50))
 
 
 def main():
@@ -74,7 +67,7 @@ def main():
         torch.cuda.cudart().cudaProfilerStop()
         return
     for name, comp, ours, args in built:
-        tc, to = event_ms(comp, args), event_ms(ours, args)
+        tc, to = median_ms(comp, args), median_ms(ours, args)
         print(f"{name:22} compile {tc:.4f} ms  ours {to:.4f} ms  ours/compile {to / tc:.3f}")
 
 
