@@ -89,19 +89,28 @@ def _pool_cases(dtype, layout):
         "eager": eager_avg,
         "compile": torch.compile(eager_avg, dynamic=False),
     }
+    # avg A/B rows: every window's divisor worked out (TORCH_DNN_POOL_AVG_UNIFORM=0) against the one divisor of
+    # these unclipped windows; NCHW backward also with g staged element by element (TORCH_DNN_POOL_NC_BWD_STAGE)
+    nouniform = lambda d: _variant(d, "TORCH_DNN_POOL_AVG_UNIFORM", "0", "torch_dnn nouniform")  # noqa: E731
+    avg_fwd_var = var(avg_fwd_impls, avg_fwd=True) if layout == "NHWC" else var(avg_fwd_impls)
     out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag}", max_inputs,
-                    var(avg_fwd_impls, avg_fwd=True) if layout == "NHWC" else var(avg_fwd_impls), bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
+                    nouniform(avg_fwd_var) if layout == "NHWC" else avg_fwd_var, bytes=(n_in + n_out_a) * es,
+                    target=">=90% copy", group=group))
 
     def avg_bwd_inputs(d=dtype, lay=layout):
         x = rand_cuda(SHAPE, d, lay)
         return torch.randn_like(TF.avg_pool2d(x, K, S)), x
 
     eager_avg_bwd = lambda g, x: aten.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None)  # noqa: E731
-    out.append(Case("pool", f"avg_pool2d 3x3/2 bwd {tag}", avg_bwd_inputs, var_bwd({
+    avg_bwd_var = nouniform(var_bwd({
         "torch_dnn": lambda g, x: ops.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None),
         "eager": eager_avg_bwd,
         "compile": torch.compile(eager_avg_bwd, dynamic=False),
-    }), bytes=(n_in + n_out_a) * es, target=">=90% copy", group=group))
+    }))
+    if layout == "NCHW":
+        avg_bwd_var = _variant(avg_bwd_var, "TORCH_DNN_POOL_NC_BWD_STAGE", "element", "torch_dnn element")
+    out.append(Case("pool", f"avg_pool2d 3x3/2 bwd {tag}", avg_bwd_inputs, avg_bwd_var, bytes=(n_in + n_out_a) * es,
+                    target=">=90% copy", group=group))
     return out
 
 

@@ -746,14 +746,17 @@ def test_cuda_past_2_31_elements_channels_last_bands():
 @pytest.mark.parametrize("variant", POOL_VARIANTS)
 def test_cuda_variants_agree(variant, monkeypatch):
     # the old paths kept for A/B measurements give what the default paths give (up to float summation order)
-    xs = [make_input((4, 24, 37, 30), torch.float32, "cuda", layout) for layout in ("contiguous", "channels_last")]
+    # (W = 32: NCHW 3x3/2 avg takes the vector-staged backward, its windows one divisor)
+    xs = [make_input(shape, torch.float32, "cuda", layout) for layout in ("contiguous", "channels_last")
+          for shape in ((4, 24, 37, 30), (2, 8, 21, 32))]
 
     def run():
         out = []
         for x0 in xs:
             x = x0.detach().requires_grad_()
             for fn in (lambda t: F.max_pool2d(t, 3, 2, 1), lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True),
-                       lambda t: F.avg_pool2d(t, 2, 2, count_include_pad=False), lambda t: F.adaptive_avg_pool2d(t, 1)):
+                       lambda t: F.avg_pool2d(t, 2, 2, count_include_pad=False), lambda t: F.adaptive_avg_pool2d(t, 1),
+                       lambda t: F.avg_pool2d(t, 3, 2)):
                 y = fn(x)
                 (gx,) = torch.autograd.grad(y, [x], torch.ones_like(y))
                 out += [y, gx]

@@ -154,6 +154,10 @@ FIXED = [
     ("max_pool", 2, (1, 2, 200, 160), "contiguous", dict(k=3, s=2, p=1, ceil=True)),
     ("max_pool", 2, (1, 2, 9, 540), "contiguous", dict(k=3, s=2, p=1)),
     ("avg_pool", 2, (1, 2, 9, 540), "contiguous", dict(k=3, s=2, p=0, ceil=True, cip=False)),
+    # windows of one divisor (no clipped window): raw grads staged / summed, one multiply an output or input
+    ("avg_pool", 2, (2, 16, 13, 11), "channels_last", dict(k=3, s=2, p=0)),
+    ("avg_pool", 2, (2, 16, 14, 13), "channels_last", dict(k=3, s=2, p=1)),
+    ("avg_pool", 2, (2, 3, 15, 24), "contiguous", dict(k=3, s=2, p=1)),
     ("adaptive_avg_pool", 2, (3, 40, 7, 7), "contiguous", dict(out=1)),            # global, 128 planes a block
     ("adaptive_avg_pool", 2, (2, 9, 11, 15), "contiguous", dict(out=1)),           # 16 planes a block
 ]

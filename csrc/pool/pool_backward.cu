@@ -34,9 +34,18 @@ bool launch_tile_bwd(DType t, const void* g, const int64_t* ind, void* dx, const
         const int64_t max_in = 2 * (fit_rows - 3);  // a band of R input rows stages at most R / 2 + 3 rows
         set_bands(a, a.H, int(max_in < a.H ? max_in : a.H), a.W / V);
         const size_t smem = size_t((int64_t(a.rows) / 2 + 3) * bytes + 15) / 16 * 16;
+        const int uniform_div = OP == Op::Avg ? uniform_avg_divisor(3, 3, 2, 2, a.ph, a.pw, a.H, a.W, a.OH, a.OW,
+                                                                     a.cip, a.divisor_override)
+                                              : 0;
+        const FastDivmod32 by_ow(uint32_t(a.OW));
         auto go = [&](auto pw) {
-          launch_smem(pool_bwd_tile_k3s2<T, OP, V, decltype(pw)::value>, grid_for(a.tiles, 1), kThreads, smem,
-                      stream, gp, ind, dxp, a, n_cols);
+          constexpr int PW = decltype(pw)::value;
+          if (OP == Op::Avg && !k3s2_element_staging())
+            launch_smem(pool_bwd_tile_k3s2<T, OP, V, PW, OP == Op::Avg>, grid_for(a.tiles, 1), kThreads, smem,
+                        stream, gp, ind, dxp, a, n_cols, uniform_div, by_ow);
+          else
+            launch_smem(pool_bwd_tile_k3s2<T, OP, V, PW>, grid_for(a.tiles, 1), kThreads, smem, stream, gp, ind,
+                        dxp, a, n_cols, uniform_div, by_ow);
         };
         if (a.pw == 1) go(int_c<1>{});
         else go(int_c<0>{});

@@ -38,6 +38,7 @@ struct BandArgs {
   FastDivmod32 by_cv;   // C / V
   bool cip;
   int divisor_override;
+  int uniform_div;  // avg: every window's divisor, or 0 (uniform_avg_divisor)
 };
 
 // The ring of one block: rows [0, n) of a segment (relative numbers) through a.slots slots; row r lives in slot
@@ -103,6 +104,7 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
   const int cv = C / V;
   const unsigned items = unsigned(a.OW * cv);
   const int64_t ibase = (slice % a.D) * int64_t(H) * W;  // max indices count within the (n, c) volume
+  const A inv_uniform = a.uniform_div > 0 ? A(1) / A(a.uniform_div) : A(0);
   for (int oh = o0; oh < o1; ++oh) {
     const int hs = oh * a.sh - a.ph;
     const T* rowp[KH];  // the window's rows in their slots (null: padding)
@@ -164,9 +166,12 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
             for (int k = 0; k < V; ++k) acc[k] += to_acc<A>(r.v[k]);
           }
         }
-        const int div =
-            a.divisor_override ? a.divisor_override : avg_window_size(hs, ws, KH, KW, H, W, a.ph, a.pw, a.cip);
-        const A inv = A(1) / A(div);
+        A inv = inv_uniform;
+        if (a.uniform_div <= 0) {
+          const int div =
+              a.divisor_override ? a.divisor_override : avg_window_size(hs, ws, KH, KW, H, W, a.ph, a.pw, a.cip);
+          inv = A(1) / A(div);
+        }
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[k] *= inv;
         store_acc<V>(y + o, acc);
@@ -354,6 +359,8 @@ inline BandArgs band_shape(const PoolShape& s, int V) {
   a.by_cv = FastDivmod32(uint32_t(s.C / V));
   a.cip = s.count_include_pad;
   a.divisor_override = int(s.divisor_override);
+  a.uniform_div = uniform_avg_divisor(a.kh, a.kw, a.sh, a.sw, a.ph, a.pw, a.H, a.W, a.OH, a.OW, a.cip,
+                                      a.divisor_override);
   return a;
 }
 

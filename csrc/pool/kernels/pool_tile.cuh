@@ -100,6 +100,43 @@ __device__ __forceinline__ void stage_rows(T* dst, const T* src, int n) {
   }
 }
 
+// Reads the n elements src[0, n) of one contiguous run (src need only be element-aligned) as the 16-byte vectors
+// covering it, U in flight a thread, and hands each element to put(row, col, value), (row, col) its place in
+// rows of `width` elements (by_width divides by width). The vectors' elements outside the run are read but not
+// handed on: they share a 16-byte granule with the run's first or last element, so the reads stay inside the
+// allocation.
+template <typename T, int V, typename Put>
+__device__ __forceinline__ void stage_run(const T* src, int n, int width, const FastDivmod32& by_width, Put put) {
+  constexpr int U = 4;
+  const int lead = int((reinterpret_cast<uintptr_t>(src) & 15) / sizeof(T));
+  const T* base = src - lead;
+  const int nv = (lead + n + V - 1) / V;
+  for (int i0 = threadIdx.x; i0 < nv; i0 += U * kThreads) {
+    Vec<T, V> r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(base + (i0 + u * kThreads) * V);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = (i0 + u * kThreads) * V - lead;  // run index of the vector's first element
+      if (k >= n) continue;
+      int row, col;
+      if (k < 0) {  // the first vector: elements before the run, then (0, 0) at the wrap below
+        row = -1, col = k + width;
+      } else {
+        uint32_t q, c;
+        by_width.divmod(uint32_t(k), q, c);
+        row = int(q), col = int(c);
+      }
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        if (k + j >= 0 && k + j < n) put(row, col, r[u].v[j]);
+        if (++col == width) col = 0, ++row;
+      }
+    }
+  }
+}
+
 // ---- forward ----
 // KH x KW > 0: a window of exactly that many taps (dilation 1); 0: run-time window (any dilation).
 template <typename T, Op OP, int V, int KH, int KW>
@@ -697,13 +734,22 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restr
 // adds its 1 or 2 columns (a fixed pattern for the compile-time column padding PW). Max: each input compares
 // its (at most) 2 x 2 covering outputs' indices, in PyTorch's (row, column) order. The owner kernel above
 // wrote 2-byte elements and re-derived the covering per input: ~30% of copy on the H100 for avg.
-template <typename T, Op OP, int V, int PW>
+//
+// Avg with RUN (the default): the band's grad rows are one contiguous run of g, read as 16-byte vectors
+// (stage_run) instead of element by element with 64-bit indices (that loop was half of the kernel's
+// instructions). With one divisor for every window (uniform_div > 0: a divisor_override, or no window clipped)
+// the stage holds raw grads and the dx pass multiplies each input's sum once; otherwise each staged grad is
+// divided by its window's size as before.
+template <typename T, Op OP, int V, int PW, bool RUN = false>
 __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restrict__ g,
                                                                 const int64_t* __restrict__ ind,
-                                                                T* __restrict__ dx, TileArgs a, int n_cols) {
+                                                                T* __restrict__ dx, TileArgs a, int n_cols,
+                                                                int uniform_div, FastDivmod32 by_ow) {
   using A = acc_t<T>;
+  static_assert(!RUN || OP == Op::Avg, "the run staging is avg's");
   constexpr int NC = V / 2 + 1 + PW;  // staged columns a thread reads
   A* sg = reinterpret_cast<A*>(tile_smem());
+  const A post = RUN && uniform_div > 0 ? A(1) / A(uniform_div) : A(1);  // applied to each input's sum
   // avg: grad / divisor as grad * (1 / divisor) from a table (divisors of a 3x3 window are 1..9): no division
   // an output (within an ulp of the division)
   __shared__ A rcp[10];
@@ -722,7 +768,32 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
     const int64_t gplane = plane * OH * OW;
     const int64_t ibase = (a.D == 1 ? int64_t(0) : plane % a.D) * H * W;
     __syncthreads();  // the previous band's readers are done
-    {
+    if constexpr (RUN) {
+      // staged rows [ra, rb) hold output rows oh_lo + ra ...; the rest of the stage is the zero border
+      const int ra = imax(0, -oh_lo), rb = imin(n_rows, OH - oh_lo);
+      for (int r = threadIdx.x; r < n_rows; r += kThreads) {
+        A* row = sg + r * n_cols;
+        if (r >= ra && r < rb) {
+          row[0] = A(0);
+          for (int c = OW + 1; c < n_cols; ++c) row[c] = A(0);
+        } else {
+          for (int c = 0; c < n_cols; ++c) row[c] = A(0);
+        }
+      }
+      if (rb > ra) {
+        const int oh_a = oh_lo + ra;
+        A* st = sg + ra * n_cols + 1;  // staged cell of (oh_a, 0)
+        stage_run<T, V>(g + gplane + int64_t(oh_a) * OW, (rb - ra) * OW, OW, by_ow, [&](int r, int c, T v) {
+          if (c + 1 >= n_cols) return;  // its window starts past the input: it covers nothing
+          A x = to_acc<A>(v);
+          if (uniform_div <= 0) {
+            const int div = avg_window_size((oh_a + r) * 2 - ph, c * 2 - a.pw, 3, 3, H, W, ph, a.pw, a.cip);
+            x *= rcp[div];
+          }
+          st[r * n_cols + c] = x;
+        });
+      }
+    } else {
       constexpr int U = 4;
       const int step_r = kThreads / n_cols, step_c = kThreads % n_cols;
       int r = threadIdx.x / n_cols, c = threadIdx.x % n_cols;
@@ -801,7 +872,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const int k1 = ((j + PW) >> 1) + 1;
-          out[j] = ((j + PW) & 1) == 0 ? gc[k1 - 1] + gc[k1] : gc[k1];
+          out[j] = (((j + PW) & 1) == 0 ? gc[k1 - 1] + gc[k1] : gc[k1]) * post;
         }
       }
       Vec<T, V> o;
@@ -841,6 +912,35 @@ inline NcBwd nc_bwd_choice() {
   if (env::is("TORCH_DNN_POOL_NC_BWD", "owner")) return NcBwd::Owner;
   if (env::is("TORCH_DNN_POOL_NC_BWD", "gather")) return NcBwd::Gather;
   return NcBwd::Auto;
+}
+
+// TORCH_DNN_POOL_NC_BWD_STAGE=element: pool_bwd_tile_k3s2's avg stages g element by element (the kernel before
+// the 16-byte run staging; A/B runs).
+inline bool k3s2_element_staging() {
+  return env::is("TORCH_DNN_POOL_NC_BWD_STAGE", "element");
+}
+
+// TORCH_DNN_POOL_AVG_UNIFORM=0: the avg kernels below work out every window's divisor even where all windows share
+// one (A/B runs).
+inline bool avg_uniform_off() {
+  return env::is("TORCH_DNN_POOL_AVG_UNIFORM", "0");
+}
+
+// avg pooling's one divisor for every (kh x kw, stride sh x sw, padding ph x pw) window over H x W -> OH x OW,
+// or 0 where the windows' divisors differ. Along an axis a window is clipped at its start only where it begins in
+// the padding (the first windows) and at its end only past a bound its end grows towards (the last windows), so
+// every window has the full size exactly when the first and the last do.
+inline int uniform_avg_divisor(int kh, int kw, int sh, int sw, int ph, int pw, int H, int W, int OH, int OW,
+                               bool cip, int divisor_override) {
+  if (avg_uniform_off()) return 0;
+  if (divisor_override) return divisor_override;
+  if (OH < 1 || OW < 1) return 0;
+  auto full = [&](int o, int k, int s, int p, int in) {
+    return avg_window_size(o * s - p, 0, k, 1, in, 1, p, 0, cip) == k;
+  };
+  const bool all = full(0, kh, sh, ph, H) && full(OH - 1, kh, sh, ph, H) && full(0, kw, sw, pw, W) &&
+                   full(OW - 1, kw, sw, pw, W);
+  return all ? kh * kw : 0;
 }
 
 constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: several blocks per SM
@@ -926,6 +1026,7 @@ struct OwnerArgs {
   int kh, kw, sh, sw, ph, pw;
   bool cip;
   int divisor_override;
+  int uniform_div;  // avg: every window's divisor, or 0 (uniform_avg_divisor)
 };
 
 template <typename T, Op OP, int V>
@@ -934,6 +1035,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
                                                                T* __restrict__ dx, OwnerArgs a) {
   using A = acc_t<T>;
   const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
+  const A inv_uniform = a.uniform_div > 0 ? A(1) / A(a.uniform_div) : A(0);
   POOL_GRID_LOOP(t, a.items) {
     int64_t q[5];
     split(a.sp, t, q);
@@ -965,6 +1067,8 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
               const int64_t rel = raw[j] - ibase;
               idx[u][v][j] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
             }
+          } else if (a.uniform_div > 0) {
+            inv[u][v] = inv_uniform;
           } else {
             const int hs = oh * a.sh - a.ph, ws = ow * a.sw - a.pw;
             const int div = a.divisor_override ? a.divisor_override
@@ -1036,6 +1140,8 @@ inline OwnerArgs owner_args(const PoolShape& s, int V) {
   a.kh = int(h.k), a.kw = int(w.k), a.sh = int(h.s), a.sw = int(w.s), a.ph = int(h.p), a.pw = int(w.p);
   a.cip = s.count_include_pad;
   a.divisor_override = int(s.divisor_override);
+  a.uniform_div = uniform_avg_divisor(a.kh, a.kw, a.sh, a.sw, a.ph, a.pw, a.H, a.W, a.OH, a.OW, a.cip,
+                                      a.divisor_override);
   const int64_t own_h = (h.in - 1 + h.p) / h.s + 1, own_w = (w.in - 1 + w.p) / w.s + 1;
   const int64_t div[4] = {s.C / V, own_w, own_h, s.ax[0].in};
   a.items = s.N * s.ax[0].in * own_h * own_w * (s.C / V);
