@@ -74,11 +74,14 @@ def _pool_cases(dtype, layout):
         "compile": torch.compile(eager_max, dynamic=False),
     }), bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group=group))
     eager_max_bwd = lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, K, S, P, (1, 1), False, i)  # noqa: E731
-    out.append(Case("pool", f"max_pool2d 3x3/2 bwd {tag}", max_bwd_inputs, var_bwd({
+    # NHWC backward: also the owner items testing every covering output (TORCH_DNN_POOL_CL_BWD_K3=0)
+    nok3 = (lambda d: _variant(d, "TORCH_DNN_POOL_CL_BWD_K3", "0", "torch_dnn nok3")) if layout == "NHWC" \
+        else (lambda d: d)
+    out.append(Case("pool", f"max_pool2d 3x3/2 bwd {tag}", max_bwd_inputs, nok3(var_bwd({
         "torch_dnn": lambda g, x, i: ops.max_pool2d_backward(g, x, i, K, S, P, (1, 1), False),
         "eager": eager_max_bwd,
         "compile": torch.compile(eager_max_bwd, dynamic=False),
-    }), bytes=n_out * (es + 8) + n_in * es, target=">=90% copy", group=group))
+    })), bytes=n_out * (es + 8) + n_in * es, target=">=90% copy", group=group))
 
     # avg_pool2d 3x3/2 (no padding: the common "avg 3x3/2" of the design table)
     oh_a = (SHAPE[2] - K[0]) // S[0] + 1
@@ -102,11 +105,11 @@ def _pool_cases(dtype, layout):
         return torch.randn_like(TF.avg_pool2d(x, K, S)), x
 
     eager_avg_bwd = lambda g, x: aten.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None)  # noqa: E731
-    avg_bwd_var = nouniform(var_bwd({
+    avg_bwd_var = nok3(nouniform(var_bwd({
         "torch_dnn": lambda g, x: ops.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None),
         "eager": eager_avg_bwd,
         "compile": torch.compile(eager_avg_bwd, dynamic=False),
-    }))
+    })))
     if layout == "NCHW":
         avg_bwd_var = _variant(avg_bwd_var, "TORCH_DNN_POOL_NC_BWD_STAGE", "element", "torch_dnn element")
     out.append(Case("pool", f"avg_pool2d 3x3/2 bwd {tag}", avg_bwd_inputs, avg_bwd_var, bytes=(n_in + n_out_a) * es,

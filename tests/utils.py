@@ -136,7 +136,8 @@ POOL_VARIANTS = ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather", "TORC
                  "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
                  "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256",
                  "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8", "TORCH_DNN_POOL_PAD_STRIP=0",
-                 "TORCH_DNN_POOL_NC_BWD_STAGE=element", "TORCH_DNN_POOL_AVG_UNIFORM=0"]
+                 "TORCH_DNN_POOL_NC_BWD_STAGE=element", "TORCH_DNN_POOL_AVG_UNIFORM=0",
+                 "TORCH_DNN_POOL_CL_BWD_K3=0"]
 
 
 def set_variant(monkeypatch, variant: str):

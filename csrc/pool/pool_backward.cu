@@ -134,7 +134,11 @@ void launch_gather(DType t, const void* g, const int64_t* ind, const void* x, co
       if (launch_band_bwd<T, OP, v.value>(gp, ind, dxp, s, stream)) return;
       if (owner_applies(s) && !cl_bwd_item()) {
         const OwnerArgs oa = owner_args(s, v.value);
-        launch(pool_bwd_cl_owner<T, OP, v.value>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind, dxp, oa);
+        if (owner_k3(s))
+          launch(pool_bwd_cl_owner<T, OP, v.value, true>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind,
+                 dxp, oa);
+        else
+          launch(pool_bwd_cl_owner<T, OP, v.value>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind, dxp, oa);
         return;
       }
     }

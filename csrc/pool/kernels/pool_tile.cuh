@@ -1029,7 +1029,12 @@ struct OwnerArgs {
   int uniform_div;  // avg: every window's divisor, or 0 (uniform_avg_divisor)
 };
 
-template <typename T, Op OP, int V>
+//
+// K3 (3x3 windows, stride 2, dilation 1): the covering is fixed. Owned input (r, e) of owner (a, b) lies in
+// output a's window always and in output a - 1's only for r == 0 (its window ends at 2a - p + 1), the same along
+// W, so each input adds 4, 2, 2 or 1 of the 2 x 2 outputs by a pattern known at compile time instead of testing
+// all four (max: their indices; avg: their window ends) at run time.
+template <typename T, Op OP, int V, bool K3 = false>
 __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restrict__ g,
                                                                const int64_t* __restrict__ ind,
                                                                T* __restrict__ dx, OwnerArgs a) {
@@ -1055,6 +1060,10 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
         const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
         ok[u][v] = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
         inv[u][v] = A(0);
+        if constexpr (K3 && OP == Op::Avg) {  // a missing output adds zero (no test of ok below)
+#pragma unroll
+          for (int j = 0; j < V; ++j) gv[u][v].v[j] = from_acc<T>(A(0));
+        }
         if (ok[u][v]) {
           const int64_t o = ((gplane + oh) * OW + ow) * a.C + c;
           gv[u][v] = load_vec<T, V>(g + o);
@@ -1077,10 +1086,13 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
           }
         }
       }
-    for (int r = 0; r < a.sh; ++r) {
+    const int n_r = K3 ? 2 : a.sh, n_e = K3 ? 2 : a.sw;
+#pragma unroll 2
+    for (int r = 0; r < n_r; ++r) {
       const int h = oh_own * a.sh - a.ph + r;
       if (h < 0 || h >= H) continue;
-      for (int e = 0; e < a.sw; ++e) {
+#pragma unroll 2
+      for (int e = 0; e < n_e; ++e) {
         const int w = ow_own * a.sw - a.pw + e;
         if (w < 0 || w >= W) continue;
         const int i = h * W + w;
@@ -1091,6 +1103,14 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
         for (int u = 0; u < 2; ++u)
 #pragma unroll
           for (int v = 0; v < 2; ++v) {
+            if constexpr (K3) {
+              if ((u == 0 && r != 0) || (v == 0 && e != 0)) continue;  // output (a - 1, .) ends before row r
+              if constexpr (OP == Op::Avg) {
+#pragma unroll
+                for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(gv[u][v].v[j]) * inv[u][v];
+                continue;
+              }
+            }
             if (!ok[u][v]) continue;
             if constexpr (OP == Op::Max) {
 #pragma unroll
@@ -1124,6 +1144,14 @@ inline bool owner_applies(const PoolShape& s) {
     if (a.in + 2 * a.p + a.k + a.s >= lim || a.out * a.s >= lim) return false;
   }
   return s.ax[1].in * s.ax[2].in < lim && s.ax[0].in < lim;
+}
+
+// pool_bwd_cl_owner's fixed covering applies: 3x3 windows, stride 2, dilation 1 along H and W (and not turned off
+// by TORCH_DNN_POOL_CL_BWD_K3=0, for A/B runs).
+inline bool owner_k3(const PoolShape& s) {
+  for (int i = 1; i < 3; ++i)
+    if (s.ax[i].k != 3 || s.ax[i].s != 2 || s.ax[i].d != 1) return false;
+  return !env::is("TORCH_DNN_POOL_CL_BWD_K3", "0");
 }
 
 // TORCH_DNN_POOL_CL_BWD=item: the per-input channels-last gather (pool.cuh) instead of the owner blocks.
