@@ -74,9 +74,15 @@ def _pool_cases(dtype, layout):
         "compile": torch.compile(eager_max, dynamic=False),
     }), bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group=group))
     eager_max_bwd = lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, K, S, P, (1, 1), False, i)  # noqa: E731
-    # NHWC backward: also the owner items testing every covering output (TORCH_DNN_POOL_CL_BWD_K3=0)
-    nok3 = (lambda d: _variant(d, "TORCH_DNN_POOL_CL_BWD_K3", "0", "torch_dnn nok3")) if layout == "NHWC" \
-        else (lambda d: d)
+    # NHWC backward: also the owner items testing every covering output (TORCH_DNN_POOL_CL_BWD_K3=0), and the fixed
+    # covering by one owner an item (TORCH_DNN_POOL_CL_BWD_STRIP=1) or by strips of 2 and 8 owner rows (default 4)
+    def nok3(d):
+        if layout != "NHWC":
+            return d
+        d = _variant(d, "TORCH_DNN_POOL_CL_BWD_K3", "0", "torch_dnn nok3")
+        for rows in ("1", "2", "8"):
+            d = _variant(d, "TORCH_DNN_POOL_CL_BWD_STRIP", rows, f"torch_dnn strip{rows}")
+        return d
     out.append(Case("pool", f"max_pool2d 3x3/2 bwd {tag}", max_bwd_inputs, nok3(var_bwd({
         "torch_dnn": lambda g, x, i: ops.max_pool2d_backward(g, x, i, K, S, P, (1, 1), False),
         "eager": eager_max_bwd,

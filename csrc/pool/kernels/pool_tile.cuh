@@ -1027,6 +1027,7 @@ struct OwnerArgs {
   bool cip;
   int divisor_override;
   int uniform_div;  // avg: every window's divisor, or 0 (uniform_avg_divisor)
+  int own_h, strip;  // pool_bwd_cl_k3_strip: owner rows, owner rows an item
 };
 
 //
@@ -1131,6 +1132,108 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
   }
 }
 
+// 3x3/2 owner items as strips: an item walks a.strip owner rows down one owner column (same channels), keeping
+// the two outputs of row a that owner row a + 1 shares with row a: per owner row it loads 2 outputs instead of 4,
+// and max narrows half as many int64 indices (the per-owner K3 items are issue-bound: the narrowing was about a
+// third of a bf16 max item's instructions). The covering is pool_bwd_cl_owner's K3 pattern.
+template <typename T, Op OP, int V>
+__global__ void __launch_bounds__(kThreads) pool_bwd_cl_k3_strip(const T* __restrict__ g,
+                                                                  const int64_t* __restrict__ ind,
+                                                                  T* __restrict__ dx, OwnerArgs a) {
+  using A = acc_t<T>;
+  const int H = a.H, W = a.W, OH = a.OH, OW = a.OW;
+  const A inv_uniform = a.uniform_div > 0 ? A(1) / A(a.uniform_div) : A(0);
+  POOL_GRID_LOOP(t, a.items) {
+    int64_t q[5];
+    split(a.sp, t, q);
+    const int64_t c = q[0] * V, n = q[4];
+    const int b = int(q[1]), a0 = int(q[2]) * a.strip, d = int(q[3]);
+    const int a1 = imin(a0 + a.strip, a.own_h);
+    const int64_t gplane = (n * a.D + d) * OH;        // first output row of this (n, d) slice
+    const int64_t xplane = (n * a.D + d) * int64_t(H);  // its first input row
+    const int64_t ibase = int64_t(d) * H * W;
+    // outputs (row, b - 1 + v), u = 0: the row above the owner row, u = 1: the owner row. Grads (avg: zero where
+    // missing), max: indices narrowed to the slice (-1: missing or outside it), avg: 1 / divisor.
+    Vec<T, V> gv[2][2];
+    int idx[2][2][V];
+    A inv[2][2];
+    auto load_row = [&](int u, int oh) {
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {
+        const int ow = b - 1 + v;
+        const bool ok = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
+        inv[u][v] = A(0);
+        if constexpr (OP == Op::Avg) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) gv[u][v].v[j] = from_acc<T>(A(0));
+        } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) idx[u][v][j] = -1;
+        }
+        if (!ok) continue;
+        const int64_t o = ((gplane + oh) * OW + ow) * a.C + c;
+        gv[u][v] = load_vec<T, V>(g + o);
+        if constexpr (OP == Op::Max) {
+          int64_t raw[V];
+          load_idx<V>(ind + o, raw);
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const int64_t rel = raw[j] - ibase;
+            idx[u][v][j] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+          }
+        } else if (a.uniform_div > 0) {
+          inv[u][v] = inv_uniform;
+        } else {
+          const int div = a.divisor_override
+                              ? a.divisor_override
+                              : avg_window_size(oh * 2 - a.ph, ow * 2 - a.pw, 3, 3, H, W, a.ph, a.pw, a.cip);
+          inv[u][v] = A(1) / A(div);
+        }
+      }
+    };
+    load_row(0, a0 - 1);
+    for (int oa = a0; oa < a1; ++oa) {
+      load_row(1, oa);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int h = oa * 2 - a.ph + r;
+        if (h < 0 || h >= H) continue;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int w = b * 2 - a.pw + e;
+          if (w < 0 || w >= W) continue;
+          const int i = h * W + w;
+          A acc[V];
+#pragma unroll
+          for (int j = 0; j < V; ++j) acc[j] = A(0);
+#pragma unroll
+          for (int u = 0; u < 2; ++u)
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+              if ((u == 0 && r != 0) || (v == 0 && e != 0)) continue;  // output (a - 1, .) ends before row r
+#pragma unroll
+              for (int j = 0; j < V; ++j) {
+                if constexpr (OP == Op::Max) {
+                  if (idx[u][v][j] == i) acc[j] += to_acc<A>(gv[u][v].v[j]);
+                } else {
+                  acc[j] += to_acc<A>(gv[u][v].v[j]) * inv[u][v];
+                }
+              }
+            }
+          store_acc<V>(dx + ((xplane + h) * int64_t(W) + w) * a.C + c, acc);
+        }
+      }
+#pragma unroll
+      for (int v = 0; v < 2; ++v) {  // this owner row's outputs are the next one's upper neighbours
+        gv[0][v] = gv[1][v];
+        inv[0][v] = inv[1][v];
+#pragma unroll
+        for (int j = 0; j < V; ++j) idx[0][v][j] = idx[1][v][j];
+      }
+    }
+  }
+}
+
 // The owner path applies: channels-last window max/avg pooling, trivial depth window, span <= 2 * stride
 // along H and W (max may be dilated), 32-bit positions in a slice.
 inline bool owner_applies(const PoolShape& s) {
@@ -1159,7 +1262,14 @@ inline bool cl_bwd_item() {
   return env::is("TORCH_DNN_POOL_CL_BWD", "item");
 }
 
-inline OwnerArgs owner_args(const PoolShape& s, int V) {
+// Owner rows an item of pool_bwd_cl_k3_strip: TORCH_DNN_POOL_CL_BWD_STRIP (A/B runs; 0 or 1: the per-owner items),
+// else 4.
+inline int owner_strip() {
+  return env::get_int("TORCH_DNN_POOL_CL_BWD_STRIP", 4);
+}
+
+// strip > 1: items of `strip` owner rows (pool_bwd_cl_k3_strip), else one owner an item (pool_bwd_cl_owner).
+inline OwnerArgs owner_args(const PoolShape& s, int V, int strip = 1) {
   OwnerArgs a;
   const Axis &h = s.ax[1], &w = s.ax[2];
   a.C = s.C;
@@ -1171,8 +1281,11 @@ inline OwnerArgs owner_args(const PoolShape& s, int V) {
   a.uniform_div = uniform_avg_divisor(a.kh, a.kw, a.sh, a.sw, a.ph, a.pw, a.H, a.W, a.OH, a.OW, a.cip,
                                       a.divisor_override);
   const int64_t own_h = (h.in - 1 + h.p) / h.s + 1, own_w = (w.in - 1 + w.p) / w.s + 1;
-  const int64_t div[4] = {s.C / V, own_w, own_h, s.ax[0].in};
-  a.items = s.N * s.ax[0].in * own_h * own_w * (s.C / V);
+  a.own_h = int(own_h);
+  a.strip = strip > 1 ? strip : 1;
+  const int64_t strips = (own_h + a.strip - 1) / a.strip;
+  const int64_t div[4] = {s.C / V, own_w, strips, s.ax[0].in};
+  a.items = s.N * s.ax[0].in * strips * own_w * (s.C / V);
   a.sp = make_splitter(div, a.items);
   return a;
 }
