@@ -102,8 +102,9 @@ def _pool_cases(dtype, layout):
     # these unclipped windows; NCHW backward also with g staged element by element (TORCH_DNN_POOL_NC_BWD_STAGE)
     nouniform = lambda d: _variant(d, "TORCH_DNN_POOL_AVG_UNIFORM", "0", "torch_dnn nouniform")  # noqa: E731
     avg_fwd_var = var(avg_fwd_impls, avg_fwd=True) if layout == "NHWC" else var(avg_fwd_impls)
-    out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag}", max_inputs,
-                    nouniform(avg_fwd_var) if layout == "NHWC" else avg_fwd_var, bytes=(n_in + n_out_a) * es,
+    if layout == "NHWC":  # also the bands one output row a step (TORCH_DNN_POOL_BAND_PAIR=0; default: two)
+        avg_fwd_var = _variant(nouniform(avg_fwd_var), "TORCH_DNN_POOL_BAND_PAIR", "0", "torch_dnn nopair")
+    out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag}", max_inputs, avg_fwd_var, bytes=(n_in + n_out_a) * es,
                     target=">=90% copy", group=group))
 
     def avg_bwd_inputs(d=dtype, lay=layout):

@@ -81,9 +81,16 @@ __device__ __forceinline__ Ring ring_start(uint64_t* bars, int slots, unsigned s
   return q;
 }
 
-template <typename T, Op OP, int V, int KH, int KW>
-__global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __restrict__ x, T* __restrict__ y,
+// PAIR (avg, stride 2 along H, KH > 2): a step is two output rows oh, oh + 1, whose windows share input row
+// 2 oh + 2 - ph: each of the KH + 2 rows' KW-tap sums is formed once and added to the outputs covering it (a
+// third fewer shared-memory reads and conversions at 3x3/2, and one barrier a two rows).
+// (PAIR is held to 64 registers: two blocks of 512 threads an SM, as the one-row form; unbounded it took 99.)
+template <typename T, Op OP, int V, int KH, int KW, bool PAIR = false>
+__global__ void __launch_bounds__(kBandThreadsMax, PAIR ? 2 : 1) pool_fwd_cl_band(const T* __restrict__ x, T* __restrict__ y,
                                                               int64_t* __restrict__ ind, BandArgs a) {
+  static_assert(!PAIR || (OP == Op::Avg && KH > 2), "row pairs: avg, windows taller than the stride 2");
+  constexpr int STEP = PAIR ? 2 : 1;        // output rows a step
+  constexpr int NR = PAIR ? KH + 2 : KH;    // input rows a step reads
   using A = acc_t<T>;
   __shared__ uint64_t bars[kRingSlots];
   const int H = a.H, W = a.W, C = a.C;
@@ -105,14 +112,15 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
   const unsigned items = unsigned(a.OW * cv);
   const int64_t ibase = (slice % a.D) * int64_t(H) * W;  // max indices count within the (n, c) volume
   const A inv_uniform = a.uniform_div > 0 ? A(1) / A(a.uniform_div) : A(0);
-  for (int oh = o0; oh < o1; ++oh) {
+  for (int oh = o0; oh < o1; oh += STEP) {
     const int hs = oh * a.sh - a.ph;
-    const T* rowp[KH];  // the window's rows in their slots (null: padding)
+    const bool second = PAIR && oh + 1 < o1;  // the step's second output row exists
+    const T* rowp[NR];  // the step's input rows in their slots (null: padding, or past the segment's last window)
 #pragma unroll
-    for (int i = 0; i < KH; ++i) {
+    for (int i = 0; i < NR; ++i) {
       const int h = hs + i;
       rowp[i] = nullptr;
-      if (h >= 0 && h < H) {
+      if (h >= 0 && h < H && (i < KH || second)) {
         q.wait(h - r_lo);
         rowp[i] = reinterpret_cast<const T*>(q.slot(h - r_lo));
       }
@@ -124,7 +132,44 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
       const int ws = int(ow) * a.sw - a.pw;
       const int coff = ws * C + int(cg) * V;  // tap (i, 0)'s element in its row, possibly left of it
       const int64_t o = ybase + int64_t(it) * V;  // item it's V channels are the row's outputs it * V ...
-      if constexpr (OP == Op::Max) {
+      if constexpr (PAIR) {
+        A acc[2][V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[0][k] = acc[1][k] = A(0);
+#pragma unroll
+        for (int i = 0; i < NR; ++i) {
+          if (!rowp[i]) continue;
+          A rs[V];  // row i's KW-tap sum
+#pragma unroll
+          for (int k = 0; k < V; ++k) rs[k] = A(0);
+#pragma unroll
+          for (int j = 0; j < KW; ++j) {
+            const int w = ws + j;
+            if (w < 0 || w >= W) continue;
+            const Vec<T, V> r = *reinterpret_cast<const Vec<T, V>*>(rowp[i] + coff + j * C);
+#pragma unroll
+            for (int k = 0; k < V; ++k) rs[k] += to_acc<A>(r.v[k]);
+          }
+#pragma unroll
+          for (int k = 0; k < V; ++k) {
+            if (i < KH) acc[0][k] += rs[k];
+            if (i >= 2) acc[1][k] += rs[k];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          if (u == 1 && !second) break;
+          A inv = inv_uniform;
+          if (a.uniform_div <= 0) {
+            const int div = a.divisor_override ? a.divisor_override
+                                               : avg_window_size(hs + 2 * u, ws, KH, KW, H, W, a.ph, a.pw, a.cip);
+            inv = A(1) / A(div);
+          }
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[u][k] *= inv;
+          store_acc<V>(y + o + int64_t(u) * a.OW * C, acc[u]);
+        }
+      } else if constexpr (OP == Op::Max) {
         A m[V];
         int mi[V];
         const int first = imax(hs, 0) * W + imax(ws, 0);  // the index of a window of only -inf
@@ -177,8 +222,8 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_fwd_cl_band(const T* __r
         store_acc<V>(y + o, acc);
       }
     }
-    __syncthreads();  // every thread is done with this output row's input rows
-    ring_refill(q, imax((oh + 1) * a.sh - a.ph, 0) - r_lo, issue);
+    __syncthreads();  // every thread is done with this step's input rows
+    ring_refill(q, imax((oh + STEP) * a.sh - a.ph, 0) - r_lo, issue);
   }
   ring_drain(q);
 }
@@ -406,10 +451,22 @@ bool launch_band_fwd(const T* x, T* y, int64_t* ind, const PoolShape& s, cudaStr
         (OP != Op::Avg && cl_band_use() != BandUse::All))
       return false;
     BandArgs a = band_shape(s, V);
+    // avg at stride 2 along H: two output rows a step (TORCH_DNN_POOL_BAND_PAIR=0: one, for A/B runs)
+    constexpr bool kPairable = OP == Op::Avg && KH > 2;
+    const bool pair = kPairable && a.sh == 2 && !env::is("TORCH_DNN_POOL_BAND_PAIR", "0");
     const int64_t row_bytes = int64_t(a.W) * a.C * int64_t(sizeof(T));
-    if (!set_slots(a, row_bytes, band_budget(100), KH, a.H)) return false;  // 7 rows of 14 KB: 2 blocks an SM
+    // 7 rows of 14 KB: 2 blocks an SM
+    if (!set_slots(a, row_bytes, band_budget(100), pair ? KH + 2 : KH, a.H)) return false;
     const int64_t smem = int64_t(a.slots) * row_bytes;
     if (!band_device_ok(smem) || !set_segments(a, a.OH, blocks_per_sm(smem))) return false;
+    if constexpr (kPairable) {
+      if (pair) {
+        launch_smem_over48k<pool_fwd_cl_band<T, OP, V, KH, KW, true>>(unsigned(a.slices * a.bands), band_threads(),
+                                                                       size_t(smem), size_t(200 * 1024), stream, x, y,
+                                                                       ind, a);
+        return true;
+      }
+    }
     launch_smem_over48k<pool_fwd_cl_band<T, OP, V, KH, KW>>(unsigned(a.slices * a.bands), band_threads(), size_t(smem),
                                                              size_t(200 * 1024), stream, x, y, ind, a);
     return true;
