@@ -133,7 +133,7 @@ void launch_gather(DType t, const void* g, const int64_t* ind, const void* x, co
     if constexpr (cl.value && OP != Op::Lp) {
       if (launch_band_bwd<T, OP, v.value>(gp, ind, dxp, s, stream)) return;
       if (owner_applies(s) && !cl_bwd_item()) {
-        const int strip = owner_k3(s) ? owner_strip() : 1;
+        const int strip = owner_k3(s) ? owner_strip(OP == Op::Max) : 1;
         if (strip > 1) {
           const OwnerArgs oa = owner_args(s, v.value, strip);
           launch(pool_bwd_cl_k3_strip<T, OP, v.value>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind, dxp,

@@ -1263,9 +1263,9 @@ inline bool cl_bwd_item() {
 }
 
 // Owner rows an item of pool_bwd_cl_k3_strip: TORCH_DNN_POOL_CL_BWD_STRIP (A/B runs; 0 or 1: the per-owner items),
-// else 4.
-inline int owner_strip() {
-  return env::get_int("TORCH_DNN_POOL_CL_BWD_STRIP", 4);
+// else 2 for max, 4 for avg (the H100's best of 1, 2, 4, 8 at 64x64x112x112 bf16, two runs each).
+inline int owner_strip(bool max) {
+  return env::get_int("TORCH_DNN_POOL_CL_BWD_STRIP", max ? 2 : 4);
 }
 
 // strip > 1: items of `strip` owner rows (pool_bwd_cl_k3_strip), else one owner an item (pool_bwd_cl_owner).
