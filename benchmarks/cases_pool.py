@@ -114,8 +114,9 @@ def _pool_cases(dtype, layout):
         "eager": eager_avg,
         "compile": torch.compile(eager_avg, dynamic=False),
     }
-    if layout == "NHWC":
-        avg_fwd_graph = _variant(avg_fwd_graph, "TORCH_DNN_POOL_BAND_PAIR", "0", "torch_dnn nopair")
+    if layout == "NHWC":  # also one output row a band step, and the per-item taps kernel (pool_fwd_cl2d)
+        avg_fwd_graph = _variant(_variant(avg_fwd_graph, "TORCH_DNN_POOL_BAND_PAIR", "0", "torch_dnn nopair"),
+                                 "TORCH_DNN_POOL_CL_FWD", "taps", "torch_dnn taps")
     else:
         avg_fwd_graph = _variant(avg_fwd_graph, "TORCH_DNN_POOL_PAD_STRIP", "0", "torch_dnn nostrip")
     out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag} graph", max_inputs, avg_fwd_graph,

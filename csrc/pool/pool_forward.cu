@@ -105,8 +105,14 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
         if (launch_band_fwd<T, OP, v.value, decltype(kh)::value, decltype(kw)::value>(xp, yp, ind, s, stream)) return;
         if (cl2d_applies(s) && cl_fwd_taps(OP == Op::Max)) {
           const Args<4> a = cl_args(s, v.value, out);
+          const Axis &h = s.ax[1], &w = s.ax[2];
+          const int uniform_div =
+              OP == Op::Avg ? uniform_avg_divisor(int(h.k), int(w.k), int(h.s), int(w.s), int(h.p), int(w.p), int(h.in),
+                                                  int(w.in), int(h.out), int(w.out), s.count_include_pad,
+                                                  int(s.divisor_override))
+                            : 0;
           launch(pool_fwd_cl2d<T, OP, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream,
-                 xp, yp, ind, a);
+                 xp, yp, ind, a, uniform_div);
           return;
         }
       }

@@ -1304,7 +1304,8 @@ namespace pool {
 // (80 registers) bf16 3x3 spilled 124 bytes; 512 threads x 9 x 16 B = 72 KB of loads in flight per SM is ample.
 template <typename T, Op OP, int V, int KH, int KW>
 __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict__ x, T* __restrict__ y,
-                                                              int64_t* __restrict__ ind, Args<4> a) {
+                                                              int64_t* __restrict__ ind, Args<4> a,
+                                                              int uniform_div) {
   using A = acc_t<T>;
   const PoolShape& s = a.s;
   const int H = int(s.ax[1].in), W = int(s.ax[2].in), OH = int(s.ax[1].out), OW = int(s.ax[2].out);
@@ -1363,8 +1364,9 @@ __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict
 #pragma unroll
           for (int k = 0; k < V; ++k) acc[k] += to_acc<A>(raw[i][j].v[k]);
         }
-      const int div = s.divisor_override ? int(s.divisor_override)
-                                         : avg_window_size(hs, ws, KH, KW, H, W, ph, pw, s.count_include_pad);
+      const int div = uniform_div > 0 ? uniform_div
+                      : s.divisor_override ? int(s.divisor_override)
+                                           : avg_window_size(hs, ws, KH, KW, H, W, ph, pw, s.count_include_pad);
       const A inv = A(1) / A(div);
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] *= inv;
