@@ -68,11 +68,15 @@ def _pool_cases(dtype, layout):
         return torch.randn_like(y), x, i
 
     eager_max = lambda x: aten.max_pool2d_with_indices(x, K, S, P)  # noqa: E731
-    out.append(Case("pool", f"max_pool2d 3x3/2 fwd {tag}", max_inputs, var({
+    max_fwd_var = var({
         "torch_dnn": lambda x: ops.max_pool2d(x, K, S, P, (1, 1), False),
         "eager": eager_max,
         "compile": torch.compile(eager_max, dynamic=False),
-    }), bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group=group))
+    })
+    if layout == "NHWC":  # also the taps kernel with 64-bit offsets (TORCH_DNN_POOL_CL2D=wide)
+        max_fwd_var = _variant(max_fwd_var, "TORCH_DNN_POOL_CL2D", "wide", "torch_dnn wide")
+    out.append(Case("pool", f"max_pool2d 3x3/2 fwd {tag}", max_inputs, max_fwd_var,
+                    bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group=group))
     eager_max_bwd = lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, K, S, P, (1, 1), False, i)  # noqa: E731
     # NHWC backward: also the owner items testing every covering output (TORCH_DNN_POOL_CL_BWD_K3=0), and the fixed
     # covering by one owner an item (TORCH_DNN_POOL_CL_BWD_STRIP=1) or by strips of other lengths (default: max 2,
@@ -117,6 +121,8 @@ def _pool_cases(dtype, layout):
     if layout == "NHWC":  # also one output row a band step, and the per-item taps kernel (pool_fwd_cl2d)
         avg_fwd_graph = _variant(_variant(avg_fwd_graph, "TORCH_DNN_POOL_BAND_PAIR", "0", "torch_dnn nopair"),
                                  "TORCH_DNN_POOL_CL_FWD", "taps", "torch_dnn taps")
+        avg_fwd_graph["torch_dnn tapswide"] = with_env(avg_fwd_graph["torch_dnn"], TORCH_DNN_POOL_CL_FWD="taps",
+                                                       TORCH_DNN_POOL_CL2D="wide")
     else:
         avg_fwd_graph = _variant(avg_fwd_graph, "TORCH_DNN_POOL_PAD_STRIP", "0", "torch_dnn nostrip")
     out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag} graph", max_inputs, avg_fwd_graph,

@@ -138,7 +138,8 @@ POOL_VARIANTS = ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather", "TORC
                  "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8", "TORCH_DNN_POOL_PAD_STRIP=0",
                  "TORCH_DNN_POOL_NC_BWD_STAGE=element", "TORCH_DNN_POOL_AVG_UNIFORM=0",
                  "TORCH_DNN_POOL_CL_BWD_K3=0", "TORCH_DNN_POOL_CL_BWD_STRIP=1", "TORCH_DNN_POOL_CL_BWD_STRIP=3",
-                 "TORCH_DNN_POOL_BAND_PAIR=0"]
+                 "TORCH_DNN_POOL_BAND_PAIR=0", "TORCH_DNN_POOL_CL2D=wide",
+                 "TORCH_DNN_POOL_CL_FWD=taps,TORCH_DNN_POOL_CL2D=wide"]
 
 
 def set_variant(monkeypatch, variant: str):

@@ -111,6 +111,12 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
                                                   int(w.in), int(h.out), int(w.out), s.count_include_pad,
                                                   int(s.divisor_override))
                             : 0;
+          if (cl2d32_applies(s, v.value)) {
+            const Cl2dArgs a32 = cl2d32_args(s, v.value, uniform_div);
+            launch(pool_fwd_cl2d32<T, OP, v.value, kh.value, kw.value>, unsigned((a32.items + kThreads - 1) / kThreads),
+                   kThreads, stream, xp, yp, ind, a32);
+            return;
+          }
           launch(pool_fwd_cl2d<T, OP, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream,
                  xp, yp, ind, a, uniform_div);
           return;
