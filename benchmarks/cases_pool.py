@@ -45,16 +45,14 @@ def _pool_cases(dtype, layout):
                                               "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather"),
                                      "TORCH_DNN_POOL_NC_BWD", "owner", "torch_dnn owner")
     else:
-        # NHWC: the row bands (pool_band.cuh) against the per-item kernels (TORCH_DNN_POOL_CL_BAND=0: pool_fwd_cl2d for
-        # max, the row kernel for avg; pool_bwd_cl_owner). The bands are the default for avg's forward only; =1 forces
-        # them; 256 threads a block instead of 512; smaller rings
+        # NHWC: the row bands (pool_band.cuh) against the per-item kernels (the defaults: pool_fwd_cl2d32 for the
+        # forwards, pool_bwd_cl_k3_strip for the backwards; TORCH_DNN_POOL_CL_BAND=1 forces the bands), also with 256
+        # threads a block instead of 512; avg forward: the bands one output row a step (TORCH_DNN_POOL_BAND_PAIR=0)
         def var(d, avg_fwd=False):
-            d = _variant(d, "TORCH_DNN_POOL_CL_BAND", "0" if avg_fwd else "1", "torch_dnn noband" if avg_fwd else
-                         "torch_dnn band")
+            d = _variant(d, "TORCH_DNN_POOL_CL_BAND", "1", "torch_dnn band")
             d["torch_dnn band256"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_CL_BAND="1", TORCH_DNN_POOL_BAND_THREADS="256")
-            if avg_fwd:  # rings of 5 rows (3 blocks an SM) and 6 rows, against the default 7
-                d["torch_dnn band72"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_BAND_KB="72")
-                d["torch_dnn band86"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_BAND_KB="86")
+            if avg_fwd:
+                d["torch_dnn nopair"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_CL_BAND="1", TORCH_DNN_POOL_BAND_PAIR="0")
             return d
         var_bwd = var
 
@@ -73,8 +71,10 @@ def _pool_cases(dtype, layout):
         "eager": eager_max,
         "compile": torch.compile(eager_max, dynamic=False),
     })
-    if layout == "NHWC":  # also the taps kernel with 64-bit offsets (TORCH_DNN_POOL_CL2D=wide)
-        max_fwd_var = _variant(max_fwd_var, "TORCH_DNN_POOL_CL2D", "wide", "torch_dnn wide")
+    # NHWC: also the taps kernel with 64-bit offsets (TORCH_DNN_POOL_CL2D=wide)
+    wide = (lambda d: _variant(d, "TORCH_DNN_POOL_CL2D", "wide", "torch_dnn wide")) if layout == "NHWC" \
+        else (lambda d: d)
+    max_fwd_var = wide(max_fwd_var)
     out.append(Case("pool", f"max_pool2d 3x3/2 fwd {tag}", max_inputs, max_fwd_var,
                     bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group=group))
     eager_max_bwd = lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, K, S, P, (1, 1), False, i)  # noqa: E731
@@ -107,8 +107,6 @@ def _pool_cases(dtype, layout):
     # these unclipped windows; NCHW backward also with g staged element by element (TORCH_DNN_POOL_NC_BWD_STAGE)
     nouniform = lambda d: _variant(d, "TORCH_DNN_POOL_AVG_UNIFORM", "0", "torch_dnn nouniform")  # noqa: E731
     avg_fwd_var = var(avg_fwd_impls, avg_fwd=True) if layout == "NHWC" else var(avg_fwd_impls)
-    if layout == "NHWC":  # also the bands one output row a step (TORCH_DNN_POOL_BAND_PAIR=0; default: two)
-        avg_fwd_var = _variant(nouniform(avg_fwd_var), "TORCH_DNN_POOL_BAND_PAIR", "0", "torch_dnn nopair")
     out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag}", max_inputs, avg_fwd_var, bytes=(n_in + n_out_a) * es,
                     target=">=90% copy", group=group))
     # the same as GPU time (CUDA-graph replay): per call, the ~0.05 ms kernel is within reach of a call's host time
@@ -118,11 +116,11 @@ def _pool_cases(dtype, layout):
         "eager": eager_avg,
         "compile": torch.compile(eager_avg, dynamic=False),
     }
-    if layout == "NHWC":  # also one output row a band step, and the per-item taps kernel (pool_fwd_cl2d)
-        avg_fwd_graph = _variant(_variant(avg_fwd_graph, "TORCH_DNN_POOL_BAND_PAIR", "0", "torch_dnn nopair"),
-                                 "TORCH_DNN_POOL_CL_FWD", "taps", "torch_dnn taps")
-        avg_fwd_graph["torch_dnn tapswide"] = with_env(avg_fwd_graph["torch_dnn"], TORCH_DNN_POOL_CL_FWD="taps",
-                                                       TORCH_DNN_POOL_CL2D="wide")
+    if layout == "NHWC":  # also the bands (two and one output rows a step) and the 64-bit taps kernel
+        ours = avg_fwd_graph["torch_dnn"]
+        avg_fwd_graph["torch_dnn band"] = with_env(ours, TORCH_DNN_POOL_CL_BAND="1")
+        avg_fwd_graph["torch_dnn nopair"] = with_env(ours, TORCH_DNN_POOL_CL_BAND="1", TORCH_DNN_POOL_BAND_PAIR="0")
+        avg_fwd_graph["torch_dnn tapswide"] = with_env(ours, TORCH_DNN_POOL_CL_FWD="taps", TORCH_DNN_POOL_CL2D="wide")
     else:
         avg_fwd_graph = _variant(avg_fwd_graph, "TORCH_DNN_POOL_PAD_STRIP", "0", "torch_dnn nostrip")
     out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag} graph", max_inputs, avg_fwd_graph,

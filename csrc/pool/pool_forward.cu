@@ -103,7 +103,7 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
     dispatch_taps<OP, (!decltype(cl)::value || decltype(v)::value > 1)>(s, [&](auto kh, auto kw) {
       if constexpr (cl.value && OP != Op::Lp && decltype(kh)::value > 0) {
         if (launch_band_fwd<T, OP, v.value, decltype(kh)::value, decltype(kw)::value>(xp, yp, ind, s, stream)) return;
-        if (cl2d_applies(s) && cl_fwd_taps(OP == Op::Max)) {
+        if (cl2d_applies(s) && cl_fwd_taps(OP == Op::Max || cl2d32_applies(s, v.value))) {
           const Args<4> a = cl_args(s, v.value, out);
           const Axis &h = s.ax[1], &w = s.ax[2];
           const int uniform_div =

@@ -1375,14 +1375,15 @@ __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict
   }
 }
 
-// Channels-last 2-D forward: pool_fwd_cl2d (all taps' loads in flight) or the row-at-a-time kernel (pool.cuh).
-// By default max pooling takes pool_fwd_cl2d and avg pooling the row kernel: on the H100 (64x64x112x112 bf16,
-// 3x3/2) max went 63% -> 82% of copy with all taps, avg went 67% -> 46% (its 2 blocks/SM bound costs more
-// than the taps win). TORCH_DNN_POOL_CL_FWD=item / =taps forces one kernel for both (A/B and tests).
-inline bool cl_fwd_taps(bool is_max) {
+// Channels-last 2-D forward: the taps kernels (all taps' loads in flight: pool_fwd_cl2d32 below 2^31 elements,
+// else pool_fwd_cl2d) or the row-at-a-time kernel (pool.cuh). taps_default: max pooling, and avg pooling where
+// pool_fwd_cl2d32 applies (on the H100, 64x64x112x112 bf16 3x3/2: max 63% -> 82% of copy with the 64-bit taps
+// kernel, 92% with the 32-bit one; avg 67% -> 46% with the 64-bit one, its 2 blocks/SM bound costing more than the
+// taps win, 99% (GPU time) with the 32-bit one). TORCH_DNN_POOL_CL_FWD=item / =taps forces one kernel for both.
+inline bool cl_fwd_taps(bool taps_default) {
   if (env::is("TORCH_DNN_POOL_CL_FWD", "item")) return false;
   if (env::is("TORCH_DNN_POOL_CL_FWD", "taps")) return true;
-  return is_max;
+  return taps_default;
 }
 
 // ---- pool_fwd_cl2d for tensors of fewer than 2^31 elements: all offsets 32-bit ----
