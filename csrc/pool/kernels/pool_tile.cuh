@@ -1302,6 +1302,33 @@ namespace pool {
 // needs), 32-bit in-slice positions and int32 running indices (widened on the store), so that the nine
 // loads fit in registers (the 64-bit version took 139). Bounded to 2 blocks per SM (128 registers): with 3
 // (80 registers) bf16 3x3 spilled 124 bytes; 512 threads x 9 x 16 B = 72 KB of loads in flight per SM is ample.
+// The taps kernels' window reduction (pool_fwd_cl2d, pool_fwd_cl2d32): raw[i][j] holds tap (hs + i, ws + j) where
+// it lies inside the H x W slice. Max: m the maxima, mi their in-slice positions (the first maximum, the last NaN,
+// as PyTorch; a window of only -inf keeps its first tap); avg: m the sums (the caller divides).
+template <typename T, Op OP, int V, int KH, int KW, typename A>
+__device__ __forceinline__ void reduce_taps(const Vec<T, V> (&raw)[KH][KW], int hs, int ws, int H, int W, A (&m)[V],
+                                            int (&mi)[V]) {
+  const int first = imax(hs, 0) * W + imax(ws, 0);
+#pragma unroll
+  for (int k = 0; k < V; ++k) m[k] = OP == Op::Max ? A(-INFINITY) : A(0), mi[k] = first;
+#pragma unroll
+  for (int i = 0; i < KH; ++i)
+#pragma unroll
+    for (int j = 0; j < KW; ++j) {
+      const int h = hs + i, w = ws + j;
+      if (h < 0 || h >= H || w < 0 || w >= W) continue;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const A v = to_acc<A>(raw[i][j].v[k]);
+        if constexpr (OP == Op::Max) {
+          if (v > m[k] || v != v) m[k] = v, mi[k] = h * W + w;
+        } else {
+          m[k] += v;
+        }
+      }
+    }
+}
+
 template <typename T, Op OP, int V, int KH, int KW>
 __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict__ x, T* __restrict__ y,
                                                               int64_t* __restrict__ ind, Args<4> a,
@@ -1327,43 +1354,17 @@ __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict
         if (h >= 0 && h < H && w >= 0 && w < W) raw[i][j] = load_vec<T, V>(xs + int64_t(h * W + w) * C);
       }
     const int64_t o = (((n * D + d) * OH + oh) * int64_t(OW) + ow) * C + c;
+    A acc[V];
+    int mi[V];
+    reduce_taps<T, OP, V, KH, KW>(raw, hs, ws, H, W, acc, mi);
     if constexpr (OP == Op::Max) {
-      A m[V];
-      int mi[V];
-      const int first = imax(hs, 0) * W + imax(ws, 0);  // the index of a window of only -inf
-#pragma unroll
-      for (int j = 0; j < V; ++j) m[j] = A(-INFINITY), mi[j] = first;
-#pragma unroll
-      for (int i = 0; i < KH; ++i)
-#pragma unroll
-        for (int j = 0; j < KW; ++j) {
-          const int h = hs + i, w = ws + j;
-          if (h < 0 || h >= H || w < 0 || w >= W) continue;
-#pragma unroll
-          for (int k = 0; k < V; ++k) {
-            const A v = to_acc<A>(raw[i][j].v[k]);
-            if (v > m[k] || v != v) m[k] = v, mi[k] = h * W + w;  // a NaN wins (the last one), as PyTorch
-          }
-        }
-      store_acc<V>(y + o, m);
+      store_acc<V>(y + o, acc);
       const int64_t base = d * int64_t(H) * W;
       int64_t idx[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) idx[k] = base + mi[k];
       store_idx<V>(ind + o, idx);
     } else {
-      A acc[V];
-#pragma unroll
-      for (int k = 0; k < V; ++k) acc[k] = A(0);
-#pragma unroll
-      for (int i = 0; i < KH; ++i)
-#pragma unroll
-        for (int j = 0; j < KW; ++j) {
-          const int h = hs + i, w = ws + j;
-          if (h < 0 || h >= H || w < 0 || w >= W) continue;
-#pragma unroll
-          for (int k = 0; k < V; ++k) acc[k] += to_acc<A>(raw[i][j].v[k]);
-        }
       const int div = uniform_div > 0 ? uniform_div
                       : s.divisor_override ? int(s.divisor_override)
                                            : avg_window_size(hs, ws, KH, KW, H, W, ph, pw, s.count_include_pad);
@@ -1420,25 +1421,11 @@ __global__ void __launch_bounds__(kThreads, OP == Op::Max ? 3 : 4) pool_fwd_cl2d
       if (h >= 0 && h < H && w >= 0 && w < W) raw[i][j] = load_vec<T, V>(xs + (h * W + w) * C);
     }
   const int o = t * V;  // items run in the output's own (channels-last) order
+  A acc[V];
+  int mi[V];
+  reduce_taps<T, OP, V, KH, KW>(raw, hs, ws, H, W, acc, mi);
   if constexpr (OP == Op::Max) {
-    A m[V];
-    int mi[V];
-    const int first = imax(hs, 0) * W + imax(ws, 0);  // the index of a window of only -inf
-#pragma unroll
-    for (int k = 0; k < V; ++k) m[k] = A(-INFINITY), mi[k] = first;
-#pragma unroll
-    for (int i = 0; i < KH; ++i)
-#pragma unroll
-      for (int j = 0; j < KW; ++j) {
-        const int h = hs + i, w = ws + j;
-        if (h < 0 || h >= H || w < 0 || w >= W) continue;
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const A v = to_acc<A>(raw[i][j].v[k]);
-          if (v > m[k] || v != v) m[k] = v, mi[k] = h * W + w;  // a NaN wins (the last one), as PyTorch
-        }
-      }
-    store_acc<V>(y + o, m);
+    store_acc<V>(y + o, acc);
     const int d = a.D == 1 ? 0 : int(nd - a.by_d.div(nd) * uint32_t(a.D));  // max indices count within (n, c)
     const int64_t base = int64_t(d) * H * W;
     int64_t idx[V];
@@ -1446,18 +1433,6 @@ __global__ void __launch_bounds__(kThreads, OP == Op::Max ? 3 : 4) pool_fwd_cl2d
     for (int k = 0; k < V; ++k) idx[k] = base + mi[k];
     store_idx<V>(ind + o, idx);
   } else {
-    A acc[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) acc[k] = A(0);
-#pragma unroll
-    for (int i = 0; i < KH; ++i)
-#pragma unroll
-      for (int j = 0; j < KW; ++j) {
-        const int h = hs + i, w = ws + j;
-        if (h < 0 || h >= H || w < 0 || w >= W) continue;
-#pragma unroll
-        for (int k = 0; k < V; ++k) acc[k] += to_acc<A>(raw[i][j].v[k]);
-      }
     const int div = a.uniform_div > 0 ? a.uniform_div
                     : a.divisor_override ? a.divisor_override
                                          : avg_window_size(hs, ws, KH, KW, H, W, a.ph, a.pw, a.cip);
