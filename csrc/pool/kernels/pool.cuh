@@ -454,7 +454,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_nc(const T* __restrict__ g,
 // channels-last: x is [N, P, C] with P = D * H * W. A block sums `groups` channel groups of V channels over
 // all P rows: (256 / groups) row lanes each take every lanes-th row, then lane sums are added in lane order.
 template <typename T, int V, int U>
-__global__ void __launch_bounds__(kThreads) global_avg_cl(const T* x, T* y, int64_t N, int64_t P, int64_t C,
+__global__ void __launch_bounds__(kThreads, U == 4 ? 4 : 1) global_avg_cl(const T* x, T* y, int64_t N, int64_t P, int64_t C,
                                                           int groups) {
   using A = acc_t<T>;
   __shared__ A part[kThreads][V];
@@ -462,8 +462,15 @@ __global__ void __launch_bounds__(kThreads) global_avg_cl(const T* x, T* y, int6
   const int gi = threadIdx.x % groups, lane = threadIdx.x / groups;
   const int64_t G = C / V, chunks = (G + groups - 1) / groups;
   const A inv = A(1) / A(P);
+  const bool small = N * chunks < (int64_t(1) << 31);  // 32-bit block arithmetic (a 64-bit division costs registers)
   for (int64_t b = blockIdx.x; b < N * chunks; b += gridDim.x) {
-    const int64_t n = b / chunks, cg = (b % chunks) * groups + gi;
+    int64_t n, cg;
+    if (small) {
+      const uint32_t q = uint32_t(b) / uint32_t(chunks);
+      n = q, cg = int64_t(uint32_t(b) - q * uint32_t(chunks)) * groups + gi;
+    } else {
+      n = b / chunks, cg = (b % chunks) * groups + gi;
+    }
     A acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = A(0);
