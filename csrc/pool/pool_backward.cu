@@ -34,9 +34,7 @@ bool launch_tile_bwd(DType t, const void* g, const int64_t* ind, void* dx, const
         const int64_t max_in = 2 * (fit_rows - 3);  // a band of R input rows stages at most R / 2 + 3 rows
         set_bands(a, a.H, int(max_in < a.H ? max_in : a.H), a.W / V);
         const size_t smem = size_t((int64_t(a.rows) / 2 + 3) * bytes + 15) / 16 * 16;
-        const int uniform_div = OP == Op::Avg ? uniform_avg_divisor(3, 3, 2, 2, a.ph, a.pw, a.H, a.W, a.OH, a.OW,
-                                                                     a.cip, a.divisor_override)
-                                              : 0;
+        const int uniform_div = OP == Op::Avg ? uniform_avg_divisor(s) : 0;
         const FastDivmod32 by_ow(uint32_t(a.OW));
         auto go = [&](auto pw) {
           constexpr int PW = decltype(pw)::value;
@@ -133,7 +131,8 @@ void launch_gather(DType t, const void* g, const int64_t* ind, const void* x, co
     if constexpr (cl.value && OP != Op::Lp) {
       if (launch_band_bwd<T, OP, v.value>(gp, ind, dxp, s, stream)) return;
       if (owner_applies(s) && !cl_bwd_item()) {
-        const int strip = owner_k3(s) ? owner_strip(OP == Op::Max) : 1;
+        const bool k3 = owner_k3(s);
+        const int strip = k3 ? owner_strip(OP == Op::Max) : 1;
         if (strip > 1) {
           const OwnerArgs oa = owner_args(s, v.value, strip);
           launch(pool_bwd_cl_k3_strip<T, OP, v.value>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind, dxp,
@@ -141,7 +140,7 @@ void launch_gather(DType t, const void* g, const int64_t* ind, const void* x, co
           return;
         }
         const OwnerArgs oa = owner_args(s, v.value);
-        if (owner_k3(s))
+        if (k3)
           launch(pool_bwd_cl_owner<T, OP, v.value, true>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind,
                  dxp, oa);
         else

@@ -104,19 +104,14 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
       if constexpr (cl.value && OP != Op::Lp && decltype(kh)::value > 0) {
         if (launch_band_fwd<T, OP, v.value, decltype(kh)::value, decltype(kw)::value>(xp, yp, ind, s, stream)) return;
         if (cl2d_applies(s) && cl_fwd_taps(OP == Op::Max || cl2d32_applies(s, v.value))) {
-          const Args<4> a = cl_args(s, v.value, out);
-          const Axis &h = s.ax[1], &w = s.ax[2];
-          const int uniform_div =
-              OP == Op::Avg ? uniform_avg_divisor(int(h.k), int(w.k), int(h.s), int(w.s), int(h.p), int(w.p), int(h.in),
-                                                  int(w.in), int(h.out), int(w.out), s.count_include_pad,
-                                                  int(s.divisor_override))
-                            : 0;
+          const int uniform_div = OP == Op::Avg ? uniform_avg_divisor(s) : 0;
           if (cl2d32_applies(s, v.value)) {
-            const Cl2dArgs a32 = cl2d32_args(s, v.value, uniform_div);
-            launch(pool_fwd_cl2d32<T, OP, v.value, kh.value, kw.value>, unsigned((a32.items + kThreads - 1) / kThreads),
-                   kThreads, stream, xp, yp, ind, a32);
+            const Cl2dArgs a = cl2d32_args(s, v.value, uniform_div);
+            launch(pool_fwd_cl2d32<T, OP, v.value, kh.value, kw.value>, unsigned((a.items + kThreads - 1) / kThreads),
+                   kThreads, stream, xp, yp, ind, a);
             return;
           }
+          const Args<4> a = cl_args(s, v.value, out);
           launch(pool_fwd_cl2d<T, OP, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream,
                  xp, yp, ind, a, uniform_div);
           return;

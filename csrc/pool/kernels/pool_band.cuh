@@ -404,8 +404,7 @@ inline BandArgs band_shape(const PoolShape& s, int V) {
   a.by_cv = FastDivmod32(uint32_t(s.C / V));
   a.cip = s.count_include_pad;
   a.divisor_override = int(s.divisor_override);
-  a.uniform_div = uniform_avg_divisor(a.kh, a.kw, a.sh, a.sw, a.ph, a.pw, a.H, a.W, a.OH, a.OW, a.cip,
-                                      a.divisor_override);
+  a.uniform_div = uniform_avg_divisor(s);
   return a;
 }
 

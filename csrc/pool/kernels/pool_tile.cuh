@@ -926,21 +926,20 @@ inline bool avg_uniform_off() {
   return env::is("TORCH_DNN_POOL_AVG_UNIFORM", "0");
 }
 
-// avg pooling's one divisor for every (kh x kw, stride sh x sw, padding ph x pw) window over H x W -> OH x OW,
-// or 0 where the windows' divisors differ. Along an axis a window is clipped at its start only where it begins in
+// avg pooling's one divisor for every window of s along H and W (the depth window is trivial where this is
+// asked), or 0 where the windows' divisors differ. Along an axis a window is clipped at its start only where it begins in
 // the padding (the first windows) and at its end only past a bound its end grows towards (the last windows), so
 // every window has the full size exactly when the first and the last do.
-inline int uniform_avg_divisor(int kh, int kw, int sh, int sw, int ph, int pw, int H, int W, int OH, int OW,
-                               bool cip, int divisor_override) {
+inline int uniform_avg_divisor(const PoolShape& s) {
   if (avg_uniform_off()) return 0;
-  if (divisor_override) return divisor_override;
-  if (OH < 1 || OW < 1) return 0;
-  auto full = [&](int o, int k, int s, int p, int in) {
-    return avg_window_size(o * s - p, 0, k, 1, in, 1, p, 0, cip) == k;
+  if (s.divisor_override) return int(s.divisor_override);
+  const Axis &h = s.ax[1], &w = s.ax[2];
+  if (h.out < 1 || w.out < 1) return 0;
+  auto full = [&](int64_t o, const Axis& a) {
+    return avg_window_size(int(o * a.s - a.p), 0, int(a.k), 1, int(a.in), 1, int(a.p), 0, s.count_include_pad) == a.k;
   };
-  const bool all = full(0, kh, sh, ph, H) && full(OH - 1, kh, sh, ph, H) && full(0, kw, sw, pw, W) &&
-                   full(OW - 1, kw, sw, pw, W);
-  return all ? kh * kw : 0;
+  const bool all = full(0, h) && full(h.out - 1, h) && full(0, w) && full(w.out - 1, w);
+  return all ? int(h.k * w.k) : 0;
 }
 
 constexpr int kTileSmem = 32 * 1024;  // bytes of shared memory per band: several blocks per SM
@@ -1278,8 +1277,7 @@ inline OwnerArgs owner_args(const PoolShape& s, int V, int strip = 1) {
   a.kh = int(h.k), a.kw = int(w.k), a.sh = int(h.s), a.sw = int(w.s), a.ph = int(h.p), a.pw = int(w.p);
   a.cip = s.count_include_pad;
   a.divisor_override = int(s.divisor_override);
-  a.uniform_div = uniform_avg_divisor(a.kh, a.kw, a.sh, a.sw, a.ph, a.pw, a.H, a.W, a.OH, a.OW, a.cip,
-                                      a.divisor_override);
+  a.uniform_div = uniform_avg_divisor(s);
   const int64_t own_h = (h.in - 1 + h.p) / h.s + 1, own_w = (w.in - 1 + w.p) / w.s + 1;
   a.own_h = int(own_h);
   a.strip = strip > 1 ? strip : 1;
