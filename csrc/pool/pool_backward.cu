@@ -131,20 +131,14 @@ void launch_gather(DType t, const void* g, const int64_t* ind, const void* x, co
     if constexpr (cl.value && OP != Op::Lp) {
       if (launch_band_bwd<T, OP, v.value>(gp, ind, dxp, s, stream)) return;
       if (owner_applies(s) && !cl_bwd_item()) {
-        const bool k3 = owner_k3(s);
-        const int strip = k3 ? owner_strip(OP == Op::Max) : 1;
-        if (strip > 1) {
-          const OwnerArgs oa = owner_args(s, v.value, strip);
+        if (owner_k3(s)) {
+          const OwnerArgs oa = owner_args(s, v.value, owner_strip(OP == Op::Max));
           launch(pool_bwd_cl_k3_strip<T, OP, v.value>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind, dxp,
                  oa);
           return;
         }
         const OwnerArgs oa = owner_args(s, v.value);
-        if (k3)
-          launch(pool_bwd_cl_owner<T, OP, v.value, true>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind,
-                 dxp, oa);
-        else
-          launch(pool_bwd_cl_owner<T, OP, v.value>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind, dxp, oa);
+        launch(pool_bwd_cl_owner<T, OP, v.value>, grid_for(oa.items, kThreads), kThreads, stream, gp, ind, dxp, oa);
         return;
       }
     }

@@ -1029,12 +1029,7 @@ struct OwnerArgs {
   int own_h, strip;  // pool_bwd_cl_k3_strip: owner rows, owner rows an item
 };
 
-//
-// K3 (3x3 windows, stride 2, dilation 1): the covering is fixed. Owned input (r, e) of owner (a, b) lies in
-// output a's window always and in output a - 1's only for r == 0 (its window ends at 2a - p + 1), the same along
-// W, so each input adds 4, 2, 2 or 1 of the 2 x 2 outputs by a pattern known at compile time instead of testing
-// all four (max: their indices; avg: their window ends) at run time.
-template <typename T, Op OP, int V, bool K3 = false>
+template <typename T, Op OP, int V>
 __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restrict__ g,
                                                                const int64_t* __restrict__ ind,
                                                                T* __restrict__ dx, OwnerArgs a) {
@@ -1060,10 +1055,6 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
         const int oh = oh_own - 1 + u, ow = ow_own - 1 + v;
         ok[u][v] = oh >= 0 && oh < OH && ow >= 0 && ow < OW;
         inv[u][v] = A(0);
-        if constexpr (K3 && OP == Op::Avg) {  // a missing output adds zero (no test of ok below)
-#pragma unroll
-          for (int j = 0; j < V; ++j) gv[u][v].v[j] = from_acc<T>(A(0));
-        }
         if (ok[u][v]) {
           const int64_t o = ((gplane + oh) * OW + ow) * a.C + c;
           gv[u][v] = load_vec<T, V>(g + o);
@@ -1086,13 +1077,12 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
           }
         }
       }
-    const int n_r = K3 ? 2 : a.sh, n_e = K3 ? 2 : a.sw;
 #pragma unroll 2
-    for (int r = 0; r < n_r; ++r) {
+    for (int r = 0; r < a.sh; ++r) {
       const int h = oh_own * a.sh - a.ph + r;
       if (h < 0 || h >= H) continue;
 #pragma unroll 2
-      for (int e = 0; e < n_e; ++e) {
+      for (int e = 0; e < a.sw; ++e) {
         const int w = ow_own * a.sw - a.pw + e;
         if (w < 0 || w >= W) continue;
         const int i = h * W + w;
@@ -1103,14 +1093,6 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
         for (int u = 0; u < 2; ++u)
 #pragma unroll
           for (int v = 0; v < 2; ++v) {
-            if constexpr (K3) {
-              if ((u == 0 && r != 0) || (v == 0 && e != 0)) continue;  // output (a - 1, .) ends before row r
-              if constexpr (OP == Op::Avg) {
-#pragma unroll
-                for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(gv[u][v].v[j]) * inv[u][v];
-                continue;
-              }
-            }
             if (!ok[u][v]) continue;
             if constexpr (OP == Op::Max) {
 #pragma unroll
@@ -1131,10 +1113,14 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
   }
 }
 
-// 3x3/2 owner items as strips: an item walks a.strip owner rows down one owner column (same channels), keeping
-// the two outputs of row a that owner row a + 1 shares with row a: per owner row it loads 2 outputs instead of 4,
-// and max narrows half as many int64 indices (the per-owner K3 items are issue-bound: the narrowing was about a
-// third of a bf16 max item's instructions). The covering is pool_bwd_cl_owner's K3 pattern.
+// 3x3/2 owner items as strips. The covering is fixed: owned input (r, e) of owner (a, b) lies in output a's
+// window always and in output a - 1's only for r == 0 (its window ends at 2a - p + 1), the same along W, so each
+// input adds 4, 2, 2 or 1 of the 2 x 2 outputs by a pattern known at compile time instead of testing all four
+// (max: their indices; avg: their window ends) as pool_bwd_cl_owner does. An item walks a.strip owner rows down
+// one owner column (same channels), keeping the two outputs of row a that owner row a + 1 shares with row a: per
+// owner row it loads 2 outputs instead of 4, and max narrows half as many int64 indices (the items are
+// issue-bound: with one owner an item the narrowing was about a third of a bf16 max item's instructions).
+// a.strip == 1 is one owner an item (TORCH_DNN_POOL_CL_BWD_STRIP=1, A/B runs).
 template <typename T, Op OP, int V>
 __global__ void __launch_bounds__(kThreads) pool_bwd_cl_k3_strip(const T* __restrict__ g,
                                                                   const int64_t* __restrict__ ind,
@@ -1261,13 +1247,13 @@ inline bool cl_bwd_item() {
   return env::is("TORCH_DNN_POOL_CL_BWD", "item");
 }
 
-// Owner rows an item of pool_bwd_cl_k3_strip: TORCH_DNN_POOL_CL_BWD_STRIP (A/B runs; 0 or 1: the per-owner items),
+// Owner rows an item of pool_bwd_cl_k3_strip: TORCH_DNN_POOL_CL_BWD_STRIP (A/B runs; 0 or 1: one owner an item),
 // else 2 for max, 4 for avg (the H100's best of 1, 2, 4, 8 at 64x64x112x112 bf16, two runs each).
 inline int owner_strip(bool max) {
   return env::get_int("TORCH_DNN_POOL_CL_BWD_STRIP", max ? 2 : 4);
 }
 
-// strip > 1: items of `strip` owner rows (pool_bwd_cl_k3_strip), else one owner an item (pool_bwd_cl_owner).
+// strip: owner rows an item of pool_bwd_cl_k3_strip (pool_bwd_cl_owner: 1, one owner an item).
 inline OwnerArgs owner_args(const PoolShape& s, int V, int strip = 1) {
   OwnerArgs a;
   const Axis &h = s.ax[1], &w = s.ax[2];
