@@ -162,10 +162,15 @@ def _adaptive_cases(dtype, layout="NHWC"):
     out = []
     for graph in (False, True):
         how = " graph" if graph else ""
-        # graph rows: also the first kernels, and the chunked kernel with 64 planes a block instead of 128 (NCHW) or
-        # 8 rows in flight a lane instead of 4 (NHWC)
-        ab = (lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_PB", "64", "torch_dnn pb64") if layout == "NCHW"
-              else _variant(old(d), "TORCH_DNN_POOL_GLOBAL_U", "8", "torch_dnn u8")) if graph else (lambda d: d)
+        # graph rows: also the first kernels; NCHW: the chunked kernel without the next chunk's loads in flight
+        # during the sums; NHWC: row lanes instead of a thread a column, and 4 rows in flight a column instead of 8
+        if not graph:
+            ab = lambda d: d  # noqa: E731
+        elif layout == "NCHW":
+            ab = lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_PREFETCH", "0", "torch_dnn noprefetch")  # noqa: E731
+        else:
+            ab = lambda d: _variant(_variant(old(d), "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"),  # noqa: E731
+                                    "TORCH_DNN_POOL_GLOBAL_COL_U", "4", "torch_dnn col4")
         out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
             "eager": eager,

@@ -92,6 +92,11 @@ bool launch_global_bwd(DType t, const void* g, void* dx, const PoolShape& s, cud
     if (s.channels_last) {
       auto run = [&](auto vec) {
         constexpr int VV = decltype(vec)::value;
+        if (global_cl_columns(s.N * (s.C / VV))) {  // a thread a column
+          launch(global_bcast_cl_col<T, VV>, grid_for(s.N * (s.C / VV), kThreads), kThreads, stream, gp, dxp, s.N, P,
+                 s.C / VV);
+          return;
+        }
         const int64_t div[2] = {s.C / VV, P};
         const int64_t items = s.N * P * (s.C / VV);
         launch(global_bcast_cl<T, VV>, grid_for(items, kThreads), kThreads, stream, gp, dxp, s.N, P, s.C,

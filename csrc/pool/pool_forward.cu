@@ -140,10 +140,18 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
     T* yp = static_cast<T*>(y);
     const bool aligned = aligned16(x) && aligned16(y);
     if (s.channels_last) {
-      // channel groups per block: up to 32 (a warp along C), fewer when C is small, so rows get more lanes
       auto run = [&](auto vec) {
         constexpr int VV = decltype(vec)::value;
         const int64_t G = s.C / VV;
+        if (global_cl_columns(s.N * G)) {  // a thread a column
+          const unsigned grid = grid_for(s.N * G, kThreads);
+          if (env::get_int("TORCH_DNN_POOL_GLOBAL_COL_U", 8) == 4)
+            launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          else
+            launch(global_avg_cl_col<T, VV, 8>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          return;
+        }
+        // channel groups per block: up to 32 (a warp along C), fewer when C is small, so rows get more lanes
         int groups = 32;
         while (groups > 1 && groups / 2 >= G) groups /= 2;
         const int64_t blocks = s.N * ((G + groups - 1) / groups);
@@ -162,8 +170,14 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         constexpr int PB = decltype(pb)::value;
         const size_t smem = size_t(PB) * P * sizeof(acc_t<T>);
         const unsigned grid = grid_for((planes + PB - 1) / PB, 1);
-        if (aligned16(x)) launch_smem(global_avg_nc_chunk<T, V, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
-        else launch_smem(global_avg_nc_chunk<T, 1, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        // the next chunk's first loads in flight during a chunk's sums (TORCH_DNN_POOL_GLOBAL_PREFETCH=0: not)
+        const bool prefetch = env::get_int("TORCH_DNN_POOL_GLOBAL_PREFETCH", 1) != 0;
+        if (aligned16(x) && prefetch)
+          launch_smem(global_avg_nc_chunk<T, V, PB, true>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else if (aligned16(x))
+          launch_smem(global_avg_nc_chunk<T, V, PB, false>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else
+          launch_smem(global_avg_nc_chunk<T, 1, PB, false>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
       };
       // planes a block: 128 where they fit (TORCH_DNN_POOL_GLOBAL_PB=64 / 16 for A/B runs: 64 was the default)
       const int64_t plane_bytes = P * int64_t(sizeof(acc_t<T>));

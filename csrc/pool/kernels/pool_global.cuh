@@ -3,35 +3,53 @@
 //     scalar loads). A block takes PB consecutive planes = one contiguous run of PB * P elements, loads it
 //     with 16-byte vectors into shared memory as float, then TPP = 256 / PB threads sum each plane (strided,
 //     then a fixed xor-shuffle tree: deterministic).
+//   global_avg_cl_col: channels-last with many columns (n, channel vector): a thread a column sums its P rows
+//     with U loads in flight; no block reduction and no barrier (pool.cuh's global_avg_cl spreads a column's
+//     rows over lanes, for few columns).
 //   global_bcast: the backward, dx = g / P broadcast over each volume: a pure write stream (g is tiny and
-//     cached), 16-byte stores; NCDHW walks the flat output, channels-last walks (channel vector, row, n).
+//     cached), 16-byte stores; NCDHW walks the flat output, channels-last walks (channel vector, row, n), or
+//     with many columns a thread a column writes its P rows (global_bcast_cl_col).
 #pragma once
 #include "pool/kernels/pool_tile.cuh"
 
 namespace torch_dnn {
 namespace pool {
 
-template <typename T, int V, int PB>
+template <typename T, int V, int PB, bool kPrefetch>
 __global__ void __launch_bounds__(kThreads) global_avg_nc_chunk(const T* __restrict__ x, T* __restrict__ y,
                                                                  int64_t planes, int P) {
   using A = acc_t<T>;
   constexpr int TPP = kThreads / PB;
+  constexpr int U = 4;
   A* buf = reinterpret_cast<A*>(tile_smem());
   const A inv = A(1) / A(P);
   const int64_t chunks = (planes + PB - 1) / PB;
+  // the first round of U vectors a thread of chunk b (kPrefetch: issued before the previous chunk's sums)
+  auto vectors = [&](int64_t b) { return V > 1 ? int((planes - b * PB < PB ? planes - b * PB : PB) * P / V) : 0; };
+  Vec<T, V> r[U];
+  auto first_round = [&](int64_t b) {
+    if (b >= chunks) return;
+    const int nv = vectors(b);
+    const T* src = x + b * PB * P;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (threadIdx.x + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(threadIdx.x + u * kThreads) * V);
+  };
+  if (kPrefetch) first_round(blockIdx.x);
   for (int64_t b = blockIdx.x; b < chunks; b += gridDim.x) {
     const int64_t p0 = b * PB;
     const int np = int(planes - p0 < PB ? planes - p0 : PB);
     const int n = np * P;
     const T* src = x + p0 * P;  // 16-byte aligned for V > 1: PB * P is a multiple of V (host)
+    const int nv = vectors(b);
+    if (!kPrefetch) first_round(b);
     __syncthreads();  // the previous chunk's readers are done
-    constexpr int U = 4;
-    const int nv = V > 1 ? n / V : 0;
     for (int i0 = threadIdx.x; i0 < nv; i0 += U * kThreads) {
-      Vec<T, V> r[U];
+      if (i0 != int(threadIdx.x)) {  // rounds after the first
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(i0 + u * kThreads) * V);
+        for (int u = 0; u < U; ++u)
+          if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(i0 + u * kThreads) * V);
+      }
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (i0 + u * kThreads < nv)
@@ -40,12 +58,46 @@ __global__ void __launch_bounds__(kThreads) global_avg_nc_chunk(const T* __restr
     }
     for (int i = nv * V + threadIdx.x; i < n; i += kThreads) buf[i] = to_acc<A>(src[i]);  // tail / scalar
     __syncthreads();
+    if (kPrefetch) first_round(b + gridDim.x);  // in flight during the sums below
     const int pl = threadIdx.x / TPP, lane = threadIdx.x % TPP;
     A acc = A(0);
     if (pl < np)
       for (int i = lane; i < P; i += TPP) acc += buf[pl * P + i];
     acc = warp_reduce(acc, SumOp{}, TPP);
     if (lane == 0 && pl < np) y[p0 + pl] = from_acc<T>(acc * inv);
+  }
+}
+
+// channels-last, a thread a column (n, channel vector c) of x[N][P][C]: P rows, U in flight, summed in row order.
+template <typename T, int V, int U>
+__global__ void __launch_bounds__(kThreads) global_avg_cl_col(const T* __restrict__ x, T* __restrict__ y,
+                                                              int64_t N, int64_t P, int64_t G) {
+  using A = acc_t<T>;
+  const A inv = A(1) / A(P);
+  const int64_t C = G * V, cols = N * G;
+  const bool small = cols < (int64_t(1) << 31);
+  POOL_GRID_LOOP(t, cols) {
+    int64_t n;
+    if (small) n = uint32_t(t) / uint32_t(G);
+    else n = t / G;
+    const T* xp = x + n * P * C + (t - n * G) * V;
+    A acc[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] = A(0);
+    for (int64_t r0 = 0; r0 < P; r0 += U, xp += U * C) {
+      Vec<T, V> v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (r0 + u < P) v[u] = load_vec<T, V>(xp + u * C);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (r0 + u < P)
+#pragma unroll
+          for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(v[u].v[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] *= inv;
+    store_acc<V>(y + t * V, acc);  // y[n][c]: column t's V channels
   }
 }
 
@@ -105,6 +157,32 @@ __global__ void __launch_bounds__(kThreads) global_bcast_cl(const T* __restrict_
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] *= inv;
     store_acc<V>(dx + t * V, v);  // item t's V channels are elements [t * V, t * V + V) of dx
+  }
+}
+
+// channels-last backward with many columns: a thread a column (n, channel vector) writes g[n][c] / P to its
+// P rows (one load of g, no index division a store).
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) global_bcast_cl_col(const T* __restrict__ g, T* __restrict__ dx,
+                                                                int64_t N, int64_t P, int64_t G) {
+  using A = acc_t<T>;
+  const A inv = A(1) / A(P);
+  const int64_t C = G * V, cols = N * G;
+  const bool small = cols < (int64_t(1) << 31);
+  POOL_GRID_LOOP(t, cols) {
+    int64_t n;
+    if (small) n = uint32_t(t) / uint32_t(G);
+    else n = t / G;
+    A v[V];
+    load_acc<V>(g + t * V, v);  // g[n][c]: column t's V channels
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] *= inv;
+    Vec<T, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>(v[j]);
+    T* dp = dx + n * P * C + (t - n * G) * V;
+#pragma unroll 4
+    for (int64_t r = 0; r < P; ++r, dp += C) store_vec<T, V>(dp, o);
   }
 }
 

@@ -897,6 +897,14 @@ inline bool nc_item() {
 inline bool global_old() {
   return env::is("TORCH_DNN_POOL_GLOBAL", "old");
 }
+// Channels-last global average by a thread a column (n, channel vector) when there are enough columns to keep
+// the memory busy with U loads in flight a thread (~25K at 132 SMs), by row lanes otherwise.
+// TORCH_DNN_POOL_GLOBAL_CL=col / lanes forces one or the other (forward and backward).
+inline bool global_cl_columns(int64_t columns) {
+  if (env::is("TORCH_DNN_POOL_GLOBAL_CL", "col")) return true;
+  if (env::is("TORCH_DNN_POOL_GLOBAL_CL", "lanes")) return false;
+  return columns >= int64_t(sm_count()) * 192;
+}
 
 // TORCH_DNN_POOL_NC_FWD=unpadded: the NCDHW forward's first tile kernel (bounds-checked taps) for 3x3 windows
 // instead of the padded tiles.
