@@ -162,21 +162,24 @@ def _adaptive_cases(dtype, layout="NHWC"):
     out = []
     for graph in (False, True):
         how = " graph" if graph else ""
-        # graph rows: also the first kernels; NCHW: the chunked kernel without the next chunk's loads in flight
-        # during the sums; NHWC: row lanes instead of a thread a column, and 4 rows in flight a column instead of 8
-        if not graph:
-            ab = lambda d: d  # noqa: E731
-        elif layout == "NCHW":
-            ab = lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_PREFETCH", "0", "torch_dnn noprefetch")  # noqa: E731
-        else:
-            ab = lambda d: _variant(_variant(old(d), "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"),  # noqa: E731
-                                    "TORCH_DNN_POOL_GLOBAL_COL_U", "4", "torch_dnn col4")
-        out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab({
+        # graph rows: also the first kernels, and A/B rows. NCHW forward: the chunked kernel instead of a warp a run
+        # of planes; NCHW backward: one item a thread instead of 4; NHWC: row lanes instead of a thread a column,
+        # and 4 or 16 rows in flight a column instead of 8 (forward)
+        ab_fwd = ab_bwd = lambda d: d  # noqa: E731
+        if graph and layout == "NCHW":
+            ab_fwd = lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_NC", "chunk", "torch_dnn chunk")  # noqa: E731
+            ab_bwd = lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_BWD_U", "1", "torch_dnn u1")  # noqa: E731
+        elif graph:
+            ab_fwd = lambda d: _variant(_variant(_variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"),  # noqa: E731
+                                                 "TORCH_DNN_POOL_GLOBAL_COL_U", "4", "torch_dnn col4"),
+                                        "TORCH_DNN_POOL_GLOBAL_COL_U", "16", "torch_dnn col16")
+            ab_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes")  # noqa: E731
+        out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab_fwd({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
             "eager": eager,
             "compile": torch.compile(eager, dynamic=False),
         }), bytes=(n_in + n_out) * es, target=">=90% copy", group="pool adaptive", graph=graph))
-        out.append(Case("pool", f"adaptive_avg_pool2d(1) bwd {tag}{how}", bwd_inputs, ab({
+        out.append(Case("pool", f"adaptive_avg_pool2d(1) bwd {tag}{how}", bwd_inputs, ab_bwd({
             "torch_dnn": lambda g, x: ops.adaptive_avg_pool2d_backward(g, x),
             "eager": eager_bwd,
             "compile": torch.compile(eager_bwd, dynamic=False),

@@ -141,7 +141,8 @@ POOL_VARIANTS = ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather", "TORC
                  "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_PAIR=0", "TORCH_DNN_POOL_CL2D=wide",
                  "TORCH_DNN_POOL_CL_FWD=taps,TORCH_DNN_POOL_CL2D=wide", "TORCH_DNN_POOL_GLOBAL_CL=col",
                  "TORCH_DNN_POOL_GLOBAL_CL=col,TORCH_DNN_POOL_GLOBAL_COL_U=4", "TORCH_DNN_POOL_GLOBAL_CL=lanes",
-                 "TORCH_DNN_POOL_GLOBAL_PREFETCH=0"]
+                 "TORCH_DNN_POOL_GLOBAL_CL=col,TORCH_DNN_POOL_GLOBAL_COL_U=16", "TORCH_DNN_POOL_GLOBAL_NC=chunk",
+                 "TORCH_DNN_POOL_GLOBAL_BWD_U=1"]
 
 
 def set_variant(monkeypatch, variant: str):

@@ -88,6 +88,8 @@ inline EmuBlockPool& emu_pool(unsigned n) {
 }
 
 inline void __syncthreads() { emu_pool(emu_block_dim.x).sync(); }
+// Block-wide here: a kernel that calls it has every warp of the block reach the same calls.
+inline void __syncwarp(unsigned = 0xffffffffu) { __syncthreads(); }
 
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {

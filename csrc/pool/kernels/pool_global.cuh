@@ -1,4 +1,6 @@
 // Global average pooling (adaptive to one output per (n, c) volume of P positions) beyond pool.cuh's:
+//   global_avg_nc_warp: NCDHW with planes of at most 8 vectors: a warp a run of 32 planes, loaded coalesced into
+//     the warp's slot of shared memory, a lane a plane summed from there (the next run in flight meanwhile).
 //   global_avg_nc_chunk: NCDHW with short planes (P = 49 at 7x7: a warp per plane idles half its lanes on
 //     scalar loads). A block takes PB consecutive planes = one contiguous run of PB * P elements, loads it
 //     with 16-byte vectors into shared memory as float, then TPP = 256 / PB threads sum each plane (strided,
@@ -15,41 +17,27 @@
 namespace torch_dnn {
 namespace pool {
 
-template <typename T, int V, int PB, bool kPrefetch>
+template <typename T, int V, int PB>
 __global__ void __launch_bounds__(kThreads) global_avg_nc_chunk(const T* __restrict__ x, T* __restrict__ y,
                                                                  int64_t planes, int P) {
   using A = acc_t<T>;
   constexpr int TPP = kThreads / PB;
-  constexpr int U = 4;
   A* buf = reinterpret_cast<A*>(tile_smem());
   const A inv = A(1) / A(P);
   const int64_t chunks = (planes + PB - 1) / PB;
-  // the first round of U vectors a thread of chunk b (kPrefetch: issued before the previous chunk's sums)
-  auto vectors = [&](int64_t b) { return V > 1 ? int((planes - b * PB < PB ? planes - b * PB : PB) * P / V) : 0; };
-  Vec<T, V> r[U];
-  auto first_round = [&](int64_t b) {
-    if (b >= chunks) return;
-    const int nv = vectors(b);
-    const T* src = x + b * PB * P;
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (threadIdx.x + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(threadIdx.x + u * kThreads) * V);
-  };
-  if (kPrefetch) first_round(blockIdx.x);
   for (int64_t b = blockIdx.x; b < chunks; b += gridDim.x) {
     const int64_t p0 = b * PB;
     const int np = int(planes - p0 < PB ? planes - p0 : PB);
     const int n = np * P;
     const T* src = x + p0 * P;  // 16-byte aligned for V > 1: PB * P is a multiple of V (host)
-    const int nv = vectors(b);
-    if (!kPrefetch) first_round(b);
     __syncthreads();  // the previous chunk's readers are done
+    constexpr int U = 4;
+    const int nv = V > 1 ? n / V : 0;
     for (int i0 = threadIdx.x; i0 < nv; i0 += U * kThreads) {
-      if (i0 != int(threadIdx.x)) {  // rounds after the first
+      Vec<T, V> r[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(i0 + u * kThreads) * V);
-      }
+      for (int u = 0; u < U; ++u)
+        if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(i0 + u * kThreads) * V);
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (i0 + u * kThreads < nv)
@@ -58,13 +46,57 @@ __global__ void __launch_bounds__(kThreads) global_avg_nc_chunk(const T* __restr
     }
     for (int i = nv * V + threadIdx.x; i < n; i += kThreads) buf[i] = to_acc<A>(src[i]);  // tail / scalar
     __syncthreads();
-    if (kPrefetch) first_round(b + gridDim.x);  // in flight during the sums below
     const int pl = threadIdx.x / TPP, lane = threadIdx.x % TPP;
     A acc = A(0);
     if (pl < np)
       for (int i = lane; i < P; i += TPP) acc += buf[pl * P + i];
     acc = warp_reduce(acc, SumOp{}, TPP);
     if (lane == 0 && pl < np) y[p0 + pl] = from_acc<T>(acc * inv);
+  }
+}
+
+// NCDHW with short planes, a warp a run of 32 consecutive planes (32 * P contiguous elements, 16-byte aligned):
+// the lanes load the run as 16-byte vectors (R = ceil(P / V) a lane, all in flight), put them in the warp's
+// shared-memory slot as they are, and each lane sums one plane from there. The next run's vectors are loaded
+// before this run's sums; no block barrier. Every warp of a block takes the same number of steps (a warp past
+// the last run idles through them), so __syncwarp is a block barrier in the host emulation too.
+template <typename T, int V, int RMAX>
+__global__ void __launch_bounds__(kThreads) global_avg_nc_warp(const T* __restrict__ x, T* __restrict__ y,
+                                                                int64_t planes, int P) {
+  using A = acc_t<T>;
+  constexpr int W = kThreads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  T* slot = reinterpret_cast<T*>(tile_smem()) + warp * 32 * P;
+  const A inv = A(1) / A(P);
+  const int64_t runs = (planes + 31) / 32;
+  const int R = (P + V - 1) / V;
+  Vec<T, V> r[RMAX];
+  auto load_run = [&](int64_t k) {  // the vectors of run k (those before its scalar tail)
+    if (k >= runs) return;
+    const int nv = int((planes - k * 32 < 32 ? planes - k * 32 : 32) * P / V);
+    const T* src = x + k * 32 * P;
+#pragma unroll
+    for (int u = 0; u < RMAX; ++u)
+      if (u < R && lane + 32 * u < nv) r[u] = load_vec<T, V>(src + int64_t(lane + 32 * u) * V);
+  };
+  load_run(int64_t(blockIdx.x) * W + warp);
+  for (int64_t kb = int64_t(blockIdx.x) * W; kb < runs; kb += int64_t(gridDim.x) * W) {
+    const int64_t k = kb + warp;
+    const int np = k < runs ? int(planes - k * 32 < 32 ? planes - k * 32 : 32) : 0;
+    const int n = np * P, nv = n / V;
+    __syncwarp();  // the previous run's sums are done with the slot
+#pragma unroll
+    for (int u = 0; u < RMAX; ++u)
+      if (u < R && lane + 32 * u < nv) store_vec<T, V>(slot + (lane + 32 * u) * V, r[u]);
+    for (int i = nv * V + lane; i < n; i += 32) slot[i] = x[k * 32 * P + i];  // tail (a short last run)
+    __syncwarp();
+    load_run(k + int64_t(gridDim.x) * W);  // in flight during the sums
+    if (lane < np) {
+      A acc = A(0);
+#pragma unroll 7
+      for (int i = 0; i < P; ++i) acc += to_acc<A>(slot[lane * P + i]);
+      y[k * 32 + lane] = from_acc<T>(acc * inv);
+    }
   }
 }
 
@@ -101,42 +133,57 @@ __global__ void __launch_bounds__(kThreads) global_avg_cl_col(const T* __restric
   }
 }
 
-// NCDHW backward: dx[plane * P + p] = g[plane] / P over `total` = planes * P elements, V per item.
-template <typename T, int V>
+// NCDHW backward: dx[plane * P + p] = g[plane] / P over `total` = planes * P elements, V per item, U items a
+// thread (t, t + T, ... for T threads): their loads of g are issued before the first store, so that a thread waits
+// once for g, not once an item (256x2048x7x7 bf16 on the H100: U = 1 0.0200 ms).
+template <typename T, int V, int U>
 __global__ void __launch_bounds__(kThreads) global_bcast_nc(const T* __restrict__ g, T* __restrict__ dx,
                                                              int64_t total, int64_t P, FastDivmod32 by_p) {
   using A = acc_t<T>;
   const A inv = A(1) / A(P);
-  const int64_t items = (total + V - 1) / V;
+  const int64_t items = (total + V - 1) / V, stride = int64_t(gridDim.x) * blockDim.x;
   const bool small = total < (int64_t(1) << 31);
-  POOL_GRID_LOOP(t, items) {
-    const int64_t e0 = t * V;
-    int64_t plane, p;
-    if (small) {
-      uint32_t q, r;
-      by_p.divmod(uint32_t(e0), q, r);
-      plane = q, p = r;
-    } else {
-      plane = e0 / P, p = e0 - plane * P;
-    }
-    A v[V];
-    if (P >= V && e0 + V <= total) {
-      // the V elements span at most two planes: two loads of g, not V
-      const A g0 = to_acc<A>(g[plane]) * inv;
-      const A g1 = p + V > P ? to_acc<A>(g[plane + 1]) * inv : g0;
+  for (int64_t t0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t0 < items; t0 += U * stride) {
+    T g0[U], g1[U];
+    int64_t plane[U], p[U];
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = p + j < P ? g0 : g1;
-    } else {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        v[j] = e0 + j < total ? to_acc<A>(g[plane]) * inv : A(0);
-        if (++p == P) p = 0, ++plane;
+    for (int u = 0; u < U; ++u) {
+      const int64_t e0 = (t0 + u * stride) * V;
+      if (small) {
+        uint32_t q, r;
+        by_p.divmod(uint32_t(e0), q, r);
+        plane[u] = q, p[u] = r;
+      } else {
+        plane[u] = e0 / P, p[u] = e0 - plane[u] * P;
+      }
+      if (e0 < total && P >= V && e0 + V <= total) {
+        // the V elements span at most two planes: two loads of g, not V
+        g0[u] = g[plane[u]];
+        g1[u] = p[u] + V > P ? g[plane[u] + 1] : g0[u];
       }
     }
-    if (V > 1 && e0 + V <= total) {
-      store_acc<V>(dx + e0, v);
-    } else {
-      for (int j = 0; j < V && e0 + j < total; ++j) dx[e0 + j] = from_acc<T>(v[j]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t e0 = (t0 + u * stride) * V;
+      if (e0 >= total) break;
+      A v[V];
+      if (P >= V && e0 + V <= total) {
+        const A a0 = to_acc<A>(g0[u]) * inv, a1 = to_acc<A>(g1[u]) * inv;
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[j] = p[u] + j < P ? a0 : a1;
+      } else {
+        int64_t pl = plane[u], pp = p[u];
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          v[j] = e0 + j < total ? to_acc<A>(g[pl]) * inv : A(0);
+          if (++pp == P) pp = 0, ++pl;
+        }
+      }
+      if (V > 1 && e0 + V <= total) {
+        store_acc<V>(dx + e0, v);
+      } else {
+        for (int j = 0; j < V && e0 + j < total; ++j) dx[e0 + j] = from_acc<T>(v[j]);
+      }
     }
   }
 }
