@@ -1,8 +1,11 @@
 """Ceilings for global average pooling's traffic (256x2048x7x7 bf16 = 51.4 MB): GPU time (CUDA-graph replay, the
 harness's time_graph_calls) of a read-only reduction (torch.sum to one value), a pure write (zero_, fill_), a
 copy, and a one-element kernel (the per-kernel cost inside a graph), beside our forward and backward.
+--ncu runs each of our kernel variants once inside a cudaProfilerStart/Stop window instead:
 
     python scripts/probe_global.py [--md FILE]
+    ncu --profile-from-start off --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section MemoryWorkloadAnalysis --section WarpStateStats python scripts/probe_global.py --ncu
 """
 import argparse
 import os
@@ -22,7 +25,10 @@ ops = torch.ops.torch_dnn
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--md", default=None)
+    ap.add_argument("--ncu", action="store_true")
     args = ap.parse_args()
+    if args.ncu:
+        return profile_once()
     shape = (256, 2048, 7, 7)
     sets = [(torch.empty(shape, device="cuda", dtype=torch.bfloat16).uniform_(-4, 4),) for _ in range(3)]
     cl = [(x.contiguous(memory_format=torch.channels_last),) for (x,) in sets]
@@ -56,6 +62,35 @@ def main():
     if args.md:
         with open(args.md, "w") as f:
             f.write(text + "\n")
+
+
+def profile_once():
+    shape = (256, 2048, 7, 7)
+    x = torch.empty(shape, device="cuda", dtype=torch.bfloat16).uniform_(-4, 4)
+    xc = x.contiguous(memory_format=torch.channels_last)
+    g = torch.randn(256, 2048, 1, 1, device="cuda", dtype=torch.bfloat16)
+    runs = [  # (environment, callable): each kernel once, in this order
+        ({}, lambda: ops.adaptive_avg_pool2d(xc, [1, 1])),
+        ({"TORCH_DNN_POOL_GLOBAL_COL_U": "16"}, lambda: ops.adaptive_avg_pool2d(xc, [1, 1])),
+        ({}, lambda: ops.adaptive_avg_pool2d(x, [1, 1])),
+        ({"TORCH_DNN_POOL_GLOBAL_NC": "warp"}, lambda: ops.adaptive_avg_pool2d(x, [1, 1])),
+        ({}, lambda: ops.adaptive_avg_pool2d_backward(g, x)),
+        ({"TORCH_DNN_POOL_GLOBAL_BWD": "flat"}, lambda: ops.adaptive_avg_pool2d_backward(g, x)),
+    ]
+    for env, fn in runs:  # warm-up (and the lazy loads)
+        os.environ.update(env)
+        fn()
+        for k in env:
+            del os.environ[k]
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for env, fn in runs:
+        os.environ.update(env)
+        fn()
+        torch.cuda.synchronize()
+        for k in env:
+            del os.environ[k]
+    torch.cuda.cudart().cudaProfilerStop()
 
 
 if __name__ == "__main__":

@@ -145,10 +145,13 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         const int64_t G = s.C / VV;
         if (global_cl_columns(s.N * G)) {  // a thread a column
           const unsigned grid = grid_for(s.N * G, kThreads);
-          // rows in flight a thread: 8 (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 16 for A/B runs)
+          // rows in flight a thread: 8 (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 7 / 16 for A/B runs; 256x2048x7x7 bf16 on the
+          // H100: U = 4 0.0248 ms, 8 0.0202, 16 0.0233)
           const int u = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_U", 8);
           if (u == 4)
             launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          else if (u == 7)
+            launch(global_avg_cl_col<T, VV, 7>, grid, kThreads, stream, xp, yp, s.N, P, G);
           else if (u == 16)
             launch(global_avg_cl_col<T, VV, 16>, grid, kThreads, stream, xp, yp, s.N, P, G);
           else
@@ -177,9 +180,9 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         if (aligned16(x)) launch_smem(global_avg_nc_chunk<T, V, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
         else launch_smem(global_avg_nc_chunk<T, 1, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
       };
-      // planes of at most 8 vectors: a warp a run of 32 planes, a lane a plane (TORCH_DNN_POOL_GLOBAL_NC=chunk: the
-      // chunked kernel, 256x2048x7x7 bf16 0.0227 ms on the H100)
-      if (P <= 8 * V && aligned16(x) && !env::is("TORCH_DNN_POOL_GLOBAL_NC", "chunk")) {
+      // TORCH_DNN_POOL_GLOBAL_NC=warp (planes of at most 8 vectors): a warp a run of 32 planes, a lane a plane;
+      // 256x2048x7x7 bf16 on the H100 0.0253 ms against the chunked kernel's 0.0228 (under study)
+      if (P <= 8 * V && aligned16(x) && env::is("TORCH_DNN_POOL_GLOBAL_NC", "warp")) {
         constexpr int W = kThreads / 32;
         const int64_t runs = (planes + 31) / 32;
         const size_t smem = size_t(W) * 32 * P * sizeof(T);  // <= 32 KB: 8 * 32 * 8 vectors of 16 bytes

@@ -102,6 +102,17 @@ T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
   return r;
 }
 
+template <typename T>
+T __shfl_sync(unsigned, T v, int src_lane, int width = 32) {
+  static double exchange[1024];
+  const unsigned t = emu_thread_idx.x, w = unsigned(width);
+  exchange[t] = double(v);
+  __syncthreads();
+  const T r = T(exchange[(t & ~(w - 1)) | (unsigned(src_lane) & (w - 1))]);
+  __syncthreads();
+  return r;
+}
+
 template <typename... P, typename... Args>
 void emulate_launch(void (*kernel)(P...), unsigned grid, unsigned block, Args... args) {
   emu_grid_dim = {grid, 1, 1};

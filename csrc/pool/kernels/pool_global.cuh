@@ -9,8 +9,8 @@
 //     with U loads in flight; no block reduction and no barrier (pool.cuh's global_avg_cl spreads a column's
 //     rows over lanes, for few columns).
 //   global_bcast: the backward, dx = g / P broadcast over each volume: a pure write stream (g is tiny and
-//     cached), 16-byte stores; NCDHW walks the flat output, channels-last walks (channel vector, row, n), or
-//     with many columns a thread a column writes its P rows (global_bcast_cl_col).
+//     cached), 16-byte stores; NCDHW walks the flat output (or a warp a run of 32 planes, g by shuffles),
+//     channels-last walks (channel vector, row, n), or with many columns a thread a column writes its P rows.
 #pragma once
 #include "pool/kernels/pool_tile.cuh"
 
@@ -133,56 +133,77 @@ __global__ void __launch_bounds__(kThreads) global_avg_cl_col(const T* __restric
   }
 }
 
-// NCDHW backward: dx[plane * P + p] = g[plane] / P over `total` = planes * P elements, V per item, U items a
-// thread (t, t + T, ... for T threads): their loads of g are issued before the first store, so that a thread waits
-// once for g, not once an item (256x2048x7x7 bf16 on the H100: U = 1 0.0200 ms).
-template <typename T, int V, int U>
+// NCDHW backward: dx[plane * P + p] = g[plane] / P over `total` = planes * P elements, V per item.
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) global_bcast_nc(const T* __restrict__ g, T* __restrict__ dx,
                                                              int64_t total, int64_t P, FastDivmod32 by_p) {
   using A = acc_t<T>;
   const A inv = A(1) / A(P);
-  const int64_t items = (total + V - 1) / V, stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t items = (total + V - 1) / V;
   const bool small = total < (int64_t(1) << 31);
-  for (int64_t t0 = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t0 < items; t0 += U * stride) {
-    T g0[U], g1[U];
-    int64_t plane[U], p[U];
+  POOL_GRID_LOOP(t, items) {
+    const int64_t e0 = t * V;
+    int64_t plane, p;
+    if (small) {
+      uint32_t q, r;
+      by_p.divmod(uint32_t(e0), q, r);
+      plane = q, p = r;
+    } else {
+      plane = e0 / P, p = e0 - plane * P;
+    }
+    A v[V];
+    if (P >= V && e0 + V <= total) {
+      // the V elements span at most two planes: two loads of g, not V
+      const A g0 = to_acc<A>(g[plane]) * inv;
+      const A g1 = p + V > P ? to_acc<A>(g[plane + 1]) * inv : g0;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t e0 = (t0 + u * stride) * V;
-      if (small) {
-        uint32_t q, r;
-        by_p.divmod(uint32_t(e0), q, r);
-        plane[u] = q, p[u] = r;
-      } else {
-        plane[u] = e0 / P, p[u] = e0 - plane[u] * P;
-      }
-      if (e0 < total && P >= V && e0 + V <= total) {
-        // the V elements span at most two planes: two loads of g, not V
-        g0[u] = g[plane[u]];
-        g1[u] = p[u] + V > P ? g[plane[u] + 1] : g0[u];
+      for (int j = 0; j < V; ++j) v[j] = p + j < P ? g0 : g1;
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        v[j] = e0 + j < total ? to_acc<A>(g[plane]) * inv : A(0);
+        if (++p == P) p = 0, ++plane;
       }
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t e0 = (t0 + u * stride) * V;
-      if (e0 >= total) break;
+    if (V > 1 && e0 + V <= total) {
+      store_acc<V>(dx + e0, v);
+    } else {
+      for (int j = 0; j < V && e0 + j < total; ++j) dx[e0 + j] = from_acc<T>(v[j]);
+    }
+  }
+}
+
+// NCDHW backward, a warp a run of 32 planes (P >= V, dx 16-byte aligned): lane l loads g of the run's plane l
+// once; the run's 16-byte output vectors take their one or two planes' values from the lanes by shuffles, so no
+// store waits on a load. Loops are uniform over the block (shuffles in the host emulation are block-wide).
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) global_bcast_nc_warp(const T* __restrict__ g, T* __restrict__ dx,
+                                                                  int64_t planes, int P, FastDivmod32 by_p) {
+  using A = acc_t<T>;
+  constexpr int W = kThreads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const A inv = A(1) / A(P);
+  const int64_t runs = (planes + 31) / 32;
+  for (int64_t kb = int64_t(blockIdx.x) * W; kb < runs; kb += int64_t(gridDim.x) * W) {
+    const int64_t k = kb + warp;
+    const int np = k < runs ? int(planes - k * 32 < 32 ? planes - k * 32 : 32) : 0;
+    const A gl = lane < np ? to_acc<A>(g[k * 32 + lane]) * inv : A(0);
+    const int n = np * P;
+    T* out = dx + k * 32 * P;
+    for (int base = 0; base < 32 * P; base += 32 * V) {  // every lane the same trip count (the shuffles)
+      const int e0 = base + lane * V;
+      uint32_t q, r;
+      by_p.divmod(uint32_t(e0), q, r);
+      const A a0 = __shfl_sync(0xffffffffu, gl, int(q < 31 ? q : 31));
+      const A a1 = __shfl_sync(0xffffffffu, gl, int(q < 30 ? q + 1 : 31));
+      if (e0 >= n) continue;
       A v[V];
-      if (P >= V && e0 + V <= total) {
-        const A a0 = to_acc<A>(g0[u]) * inv, a1 = to_acc<A>(g1[u]) * inv;
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = p[u] + j < P ? a0 : a1;
+      for (int j = 0; j < V; ++j) v[j] = int(r) + j < P ? a0 : a1;
+      if (e0 + V <= n) {
+        store_acc<V>(out + e0, v);
       } else {
-        int64_t pl = plane[u], pp = p[u];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          v[j] = e0 + j < total ? to_acc<A>(g[pl]) * inv : A(0);
-          if (++pp == P) pp = 0, ++pl;
-        }
-      }
-      if (V > 1 && e0 + V <= total) {
-        store_acc<V>(dx + e0, v);
-      } else {
-        for (int j = 0; j < V && e0 + j < total; ++j) dx[e0 + j] = from_acc<T>(v[j]);
+        for (int j = 0; e0 + j < n; ++j) out[e0 + j] = from_acc<T>(v[j]);
       }
     }
   }
