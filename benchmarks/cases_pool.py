@@ -162,19 +162,21 @@ def _adaptive_cases(dtype, layout="NHWC"):
     out = []
     for graph in (False, True):
         how = " graph" if graph else ""
-        # graph rows: also the first kernels, and A/B rows. NCHW forward: a warp a run of planes instead of the
-        # chunked kernel; NCHW backward: the flat walk instead of a warp a run; NHWC: row lanes instead of a thread
-        # a column, and 4, 7 or 16 rows in flight a column instead of 8 (forward)
+        # graph rows: also the first kernels, and A/B rows. NCHW forward: the chunked kernel with registers for 1
+        # (unbounded) or 6 blocks an SM instead of 8; NHWC: row lanes instead of a thread a column, 16 rows in flight
+        # a column instead of 8, two threads a column (forward)
         ab_fwd = ab_bwd = lambda d: d  # noqa: E731
         if graph and layout == "NCHW":
-            ab_fwd = lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_NC", "warp", "torch_dnn warp")  # noqa: E731
-            ab_bwd = lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_BWD", "flat", "torch_dnn flat")  # noqa: E731
+            def ab_fwd(d):
+                for b in ("1", "6"):
+                    _variant(d, "TORCH_DNN_POOL_GLOBAL_MINB", b, f"torch_dnn minb{b}")
+                return old(d)
+            ab_bwd = old
         elif graph:
             def ab_fwd(d):
                 _variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes")
-                for u in ("4", "7", "16"):
-                    _variant(d, "TORCH_DNN_POOL_GLOBAL_COL_U", u, f"torch_dnn col{u}")
-                return d
+                _variant(d, "TORCH_DNN_POOL_GLOBAL_COL_U", "16", "torch_dnn col16")
+                return _variant(d, "TORCH_DNN_POOL_GLOBAL_COL_S", "2", "torch_dnn s2")
             ab_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes")  # noqa: E731
         out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab_fwd({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),

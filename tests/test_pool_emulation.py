@@ -160,8 +160,8 @@ FIXED = [
     ("avg_pool", 2, (2, 3, 15, 24), "contiguous", dict(k=3, s=2, p=1)),
     ("adaptive_avg_pool", 2, (3, 40, 7, 7), "contiguous", dict(out=1)),            # global, 128 planes a block
     ("adaptive_avg_pool", 2, (2, 9, 11, 15), "contiguous", dict(out=1)),           # 16 planes a block
-    ("adaptive_avg_pool", 2, (131, 127, 2, 2), "contiguous", dict(out=1)),         # warps take several runs
-    ("adaptive_avg_pool", 2, (3, 37, 5, 5), "contiguous", dict(out=1)),            # a short last run, tail
+    ("adaptive_avg_pool", 2, (131, 127, 2, 2), "contiguous", dict(out=1)),         # blocks take several chunks
+    ("adaptive_avg_pool", 2, (3, 37, 5, 5), "contiguous", dict(out=1)),            # a short last chunk, tail
     ("adaptive_avg_pool", 2, (8, 512, 3, 3), "channels_last", dict(out=1)),        # a thread a column (vectors)
     ("adaptive_avg_pool", 2, (3, 130, 5, 5), "channels_last", dict(out=1)),        # a thread a column (scalars)
 ]

@@ -107,14 +107,7 @@ bool launch_global_bwd(DType t, const void* g, void* dx, const PoolShape& s, cud
     } else {
       const int64_t total = s.N * s.C * P;
       const FastDivmod32 by_p(uint32_t(P < (int64_t(1) << 31) ? P : 1));
-      if (P >= V && P <= (int64_t(1) << 26) && aligned16(dx) && !env::is("TORCH_DNN_POOL_GLOBAL_BWD", "flat")) {
-        // a warp a run of 32 planes (TORCH_DNN_POOL_GLOBAL_BWD=flat: the flat walk, 256x2048x7x7 bf16 0.0200 ms)
-        constexpr int W = kThreads / 32;
-        const int64_t runs = (s.N * s.C + 31) / 32;
-        const FastDivmod32 by_p32{uint32_t(P)};  // divides offsets within a run (< 32 * P < 2^31: P <= 2^26)
-        launch(global_bcast_nc_warp<T, V>, grid_for((runs + W - 1) / W, 1, 1), kThreads, stream, gp, dxp, s.N * s.C,
-               int(P), by_p32);
-      } else if (aligned16(dx))
+      if (aligned16(dx))
         launch(global_bcast_nc<T, V>, grid_for((total + V - 1) / V, kThreads), kThreads, stream, gp, dxp, total, P,
                by_p);
       else

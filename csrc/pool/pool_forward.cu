@@ -144,18 +144,19 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         constexpr int VV = decltype(vec)::value;
         const int64_t G = s.C / VV;
         if (global_cl_columns(s.N * G)) {  // a thread a column
-          const unsigned grid = grid_for(s.N * G, kThreads);
-          // rows in flight a thread: 8 (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 7 / 16 for A/B runs; 256x2048x7x7 bf16 on the
-          // H100: U = 4 0.0248 ms, 8 0.0202, 16 0.0233)
+          // rows in flight a thread: 8, one thread a column (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 7 / 16, _COL_S=2
+          // threads a column for A/B runs; 256x2048x7x7 bf16 on the H100: U = 4 0.0248 ms, 7 0.0200, 8 0.0202,
+          // 16 0.0233)
           const int u = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_U", 8);
-          if (u == 4)
-            launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else if (u == 7)
-            launch(global_avg_cl_col<T, VV, 7>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else if (u == 16)
-            launch(global_avg_cl_col<T, VV, 16>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else
-            launch(global_avg_cl_col<T, VV, 8>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          const int split = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_S", 1);
+          auto go = [&](auto kernel, int S) {
+            launch(kernel, grid_for(s.N * G * S, kThreads), kThreads, stream, xp, yp, s.N, P, G);
+          };
+          if (split == 2) go(global_avg_cl_col<T, VV, 8, 2>, 2);
+          else if (u == 4) go(global_avg_cl_col<T, VV, 4, 1>, 1);
+          else if (u == 7) go(global_avg_cl_col<T, VV, 7, 1>, 1);
+          else if (u == 16) go(global_avg_cl_col<T, VV, 16, 1>, 1);
+          else go(global_avg_cl_col<T, VV, 8, 1>, 1);
           return;
         }
         // channel groups per block: up to 32 (a warp along C), fewer when C is small, so rows get more lanes
@@ -175,21 +176,19 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
       const int64_t planes = s.N * s.C;
       auto run = [&](auto pb) {
         constexpr int PB = decltype(pb)::value;
-        const size_t smem = size_t(PB) * P * sizeof(acc_t<T>);
+        const size_t smem = size_t(PB) * P * sizeof(T);
         const unsigned grid = grid_for((planes + PB - 1) / PB, 1);
-        if (aligned16(x)) launch_smem(global_avg_nc_chunk<T, V, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
-        else launch_smem(global_avg_nc_chunk<T, 1, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        // registers for 8 blocks an SM (TORCH_DNN_POOL_GLOBAL_MINB=1 / 6 for A/B runs: unbounded, 6)
+        const int minb = env::get_int("TORCH_DNN_POOL_GLOBAL_MINB", 8);
+        if (!aligned16(x))
+          launch_smem(global_avg_nc_chunk<T, 1, PB, 8>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else if (minb == 1)
+          launch_smem(global_avg_nc_chunk<T, V, PB, 1>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else if (minb == 6)
+          launch_smem(global_avg_nc_chunk<T, V, PB, 6>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else
+          launch_smem(global_avg_nc_chunk<T, V, PB, 8>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
       };
-      // TORCH_DNN_POOL_GLOBAL_NC=warp (planes of at most 8 vectors): a warp a run of 32 planes, a lane a plane;
-      // 256x2048x7x7 bf16 on the H100 0.0253 ms against the chunked kernel's 0.0228 (under study)
-      if (P <= 8 * V && aligned16(x) && env::is("TORCH_DNN_POOL_GLOBAL_NC", "warp")) {
-        constexpr int W = kThreads / 32;
-        const int64_t runs = (planes + 31) / 32;
-        const size_t smem = size_t(W) * 32 * P * sizeof(T);  // <= 32 KB: 8 * 32 * 8 vectors of 16 bytes
-        launch_smem(global_avg_nc_warp<T, V, 8>, grid_for((runs + W - 1) / W, 1, 1), kThreads, smem, stream, xp, yp,
-                    planes, int(P));
-        return;
-      }
       // planes a block: 128 where they fit (TORCH_DNN_POOL_GLOBAL_PB=64 / 16 for A/B runs: 64 was the default)
       const int64_t plane_bytes = P * int64_t(sizeof(acc_t<T>));
       const int want = env::get_int("TORCH_DNN_POOL_GLOBAL_PB", 128);

@@ -1,6 +1,7 @@
 // 16-byte vector loads and stores: the unit of every memory-bound kernel here.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda/types.cuh"
 
@@ -57,6 +58,30 @@ __device__ __forceinline__ void store_acc(T* p, const A (&in)[V]) {
 #pragma unroll
     for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in[j]);
     store_vec<T, V>(p, v);
+  }
+}
+
+// acc[j] += v[j] in the accumulation type; 16-bit types two at a time (bf16x2 / half2 to float2: with one
+// conversion an element, ptxas gave a loop of eight 16-byte loads 70 registers instead of 62).
+template <int V, typename T, typename A>
+__device__ __forceinline__ void add_vec(A (&acc)[V], const Vec<T, V>& v) {
+  if constexpr (V % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
+    const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      acc[2 * j] += f.x, acc[2 * j + 1] += f.y;
+    }
+  } else if constexpr (V % 2 == 0 && std::is_same_v<T, __half>) {
+    const auto* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) {
+      const float2 f = __half22float2(h[j]);
+      acc[2 * j] += f.x, acc[2 * j + 1] += f.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) acc[j] += to_acc<A>(v.v[j]);
   }
 }
 
