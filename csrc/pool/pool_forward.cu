@@ -144,19 +144,12 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         constexpr int VV = decltype(vec)::value;
         const int64_t G = s.C / VV;
         if (global_cl_columns(s.N * G)) {  // a thread a column
-          // rows in flight a thread: 8, one thread a column (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 7 / 16, _COL_S=2
-          // threads a column for A/B runs; 256x2048x7x7 bf16 on the H100: U = 4 0.0248 ms, 7 0.0200, 8 0.0202,
-          // 16 0.0233)
+          // rows in flight a thread: 8 (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 7 for A/B runs)
           const int u = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_U", 8);
-          const int split = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_S", 1);
-          auto go = [&](auto kernel, int S) {
-            launch(kernel, grid_for(s.N * G * S, kThreads), kThreads, stream, xp, yp, s.N, P, G);
-          };
-          if (split == 2) go(global_avg_cl_col<T, VV, 8, 2>, 2);
-          else if (u == 4) go(global_avg_cl_col<T, VV, 4, 1>, 1);
-          else if (u == 7) go(global_avg_cl_col<T, VV, 7, 1>, 1);
-          else if (u == 16) go(global_avg_cl_col<T, VV, 16, 1>, 1);
-          else go(global_avg_cl_col<T, VV, 8, 1>, 1);
+          const unsigned grid = grid_for(s.N * G, kThreads);
+          if (u == 4) launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          else if (u == 7) launch(global_avg_cl_col<T, VV, 7>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          else launch(global_avg_cl_col<T, VV, 8>, grid, kThreads, stream, xp, yp, s.N, P, G);
           return;
         }
         // channel groups per block: up to 32 (a warp along C), fewer when C is small, so rows get more lanes
@@ -178,16 +171,15 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         constexpr int PB = decltype(pb)::value;
         const size_t smem = size_t(PB) * P * sizeof(T);
         const unsigned grid = grid_for((planes + PB - 1) / PB, 1);
-        // registers for 8 blocks an SM (TORCH_DNN_POOL_GLOBAL_MINB=1 / 6 for A/B runs: unbounded, 6)
-        const int minb = env::get_int("TORCH_DNN_POOL_GLOBAL_MINB", 8);
+        // registers unbounded (48 at 7x7 bf16: 5 blocks an SM); TORCH_DNN_POOL_GLOBAL_MINB=8 asks for 8 (32
+        // registers). On the H100 at 256x2048x7x7 bf16: 0.0199 ms against 0.0202 (and 6 blocks: 0.0200)
+        const bool minb8 = env::get_int("TORCH_DNN_POOL_GLOBAL_MINB", 1) == 8;
         if (!aligned16(x))
-          launch_smem(global_avg_nc_chunk<T, 1, PB, 8>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
-        else if (minb == 1)
-          launch_smem(global_avg_nc_chunk<T, V, PB, 1>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
-        else if (minb == 6)
-          launch_smem(global_avg_nc_chunk<T, V, PB, 6>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
-        else
+          launch_smem(global_avg_nc_chunk<T, 1, PB, 1>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else if (minb8)
           launch_smem(global_avg_nc_chunk<T, V, PB, 8>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else
+          launch_smem(global_avg_nc_chunk<T, V, PB, 1>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
       };
       // planes a block: 128 where they fit (TORCH_DNN_POOL_GLOBAL_PB=64 / 16 for A/B runs: 64 was the default)
       const int64_t plane_bytes = P * int64_t(sizeof(acc_t<T>));

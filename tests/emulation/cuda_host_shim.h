@@ -88,8 +88,6 @@ inline EmuBlockPool& emu_pool(unsigned n) {
 }
 
 inline void __syncthreads() { emu_pool(emu_block_dim.x).sync(); }
-// Block-wide here: a kernel that calls it has every warp of the block reach the same calls.
-inline void __syncwarp(unsigned = 0xffffffffu) { __syncthreads(); }
 
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
@@ -98,17 +96,6 @@ T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
   exchange[t] = double(v);
   __syncthreads();
   const T r = T(exchange[(t & ~(w - 1)) | ((t & (w - 1)) ^ unsigned(lane_mask))]);
-  __syncthreads();
-  return r;
-}
-
-template <typename T>
-T __shfl_sync(unsigned, T v, int src_lane, int width = 32) {
-  static double exchange[1024];
-  const unsigned t = emu_thread_idx.x, w = unsigned(width);
-  exchange[t] = double(v);
-  __syncthreads();
-  const T r = T(exchange[(t & ~(w - 1)) | (unsigned(src_lane) & (w - 1))]);
   __syncthreads();
   return r;
 }

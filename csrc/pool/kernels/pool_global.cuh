@@ -15,9 +15,9 @@
 namespace torch_dnn {
 namespace pool {
 
-// The chunk is kept in shared memory as loaded (T), converted where summed. MINB: blocks an SM that the registers
-// must allow (8: <= 32 registers; the shared memory allows 8 at 7x7 bf16). Unbounded, with the chunk converted to
-// float on its way in, it took 62 registers: 4 blocks an SM.
+// The chunk is kept in shared memory as loaded (T), converted where summed: with the chunk converted to float on
+// its way in it took 62 registers (4 blocks an SM) and 0.0228 ms at 256x2048x7x7 bf16 on the H100, now 48 and
+// 0.0199. MINB: blocks an SM that the registers must allow (8: 32 registers, 0.0202 ms).
 template <typename T, int V, int PB, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* __restrict__ x, T* __restrict__ y,
                                                                  int64_t planes, int P) {
@@ -56,53 +56,37 @@ __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* _
   }
 }
 
-// channels-last, a thread a column (n, channel vector c) of x[N][P][C], or S threads of one warp a column (rows
-// r = s mod S; their sums added by shuffles): P rows, U loads in flight a thread. The block's columns are
-// W * 32 / S consecutive ones (loops uniform over the block: shuffles are block-wide in the host emulation).
-// Registers bound the bytes in flight: 256x2048x7x7 bf16 has 65536 columns, ~500 a SM, all resident at <= 128
-// registers a thread for S = 1 (U = 16 once took 178: two waves of blocks), <= 64 for S = 2.
-template <typename T, int V, int U, int S>
-__global__ void __launch_bounds__(kThreads, S == 1 ? 2 : 4) global_avg_cl_col(const T* __restrict__ x,
-                                                                                  T* __restrict__ y, int64_t N,
-                                                                                  int64_t P, int64_t G) {
+// channels-last, a thread a column (n, channel vector c) of x[N][P][C]: P rows, U loads in flight, summed in row
+// order. 256x2048x7x7 bf16 on the H100 (65536 columns, all resident): U = 4 0.0248 ms, 7 0.0200, 8 0.0202; U = 16
+// took 178 registers (two waves of blocks): 0.0233. Held to <= 128 registers (2 blocks of 256 an SM). Rows past P loading zeros and every add running took 83
+// registers instead of 126 at U = 8, but 0.0207 ms; two threads a column (their sums added by a shuffle) 0.0210.
+template <typename T, int V, int U>
+__global__ void __launch_bounds__(kThreads, 2) global_avg_cl_col(const T* __restrict__ x, T* __restrict__ y,
+                                                              int64_t N, int64_t P, int64_t G) {
   using A = acc_t<T>;
-  constexpr int W = kThreads / 32, CW = 32 / S;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, c = lane % CW, phase = lane / CW;
   const A inv = A(1) / A(P);
   const int64_t C = G * V, cols = N * G;
   const bool small = cols < (int64_t(1) << 31);
-  for (int64_t bb = int64_t(blockIdx.x) * W * CW; bb < cols; bb += int64_t(gridDim.x) * W * CW) {
-    const int64_t t = bb + warp * CW + c;
+  POOL_GRID_LOOP(t, cols) {
+    int64_t n;
+    if (small) n = uint32_t(t) / uint32_t(G);
+    else n = t / G;
+    const T* xp = x + n * P * C + (t - n * G) * V;
     A acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = A(0);
-    if (t < cols) {
-      int64_t n;
-      if (small) n = uint32_t(t) / uint32_t(G);
-      else n = t / G;
-      const T* xp = x + n * P * C + (t - n * G) * V + phase * C;
-      // rows past P load zeros, and every add runs: with per-row predicates on the adds ptxas took 126
-      // registers at U = 8 bf16 (62 this way)
-#pragma unroll 1
-      for (int64_t r0 = phase; r0 < P; r0 += U * S, xp += U * S * C) {
-        Vec<T, V> v[U];
+    for (int64_t r0 = 0; r0 < P; r0 += U, xp += U * C) {
+      Vec<T, V> v[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = r0 + u * S < P ? load_vec<T, V>(xp + u * S * C) : Vec<T, V>{};
+      for (int u = 0; u < U; ++u)
+        if (r0 + u < P) v[u] = load_vec<T, V>(xp + u * C);
 #pragma unroll
-        for (int u = 0; u < U; ++u) add_vec<V>(acc, v[u]);
-      }
+      for (int u = 0; u < U; ++u)
+        if (r0 + u < P) add_vec<V>(acc, v[u]);
     }
-    if constexpr (S > 1) {
 #pragma unroll
-      for (int off = 16; off >= CW; off >>= 1)
-#pragma unroll
-        for (int j = 0; j < V; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
-    }
-    if (t < cols && phase == 0) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) acc[j] *= inv;
-      store_acc<V>(y + t * V, acc);  // y[n][c]: column t's V channels
-    }
+    for (int j = 0; j < V; ++j) acc[j] *= inv;
+    store_acc<V>(y + t * V, acc);  // y[n][c]: column t's V channels
   }
 }
 
