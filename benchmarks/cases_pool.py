@@ -167,10 +167,7 @@ def _adaptive_cases(dtype, layout="NHWC"):
         ab_fwd = ab_bwd = lambda d: d  # noqa: E731
         if graph and layout == "NCHW":
             ab_fwd = lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_MINB", "8", "torch_dnn minb8")  # noqa: E731
-            def ab_bwd(d):
-                for n in ("1", "2", "4"):
-                    _variant(d, "TORCH_DNN_POOL_GLOBAL_BWD_ITEMS", n, f"torch_dnn items{n}")
-                return old(d)
+            ab_bwd = old
         elif graph:
             ab_fwd = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"),  # noqa: E731
                                         "TORCH_DNN_POOL_GLOBAL_COL_U", "7", "torch_dnn col7")

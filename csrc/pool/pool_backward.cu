@@ -107,17 +107,9 @@ bool launch_global_bwd(DType t, const void* g, void* dx, const PoolShape& s, cud
     } else {
       const int64_t total = s.N * s.C * P;
       const FastDivmod32 by_p(uint32_t(P < (int64_t(1) << 31) ? P : 1));
-      // TORCH_DNN_POOL_GLOBAL_BWD_ITEMS=n: a grid of n items a thread (unset: the usual cap of 8 waves of 8 blocks
-      // an SM, 1.5 items a thread at 256x2048x7x7)
-      const int per_thread = env::get_int("TORCH_DNN_POOL_GLOBAL_BWD_ITEMS", 0);
-      const int64_t items = (total + V - 1) / V;
-      if (aligned16(dx) && per_thread > 0) {
-        const int64_t per_block = int64_t(kThreads) * per_thread;
-        const int64_t blocks = std::min<int64_t>((items + per_block - 1) / per_block, int64_t(1) << 30);
-        launch(global_bcast_nc<T, V>, unsigned(blocks), kThreads, stream, gp, dxp, total, P, by_p);
-      }
-      else if (aligned16(dx))
-        launch(global_bcast_nc<T, V>, grid_for(items, kThreads), kThreads, stream, gp, dxp, total, P, by_p);
+      if (aligned16(dx))
+        launch(global_bcast_nc<T, V>, grid_for((total + V - 1) / V, kThreads), kThreads, stream, gp, dxp, total, P,
+               by_p);
       else
         launch(global_bcast_nc<T, 1>, grid_for(total, kThreads), kThreads, stream, gp, dxp, total, P, by_p);
     }
