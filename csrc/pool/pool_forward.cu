@@ -144,16 +144,12 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         constexpr int VV = decltype(vec)::value;
         const int64_t G = s.C / VV;
         if (global_cl_columns(s.N * G)) {  // a thread a column
-          // rows in flight a thread: 8 (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 7 for A/B runs; _COL_PIPE=4 / 7: two
-          // pipelined stages of 4 / 7 rows)
+          // rows in flight a thread: 8 (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 7 for A/B runs)
           const int u = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_U", 8);
-          const int pipe = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_PIPE", 0);
           const unsigned grid = grid_for(s.N * G, kThreads);
-          if (pipe == 4) launch(global_avg_cl_col<T, VV, 4, true>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else if (pipe == 7) launch(global_avg_cl_col<T, VV, 7, true>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else if (u == 4) launch(global_avg_cl_col<T, VV, 4, false>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else if (u == 7) launch(global_avg_cl_col<T, VV, 7, false>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else launch(global_avg_cl_col<T, VV, 8, false>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          if (u == 4) launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          else if (u == 7) launch(global_avg_cl_col<T, VV, 7>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          else launch(global_avg_cl_col<T, VV, 8>, grid, kThreads, stream, xp, yp, s.N, P, G);
           return;
         }
         // channel groups per block: up to 32 (a warp along C), fewer when C is small, so rows get more lanes

@@ -61,9 +61,7 @@ __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* _
 // H100 (bf16): U = 4 0.0248 ms, 7 0.0200, 8 0.0202 (126 registers); U = 16 took 178 registers (two waves of
 // blocks): 0.0233. Rows past P loading zeros with every add running took 83 registers at U = 8 but 0.0207 ms;
 // two threads a column (their sums added by a shuffle) 0.0210.
-// PIPE: two register stages of U rows, the next stage's loads issued before this stage's adds (a thread never
-// waits with no load in flight).
-template <typename T, int V, int U, bool PIPE>
+template <typename T, int V, int U>
 __global__ void __launch_bounds__(kThreads, 2) global_avg_cl_col(const T* __restrict__ x, T* __restrict__ y,
                                                               int64_t N, int64_t P, int64_t G) {
   using A = acc_t<T>;
@@ -78,35 +76,14 @@ __global__ void __launch_bounds__(kThreads, 2) global_avg_cl_col(const T* __rest
     A acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = A(0);
-    if constexpr (PIPE) {
-      Vec<T, V> a[U], b[U];
-      auto load = [&](Vec<T, V>(&v)[U], int64_t r0) {
+    for (int64_t r0 = 0; r0 < P; r0 += U, xp += U * C) {
+      Vec<T, V> v[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (r0 + u < P) v[u] = load_vec<T, V>(xp + (r0 + u) * C);
-      };
-      auto add = [&](const Vec<T, V>(&v)[U], int64_t r0) {
+      for (int u = 0; u < U; ++u)
+        if (r0 + u < P) v[u] = load_vec<T, V>(xp + u * C);
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (r0 + u < P) add_vec<V>(acc, v[u]);
-      };
-      load(a, 0);
-      for (int64_t r0 = 0; r0 < P; r0 += 2 * U) {
-        load(b, r0 + U);
-        add(a, r0);
-        load(a, r0 + 2 * U);
-        add(b, r0 + U);
-      }
-    } else {
-      for (int64_t r0 = 0; r0 < P; r0 += U, xp += U * C) {
-        Vec<T, V> v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (r0 + u < P) v[u] = load_vec<T, V>(xp + u * C);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (r0 + u < P) add_vec<V>(acc, v[u]);
-      }
+      for (int u = 0; u < U; ++u)
+        if (r0 + u < P) add_vec<V>(acc, v[u]);
     }
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] *= inv;
