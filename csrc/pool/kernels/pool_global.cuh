@@ -58,9 +58,10 @@ __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* _
 
 // channels-last, a thread a column (n, channel vector c) of x[N][P][C]: P rows, U loads in flight, summed in row
 // order. Held to <= 128 registers: 2 blocks of 256 an SM keep 256x2048x7x7's 65536 columns all resident. On the
-// H100 (bf16): U = 4 0.0248 ms, 7 0.0200, 8 0.0202 (126 registers); U = 16 took 178 registers (two waves of
+// H100 (bf16): U = 4 0.0248 ms, 7 0.0199-0.0200 (the default), 8 0.0202 (126 registers); U = 16 took 178 registers (two waves of
 // blocks): 0.0233. Rows past P loading zeros with every add running took 83 registers at U = 8 but 0.0207 ms;
-// two threads a column (their sums added by a shuffle) 0.0210.
+// two threads a column (their sums added by a shuffle) 0.0210; two register stages of 4 / 7 rows, the next one's
+// loads issued before this one's adds, 0.0212 / 0.0270 (7: spills).
 template <typename T, int V, int U>
 __global__ void __launch_bounds__(kThreads, 2) global_avg_cl_col(const T* __restrict__ x, T* __restrict__ y,
                                                               int64_t N, int64_t P, int64_t G) {
