@@ -56,10 +56,19 @@ __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* _
   }
 }
 
+// Channels-last x[N][P][C] seen as N * G columns of V channels (G = C / V): the offset of column t's first row.
+// 32-bit division where the columns allow (the 64-bit one costs registers).
+__device__ __forceinline__ int64_t column_start(int64_t t, int64_t G, int64_t P, int64_t C, int V, bool small) {
+  int64_t n;
+  if (small) n = uint32_t(t) / uint32_t(G);
+  else n = t / G;
+  return n * P * C + (t - n * G) * V;
+}
+
 // channels-last, a thread a column (n, channel vector c) of x[N][P][C]: P rows, U loads in flight, summed in row
 // order. Held to <= 128 registers: 2 blocks of 256 an SM keep 256x2048x7x7's 65536 columns all resident. On the
-// H100 (bf16): U = 4 0.0248 ms, 7 0.0199-0.0200 (the default), 8 0.0202 (126 registers); U = 16 took 178 registers (two waves of
-// blocks): 0.0233. Rows past P loading zeros with every add running took 83 registers at U = 8 but 0.0207 ms;
+// H100 (bf16): U = 4 0.0248 ms, 7 0.0199-0.0200 (the default), 8 0.0202 (126 registers); U = 16 took 178
+// registers (two waves of blocks): 0.0233. Rows past P loading zeros with every add running took 83 registers at U = 8 but 0.0207 ms;
 // two threads a column (their sums added by a shuffle) 0.0210; two register stages of 4 / 7 rows, the next one's
 // loads issued before this one's adds, 0.0212 / 0.0270 (7: spills).
 template <typename T, int V, int U>
@@ -70,10 +79,7 @@ __global__ void __launch_bounds__(kThreads, 2) global_avg_cl_col(const T* __rest
   const int64_t C = G * V, cols = N * G;
   const bool small = cols < (int64_t(1) << 31);
   POOL_GRID_LOOP(t, cols) {
-    int64_t n;
-    if (small) n = uint32_t(t) / uint32_t(G);
-    else n = t / G;
-    const T* xp = x + n * P * C + (t - n * G) * V;
+    const T* xp = x + column_start(t, G, P, C, V, small);
     A acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = A(0);
@@ -161,9 +167,6 @@ __global__ void __launch_bounds__(kThreads) global_bcast_cl_col(const T* __restr
   const int64_t C = G * V, cols = N * G;
   const bool small = cols < (int64_t(1) << 31);
   POOL_GRID_LOOP(t, cols) {
-    int64_t n;
-    if (small) n = uint32_t(t) / uint32_t(G);
-    else n = t / G;
     A v[V];
     load_acc<V>(g + t * V, v);  // g[n][c]: column t's V channels
 #pragma unroll
@@ -171,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) global_bcast_cl_col(const T* __restr
     Vec<T, V> o;
 #pragma unroll
     for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>(v[j]);
-    T* dp = dx + n * P * C + (t - n * G) * V;
+    T* dp = dx + column_start(t, G, P, C, V, small);
 #pragma unroll 4
     for (int64_t r = 0; r < P; ++r, dp += C) store_vec<T, V>(dp, o);
   }
