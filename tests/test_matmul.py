@@ -226,6 +226,14 @@ def test_opcheck(device):
         ((inp((1, 5, 7), grad=True).expand(3, 5, 7), inp((3, 7, 3), grad=True)), {}),
     ])
     x, w, b, r = inp((4, 9), grad=True), inp((6, 9), grad=True), inp((6,), grad=True), inp((4, 6), grad=True)
+    opcheck_samples(ops.linear, [
+        ((x, w, b), {}),
+        ((x, w), {"allow_tf32": True}),
+        ((inp((2, 3, 9), torch.bfloat16, grad=True), inp((6, 9), torch.bfloat16, "transposed", True)), {}),
+        ((inp((9,), torch.float64, grad=True), inp((6, 9), torch.float64, grad=True),
+          inp((6,), torch.float64, grad=True)), {}),
+        ((inp((0, 9), grad=True), w, b), {}),
+    ])
     opcheck_samples(ops.linear_act, [
         ((x, w, b, "gelu"), {"save_preact": True}),
         ((x, w, b, "gelu"), {}),
@@ -537,7 +545,7 @@ class TestErrors(expecttest.TestCase):
     def test_linear_shape_mismatch(self):
         with self.assertRaises(RuntimeError) as cm:
             F.linear(torch.ones(2, 3), torch.ones(4, 5))
-        self.assertExpectedInline(first_line(cm.exception), """torch_dnn.linear_act: input and weight.T shapes cannot be multiplied (2x3 and 5x4)""")
+        self.assertExpectedInline(first_line(cm.exception), """torch_dnn.linear: input and weight.T shapes cannot be multiplied (2x3 and 5x4)""")
 
     def test_mixed_dtypes(self):
         with self.assertRaises(RuntimeError) as cm:

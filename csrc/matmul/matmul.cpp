@@ -15,6 +15,8 @@ TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
   // torch.backends.cuda.matmul.allow_tf32). torch_dnn.functional.matmul composes these with views.
   m.def("mm(Tensor self, Tensor mat2, *, bool allow_tf32=False) -> Tensor");
   m.def("bmm(Tensor self, Tensor mat2, *, bool allow_tf32=False) -> Tensor");
+  // torch.nn.functional.linear: input @ weight.T + bias.
+  m.def("linear(Tensor input, Tensor weight, Tensor? bias=None, *, bool allow_tf32=False) -> Tensor");
   // act(input @ weight.T + bias) + residual in one kernel; activation: bias_act's names ("none", "relu", "gelu",
   // ...), act_a / act_b override its parameters (None: bias_act's defaults). save_preact: also return
   // input @ weight.T + bias (for the backward; an empty tensor otherwise, or when the activation is "none").
@@ -76,6 +78,15 @@ struct Autocast {
     auto g = guard();
     return op.call(cast(a), cast(b), tf32);
   }
+  static at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
+                           bool tf32) {
+    static auto op = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("torch_dnn::linear", "")
+                         .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                           bool)>();
+    auto g = guard();
+    return op.call(cast(x), cast(w), cast(bias), tf32);
+  }
   using LinearActSig = std::tuple<at::Tensor, at::Tensor>(
       const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::string_view,
       const std::optional<at::Tensor>&, std::optional<double>, std::optional<double>, bool, bool);
@@ -93,6 +104,7 @@ struct Autocast {
   static void register_all(torch::Library& m) {
     m.impl("mm", &mm);
     m.impl("bmm", &bmm);
+    m.impl("linear", &linear);
     m.impl("linear_act", &linear_act);
   }
 };

@@ -169,22 +169,14 @@ inline at::Tensor rows_of(const at::Tensor& x, int64_t M, int64_t K) {
   return x.dim() == 2 ? x : x.reshape({M, K});
 }
 
+// out = act(x @ w.T + bias) + residual (and pre = x @ w.T + bias where pre is defined), into fresh contiguous
+// out / pre of x's leading shape: the body shared by linear and linear_act, after their checks.
 template <class B>
-std::tuple<at::Tensor, at::Tensor> linear_act(const at::Tensor& x, const at::Tensor& w,
-                                              const std::optional<at::Tensor>& bias, c10::string_view activation,
-                                              const std::optional<at::Tensor>& residual, std::optional<double> act_a,
-                                              std::optional<double> act_b, bool allow_tf32, bool save_preact) {
-  const char* op = "torch_dnn.linear_act";
-  check_linear(x, w, op);
+void linear_into(const at::Tensor& out, const at::Tensor& pre, const at::Tensor& x, const at::Tensor& w,
+                 const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual, Act k, ActParams p,
+                 bool allow_tf32) {
   const int64_t M = leading_rows(x), K = x.size(-1), N = w.size(0);
-  const std::vector<int64_t> shape = out_shape(x, N);
-  check_optional(bias, x, {N}, op, "bias");
-  check_optional(residual, x, shape, op, "residual");
-  const auto [k, p] = linear_act_kind(activation, act_a, act_b);
-  at::Tensor out = at::empty(shape, x.options());
-  const bool want_pre = save_preact && k != Act::Identity;
-  at::Tensor pre = want_pre ? at::empty(shape, x.options()) : at::empty({0}, x.options());
-  if (M == 0 || N == 0) return {out, pre};
+  if (M == 0 || N == 0) return;
   MatrixRef A, Bm;
   at::Tensor xh = matrix_operand(rows_of(x, M, K), A);
   at::Tensor wh = matrix_operand(w.t(), Bm);  // [K, N]: K-contiguous for a contiguous nn.Linear weight
@@ -200,11 +192,42 @@ std::tuple<at::Tensor, at::Tensor> linear_act(const at::Tensor& x, const at::Ten
     g.residual = rh.const_data_ptr();
     g.ldr = M <= 1 ? N : rh.stride(0);
   }
-  if (want_pre) g.preact = pre.data_ptr();
+  if (pre.defined()) g.preact = pre.data_ptr();
   g.act = k;
   g.act_params = p;
   B::gemm(g, out);
-  return {out, pre};
+}
+
+// F.linear: its own op (rather than linear_act "none") because a decode-sized call is host-bound, and three
+// arguments and one result cost less to pass through the dispatcher than nine and two.
+template <class B>
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias, bool allow_tf32) {
+  const char* op = "torch_dnn.linear";
+  check_linear(x, w, op);
+  const int64_t N = w.size(0);
+  check_optional(bias, x, {N}, op, "bias");
+  at::Tensor out = at::empty(out_shape(x, N), x.options());
+  linear_into<B>(out, at::Tensor(), x, w, bias, std::nullopt, Act::Identity, {}, allow_tf32);
+  return out;
+}
+
+template <class B>
+std::tuple<at::Tensor, at::Tensor> linear_act(const at::Tensor& x, const at::Tensor& w,
+                                              const std::optional<at::Tensor>& bias, c10::string_view activation,
+                                              const std::optional<at::Tensor>& residual, std::optional<double> act_a,
+                                              std::optional<double> act_b, bool allow_tf32, bool save_preact) {
+  const char* op = "torch_dnn.linear_act";
+  check_linear(x, w, op);
+  const int64_t N = w.size(0);
+  const std::vector<int64_t> shape = out_shape(x, N);
+  check_optional(bias, x, {N}, op, "bias");
+  check_optional(residual, x, shape, op, "residual");
+  const auto [k, p] = linear_act_kind(activation, act_a, act_b);
+  at::Tensor out = at::empty(shape, x.options());
+  const bool want_pre = save_preact && k != Act::Identity;
+  at::Tensor pre = want_pre ? at::empty(shape, x.options()) : at::Tensor();
+  linear_into<B>(out, pre, x, w, bias, residual, k, p, allow_tf32);
+  return {out, want_pre ? pre : at::empty({0}, x.options())};
 }
 
 // d_pre = grad * act'(preact) (+ grad_preact), d_bias = column sums of d_pre, then d_input = d_pre @ weight and
@@ -274,6 +297,7 @@ template <class B>
 void register_matmul_impls(torch::Library& m) {
   m.impl("mm", &mm<B>);
   m.impl("bmm", &bmm<B>);
+  m.impl("linear", &linear<B>);
   m.impl("linear_act", &linear_act<B>);
   m.impl("linear_act_backward", &linear_act_backward<B>);
 }

@@ -54,8 +54,10 @@ class _FunctionalOps:
                for ov in packet.overloads() for a in getattr(packet, ov)._schema.arguments):
             fn = packet
         else:
-            # one overload per op: calling it skips the packet's overload resolution (host time)
+            # one overload per op: calling it skips the packet's overload resolution, and calling its C++ callable
+            # (OpOverload._op) skips OpOverload.__call__'s Python frame (host time)
             overload = packet.default if packet.overloads() == ["default"] else packet
+            overload = getattr(overload, "_op", overload)
 
             def fn(*args, **kwargs):
                 # is_compiling first: dynamo folds it to True and never traces the C++ checks after it

@@ -39,6 +39,12 @@ def _bmm_fake(a, b, *, allow_tf32=False):
     return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
 
 
+@torch.library.register_fake("torch_dnn::linear")
+def _linear_fake(x, w, bias=None, *, allow_tf32=False):
+    torch._check(x.shape[-1] == w.shape[1], lambda: "torch_dnn.linear: input and weight.T shapes cannot be multiplied")
+    return x.new_empty(tuple(x.shape[:-1]) + (w.shape[0],))
+
+
 @torch.library.register_fake("torch_dnn::linear_act")
 def _linear_act_fake(x, w, bias=None, activation="none", residual=None, act_a=None, act_b=None, *,
                      allow_tf32=False, save_preact=False):
@@ -81,6 +87,23 @@ torch.library.register_autograd("torch_dnn::mm", _mm_backward, setup_context=_mm
 torch.library.register_autograd("torch_dnn::bmm", _bmm_backward, setup_context=_mm_setup)
 
 
+def _linear_setup(ctx, inputs, keyword_only_inputs, output):
+    x, w, bias = inputs
+    ctx.tf32 = keyword_only_inputs.get("allow_tf32", False)
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, w)
+
+
+def _linear_backward(ctx, grad):
+    x, w = ctx.saved_tensors
+    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
+    dx, dw, db = _ops.linear_act_backward(grad, x, w, None, "none", None, None, None, mask, allow_tf32=ctx.tf32)
+    return dx if mask[0] else None, dw if mask[1] else None, db if mask[2] else None
+
+
+torch.library.register_autograd("torch_dnn::linear", _linear_backward, setup_context=_linear_setup)
+
+
 def _linear_act_setup(ctx, inputs, keyword_only_inputs, output):
     x, w, bias, activation, residual, act_a, act_b = inputs
     _, pre = output
@@ -112,7 +135,7 @@ def _linear_act_backward(ctx, grad, grad_preact):
 
 torch.library.register_autograd("torch_dnn::linear_act", _linear_act_backward, setup_context=_linear_act_setup)
 
-add_family("matmul", ["mm", "bmm", "linear_act", "linear_act_backward"])
+add_family("matmul", ["mm", "bmm", "linear", "linear_act", "linear_act_backward"])
 
 
 # ---- functional wrappers ----
@@ -225,7 +248,7 @@ def linear_act(input, weight, bias=None, activation="relu", residual=None, act_a
 
 def linear(input, weight, bias=None):
     """torch.nn.functional.linear."""
-    return _ops.linear_act(input, weight, bias, "none", allow_tf32=allow_tf32())[0]
+    return _ops.linear(input, weight, bias, allow_tf32=allow_tf32())
 
 
 FUNCTIONAL = ["matmul", "mm", "bmm", "linear", "linear_act"]
