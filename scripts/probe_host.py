@@ -55,11 +55,16 @@ def linear_layers():
             with torch._C._AutoDispatchBelowAutograd():
                 return la(x, w, b, "none", None, None, None, allow_tf32=False)
 
+        def below_linear():
+            with torch._C._AutoDispatchBelowAutograd():
+                return ops.linear.default(x, w, b)
+
         rows = {"F.linear (cuBLAS)": lambda: TF.linear(x, w, b),
                 "torch.mm (cuBLAS)": lambda: torch.mm(x, w.t()),
                 "torch_dnn F.linear": lambda: F.linear(x, w, b),
                 "op at Autograd key": lambda: la(x, w, b, "none", None, None, None, allow_tf32=False),
                 "op below autograd": below,
+                "linear op below autograd": below_linear,
                 "torch_dnn mm": lambda: F.mm(x, w.t()),
                 "empty(out) only": lambda: torch.empty(m, n, device="cuda", dtype=torch.bfloat16)}
         for env in [{}, {"TORCH_DNN_SM90_SKINNY_SPLITS": "1"}, {"TORCH_DNN_SM90_SKINNY": "0"},
