@@ -89,8 +89,8 @@ def main():
             lin = lambda x, w: F.linear(x, w)  # noqa: E731
             if brief:
                 impls = {"torch_dnn": lin}
-                wide = ("mid12", "swap256", "narrow", "narrow_k128", "mid12_k128", "narrow11")
-                for k in ("swap16", "swap64x64") if m <= 16 else wide if m > 64 else ("swap64", "swap64x64"):
+                for k in (("swap16", "swap64x64") if m <= 16 else ("mid12", "swap256", "narrow") if m > 64
+                          else ("swap64", "swap64x64")):
                     impls[f"Hopper {k}"] = with_env(lin, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY_KERNEL=k)
                 if m > 64:
                     impls["stream-K 128x128"] = with_env(lin, TORCH_DNN_SM90_SKINNY="0")

@@ -232,8 +232,7 @@ def _check_skinny_gelu(M, N, K, dtype, name):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("M", [1, 33, 100, 256])
 @pytest.mark.parametrize("splits", ["auto", "1", "3"])
-@pytest.mark.parametrize("kernel", ["auto", "swap16", "swap64", "swap64x64", "mid12", "swap256", "narrow",
-                                    "narrow_k128", "mid12_k128", "narrow11"])
+@pytest.mark.parametrize("kernel", ["auto", "swap16", "swap64", "swap64x64", "mid12", "swap256", "narrow"])
 def test_linear_act_skinny(dtype, M, splits, kernel, monkeypatch):
     if splits != "auto":
         monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_SPLITS", splits)
@@ -249,8 +248,7 @@ def test_linear_act_skinny(dtype, M, splits, kernel, monkeypatch):
 # every skinny kernel over a weight with more tiles than the GPU has SMs: each CTA of the persistent scheduler
 # takes several tiles (on Swap64x64's ping-pong kernel its two consumer warpgroups take turns), which the shapes
 # above (one tile a CTA) never reach
-@pytest.mark.parametrize("kernel", ["swap16", "swap64", "swap64x64", "mid12", "swap256", "narrow", "narrow_k128",
-                                    "mid12_k128", "narrow11"])
+@pytest.mark.parametrize("kernel", ["swap16", "swap64", "swap64x64", "mid12", "swap256", "narrow"])
 def test_linear_act_skinny_many_tiles(kernel, monkeypatch):
     monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_KERNEL", kernel)
     M, N, K = 40, 20488, 264  # 321 tiles of 64 weight rows, 161 of 128; K ends mid-tile

@@ -9,6 +9,8 @@
 //   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
 //     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
 //   Mid12: Narrow's arrangement on 128x128 tiles.
+//   Tried and dropped (benchmarks/NOTES.md, fifteenth session): Narrow in 2x2 / 1x4 clusters, with K tiles of 128,
+//   or without a cluster; Mid12 with K tiles of 128. None was faster at M = 256, K = N = 4096 / 8192.
 // Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64x64; M <= 128 Narrow; M > 128 Swap256 where its tiles
 // fill 3/4 of the SMs, else Mid12 where its tiles do, else Narrow (Swap64 only when forced).
 // Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a batched GEMM whose
@@ -45,17 +47,8 @@ using Narrow = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, _64, _64>, C12, Persisten
 // Narrow's 72.4, cuBLAS 55.4).
 template <class T>
 using Mid12 = Sm90Gemm<T, RowM, ColM, T, Shape<_128, _128, _64>, C12, Persistent, false>;
-// Measurement variants (bf16 only; fp16 runs Narrow / Mid12): K tiles of 128 (half the pipeline round trips a
-// tile), and Narrow without the cluster (no multicast handshake). 2x2 and 1x4 clusters measured 3x / 1.3x slower
-// than Narrow at M = 256, K = N = 4096 (benchmarks/NOTES.md, fifteenth session).
-template <class T>
-using NarrowK128 = Sm90Gemm<T, RowM, ColM, T, Shape<_128, _64, _128>, C12, Persistent, false>;
-template <class T>
-using Mid12K128 = Sm90Gemm<T, RowM, ColM, T, Shape<_128, _128, _128>, C12, Persistent, false>;
-template <class T>
-using Narrow11 = Sm90Gemm<T, RowM, ColM, T, Shape<_128, _64, _64>, C11, Persistent, false>;
 
-enum class SkinnyKernel { Swap16, Swap64, Swap64x64, Swap256, Narrow, Mid12, NarrowK128, Mid12K128, Narrow11 };
+enum class SkinnyKernel { Swap16, Swap64, Swap64x64, Swap256, Narrow, Mid12 };
 
 struct SkinnyShape {
   SkinnyKernel k;
@@ -92,9 +85,6 @@ SkinnyShape skinny_shape(const GemmArgs& a) {
     if (std::strcmp(e, "swap256") == 0) k = SkinnyKernel::Swap256;
     if (std::strcmp(e, "narrow") == 0) k = SkinnyKernel::Narrow;
     if (std::strcmp(e, "mid12") == 0) k = SkinnyKernel::Mid12;
-    if (std::strcmp(e, "narrow_k128") == 0) k = SkinnyKernel::NarrowK128;
-    if (std::strcmp(e, "mid12_k128") == 0) k = SkinnyKernel::Mid12K128;
-    if (std::strcmp(e, "narrow11") == 0) k = SkinnyKernel::Narrow11;
   }
   switch (k) {
     case SkinnyKernel::Swap16: return {k, wtiles * ((a.M + 15) / 16)};
@@ -102,7 +92,6 @@ SkinnyShape skinny_shape(const GemmArgs& a) {
     case SkinnyKernel::Swap64x64: return {k, even((a.N + 63) / 64) * ((a.M + 63) / 64)};
     case SkinnyKernel::Swap256: return {k, wtiles * ((a.M + 255) / 256)};
     case SkinnyKernel::Mid12: return {k, (a.M + 127) / 128 * wtiles};
-    case SkinnyKernel::Mid12K128: return {k, (a.M + 127) / 128 * wtiles};
     default: return {k, (a.M + 127) / 128 * even((a.N + 63) / 64)};
   }
 }
@@ -117,9 +106,7 @@ GemmArgs swapped(const GemmArgs& a) {
   return s;
 }
 GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) {
-  const bool plain = sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12 ||
-                     sh.k == SkinnyKernel::NarrowK128 || sh.k == SkinnyKernel::Mid12K128 || sh.k == SkinnyKernel::Narrow11;
-  return plain ? a : swapped(a);
+  return sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12 ? a : swapped(a);
 }
 
 // K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
@@ -129,9 +116,7 @@ GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) {
 // against 18.8; one launch and workspace less on the host.
 // TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
-  if (sh.k == SkinnyKernel::Swap256 || sh.k == SkinnyKernel::Mid12 || sh.k == SkinnyKernel::NarrowK128 ||
-      sh.k == SkinnyKernel::Mid12K128 || sh.k == SkinnyKernel::Narrow11)
-    return 1;
+  if (sh.k == SkinnyKernel::Swap256 || sh.k == SkinnyKernel::Mid12) return 1;
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
   int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 4096);  // 1 where they fill 3/4
   if (const int e = env::get_int("TORCH_DNN_SM90_SKINNY_SPLITS", 0); e > 0) s = e;
@@ -220,14 +205,6 @@ auto dispatch_typed(SkinnyKernel k, bool partial, F&& f) {
   if (k == SkinnyKernel::Narrow)
     return partial ? f.template operator()<Narrow<T, float>, T>() : f.template operator()<Narrow<T, T>, T>();
   if (k == SkinnyKernel::Mid12) return f.template operator()<Mid12<T>, T>();                // never splits
-  if constexpr (std::is_same_v<T, bf16>) {  // never split
-    if (k == SkinnyKernel::NarrowK128) return f.template operator()<NarrowK128<T>, T>();
-    if (k == SkinnyKernel::Mid12K128) return f.template operator()<Mid12K128<T>, T>();
-    if (k == SkinnyKernel::Narrow11) return f.template operator()<Narrow11<T>, T>();
-  } else {
-    if (k == SkinnyKernel::Mid12K128) return f.template operator()<Mid12<T>, T>();
-    if (k == SkinnyKernel::NarrowK128 || k == SkinnyKernel::Narrow11) return f.template operator()<Narrow<T, T>, T>();
-  }
   return f.template operator()<Swap<T, 256, T>, T>();  // Swap256 never splits (splits_for)
 }
 
