@@ -2,7 +2,7 @@
 whose signatures mirror torch.nn.functional."""
 import torch
 
-from torch_dnn.ops._registry import add_family, apply_inplace, ops
+from torch_dnn.ops._registry import add_family, apply_inplace, ops, register_autograd
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
@@ -62,9 +62,9 @@ def _register(name: str, spec: _Spec) -> None:
         return (backward_op(grad, saved, *ctx.params, **ctx.kwparams),) + (None,) * (n_inputs - 1)
 
     if spec.kwparams:
-        torch.library.register_autograd(qual, backward, setup_context=setup_context)
+        register_autograd(qual, backward, setup_context=setup_context)
     else:
-        torch.library.register_autograd(
+        register_autograd(
             qual, backward, setup_context=lambda ctx, inputs, output: setup_context(ctx, inputs, {}, output)
         )
 
@@ -105,7 +105,7 @@ def _bias_act_backward(ctx, grad):
     return dx, (dbias if want_bias else None), None, None
 
 
-torch.library.register_autograd("torch_dnn::bias_act", _bias_act_backward, setup_context=_bias_act_setup)
+register_autograd("torch_dnn::bias_act", _bias_act_backward, setup_context=_bias_act_setup)
 
 add_family(
     "activation",

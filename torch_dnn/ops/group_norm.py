@@ -5,7 +5,7 @@ mirroring torch.nn.functional."""
 import torch
 from torch._prims_common import suggest_memory_format
 
-from torch_dnn.ops._registry import add_family, ops
+from torch_dnn.ops._registry import add_family, ops, register_autograd
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
@@ -87,8 +87,8 @@ def _gn_stats_backward(ctx, grad_out):
             _param_grad(db, ctx.bias_dtype, mask[2]))
 
 
-torch.library.register_autograd("torch_dnn::group_norm", _gn_backward, setup_context=_gn_setup)
-torch.library.register_autograd("torch_dnn::group_norm_with_stats", _gn_stats_backward, setup_context=_gn_stats_setup)
+register_autograd("torch_dnn::group_norm", _gn_backward, setup_context=_gn_setup)
+register_autograd("torch_dnn::group_norm_with_stats", _gn_stats_backward, setup_context=_gn_stats_setup)
 torch.library.register_autocast("torch_dnn::group_norm", "cuda", torch.float32)
 torch.library.register_autocast("torch_dnn::group_norm_with_stats", "cuda", torch.float32)
 

@@ -4,7 +4,7 @@ Fake kernels (mirroring csrc/lrn/lrn_ops.h's layout rule), autograd (backward = 
 wrapper. CUDA autocast to float32: PyTorch's composite runs its pow in float32 there, so its result is float32."""
 import torch
 
-from torch_dnn.ops._registry import add_family, ops
+from torch_dnn.ops._registry import add_family, ops, register_autograd
 from torch_dnn.ops.group_norm import _dense_input
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
@@ -31,7 +31,7 @@ def _lrn_backward(ctx, grad):
     return (_ops.local_response_norm_backward(grad, x, *ctx.params),) + (None,) * len(ctx.params)
 
 
-torch.library.register_autograd("torch_dnn::local_response_norm", _lrn_backward, setup_context=_lrn_setup)
+register_autograd("torch_dnn::local_response_norm", _lrn_backward, setup_context=_lrn_setup)
 torch.library.register_autocast("torch_dnn::local_response_norm", "cuda", torch.float32)
 
 add_family("lrn", ["local_response_norm", "local_response_norm_backward"])

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from torch_dnn.ops._registry import add_family, needs_autograd, ops
+from torch_dnn.ops._registry import add_family, needs_autograd, ops, register_autograd
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 _get_allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", lambda: bool(torch.backends.cuda.matmul.allow_tf32))
@@ -83,8 +83,8 @@ def _bmm_backward(ctx, grad):
     return da, db
 
 
-torch.library.register_autograd("torch_dnn::mm", _mm_backward, setup_context=_mm_setup)
-torch.library.register_autograd("torch_dnn::bmm", _bmm_backward, setup_context=_mm_setup)
+register_autograd("torch_dnn::mm", _mm_backward, setup_context=_mm_setup)
+register_autograd("torch_dnn::bmm", _bmm_backward, setup_context=_mm_setup)
 
 
 def _linear_setup(ctx, inputs, keyword_only_inputs, output):
@@ -101,7 +101,7 @@ def _linear_backward(ctx, grad):
     return dx if mask[0] else None, dw if mask[1] else None, db if mask[2] else None
 
 
-torch.library.register_autograd("torch_dnn::linear", _linear_backward, setup_context=_linear_setup)
+register_autograd("torch_dnn::linear", _linear_backward, setup_context=_linear_setup)
 
 
 def _linear_act_setup(ctx, inputs, keyword_only_inputs, output):
@@ -133,7 +133,7 @@ def _linear_act_backward(ctx, grad, grad_preact):
     return (dx if mask[0] else None, dw if mask[1] else None, db if mask[2] else None, None, d_res, None, None)
 
 
-torch.library.register_autograd("torch_dnn::linear_act", _linear_act_backward, setup_context=_linear_act_setup)
+register_autograd("torch_dnn::linear_act", _linear_act_backward, setup_context=_linear_act_setup)
 
 add_family("matmul", ["mm", "bmm", "linear", "linear_act", "linear_act_backward"])
 

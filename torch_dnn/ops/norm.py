@@ -6,7 +6,7 @@ import math
 import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
-from torch_dnn.ops._registry import add_family, ops
+from torch_dnn.ops._registry import add_family, ops, register_autograd
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
@@ -179,7 +179,7 @@ for _name, _bwd, _setup in (
     ("add_layer_norm", _add_layer_norm_backward, _add_layer_norm_setup),
     ("add_rms_norm", _add_rms_norm_backward, _add_rms_norm_setup),
 ):
-    torch.library.register_autograd(f"torch_dnn::{_name}", _bwd, setup_context=_setup)
+    register_autograd(f"torch_dnn::{_name}", _bwd, setup_context=_setup)
     torch.library.register_autocast(f"torch_dnn::{_name}", "cuda", torch.float32)
 
 add_family("norm", [

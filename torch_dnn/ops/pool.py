@@ -8,7 +8,7 @@ import math
 import torch
 from torch._prims_common import suggest_memory_format
 
-from torch_dnn.ops._registry import add_family, ops
+from torch_dnn.ops._registry import add_family, ops, register_autograd
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 RANKS = (1, 2, 3)
@@ -125,7 +125,7 @@ def _register_autograd(r):
                                   ("adaptive_avg_pool", adaptive_avg_pool, save_input),
                                   ("adaptive_max_pool", adaptive_max_pool, save_input_and_indices),
                                   ("lp_pool", lp_pool, save_input_and_output)):
-        torch.library.register_autograd(f"torch_dnn::{kind}{r}d", backward, setup_context=setup)
+        register_autograd(f"torch_dnn::{kind}{r}d", backward, setup_context=setup)
 
 
 for _r in RANKS:

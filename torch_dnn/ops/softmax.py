@@ -4,7 +4,7 @@ import warnings
 
 import torch
 
-from torch_dnn.ops._registry import add_family, ops
+from torch_dnn.ops._registry import add_family, ops, register_autograd
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
@@ -30,7 +30,7 @@ def _register(name: str) -> None:
         (output,) = ctx.saved_tensors
         return backward_op(grad, output, ctx.dim, ctx.input_dtype), None, None
 
-    torch.library.register_autograd(qual, backward, setup_context=setup_context)
+    register_autograd(qual, backward, setup_context=setup_context)
     torch.library.register_autocast(qual, "cuda", torch.float32)
 
 
