@@ -1,6 +1,7 @@
 """Host time per call of small-tensor CUDA ops (the GPU work is microseconds, so a launch loop measures the
 host path): `python scripts/probe_host.py [bn]`. Prints microseconds per call for torch_dnn and PyTorch, and
 the CPU-side operators of one torch_dnn step (torch.profiler), to see where the host time goes.
+`python scripts/probe_host.py autograd`: forward + backward of small ops that record autograd.
 `python scripts/probe_host.py linear`: the layers of a decode-sized linear call (Python wrapper, the op below
 autograd, the launcher with one kernel or a split-K pair) against F.linear (cuBLAS), on small shapes whose GPU
 time is under the host time."""
@@ -79,7 +80,34 @@ def linear_layers():
                 del os.environ[key]
 
 
+def autograd_steps():
+    """Forward + backward host time of small ops that record autograd: torch's, torch_dnn's functional wrappers
+    (the registered formula applied as a Function from Python) and the op called through the dispatcher
+    (torch.library's autograd kernel), on tiny tensors."""
+    x = torch.randn(64, 64, device="cuda", requires_grad=True)
+    w = torch.randn(64, 64, device="cuda", requires_grad=True)
+    b = torch.randn(64, device="cuda", requires_grad=True)
+    g = torch.randn(64, 64, device="cuda")
+    ops = torch.ops.torch_dnn
+    rows = {
+        "relu fwd+bwd torch": lambda: torch.autograd.grad(TF.relu(x), x, g),
+        "relu fwd+bwd torch_dnn": lambda: torch.autograd.grad(F.relu(x), x, g),
+        "relu fwd+bwd dispatcher": lambda: torch.autograd.grad(ops.relu(x), x, g),
+        "linear fwd+bwd torch": lambda: torch.autograd.grad(TF.linear(x, w, b), (x, w, b), g),
+        "linear fwd+bwd torch_dnn": lambda: torch.autograd.grad(F.linear(x, w, b), (x, w, b), g),
+        "linear fwd+bwd dispatcher": lambda: torch.autograd.grad(ops.linear(x, w, b), (x, w, b), g),
+        "linear fwd torch": lambda: TF.linear(x, w, b),
+        "linear fwd torch_dnn": lambda: F.linear(x, w, b),
+        "linear fwd dispatcher": lambda: ops.linear(x, w, b),
+    }
+    for name, fn in rows.items():
+        print(f"{name:28s} {per_call_us(fn, 2000):8.1f} us/call")
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["autograd"]:
+        autograd_steps()
+        sys.exit(0)
     if sys.argv[1:] == ["linear"]:
         linear_layers()
         sys.exit(0)
