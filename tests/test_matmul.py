@@ -13,7 +13,7 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.ops.matmul import gemm_paths
 from torch_dnn.reference import linear_act_reference
-from torch_dnn.testing import compare
+from torch_dnn.testing import compare, random_like_case
 from tests.utils import assert_models_agree, assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
 
 ops = torch.ops.torch_dnn
@@ -28,6 +28,27 @@ CUDA_MNK = [(128, 128, 64), (1023, 1025, 4097), (4097, 97, 1023), (256, 4096, 40
 
 ACTS = ["none", "relu", "relu6", "leaky_relu", "elu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "softplus",
         "mish", "hardswish", "hardsigmoid"]
+
+
+# Where these activations' derivatives jump. A pre-activation whose exact value and 16-bit rounding (ours or
+# PyTorch's) lie on different sides of a jump moves a whole row of d_input by the jump: which side's rounding
+# met the larger upstream gradient then decides the error ratio (a flake seen on the H100, benchmarks/NOTES.md,
+# fifteenth session). The tests give those few outputs a zero upstream gradient.
+KINKS = {"relu": (0.0,), "leaky_relu": (0.0,), "relu6": (0.0, 6.0), "hardswish": (-3.0, 3.0),
+         "hardsigmoid": (-3.0, 3.0)}
+
+
+def _grad_away_from_kinks(act, x, w, b):
+    """A random upstream gradient for linear_act, zero where the exact pre-activation lies within 2 ulps (of the
+    dtype at the kink's size, at least 1e-3) of one of act's derivative jumps; None for other acts."""
+    if act not in KINKS:
+        return None
+    pre = x.double() @ w.double().t() + (b.double() if b is not None else 0.0)
+    g = random_like_case(pre.shape, x.dtype, x.device, low=-1, high=1)
+    eps = torch.finfo(x.dtype).eps
+    for k in KINKS[act]:
+        g[(pre - k).abs() <= max(2 * eps * abs(k), 1e-3)] = 0
+    return g
 
 
 def _mnk(device):
@@ -136,7 +157,8 @@ def test_linear_act_against_reference(dtype, device):
             x, w, b, r = _linear_inputs(shape, n, dtype, device, bias, residual)
             assert_matches_torch(lambda x, w, b: F.linear_act(x, w, b, act),
                                  lambda x, w, b: linear_act_reference(x, w, b, act), [x, w, b],
-                                 name=f"linear_act {act} {shape}->{n} {dtype}")
+                                 name=f"linear_act {act} {shape}->{n} {dtype}",
+                                 grad_output=_grad_away_from_kinks(act, x, w, b))
     # residual, no bias, batched input, parameterised activations
     for act, a, b_ in (("gelu", None, None), ("leaky_relu", 0.2, None), ("elu", 0.5, None), ("softplus", 2.0, 10.0),
                        ("none", None, None)):

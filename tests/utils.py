@@ -70,10 +70,10 @@ def case_shapes():
 
 
 def assert_matches_torch(ours_fn, torch_fn, inputs: list, *, grad: bool = True, name: str = "", grad_inputs=None,
-                         ref_fn=None):
+                         ref_fn=None, grad_output=None):
     """torch_dnn.testing.check_against_torch, asserting every comparison."""
     for v in check_against_torch(ours_fn, torch_fn, inputs, grad=grad, name=name, grad_inputs=grad_inputs,
-                                 ref_fn=ref_fn):
+                                 ref_fn=ref_fn, grad_output=grad_output):
         assert v, v.message
 
 

@@ -99,10 +99,10 @@ def random_like_case(shape, dtype, device, *, low=-4.0, high=4.0, generator=None
 
 
 def check_against_torch(ours_fn, torch_fn, inputs: list, *, grad: bool = True, name: str = "",
-                        grad_inputs=None, ref_fn=None) -> list[Verdict]:
+                        grad_inputs=None, ref_fn=None, grad_output=None) -> list[Verdict]:
     """Run ours and PyTorch's on the same inputs (in their dtype) and PyTorch's (or ref_fn) on float64 copies;
-    compare the outputs and, when grad, the gradients for one random grad_output. Returns one Verdict per
-    comparison."""
+    compare the outputs and, when grad, the gradients for one grad_output (random unless given, in the outputs'
+    dtype). Returns one Verdict per comparison."""
     ref_fn = torch_fn if ref_fn is None else ref_fn
     grad_inputs = range(len(inputs)) if grad_inputs is None else grad_inputs
 
@@ -121,7 +121,8 @@ def check_against_torch(ours_fn, torch_fn, inputs: list, *, grad: bool = True, n
     verdicts = [compare(y_ours, y_peer, y_ref, name=f"{name} forward")]
     if not grad or y_ours.numel() == 0 or not verdicts[0]:
         return verdicts
-    g = random_like_case(y_peer.shape, y_peer.dtype, y_peer.device, low=-1, high=1)
+    g = (random_like_case(y_peer.shape, y_peer.dtype, y_peer.device, low=-1, high=1) if grad_output is None
+         else grad_output.to(y_peer.dtype))
     idx = [i for i in grad_inputs if isinstance(inputs[i], torch.Tensor)]
     gs_ours = torch.autograd.grad(y_ours, [xs_ours[i] for i in idx], g, allow_unused=True)
     gs_peer = torch.autograd.grad(y_peer, [xs_peer[i] for i in idx], g, allow_unused=True)
