@@ -60,8 +60,8 @@ def _direct_autograd(call, schema, backward, setup_context):
     op again through the dispatcher (about 10 us of host time a call, 20 with the backward, on an H100 host's
     CPU). The caller makes sure that nothing between the Python call and the Autograd key would act on it
     (autocast, functorch transforms, dispatch modes, tensor subclasses)."""
-    if any("Tensor[]" in str(a.type) or "Tensor?[]" in str(a.type) for a in (*schema.arguments, *schema.returns)):
-        return None
+    if any(str(a.type).startswith("List[") and "Tensor" in str(a.type) for a in (*schema.arguments, *schema.returns)):
+        return None  # tensors inside a list are invisible to autograd.Function
     positional = [a for a in schema.arguments if not a.kwarg_only]
     keyword_only = [a for a in schema.arguments if a.kwarg_only]
     names = [a.name for a in positional]
