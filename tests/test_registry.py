@@ -71,3 +71,47 @@ def test_direct_path_not_taken(device):
     with torch.no_grad():
         assert F.relu(x).grad_fn is None
     assert F.relu(x.detach()).grad_fn is None
+
+
+INPLACE_FROM_RESULT = [("relu", {}), ("relu6", {}), ("hardtanh", {"min_val": -0.5, "max_val": 1.5}),
+                       ("leaky_relu", {"negative_slope": 0.2}), ("leaky_relu", {"negative_slope": 0.0})]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("name,kw", INPLACE_FROM_RESULT, ids=lambda v: str(v))
+def test_inplace_from_result(device, name, kw):
+    """In-place activations whose derivative reads from the result: in place under autograd (no copy), the same
+    values and gradients as PyTorch's in-place form, input's version counter bumped."""
+    a = _inp((6, 33), device, torch.float64)
+    a.data[0, :4] = torch.tensor([0.0, -0.0, 1.5, -0.5])  # on the bounds
+    ours_in, theirs_in = a * 3, a * 3
+    v = ours_in._version
+    ours = getattr(F, name)(ours_in, inplace=True, **kw)
+    theirs = getattr(torch.nn.functional, name)(theirs_in, inplace=True, **kw)
+    assert ours is ours_in and ours_in._version > v
+    assert type(ours.grad_fn).__name__.startswith("_InplaceFromResult")
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+    g = torch.randn_like(ours)
+    torch.testing.assert_close(torch.autograd.grad(ours, a, g)[0], torch.autograd.grad(theirs, a, g)[0])
+
+
+@pytest.mark.parametrize("device", devices())
+def test_inplace_autograd_errors_and_fallbacks(device):
+    a = _inp((4, 5), device)
+    b = a * 2
+    c = b * b  # saves b
+    F.relu(b, inplace=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        c.sum().backward()
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        F.relu(_inp((3,), device), inplace=True)
+    # a view, and a negative slope: the copy-and-write-back form, still PyTorch's values and gradients
+    for make, fn, ref in (
+            (lambda t: (t * 1)[1:], lambda t: F.relu(t, inplace=True), lambda t: torch.relu_(t)),
+            (lambda t: t * 1, lambda t: F.leaky_relu(t, -0.3, inplace=True),
+             lambda t: torch.nn.functional.leaky_relu(t.clone(), -0.3))):
+        ours, theirs = fn(make(a)), ref(make(a))
+        assert not type(ours.grad_fn).__name__.startswith("_InplaceFromResult")
+        torch.testing.assert_close(ours, theirs)
+        g = torch.randn_like(ours)
+        torch.testing.assert_close(torch.autograd.grad(ours, a, g)[0], torch.autograd.grad(theirs, a, g)[0])

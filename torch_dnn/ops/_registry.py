@@ -16,18 +16,45 @@ def needs_autograd(*tensors) -> bool:
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-def apply_inplace(functional_op, inplace_op, input, *args):
+def apply_inplace(functional_op, inplace_op, input, *args, backward_from_result=None):
     """Run the in-place op, or, where autograd must record the op, the functional op written back into input.
 
     Mutating custom ops cannot carry an autograd formula; writing the differentiable result back with copy_
     gives the same values, the same aliasing and the same autograd errors as PyTorch's in-place ops (a leaf
     that requires grad cannot be modified in place). The functional op runs on a copy because its backward
     reads the input, which the write-back overwrites.
+
+    backward_from_result(grad, result, *args): given where the derivative can be read from the result, as for
+    PyTorch's in-place relu, hardtanh and leaky_relu. Then a non-leaf, non-view input is modified in place by
+    an autograd.Function that saves the result: two passes over the tensor less (the copy and the write-back).
     """
     if needs_autograd(input):
+        if (backward_from_result is not None and not input.is_leaf and input._base is None
+                and not torch.compiler.is_compiling() and _forward_ad._current_level < 0
+                and _plain_call((input, *args), {})):
+            return _InplaceFromResult.apply(input, inplace_op, backward_from_result, *args)
         return input.copy_(functional_op(input.clone(), *args))
     inplace_op(input, *args)
     return input
+
+
+class _InplaceFromResult(torch.autograd.Function):
+    """apply_inplace's in-place form under autograd: the op writes input in place (called at the Autograd key,
+    whose fallback for mutating ops bumps input's version counter, so that earlier nodes that saved input see
+    the change), input is marked dirty and saved as the result for the backward."""
+
+    @staticmethod
+    def forward(ctx, input, inplace_op, backward_from_result, *args):
+        inplace_op(input, *args)
+        ctx.mark_dirty(input)
+        ctx.save_for_backward(input)
+        ctx.backward_from_result, ctx.args = backward_from_result, args
+        return input
+
+    @staticmethod
+    def backward(ctx, grad):
+        (result,) = ctx.saved_tensors
+        return (ctx.backward_from_result(grad, result, *ctx.args), None, None) + (None,) * len(ctx.args)
 
 
 def _any_requires_grad_py(*args, **kwargs) -> bool:

@@ -116,25 +116,35 @@ add_family(
 
 # ---- functional wrappers (torch.nn.functional signatures) ----
 
+# The in-place forms below pass their backward op as backward_from_result where the derivative's mask reads the
+# same from the result as from the input (relu: r <= 0 iff x <= 0; relu6 / hardtanh: r at a bound iff x at or
+# past it; leaky_relu: r > 0 iff x > 0 for a slope >= 0), as PyTorch's in-place forms do.
+
 def relu(input, inplace=False):
-    return apply_inplace(_ops.relu, _ops.relu_, input) if inplace else _ops.relu(input)
+    if inplace:
+        return apply_inplace(_ops.relu, _ops.relu_, input, backward_from_result=_ops.relu_backward)
+    return _ops.relu(input)
 
 
 def relu6(input, inplace=False):
-    return apply_inplace(_ops.relu6, _ops.relu6_, input) if inplace else _ops.relu6(input)
+    if inplace:
+        return apply_inplace(_ops.relu6, _ops.relu6_, input, backward_from_result=_ops.relu6_backward)
+    return _ops.relu6(input)
 
 
 def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     if min_val > max_val:
         raise ValueError("torch_dnn.hardtanh: min_val cannot be greater than max_val")
     if inplace:
-        return apply_inplace(_ops.hardtanh, _ops.hardtanh_, input, float(min_val), float(max_val))
+        return apply_inplace(_ops.hardtanh, _ops.hardtanh_, input, float(min_val), float(max_val),
+                             backward_from_result=_ops.hardtanh_backward)
     return _ops.hardtanh(input, float(min_val), float(max_val))
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     if inplace:
-        return apply_inplace(_ops.leaky_relu, _ops.leaky_relu_, input, float(negative_slope))
+        return apply_inplace(_ops.leaky_relu, _ops.leaky_relu_, input, float(negative_slope),
+                             backward_from_result=_ops.leaky_relu_backward if negative_slope >= 0 else None)
     return _ops.leaky_relu(input, float(negative_slope))
 
 
