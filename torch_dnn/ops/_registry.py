@@ -30,7 +30,6 @@ def apply_inplace(functional_op, inplace_op, input, *args, backward_from_result=
     """
     if needs_autograd(input):
         if (backward_from_result is not None and not input.is_leaf and input._base is None
-                and not torch.compiler.is_compiling() and _forward_ad._current_level < 0
                 and _plain_call((input, *args), {})):
             return _InplaceFromResult.apply(input, inplace_op, backward_from_result, *args)
         return input.copy_(functional_op(input.clone(), *args))
@@ -135,8 +134,11 @@ def _direct_autograd(call, schema, backward, setup_context):
 
 
 def _plain_call(args, kwargs) -> bool:
-    """No autocast, functorch transform, Python dispatch or function mode, and only plain tensors: the call would
-    reach the Autograd key unchanged, so the direct Function gives what the dispatcher would."""
+    """Not traced by torch.compile, no forward-mode AD, autocast, functorch transform, Python dispatch or function
+    mode, and only plain tensors: the call would reach the Autograd key unchanged, so a Function applied from
+    Python gives what the dispatcher would."""
+    if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
+        return False
     if _is_any_autocast_enabled() or _functorch_active() or torch._C._is_torch_function_mode_enabled():
         return False
     if _get_dispatch_mode() is not None:
