@@ -83,10 +83,30 @@ def block(n, c, hw, dtype, memory_format):
     return make(model), make(ours)
 
 
+def profile_blocks():
+    from torch.profiler import ProfilerActivity, profile
+    for dtype in (torch.float32, torch.bfloat16):
+        for mf in (torch.contiguous_format, torch.channels_last):
+            name = f"{str(dtype)[6:]} {'NHWC' if mf is torch.channels_last else 'NCHW'}"
+            for label, step in zip(("torch", "torch_dnn"), block(32, 64, 56, dtype, mf)):
+                for _ in range(5):
+                    step()
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(5):
+                        step()
+                    torch.cuda.synchronize()
+                print(f"== block 32x64x56x56 {name}, {label}: CUDA time of 5 steps")
+                print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=90))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
+    ap.add_argument("--profile", action="store_true", help="per-kernel CUDA time of one block step, each form")
     args = ap.parse_args()
+    if args.profile:
+        return profile_blocks()
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         for mf in (torch.contiguous_format, torch.channels_last):
@@ -97,12 +117,13 @@ def main():
             with write_back():
                 w = median_ms(o_step)
             rows.append((f"relu_ 256x64x56x56 {name}", t, o, w))
-            t_step, o_step = block(32, 64, 56, dtype, mf)
-            t = median_ms(t_step)
-            o = median_ms(o_step)
-            with write_back():
-                w = median_ms(o_step)
-            rows.append((f"block 32x64x56x56 {name}", t, o, w))
+            for n in (32, 128) if dtype is torch.bfloat16 else (32,):  # 32: host-bound on the device's CPU
+                t_step, o_step = block(n, 64, 56, dtype, mf)
+                t = median_ms(t_step)
+                o = median_ms(o_step)
+                with write_back():
+                    w = median_ms(o_step)
+                rows.append((f"block {n}x64x56x56 {name}", t, o, w))
     lines = [f"device {torch.cuda.get_device_name()}, torch {torch.__version__}; GPU-bound loops, median ms a step",
              "", "| case (fwd+bwd) | torch | torch_dnn in place | torch_dnn write-back | in place vs torch |",
              "|---|---|---|---|---|"]
