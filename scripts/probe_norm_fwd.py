@@ -4,8 +4,7 @@
 Variants are the launcher's knobs (csrc/norm/kernels/norm_common.cuh), set around each call:
   default                  the shipped choice
   block                    TORCH_DNN_NORM_FWD=block (the register kernel, 4 vectors a thread)
-  items8                   the register kernel with 8 vectors a thread (TORCH_DNN_NORM_FWD_ITEMS=8: half the
-                           threads a row, up to 3 blocks an SM), with the grid / statistics knobs named after it
+  staged                   TORCH_DNN_NORM_FWD=staged (the next row streamed into shared memory)
 and "no affine" rows (weight and bias None) to see what the parameters' loads cost."""
 import argparse
 import os
@@ -21,17 +20,13 @@ import torch_dnn.functional as F
 from benchmarks.harness import time_calls
 from torch_dnn.reference import add_rms_norm_reference
 
-KNOBS = ("TORCH_DNN_NORM_FWD", "TORCH_DNN_NORM_FWD_ITEMS", "TORCH_DNN_NORM_FWD_GRID", "TORCH_DNN_NORM_FWD_STATS")
+KNOBS = ("TORCH_DNN_NORM_FWD", "TORCH_DNN_NORM_FWD_GRID", "TORCH_DNN_NORM_FWD_STATS")
 VARIANTS = {
     "default": {},
     "block": {"TORCH_DNN_NORM_FWD": "block"},
     "block fused rows": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_STATS": "fused",
                          "TORCH_DNN_NORM_FWD_GRID": "rows"},
-    "items8 rows": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_ITEMS": "8", "TORCH_DNN_NORM_FWD_GRID": "rows"},
-    "items8 waves": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_ITEMS": "8",
-                     "TORCH_DNN_NORM_FWD_GRID": "waves"},
-    "items8 fused rows": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_ITEMS": "8",
-                          "TORCH_DNN_NORM_FWD_GRID": "rows", "TORCH_DNN_NORM_FWD_STATS": "fused"},
+    "staged": {"TORCH_DNN_NORM_FWD": "staged"},
 }
 
 
@@ -54,23 +49,23 @@ def cases():
         return torch.empty(s, device="cuda", dtype=dtype).uniform_(lo, hi)
 
     out = []
-    for dtype in (torch.bfloat16, torch.float16):
-        m, n = 8192, 16384
+    for dtype, (m, n) in ((torch.bfloat16, (8192, 16384)), (torch.float16, (8192, 16384)),
+                          (torch.bfloat16, (32768, 4096))):
         x, w, b, res = r(m, n, dtype=dtype), r(n, dtype=dtype, lo=0.5, hi=1.5), r(n, dtype=dtype), r(m, n, dtype=dtype)
         d = str(dtype)[6:]
         nbytes = 2 * x.numel() * x.element_size()
-        ln_vars = ["default", "block", "block fused rows", "items8 rows", "items8 waves", "items8 fused rows"]
-        out.append((f"layer_norm {m}x{n} {d}", nbytes, lambda x, w, b: TF.layer_norm(x, [n], w, b),
-                    lambda x, w, b: F.layer_norm(x, [n], w, b), (x, w, b), ln_vars))
-        out.append((f"layer_norm {m}x{n} {d} no affine", nbytes, lambda x: TF.layer_norm(x, [n]),
-                    lambda x: F.layer_norm(x, [n]), (x,), ["default", "block", "items8 rows"]))
-        rms_vars = ["default", "items8 rows", "items8 waves"]
-        out.append((f"rms_norm {m}x{n} {d}", nbytes, lambda x, w: TF.rms_norm(x, [n], w, 1e-6),
-                    lambda x, w: F.rms_norm(x, [n], w, 1e-6), (x, w), rms_vars))
+        ln_vars = ["default", "block", "block fused rows", "staged"]
+        out.append((f"layer_norm {m}x{n} {d}", nbytes, lambda x, w, b, n=n: TF.layer_norm(x, [n], w, b),
+                    lambda x, w, b, n=n: F.layer_norm(x, [n], w, b), (x, w, b), ln_vars))
+        out.append((f"layer_norm {m}x{n} {d} no affine", nbytes, lambda x, n=n: TF.layer_norm(x, [n]),
+                    lambda x, n=n: F.layer_norm(x, [n]), (x,), ["default", "block", "staged"]))
+        rms_vars = ["default", "staged"]
+        out.append((f"rms_norm {m}x{n} {d}", nbytes, lambda x, w, n=n: TF.rms_norm(x, [n], w, 1e-6),
+                    lambda x, w, n=n: F.rms_norm(x, [n], w, 1e-6), (x, w), rms_vars))
         if dtype is torch.bfloat16:
             out.append((f"add_rms_norm {m}x{n} {d}", 2 * nbytes,
-                        lambda x, r, w: add_rms_norm_reference(x, r, [n], w, 1e-6),
-                        lambda x, r, w: F.add_rms_norm(x, r, [n], w, 1e-6), (x, res, w), rms_vars))
+                        lambda x, r, w, n=n: add_rms_norm_reference(x, r, [n], w, 1e-6),
+                        lambda x, r, w, n=n: F.add_rms_norm(x, r, [n], w, 1e-6), (x, res, w), rms_vars))
     return out
 
 

@@ -565,11 +565,20 @@ void launch_elementwise(const Op& op, const BnShape& s, cudaStream_t stream) {
 
 // Splits of a reduction: one full wave of resident blocks (so the pass walks the tensor front to back, which
 // the reversed elementwise pass after it relies on for L2 hits), capped by the work.
-template <class K>
-int64_t resident_blocks(K kernel) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess || per_sm < 1)
-    per_sm = 1;
+// The occupancy query is a driver call of a few microseconds of host time: asked once per kernel and device.
+template <auto Kernel>
+int64_t resident_blocks() {
+  static int cache[64] = {};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  int per_sm = dev >= 0 && dev < 64 ? cache[dev] : 0;
+  if (per_sm == 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kThreads, 0) != cudaSuccess || per_sm < 1) {
+      cudaGetLastError();
+      per_sm = 1;
+    }
+    if (dev >= 0 && dev < 64) cache[dev] = per_sm;
+  }
   return int64_t(per_sm) * sm_count();
 }
 template <typename T, bool STATS>
@@ -579,13 +588,15 @@ int reduction_splits(const BnShape& s) {
   int64_t splits, most;
   if (s.inner == 1) {
     const RowsGeom g = rows_geom<T>(s, vec);
-    const int64_t res = STATS ? (vec ? resident_blocks(stats_rows<T, VM>) : resident_blocks(stats_rows<T, 1>))
-                              : (vec ? resident_blocks(reduce_rows<T, VM, false>) : resident_blocks(reduce_rows<T, 1, false>));
+    const int64_t res = STATS ? (vec ? resident_blocks<stats_rows<T, VM>>() : resident_blocks<stats_rows<T, 1>>())
+                              : (vec ? resident_blocks<reduce_rows<T, VM, false>>()
+                                     : resident_blocks<reduce_rows<T, 1, false>>());
     splits = res / g.gx;
     most = ceil_div(s.outer, g.TY);
   } else {
-    const int64_t res = STATS ? (vec ? resident_blocks(stats_planes<T, VM>) : resident_blocks(stats_planes<T, 1>))
-                              : (vec ? resident_blocks(reduce_planes<T, VM, false>) : resident_blocks(reduce_planes<T, 1, false>));
+    const int64_t res = STATS ? (vec ? resident_blocks<stats_planes<T, VM>>() : resident_blocks<stats_planes<T, 1>>())
+                              : (vec ? resident_blocks<reduce_planes<T, VM, false>>()
+                                     : resident_blocks<reduce_planes<T, 1, false>>());
     splits = res / s.C;
     most = ceil_div(s.outer * pieces_of<T>(s, vec), kWarps);
   }

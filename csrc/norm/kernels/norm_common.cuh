@@ -262,9 +262,7 @@ __device__ __forceinline__ MeanM2<A> block_reduce_meanm2_uniform(MeanM2<A> s, A*
 template <int V, typename T, typename A>
 __device__ __forceinline__ void load_param(const T* p, int64_t col, A absent, A (&out)[V]) {
   if (p) {
-    const Vec<T, V> v = load_vec<T, V>(p + col);
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = to_acc<A>(v.v[j]);
+    unpack_vec<V>(load_vec<T, V>(p + col), out);
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = absent;
@@ -288,13 +286,12 @@ __device__ __forceinline__ Vec<T, V> load_input(const FwdParams<T>& p, int64_t o
 // Writes y at `off` (column `col`) from V values in the accumulation type.
 template <int V, typename T, typename A>
 __device__ __forceinline__ void store_output(const FwdParams<T>& p, int64_t off, int64_t col, const A (&v)[V], A m, A rs) {
-  A w[V], b[V];
+  A w[V], b[V], o[V];
   load_param<V>(p.w, col, A(1), w);
   load_param<V>(p.b, col, A(0), b);
-  Vec<T, V> o;
 #pragma unroll
-  for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>((v[j] - m) * rs * w[j] + b[j]);
-  store_vec<T, V>(p.y + off, o);
+  for (int j = 0; j < V; ++j) o[j] = (v[j] - m) * rs * w[j] + b[j];
+  store_vec<T, V>(p.y + off, pack_vec<V, T>(o));
 }
 
 // 1/sqrt(var + eps). A row holding an infinity has var = inf: PyTorch's CUDA kernels make that row NaN

@@ -75,13 +75,11 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
 // (count, mean, M2) over its registers, Chan-merged across the block (one reduction: 2 barriers a row
 // instead of 4, the second reduction's wait was the gap to RMS's speed). Otherwise the exact two-pass: the
 // mean, then the sum of squared deviations (two block reductions).
-// ITEMS vectors a thread (kFwdRegElems by default; TORCH_DNN_NORM_FWD_ITEMS=8 for an A/B of fewer threads a row
-// and more rows an SM), MAXT / MINB its launch bounds.
-template <typename T, bool RMS, int ITEMS = kFwdRegElems<T> / kVec16<T>, int MAXT = 1024, int MINB = 1>
-__global__ void __launch_bounds__(MAXT, MINB) norm_block_fwd(FwdParams<T> p) {
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
   using A = acc_t<T>;
   constexpr int V = kVec16<T>;
-  constexpr int kItems = ITEMS;
+  constexpr int kItems = kFwdRegElems<T> / V;
   __shared__ A smem[96];
   const int64_t nv = p.N / V;
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
@@ -367,16 +365,6 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
           const int64_t grid = balanced_grid(p.rows, int64_t(sm_count()) * per_sm);
           norm_staged_fwd<T, RMS><<<unsigned(grid), plan.threads,
                                     staged_fwd_smem_bytes<T>(plan.threads, p.res != nullptr), stream>>>(p);
-          break;
-        }
-      }
-      if constexpr (sizeof(T) == 2) {
-        if (env::get_int("TORCH_DNN_NORM_FWD_ITEMS", 0) == 8 && p.N % (8 * V) == 0 && p.N / (8 * V) >= 128 &&
-            p.N / (8 * V) <= 256) {
-          const int threads = int(p.N / (8 * V));
-          const unsigned grid = fwd_grid_waves(kBytes, RMS) ? grid_for(p.rows, 1, 4, 3)
-                                                            : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
-          norm_block_fwd<T, RMS, 8, 256, 3><<<grid, threads, 0, stream>>>(p);
           break;
         }
       }
