@@ -17,11 +17,7 @@ template <typename T> constexpr bool kFastMath = sizeof(T) == 2;
 
 template <typename A, typename T> __device__ __forceinline__ A to_acc(T v) { return static_cast<A>(v); }
 template <> __device__ __forceinline__ float to_acc<float, __half>(__half v) { return __half2float(v); }
-// bf16 -> float as a shift (exact, NaN payloads kept), not cuda_bf16.hpp's inline asm, which ptxas cannot
-// rematerialize: with it the norm forward kept the converted floats live across its block reductions and spilled.
-template <> __device__ __forceinline__ float to_acc<float, __nv_bfloat16>(__nv_bfloat16 v) {
-  return __uint_as_float(uint32_t(__bfloat16_as_ushort(v)) << 16);
-}
+template <> __device__ __forceinline__ float to_acc<float, __nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <typename T, typename A> __device__ __forceinline__ T from_acc(A v) { return static_cast<T>(v); }
 template <> __device__ __forceinline__ __half from_acc<__half, float>(float v) { return __float2half_rn(v); }

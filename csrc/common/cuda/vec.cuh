@@ -85,23 +85,8 @@ __device__ __forceinline__ void add_vec(A (&acc)[V], const Vec<T, V>& v) {
   }
 }
 
-// A vector's elements as accumulation-type values (half two at a time; bf16 by to_acc's shift, which ptxas can
-// recompute where it likes), and back, rounded to nearest even, two at a time for 16-bit types (one bf16x2 /
+// V accumulation-type values as a vector, rounded to nearest even: 16-bit types two at a time (one bf16x2 /
 // half2 conversion a pair).
-template <int V, typename T, typename A>
-__device__ __forceinline__ void unpack_vec(const Vec<T, V>& v, A (&out)[V]) {
-  if constexpr (V % 2 == 0 && std::is_same_v<T, __half>) {
-    const auto* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-    for (int j = 0; j < V / 2; ++j) {
-      const float2 f = __half22float2(h[j]);
-      out[2 * j] = f.x, out[2 * j + 1] = f.y;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = to_acc<A>(v.v[j]);
-  }
-}
 template <int V, typename T, typename A>
 __device__ __forceinline__ Vec<T, V> pack_vec(const A (&in)[V]) {
   Vec<T, V> v;

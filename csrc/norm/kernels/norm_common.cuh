@@ -257,12 +257,27 @@ __device__ __forceinline__ MeanM2<A> block_reduce_meanm2_uniform(MeanM2<A> s, A*
   return {t.n, __shfl_sync(0xffffffffu, t.mean, 0), __shfl_sync(0xffffffffu, t.m2, 0)};
 }
 
+// A 16-bit input as a float for the norm forwards: bf16 by a shift (exact, NaN payloads kept), which ptxas can
+// recompute where it likes, instead of cuda_bf16.hpp's inline asm; with the asm the bf16 LayerNorm block forward
+// kept converted values live across its reductions and spilled (12 / 44 bytes at 64 registers; the half one
+// held 60 registers without spills). Made library-wide (to_acc), the same change added spills to some bf16
+// pooling kernels (benchmarks/NOTES.md, sixteenth session), so it stays here.
+template <typename A, typename T>
+__device__ __forceinline__ A widen(T v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float>)
+    return __uint_as_float(uint32_t(__bfloat16_as_ushort(v)) << 16);
+  else
+    return to_acc<A>(v);
+}
+
 // V elements of an optional parameter as accumulation-type values; `absent` (1 for a weight, 0 for a bias:
 // exact no-ops) where there is none, so that the math has no branches and the arrays stay in registers.
 template <int V, typename T, typename A>
 __device__ __forceinline__ void load_param(const T* p, int64_t col, A absent, A (&out)[V]) {
   if (p) {
-    unpack_vec<V>(load_vec<T, V>(p + col), out);
+    const Vec<T, V> v = load_vec<T, V>(p + col);
+#pragma unroll
+    for (int j = 0; j < V; ++j) out[j] = widen<A>(v.v[j]);
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = absent;
@@ -277,7 +292,7 @@ __device__ __forceinline__ Vec<T, V> load_input(const FwdParams<T>& p, int64_t o
   if (p.res) {
     const Vec<T, V> r = load_vec<T, V>(p.res + off);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(to_acc<A>(v.v[j]) + to_acc<A>(r.v[j]));
+    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(widen<A>(v.v[j]) + widen<A>(r.v[j]));
     store_vec<T, V>(p.sum + off, v);
   }
   return v;

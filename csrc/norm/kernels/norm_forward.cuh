@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
         raw[k] = load_input<V>(p, r * p.N + idx * V);
         if constexpr (!RMS) {
 #pragma unroll
-          for (int j = 0; j < V; ++j) s += to_acc<A>(raw[k].v[j]);
+          for (int j = 0; j < V; ++j) s += widen<A>(raw[k].v[j]);
         }
       }
     }
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
       if (valid && int64_t(k) * width + lane < nv) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const A d = to_acc<A>(raw[k].v[j]) - m;
+          const A d = widen<A>(raw[k].v[j]) - m;
           q += d * d;
         }
       }
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
       if (valid && idx < nv) {
         A v[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw[k].v[j]);
+        for (int j = 0; j < V; ++j) v[j] = widen<A>(raw[k].v[j]);
         store_output<V>(p, r * p.N + idx * V, idx * V, v, m, rs);
       }
     }
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
         ++held;
         if constexpr (!RMS) {
 #pragma unroll
-          for (int j = 0; j < V; ++j) s += to_acc<A>(raw[k].v[j]);
+          for (int j = 0; j < V; ++j) s += widen<A>(raw[k].v[j]);
         }
       }
     }
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
           if (k < held) {
 #pragma unroll
             for (int j = 0; j < V; ++j) {
-              const A d = to_acc<A>(raw[k].v[j]) - lm;
+              const A d = widen<A>(raw[k].v[j]) - lm;
               q += d * d;
             }
           }
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
         if (k < held) {
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const A d = to_acc<A>(raw[k].v[j]) - m;
+            const A d = widen<A>(raw[k].v[j]) - m;
             q += d * d;
           }
         }
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
       if (k < held) {
         A v[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw[k].v[j]);
+        for (int j = 0; j < V; ++j) v[j] = widen<A>(raw[k].v[j]);
         store_output<V>(p, r * p.N + idx * V, idx * V, v, m, rs);
       }
     }
@@ -207,12 +207,12 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
         if (p.res) {
           const Vec<T, V> rv = *slot(st, 1, k);
 #pragma unroll
-          for (int j = 0; j < V; ++j) raw[k].v[j] = from_acc<T>(to_acc<A>(raw[k].v[j]) + to_acc<A>(rv.v[j]));
+          for (int j = 0; j < V; ++j) raw[k].v[j] = from_acc<T>(widen<A>(raw[k].v[j]) + widen<A>(rv.v[j]));
           store_vec<T, V>(p.sum + r * p.N + (int64_t(k) * bd + t) * V, raw[k]);
         }
         if constexpr (!RMS) {
 #pragma unroll
-          for (int j = 0; j < V; ++j) s += to_acc<A>(raw[k].v[j]);
+          for (int j = 0; j < V; ++j) s += widen<A>(raw[k].v[j]);
         }
       }
     }
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
         if (k < held) {
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const A v = to_acc<A>(raw[k].v[j]);
+            const A v = widen<A>(raw[k].v[j]);
             q += v * v;
           }
         }
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
         if (k < held) {
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const A d = to_acc<A>(raw[k].v[j]) - lm;
+            const A d = widen<A>(raw[k].v[j]) - lm;
             q += d * d;
           }
         }
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
       if (k < held) {
         A v[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw[k].v[j]);
+        for (int j = 0; j < V; ++j) v[j] = widen<A>(raw[k].v[j]);
         store_output<V>(p, r * p.N + idx * V, idx * V, v, m, rs);
       }
     }
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) norm_twopass_fwd(FwdParams<T>
       const Vec<T, V> raw = load_input<V>(p, base + i);
       A v[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw.v[j]);
+      for (int j = 0; j < V; ++j) v[j] = widen<A>(raw.v[j]);
       if constexpr (RMS) {
 #pragma unroll
         for (int j = 0; j < V; ++j) q += v[j] * v[j];
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) norm_twopass_fwd(FwdParams<T>
       const Vec<T, V> raw = load_vec<T, V>(src + base + i);
       A v[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw.v[j]);
+      for (int j = 0; j < V; ++j) v[j] = widen<A>(raw.v[j]);
       store_output<V>(p, base + i, i, v, m, rs);
     }
   }
