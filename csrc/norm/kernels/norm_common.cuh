@@ -257,14 +257,14 @@ __device__ __forceinline__ MeanM2<A> block_reduce_meanm2_uniform(MeanM2<A> s, A*
   return {t.n, __shfl_sync(0xffffffffu, t.mean, 0), __shfl_sync(0xffffffffu, t.m2, 0)};
 }
 
-// A 16-bit input as a float for the norm forwards: bf16 by a shift (exact, NaN payloads kept), which ptxas can
-// recompute where it likes, instead of cuda_bf16.hpp's inline asm; with the asm the bf16 LayerNorm block forward
-// kept converted values live across its reductions and spilled (12 / 44 bytes at 64 registers; the half one
-// held 60 registers without spills). Made library-wide (to_acc), the same change added spills to some bf16
-// pooling kernels (benchmarks/NOTES.md, sixteenth session), so it stays here.
-template <typename A, typename T>
-__device__ __forceinline__ A widen(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float>)
+// A 16-bit input as a float: with SHIFT, bf16 by a shift (exact, NaN payloads kept), which ptxas can recompute
+// where it likes, instead of cuda_bf16.hpp's inline asm, and stores converted in pairs. An A/B of the block
+// forward (TORCH_DNN_NORM_FWD_CVT=shift): with the asm the bf16 LayerNorm block forward spills 12 / 44 bytes at
+// 64 registers, with the shift 4 / 12 (benchmarks/NOTES.md, sixteenth session, for what the H100 said).
+// Library-wide (to_acc) the shift also moved bf16 pooling kernels' spills.
+template <bool SHIFT, typename A, typename T>
+__device__ __forceinline__ A in_acc(T v) {
+  if constexpr (SHIFT && std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float>)
     return __uint_as_float(uint32_t(__bfloat16_as_ushort(v)) << 16);
   else
     return to_acc<A>(v);
@@ -272,12 +272,12 @@ __device__ __forceinline__ A widen(T v) {
 
 // V elements of an optional parameter as accumulation-type values; `absent` (1 for a weight, 0 for a bias:
 // exact no-ops) where there is none, so that the math has no branches and the arrays stay in registers.
-template <int V, typename T, typename A>
+template <int V, bool SHIFT = false, typename T, typename A>
 __device__ __forceinline__ void load_param(const T* p, int64_t col, A absent, A (&out)[V]) {
   if (p) {
     const Vec<T, V> v = load_vec<T, V>(p + col);
 #pragma unroll
-    for (int j = 0; j < V; ++j) out[j] = widen<A>(v.v[j]);
+    for (int j = 0; j < V; ++j) out[j] = in_acc<SHIFT, A>(v.v[j]);
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) out[j] = absent;
@@ -285,28 +285,36 @@ __device__ __forceinline__ void load_param(const T* p, int64_t col, A absent, A 
 }
 
 // The V inputs of the norm at `off`: x, or x + res rounded to T (written to sum), as add-then-norm computes.
-template <int V, typename T>
+template <int V, bool SHIFT = false, typename T>
 __device__ __forceinline__ Vec<T, V> load_input(const FwdParams<T>& p, int64_t off) {
   using A = acc_t<T>;
   Vec<T, V> v = load_vec<T, V>(p.x + off);
   if (p.res) {
     const Vec<T, V> r = load_vec<T, V>(p.res + off);
 #pragma unroll
-    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(widen<A>(v.v[j]) + widen<A>(r.v[j]));
+    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in_acc<SHIFT, A>(v.v[j]) + in_acc<SHIFT, A>(r.v[j]));
     store_vec<T, V>(p.sum + off, v);
   }
   return v;
 }
 
 // Writes y at `off` (column `col`) from V values in the accumulation type.
-template <int V, typename T, typename A>
+template <int V, bool SHIFT = false, typename T, typename A>
 __device__ __forceinline__ void store_output(const FwdParams<T>& p, int64_t off, int64_t col, const A (&v)[V], A m, A rs) {
-  A w[V], b[V], o[V];
-  load_param<V>(p.w, col, A(1), w);
-  load_param<V>(p.b, col, A(0), b);
+  A w[V], b[V];
+  load_param<V, SHIFT>(p.w, col, A(1), w);
+  load_param<V, SHIFT>(p.b, col, A(0), b);
+  if constexpr (SHIFT) {
+    A o[V];
 #pragma unroll
-  for (int j = 0; j < V; ++j) o[j] = (v[j] - m) * rs * w[j] + b[j];
-  store_vec<T, V>(p.y + off, pack_vec<V, T>(o));
+    for (int j = 0; j < V; ++j) o[j] = (v[j] - m) * rs * w[j] + b[j];
+    store_vec<T, V>(p.y + off, pack_vec<V, T>(o));
+  } else {
+    Vec<T, V> o;
+#pragma unroll
+    for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>((v[j] - m) * rs * w[j] + b[j]);
+    store_vec<T, V>(p.y + off, o);
+  }
 }
 
 // 1/sqrt(var + eps). A row holding an infinity has var = inf: PyTorch's CUDA kernels make that row NaN

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
         raw[k] = load_input<V>(p, r * p.N + idx * V);
         if constexpr (!RMS) {
 #pragma unroll
-          for (int j = 0; j < V; ++j) s += widen<A>(raw[k].v[j]);
+          for (int j = 0; j < V; ++j) s += to_acc<A>(raw[k].v[j]);
         }
       }
     }
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
       if (valid && int64_t(k) * width + lane < nv) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const A d = widen<A>(raw[k].v[j]) - m;
+          const A d = to_acc<A>(raw[k].v[j]) - m;
           q += d * d;
         }
       }
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
       if (valid && idx < nv) {
         A v[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = widen<A>(raw[k].v[j]);
+        for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw[k].v[j]);
         store_output<V>(p, r * p.N + idx * V, idx * V, v, m, rs);
       }
     }
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
 // (count, mean, M2) over its registers, Chan-merged across the block (one reduction: 2 barriers a row
 // instead of 4, the second reduction's wait was the gap to RMS's speed). Otherwise the exact two-pass: the
 // mean, then the sum of squared deviations (two block reductions).
-template <typename T, bool RMS>
+template <typename T, bool RMS, bool SHIFT = false>
 __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
   using A = acc_t<T>;
   constexpr int V = kVec16<T>;
@@ -90,11 +90,11 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
     for (int k = 0; k < kItems; ++k) {
       const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
       if (idx < nv) {
-        raw[k] = load_input<V>(p, r * p.N + idx * V);
+        raw[k] = load_input<V, SHIFT>(p, r * p.N + idx * V);
         ++held;
         if constexpr (!RMS) {
 #pragma unroll
-          for (int j = 0; j < V; ++j) s += widen<A>(raw[k].v[j]);
+          for (int j = 0; j < V; ++j) s += in_acc<SHIFT, A>(raw[k].v[j]);
         }
       }
     }
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
           if (k < held) {
 #pragma unroll
             for (int j = 0; j < V; ++j) {
-              const A d = widen<A>(raw[k].v[j]) - lm;
+              const A d = in_acc<SHIFT, A>(raw[k].v[j]) - lm;
               q += d * d;
             }
           }
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
         if (k < held) {
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const A d = widen<A>(raw[k].v[j]) - m;
+            const A d = in_acc<SHIFT, A>(raw[k].v[j]) - m;
             q += d * d;
           }
         }
@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
       if (k < held) {
         A v[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = widen<A>(raw[k].v[j]);
-        store_output<V>(p, r * p.N + idx * V, idx * V, v, m, rs);
+        for (int j = 0; j < V; ++j) v[j] = in_acc<SHIFT, A>(raw[k].v[j]);
+        store_output<V, SHIFT>(p, r * p.N + idx * V, idx * V, v, m, rs);
       }
     }
   }
@@ -207,12 +207,12 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
         if (p.res) {
           const Vec<T, V> rv = *slot(st, 1, k);
 #pragma unroll
-          for (int j = 0; j < V; ++j) raw[k].v[j] = from_acc<T>(widen<A>(raw[k].v[j]) + widen<A>(rv.v[j]));
+          for (int j = 0; j < V; ++j) raw[k].v[j] = from_acc<T>(to_acc<A>(raw[k].v[j]) + to_acc<A>(rv.v[j]));
           store_vec<T, V>(p.sum + r * p.N + (int64_t(k) * bd + t) * V, raw[k]);
         }
         if constexpr (!RMS) {
 #pragma unroll
-          for (int j = 0; j < V; ++j) s += widen<A>(raw[k].v[j]);
+          for (int j = 0; j < V; ++j) s += to_acc<A>(raw[k].v[j]);
         }
       }
     }
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
         if (k < held) {
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const A v = widen<A>(raw[k].v[j]);
+            const A v = to_acc<A>(raw[k].v[j]);
             q += v * v;
           }
         }
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
         if (k < held) {
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const A d = widen<A>(raw[k].v[j]) - lm;
+            const A d = to_acc<A>(raw[k].v[j]) - lm;
             q += d * d;
           }
         }
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
       if (k < held) {
         A v[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = widen<A>(raw[k].v[j]);
+        for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw[k].v[j]);
         store_output<V>(p, r * p.N + idx * V, idx * V, v, m, rs);
       }
     }
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) norm_twopass_fwd(FwdParams<T>
       const Vec<T, V> raw = load_input<V>(p, base + i);
       A v[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = widen<A>(raw.v[j]);
+      for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw.v[j]);
       if constexpr (RMS) {
 #pragma unroll
         for (int j = 0; j < V; ++j) q += v[j] * v[j];
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kTwoPassThreads) norm_twopass_fwd(FwdParams<T>
       const Vec<T, V> raw = load_vec<T, V>(src + base + i);
       A v[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = widen<A>(raw.v[j]);
+      for (int j = 0; j < V; ++j) v[j] = to_acc<A>(raw.v[j]);
       store_output<V>(p, base + i, i, v, m, rs);
     }
   }
@@ -372,6 +372,12 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       // up to 4 rows' time as a tail); waves: the persistent grid of 4 waves (the earlier default)
       const unsigned grid = fwd_grid_waves(kBytes, RMS) ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
                                              : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
+      if constexpr (sizeof(T) == 2) {
+        if (env::is("TORCH_DNN_NORM_FWD_CVT", "shift")) {
+          norm_block_fwd<T, RMS, true><<<grid, plan.threads, 0, stream>>>(p);
+          break;
+        }
+      }
       norm_block_fwd<T, RMS><<<grid, plan.threads, 0, stream>>>(p);
       break;
     }
