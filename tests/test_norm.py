@@ -373,7 +373,7 @@ def test_backward_past_2_31_elements():
 VARIANTS = [{}, {"TORCH_DNN_NORM_FWD_STATS": "twopass", "TORCH_DNN_NORM_FWD_GRID": "waves", "TORCH_DNN_NORM_FWD": "block"},
             {"TORCH_DNN_NORM_FWD_STATS": "fused", "TORCH_DNN_NORM_FWD_GRID": "rows", "TORCH_DNN_NORM_FWD": "block"},
             {"TORCH_DNN_NORM_FWD": "staged"}, {"TORCH_DNN_NORM_BWD": "block"}, {"TORCH_DNN_NORM_BWD_BLOCKS": "1"},
-            {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_CVT": "shift"}]
+            {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_CVT": "shift"}, {"TORCH_DNN_NORM_FWD_CVT": "asm"}]
 
 
 @pytest.mark.cuda

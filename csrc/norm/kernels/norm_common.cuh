@@ -99,7 +99,9 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 // 81.4% for one reduction and a block per row) and streams rows longer than 8K through the staged kernel
 // (91.1% against 87.6% at 16384); float rows and RMSNorm take one reduction and a block per row (LayerNorm
 // fp32 99.3% against 95.9%, RMSNorm bf16 96-97% against 93.5%). Each knob, when set, forces its choice:
-//   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block
+//   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block,
+//   TORCH_DNN_NORM_FWD_CVT=shift|asm (16-bit block forward: bf16 widened by a shift, or cuda_bf16's conversion;
+//   default shift for RMSNorm, asm for LayerNorm)
 inline int env_pick(const char* name, const char* yes, const char* no) {  // 1, 0, or -1 when unset / other
   return env::is(name, yes) ? 1 : env::is(name, no) ? 0 : -1;
 }
@@ -115,6 +117,12 @@ inline bool fwd_staged(int elem_bytes, bool rms, int64_t N) {
 inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
+}
+// 16-bit block forward: bf16 widened by a shift, stores converted in pairs (in_acc). H100, same run: RMS 0.2-0.4%
+// and add_rms 1.4-1.5% faster, LayerNorm 12-18% slower (benchmarks/NOTES.md, sixteenth session).
+inline bool fwd_shift_cvt(bool rms) {
+  const int e = env_pick("TORCH_DNN_NORM_FWD_CVT", "shift", "asm");
+  return e >= 0 ? e == 1 : rms;
 }
 inline bool bwd_old_block() { return env::is("TORCH_DNN_NORM_BWD", "block"); }
 inline int bwd_blocks_cap() {
@@ -259,9 +267,9 @@ __device__ __forceinline__ MeanM2<A> block_reduce_meanm2_uniform(MeanM2<A> s, A*
 
 // A 16-bit input as a float: with SHIFT, bf16 by a shift (exact, NaN payloads kept), which ptxas can recompute
 // where it likes, instead of cuda_bf16.hpp's inline asm, and stores converted in pairs. An A/B of the block
-// forward (TORCH_DNN_NORM_FWD_CVT=shift): with the asm the bf16 LayerNorm block forward spills 12 / 44 bytes at
-// 64 registers, with the shift 4 / 12 (benchmarks/NOTES.md, sixteenth session, for what the H100 said).
-// Library-wide (to_acc) the shift also moved bf16 pooling kernels' spills.
+// forward (fwd_shift_cvt): the bf16 LayerNorm block forward spills 8 / 24 bytes at 64 registers with the asm,
+// 4 / 12 with the shift, yet measured 12-18% slower with it; RMSNorm a little faster. Library-wide (to_acc) the
+// shift also moved bf16 pooling kernels' spills (benchmarks/NOTES.md, sixteenth session).
 template <bool SHIFT, typename A, typename T>
 __device__ __forceinline__ A in_acc(T v) {
   if constexpr (SHIFT && std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float>)

@@ -373,7 +373,7 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       const unsigned grid = fwd_grid_waves(kBytes, RMS) ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
                                              : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
       if constexpr (sizeof(T) == 2) {
-        if (env::is("TORCH_DNN_NORM_FWD_CVT", "shift")) {
+        if (fwd_shift_cvt(RMS)) {
           norm_block_fwd<T, RMS, true><<<grid, plan.threads, 0, stream>>>(p);
           break;
         }
