@@ -100,7 +100,7 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 // (91.1% against 87.6% at 16384); float rows and RMSNorm take one reduction and a block per row (LayerNorm
 // fp32 99.3% against 95.9%, RMSNorm bf16 96-97% against 93.5%). Each knob, when set, forces its choice:
 //   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block,
-//   TORCH_DNN_NORM_FWD_CVT=shift|asm (16-bit block forward: bf16 widened by a shift, or cuda_bf16's conversion;
+//   TORCH_DNN_NORM_FWD_CVT=shift|asm (bf16 block forward: inputs widened by a shift, or cuda_bf16's conversion;
 //   default shift for RMSNorm, asm for LayerNorm)
 inline int env_pick(const char* name, const char* yes, const char* no) {  // 1, 0, or -1 when unset / other
   return env::is(name, yes) ? 1 : env::is(name, no) ? 0 : -1;
@@ -118,7 +118,7 @@ inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
 }
-// 16-bit block forward: bf16 widened by a shift, stores converted in pairs (in_acc). H100, same run: RMS 0.2-0.4%
+// bf16 block forward: inputs widened by a shift, stores converted in pairs (in_acc). H100, same run: RMS 0.2-0.4%
 // and add_rms 1.4-1.5% faster, LayerNorm 12-18% slower (benchmarks/NOTES.md, sixteenth session).
 inline bool fwd_shift_cvt(bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_CVT", "shift", "asm");

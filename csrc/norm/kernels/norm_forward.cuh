@@ -372,7 +372,7 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       // up to 4 rows' time as a tail); waves: the persistent grid of 4 waves (the earlier default)
       const unsigned grid = fwd_grid_waves(kBytes, RMS) ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
                                              : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
-      if constexpr (sizeof(T) == 2) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // (half converts without inline asm)
         if (fwd_shift_cvt(RMS)) {
           norm_block_fwd<T, RMS, true><<<grid, plan.threads, 0, stream>>>(p);
           break;
