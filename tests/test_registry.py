@@ -1,7 +1,11 @@
 """The functional wrappers' op handle (torch_dnn/ops/_registry.py): a call that records autograd applies the op's
 registered formula directly (an autograd.Function named Direct_<op>) and must give what the dispatcher's path
 (torch.library's autograd kernel, reached by calling torch.ops.torch_dnn.<op>) gives, bit for bit; where autocast,
-a dispatch mode or a functorch transform would see the call first, the dispatcher's path is taken."""
+a dispatch mode would see the call first, the dispatcher's path is taken. Under torch.func transforms the wrappers
+apply the formula as a Function of the form functorch accepts (Transform_<op>; batch_norm's Functions are written
+that way): grad, jacrev and vmap over torch_dnn ops give PyTorch's results."""
+import warnings
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -115,3 +119,42 @@ def test_inplace_autograd_errors_and_fallbacks(device):
         torch.testing.assert_close(ours, theirs)
         g = torch.randn_like(ours)
         torch.testing.assert_close(torch.autograd.grad(ours, a, g)[0], torch.autograd.grad(theirs, a, g)[0])
+
+
+def _func_cases(device):
+    """(name, f(module, x) for torch_dnn.functional or torch.nn.functional, x) over several families."""
+    d = torch.float64
+    x2, x4 = make_input((3, 8), d, device, low=-2, high=2), make_input((2, 4, 6, 6), d, device, low=-2, high=2)
+    w8 = make_input((8,), d, device, low=0.5, high=1.5)
+    w4, b4 = make_input((4,), d, device, low=0.5, high=1.5), make_input((4,), d, device, low=-1, high=1)
+    lw, lb = make_input((5, 8), d, device, low=-1, high=1), make_input((5,), d, device, low=-1, high=1)
+    return [
+        ("gelu", lambda f, x: f.gelu(x), x2),
+        ("softmax", lambda f, x: f.softmax(x, -1), x2),
+        ("layer_norm", lambda f, x: f.layer_norm(x, [8], w8), x2),
+        ("linear", lambda f, x: f.linear(x, lw, lb), x2),
+        ("group_norm", lambda f, x: f.group_norm(x, 2, w4, b4), x4),
+        ("avg_pool2d", lambda f, x: f.avg_pool2d(x, 2), x4),
+        ("batch_norm train", lambda f, x: f.batch_norm(x, None, None, w4, b4, True), x4),
+        ("batch_norm eval", lambda f, x: f.batch_norm(x, torch.zeros(4, dtype=d, device=device),
+                                                      torch.ones(4, dtype=d, device=device), w4, b4, False), x4),
+    ]
+
+
+@pytest.mark.parametrize("device", devices())
+def test_torch_func_transforms(device):
+    """torch.func.grad, jacrev (vmap over vjp) and vmap through torch_dnn ops against the same through PyTorch's.
+    (torch.library's autograd kernel alone is refused by functorch: it has no setup_context.)"""
+    import torch.nn.functional as TF
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # functorch's note that the ops have no batching rule (its fallback loops)
+        for name, fn, x in _func_cases(device):
+            loss = lambda mod: (lambda t: (fn(mod, t) ** 2).sum())
+            torch.testing.assert_close(torch.func.grad(loss(F))(x), torch.func.grad(loss(TF))(x), msg=name)
+            row = x[:1]
+            torch.testing.assert_close(torch.func.jacrev(lambda t: fn(F, t))(row),
+                                       torch.func.jacrev(lambda t: fn(TF, t))(row), msg=name)
+            if not name.startswith("batch_norm"):  # batch statistics: a vmapped batch norm is not batch norm
+                torch.testing.assert_close(torch.func.vmap(lambda t: fn(F, t[None])[0])(x),
+                                           torch.func.vmap(lambda t: fn(TF, t[None])[0])(x), msg=name)

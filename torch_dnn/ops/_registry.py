@@ -133,6 +133,65 @@ def _direct_autograd(call, schema, backward, setup_context):
     return apply
 
 
+def _transform_autograd(packet, schema, backward, setup_context):
+    """The op with its registered formula as an autograd.Function in the form torch.func's transforms take
+    (forward without ctx, a setup_context staticmethod, a generated vmap rule), or None where the schema does not
+    allow it. torch.library's own autograd kernel is a Function with forward(ctx, ...), which torch.func.grad,
+    vjp, jacrev and vmap refuse. The forward calls the op through the dispatcher (packet): under a transform it
+    runs one level down, where the op's own kernels (and, for vmap, the batching fallback) take it."""
+    if any(str(a.type).startswith("List[") and "Tensor" in str(a.type) for a in (*schema.arguments, *schema.returns)):
+        return None
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    names = [a.name for a in positional]
+    missing = object()
+    defaults = [a.default_value if a.has_default_value() else missing for a in positional]
+    kw_defaults = {a.name: a.default_value for a in schema.arguments if a.kwarg_only and a.has_default_value()}
+    has_kw = any(a.kwarg_only for a in schema.arguments)
+
+    def forward(*args):
+        return packet(*args[:-1], **args[-1])
+
+    def setup_context_(ctx, inputs, output):
+        if has_kw:
+            setup_context(ctx=ctx, inputs=inputs[:-1], keyword_only_inputs=inputs[-1], output=output)
+        else:
+            setup_context(ctx=ctx, inputs=inputs[:-1], output=output)
+
+    def backward_(ctx, *grads):
+        needs = ctx.needs_input_grad
+        ctx.needs_input_grad = needs[:-1]
+        try:
+            result = backward(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = needs
+        return (*result, None) if isinstance(result, tuple) else (result, None)
+
+    fn = type(f"Transform_{schema.name.split('::')[-1]}", (torch.autograd.Function,),
+              {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context_),
+               "backward": staticmethod(backward_), "generate_vmap_rule": True})
+
+    def apply(*args, **kwargs):
+        full = list(args)
+        for i in range(len(args), len(names)):
+            v = kwargs.pop(names[i], defaults[i])
+            if v is missing:
+                raise TypeError(f"{schema.name}: missing argument '{names[i]}'")
+            full.append(v)
+        kw = dict(kw_defaults)
+        kw.update(kwargs)
+        return fn.apply(*full, kw)
+
+    return apply
+
+
+def _transform_call() -> bool:
+    """A torch.func transform is active and nothing else would act on the call first (as _plain_call)."""
+    if torch.compiler.is_compiling() or _forward_ad._current_level >= 0 or not _functorch_active():
+        return False
+    return not (_is_any_autocast_enabled() or torch._C._is_torch_function_mode_enabled()
+                or _get_dispatch_mode() is not None)
+
+
 def _plain_call(args, kwargs) -> bool:
     """Not traced by torch.compile, no forward-mode AD, autocast, functorch transform, Python dispatch or function
     mode, and only plain tensors: the call would reach the Autograd key unchanged, so a Function applied from
@@ -175,9 +234,10 @@ class _FunctionalOps:
             overload = getattr(overload, "_op", overload)
 
             formula = _FORMULAS.get(name)
-            direct = None
+            direct = transform = None
             if formula is not None and packet.overloads() == ["default"]:
                 direct = _direct_autograd(overload, packet.default._schema, *formula)
+                transform = _transform_autograd(packet.default, packet.default._schema, *formula)
 
             def fn(*args, **kwargs):
                 # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
@@ -186,6 +246,8 @@ class _FunctionalOps:
                 if torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs):
                     if direct is not None and _plain_call(args, kwargs):
                         return direct(*args, **kwargs)
+                    if transform is not None and _transform_call():
+                        return transform(*args, **kwargs)
                     return packet(*args, **kwargs)
                 with _below_autograd():
                     return overload(*args, **kwargs)

@@ -81,17 +81,26 @@ def _bwd_elemt_fake(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count
 
 # The forward ops mutate the running stats, and a mutating custom op cannot carry a register_autograd formula,
 # so autograd goes through torch.autograd.Function (torch.compile traces it; the backward ops are functional).
+# The Functions take the form torch.func's transforms accept (forward without ctx, setup_context): they return
+# the saved statistics as non-differentiable outputs, which the wrappers drop.
 
 class _BatchNormFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, rm, rv, training, momentum, eps):
-        out, mean, invstd = _ops.batch_norm(x, weight, bias, rm, rv, training, momentum, eps)
-        ctx.save_for_backward(x, weight, mean, invstd)
-        ctx.training, ctx.eps, ctx.has_bias = training, eps, bias is not None
-        return out
+    generate_vmap_rule = True
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def forward(x, weight, bias, rm, rv, training, momentum, eps):
+        return _ops.batch_norm(x, weight, bias, rm, rv, training, momentum, eps)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, bias, _, _, training, _, eps = inputs
+        _, mean, invstd = output
+        ctx.mark_non_differentiable(mean, invstd)
+        ctx.save_for_backward(x, weight, mean, invstd)
+        ctx.training, ctx.eps, ctx.has_bias = training, eps, bias is not None
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_mean, _grad_invstd):
         x, weight, mean, invstd = ctx.saved_tensors
         n = ctx.needs_input_grad
         mask = [n[0], weight is not None and n[1], ctx.has_bias and n[2]]
@@ -101,15 +110,22 @@ class _BatchNormFn(torch.autograd.Function):
 
 
 class _BatchNormAddActFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, res, weight, bias, rm, rv, training, momentum, eps, act):
-        out, mean, invstd = _ops.batch_norm_add_act(x, res, weight, bias, rm, rv, training, momentum, eps, act)
-        ctx.save_for_backward(x, res, weight, bias, mean, invstd)
-        ctx.training, ctx.act = training, act
-        return out
+    generate_vmap_rule = True
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def forward(x, res, weight, bias, rm, rv, training, momentum, eps, act):
+        return _ops.batch_norm_add_act(x, res, weight, bias, rm, rv, training, momentum, eps, act)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, res, weight, bias, _, _, training, _, _, act = inputs
+        _, mean, invstd = output
+        ctx.mark_non_differentiable(mean, invstd)
+        ctx.save_for_backward(x, res, weight, bias, mean, invstd)
+        ctx.training, ctx.act = training, act
+
+    @staticmethod
+    def backward(ctx, grad_out, _grad_mean, _grad_invstd):
         x, res, weight, bias, mean, invstd = ctx.saved_tensors
         n = ctx.needs_input_grad
         mask = [n[0], res is not None and n[1], weight is not None and n[2], bias is not None and n[3]]
@@ -233,7 +249,7 @@ def _verify_batch_size(input, training):
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     _verify_batch_size(input, training)
     return _BatchNormFn.apply(input, weight, bias, running_mean, running_var, bool(training), float(momentum),
-                              float(eps))
+                              float(eps))[0]
 
 
 def batch_norm_add_act(input, running_mean, running_var, weight=None, bias=None, residual=None, act="relu",
@@ -243,7 +259,7 @@ def batch_norm_add_act(input, running_mean, running_var, weight=None, bias=None,
         raise ValueError(f"batch_norm_add_act: act must be one of None, 'identity', 'relu', 'silu', got {act!r}")
     _verify_batch_size(input, training)
     return _BatchNormAddActFn.apply(input, residual, weight, bias, running_mean, running_var, bool(training),
-                                    float(momentum), float(eps), ACTS[act])
+                                    float(momentum), float(eps), ACTS[act])[0]
 
 
 FUNCTIONAL = ["batch_norm", "batch_norm_add_act"]
