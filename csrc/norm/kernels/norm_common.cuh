@@ -96,8 +96,8 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows)
 // The block forward's defaults, from the H100 (bf16/fp32, 32768x4096 and 8192x16384; benchmarks/NOTES.md):
 // LayerNorm on 16-bit rows keeps the two-pass statistics and the 4-wave grid (93.7% of copy at 4096 against
-// 81.4% for one reduction and a block per row) and streams rows longer than 8K through the staged kernel
-// (91.1% against 87.6% at 16384); float rows and RMSNorm take one reduction and a block per row (LayerNorm
+// 81.4% for one reduction and a block per row) and streams bf16 rows longer than 8K with a weight through the
+// staged kernel (91.1% against 87.6% at 16384; fwd_staged); float rows and RMSNorm take one reduction and a block per row (LayerNorm
 // fp32 99.3% against 95.9%, RMSNorm bf16 96-97% against 93.5%). Each knob, when set, forces its choice:
 //   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block,
 //   TORCH_DNN_NORM_FWD_CVT=shift|asm (bf16 block forward: inputs widened by a shift, or cuda_bf16's conversion;
@@ -110,9 +110,12 @@ inline bool fwd_twopass_stats(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_STATS", "twopass", "fused");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
 }
-inline bool fwd_staged(int elem_bytes, bool rms, int64_t N) {
+// Staged by default: bf16 LayerNorm rows longer than 8K with a weight. H100 (sixteenth session, 8192x16384): bf16
+// with affine staged 0.1955 ms against block 0.2046; without affine block 0.1963 against staged 0.2163; fp16
+// block 0.1901-0.1903 against staged 0.1953-0.1956 (affine), 0.1863-0.1869 against 0.2148-0.2203 (none).
+inline bool fwd_staged(int elem_bytes, bool rms, int64_t N, bool bf16, bool weight) {
   const int e = env_pick("TORCH_DNN_NORM_FWD", "staged", "block");
-  return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms) && N > 8192;
+  return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms) && N > 8192 && bf16 && weight;
 }
 inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");

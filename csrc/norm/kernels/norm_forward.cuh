@@ -359,7 +359,7 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       break;
     }
     case FwdPlan::BlockRegs: {
-      if (fwd_staged(kBytes, RMS, p.N)) {
+      if (fwd_staged(kBytes, RMS, p.N, std::is_same_v<T, __nv_bfloat16>, p.w != nullptr)) {
         const int per_sm = staged_fwd_per_sm<T, RMS>(plan.threads, p.res != nullptr);
         if (per_sm > 0) {
           const int64_t grid = balanced_grid(p.rows, int64_t(sm_count()) * per_sm);
