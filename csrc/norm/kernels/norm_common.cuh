@@ -122,7 +122,7 @@ inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
 }
 // bf16 block forward: inputs widened by a shift, stores converted in pairs (in_acc). H100, same run: RMS 0.2-0.4%
-// and add_rms 1.4-1.5% faster, LayerNorm 12-18% slower (benchmarks/NOTES.md, sixteenth session).
+// and add_rms 1.4-1.5% faster, LayerNorm 12-23% slower (benchmarks/NOTES.md, sixteenth session).
 inline bool fwd_shift_cvt(bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_CVT", "shift", "asm");
   return e >= 0 ? e == 1 : rms;
@@ -271,7 +271,7 @@ __device__ __forceinline__ MeanM2<A> block_reduce_meanm2_uniform(MeanM2<A> s, A*
 // A 16-bit input as a float: with SHIFT, bf16 by a shift (exact, NaN payloads kept), which ptxas can recompute
 // where it likes, instead of cuda_bf16.hpp's inline asm, and stores converted in pairs. An A/B of the block
 // forward (fwd_shift_cvt): the bf16 LayerNorm block forward spills 8 / 24 bytes at 64 registers with the asm,
-// 4 / 12 with the shift, yet measured 12-18% slower with it; RMSNorm a little faster. Library-wide (to_acc) the
+// 4 / 12 with the shift, yet measured 12-23% slower with it; RMSNorm a little faster. Library-wide (to_acc) the
 // shift also moved bf16 pooling kernels' spills (benchmarks/NOTES.md, sixteenth session).
 template <bool SHIFT, typename A, typename T>
 __device__ __forceinline__ A in_acc(T v) {
