@@ -72,6 +72,14 @@ def with_env(fn, **env):
     return run
 
 
+def emit(text: str, path: str | None = None) -> None:
+    """A probe's table: printed, and written to path when one is given."""
+    print(text)
+    if path:
+        with open(path, "w") as f:
+            f.write(text + "\n")
+
+
 def time_calls(fn, input_sets, warmup: int, reps: int, warmup_ms: float = 0.0) -> list[float]:
     for i in range(warmup):
         fn(*input_sets[i % len(input_sets)])

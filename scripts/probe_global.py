@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import torch
 
 import torch_dnn  # noqa: F401
-from benchmarks.harness import time_graph_calls
+from benchmarks.harness import emit, time_graph_calls
 
 ops = torch.ops.torch_dnn
 
@@ -57,11 +57,7 @@ def main():
         ms = statistics.median(times)
         lines.append(f"| {name} | {ms * 1e3:.1f} | {b / (ms * 1e-3) / 1e9:.0f} |" if b else
                      f"| {name} | {ms * 1e3:.1f} | |")
-    text = "\n".join(lines)
-    print(text)
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(text + "\n")
+    emit("\n".join(lines), args.md)
 
 
 def profile_once():

@@ -16,6 +16,7 @@ import torch
 
 import torch_dnn
 import torch_dnn.ops.activation as act_ops
+from benchmarks.harness import emit
 
 
 def median_ms(step, iters=50, warmup=10):
@@ -129,11 +130,7 @@ def main():
              "|---|---|---|---|---|"]
     for case, t, o, w in rows:
         lines.append(f"| {case} | {t:.4f} | {o:.4f} | {w:.4f} | {t / o:.2f}x |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,9 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import time_calls
+from benchmarks.harness import emit, time_calls, with_env
 from torch_dnn.reference import add_rms_norm_reference
 
-KNOBS = ("TORCH_DNN_NORM_FWD", "TORCH_DNN_NORM_FWD_GRID", "TORCH_DNN_NORM_FWD_STATS", "TORCH_DNN_NORM_FWD_CVT")
 VARIANTS = {
     "default": {},
     "block": {"TORCH_DNN_NORM_FWD": "block"},
@@ -34,20 +33,6 @@ VARIANTS = {
                                "TORCH_DNN_NORM_FWD_GRID": "rows", "TORCH_DNN_NORM_FWD_CVT": "shift"},
     "default shift": {"TORCH_DNN_NORM_FWD_CVT": "shift"},
 }
-
-
-def with_env(fn, env):
-    def call(*args):
-        old = {k: os.environ.pop(k, None) for k in KNOBS}
-        os.environ.update(env)
-        try:
-            return fn(*args)
-        finally:
-            for k in KNOBS:
-                os.environ.pop(k, None)
-                if old[k] is not None:
-                    os.environ[k] = old[k]
-    return call
 
 
 def cases():
@@ -82,7 +67,7 @@ def main():
     for name, nbytes, ref, ours, inputs, variants in cases():
         comp = torch.compile(ref, dynamic=False)  # static per case (a shared code object went dynamic)
         comp(*inputs)
-        impls = [("compile", comp)] + [(v, with_env(ours, VARIANTS[v])) for v in variants]
+        impls = [("compile", comp)] + [(v, with_env(ours, **VARIANTS[v])) for v in variants]
         built.append((name, nbytes, impls, inputs))
     times = {}
     for _ in range(3):  # rounds in turn, so that clock drift falls on every impl alike
@@ -100,11 +85,7 @@ def main():
             t = min(ts)
             lines.append(f"| {name} | {label} | {t:.4f} ({min(ts):.4f}-{max(ts):.4f}) | {nbytes / t / 1e9:.2f} | "
                          f"{tc / t:.3f}x |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    emit("\n".join(lines), args.out)
 
 
 if __name__ == "__main__":

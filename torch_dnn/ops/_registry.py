@@ -79,68 +79,21 @@ _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
-def _direct_autograd(call, schema, backward, setup_context):
-    """The op with its registered formula as an autograd.Function applied from Python, or None where the schema
-    does not allow it (tensor lists). What torch.library's autograd kernel does, without its round trip: the
-    dispatcher's Autograd key calls into Python, which binds the arguments, applies the Function and calls the
-    op again through the dispatcher (about 10 us of host time a call, 20 with the backward, on an H100 host's
-    CPU). The caller makes sure that nothing between the Python call and the Autograd key would act on it
-    (autocast, functorch transforms, dispatch modes, tensor subclasses)."""
+def _formula_functions(call, packet, schema, backward, setup_context):
+    """The op with its registered formula as two autograd.Functions, each behind a binder of the op's arguments
+    (defaults filled in, keyword-only ones passed as one dict), or (None, None) where the schema does not allow it
+    (tensors inside a list are invisible to autograd.Function):
+      direct     forward(ctx, ...) calling the op below autograd (`call`): what torch.library's autograd kernel
+                 does, without its round trip (the dispatcher's Autograd key calls into Python, which binds the
+                 arguments, applies the Function and calls the op again through the dispatcher: about 10 us of
+                 host time a call, 20 with the backward, on an H100 host's CPU). The caller makes sure that nothing
+                 between the Python call and the Autograd key would act on it (_plain_call).
+      transform  the form torch.func's transforms take (forward without ctx, setup_context, a generated vmap
+                 rule), calling the op through the dispatcher (`packet`): under a transform it runs one level
+                 down, where the op's own kernels (and, for vmap, the batching fallback) take it. torch.library's
+                 own kernel has forward(ctx, ...), which torch.func.grad, vjp, jacrev and vmap refuse."""
     if any(str(a.type).startswith("List[") and "Tensor" in str(a.type) for a in (*schema.arguments, *schema.returns)):
-        return None  # tensors inside a list are invisible to autograd.Function
-    positional = [a for a in schema.arguments if not a.kwarg_only]
-    keyword_only = [a for a in schema.arguments if a.kwarg_only]
-    names = [a.name for a in positional]
-    missing = object()
-    defaults = [a.default_value if a.has_default_value() else missing for a in positional]
-    kw_defaults = {a.name: a.default_value for a in keyword_only if a.has_default_value()}
-    has_kw = bool(keyword_only)
-
-    def forward(ctx, *args):
-        kw = args[-1]
-        args = args[:-1]
-        with _below_autograd():
-            out = call(*args, **kw)
-        if has_kw:
-            setup_context(ctx=ctx, inputs=args, keyword_only_inputs=kw, output=out)
-        else:
-            setup_context(ctx=ctx, inputs=args, output=out)
-        return out
-
-    def backward_(ctx, *grads):
-        needs = ctx.needs_input_grad
-        ctx.needs_input_grad = needs[:-1]
-        try:
-            result = backward(ctx, *grads)
-        finally:
-            ctx.needs_input_grad = needs
-        return (*result, None) if isinstance(result, tuple) else (result, None)
-
-    fn = type(f"Direct_{schema.name.split('::')[-1]}", (torch.autograd.Function,),
-              {"forward": staticmethod(forward), "backward": staticmethod(backward_)})
-
-    def apply(*args, **kwargs):
-        full = list(args)
-        for i in range(len(args), len(names)):
-            v = kwargs.pop(names[i], defaults[i])
-            if v is missing:
-                raise TypeError(f"{schema.name}: missing argument '{names[i]}'")
-            full.append(v)
-        kw = dict(kw_defaults)
-        kw.update(kwargs)
-        return fn.apply(*full, kw)
-
-    return apply
-
-
-def _transform_autograd(packet, schema, backward, setup_context):
-    """The op with its registered formula as an autograd.Function in the form torch.func's transforms take
-    (forward without ctx, a setup_context staticmethod, a generated vmap rule), or None where the schema does not
-    allow it. torch.library's own autograd kernel is a Function with forward(ctx, ...), which torch.func.grad,
-    vjp, jacrev and vmap refuse. The forward calls the op through the dispatcher (packet): under a transform it
-    runs one level down, where the op's own kernels (and, for vmap, the batching fallback) take it."""
-    if any(str(a.type).startswith("List[") and "Tensor" in str(a.type) for a in (*schema.arguments, *schema.returns)):
-        return None
+        return None, None
     positional = [a for a in schema.arguments if not a.kwarg_only]
     names = [a.name for a in positional]
     missing = object()
@@ -148,10 +101,7 @@ def _transform_autograd(packet, schema, backward, setup_context):
     kw_defaults = {a.name: a.default_value for a in schema.arguments if a.kwarg_only and a.has_default_value()}
     has_kw = any(a.kwarg_only for a in schema.arguments)
 
-    def forward(*args):
-        return packet(*args[:-1], **args[-1])
-
-    def setup_context_(ctx, inputs, output):
+    def setup(ctx, inputs, output):  # inputs: the positional arguments, then the keyword-only dict
         if has_kw:
             setup_context(ctx=ctx, inputs=inputs[:-1], keyword_only_inputs=inputs[-1], output=output)
         else:
@@ -166,22 +116,36 @@ def _transform_autograd(packet, schema, backward, setup_context):
             ctx.needs_input_grad = needs
         return (*result, None) if isinstance(result, tuple) else (result, None)
 
-    fn = type(f"Transform_{schema.name.split('::')[-1]}", (torch.autograd.Function,),
-              {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context_),
-               "backward": staticmethod(backward_), "generate_vmap_rule": True})
+    def direct_forward(ctx, *args):
+        with _below_autograd():
+            out = call(*args[:-1], **args[-1])
+        setup(ctx, args, out)
+        return out
 
-    def apply(*args, **kwargs):
-        full = list(args)
-        for i in range(len(args), len(names)):
-            v = kwargs.pop(names[i], defaults[i])
-            if v is missing:
-                raise TypeError(f"{schema.name}: missing argument '{names[i]}'")
-            full.append(v)
-        kw = dict(kw_defaults)
-        kw.update(kwargs)
-        return fn.apply(*full, kw)
+    def transform_forward(*args):
+        return packet(*args[:-1], **args[-1])
 
-    return apply
+    name = schema.name.split("::")[-1]
+    direct = type(f"Direct_{name}", (torch.autograd.Function,),
+                  {"forward": staticmethod(direct_forward), "backward": staticmethod(backward_)})
+    transform = type(f"Transform_{name}", (torch.autograd.Function,),
+                     {"forward": staticmethod(transform_forward), "setup_context": staticmethod(setup),
+                      "backward": staticmethod(backward_), "generate_vmap_rule": True})
+
+    def binder(fn):
+        def apply(*args, **kwargs):
+            full = list(args)
+            for i in range(len(args), len(names)):
+                v = kwargs.pop(names[i], defaults[i])
+                if v is missing:
+                    raise TypeError(f"{schema.name}: missing argument '{names[i]}'")
+                full.append(v)
+            kw = dict(kw_defaults)
+            kw.update(kwargs)
+            return fn.apply(*full, kw)
+        return apply
+
+    return binder(direct), binder(transform)
 
 
 def _transform_call() -> bool:
@@ -216,11 +180,11 @@ class _FunctionalOps:
     that needs no gradient goes C++ -> Python (autograd_impl) -> C++ again: about 5-10 us of host time per call,
     which is the whole budget of a decode-sized GEMM or a small pooling kernel. Below the Autograd key the op's
     result is the same (it would not have required grad anyway). A call that does record a graph applies the
-    op's registered formula as an autograd.Function from Python (_direct_autograd) where nothing else would act
+    op's registered formula as an autograd.Function from Python (_formula_functions) where nothing else would act
     on the call first (_plain_call), instead of entering torch.library's autograd kernel through the
-    dispatcher. Neither shortcut is taken for ops that mutate an argument (the autograd layer bumps their
-    version counters), under forward-mode AD, or while torch.compile traces (the plain op is what it should
-    see)."""
+    dispatcher; under a torch.func transform it applies the formula's transform Function. Neither shortcut is
+    taken for ops that mutate an argument (the autograd layer bumps their version counters), under forward-mode
+    AD, or while torch.compile traces (the plain op is what it should see)."""
 
     def __getattr__(self, name):
         packet = getattr(torch.ops.torch_dnn, name)
@@ -236,8 +200,7 @@ class _FunctionalOps:
             formula = _FORMULAS.get(name)
             direct = transform = None
             if formula is not None and packet.overloads() == ["default"]:
-                direct = _direct_autograd(overload, packet.default._schema, *formula)
-                transform = _transform_autograd(packet.default, packet.default._schema, *formula)
+                direct, transform = _formula_functions(overload, packet.default, packet.default._schema, *formula)
 
             def fn(*args, **kwargs):
                 # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
