@@ -117,9 +117,18 @@ if __name__ == "__main__":
     os.environ["TORCH_DNN_BN_PERSIST"] = "0"
     print(f"{'bn fwd+bwd td separate':28s} {per_call_us(steps['bn fwd+bwd torch_dnn']):8.1f} us/call")
     del os.environ["TORCH_DNN_BN_PERSIST"]
+    # a step at a time (synchronized): the latency of one step, where the pipelined loop above may be GPU-bound
+    # (a full launch queue then blocks whichever launch comes next, and its op is charged the wait)
+    for name in ("bn fwd+bwd torch_dnn", "bn fwd+bwd torch"):
+        fn = steps[name]
+        print(f"{name + ' synced':28s} {per_call_us(lambda: (fn(), torch.cuda.synchronize()), 200):8.1f} us/call")
     from torch.profiler import ProfilerActivity, profile
-    fn = steps["bn fwd+bwd torch_dnn"]
-    with profile(activities=[ProfilerActivity.CPU]) as p:
-        for _ in range(20):
-            fn()
-    print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    for name in ("bn fwd+bwd torch_dnn", "bn fwd+bwd torch"):
+        fn = steps[name]
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+        print(f"== {name}, 20 steps")
+        print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=18))
+        print(p.key_averages().table(sort_by="self_device_time_total", row_limit=8))

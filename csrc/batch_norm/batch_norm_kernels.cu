@@ -565,21 +565,9 @@ void launch_elementwise(const Op& op, const BnShape& s, cudaStream_t stream) {
 
 // Splits of a reduction: one full wave of resident blocks (so the pass walks the tensor front to back, which
 // the reversed elementwise pass after it relies on for L2 hits), capped by the work.
-// The occupancy query is a driver call of a few microseconds of host time: asked once per kernel and device.
 template <auto Kernel>
 int64_t resident_blocks() {
-  static int cache[64] = {};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  int per_sm = dev >= 0 && dev < 64 ? cache[dev] : 0;
-  if (per_sm == 0) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, kThreads, 0) != cudaSuccess || per_sm < 1) {
-      cudaGetLastError();
-      per_sm = 1;
-    }
-    if (dev >= 0 && dev < 64) cache[dev] = per_sm;
-  }
-  return int64_t(per_sm) * sm_count();
+  return int64_t(std::max(resident_per_sm<Kernel>(kThreads), 1)) * sm_count();
 }
 template <typename T, bool STATS>
 int reduction_splits(const BnShape& s) {

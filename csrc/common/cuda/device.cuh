@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 
 namespace torch_dnn {
 
@@ -49,6 +51,56 @@ cudaError_t raise_smem_limit_once(int smem) {
     configured[dev] = true;
   }
   return cudaSuccess;
+}
+
+// Lets `Kernel` take all the dynamic shared memory the device allows a block (the opt-in limit less its
+// static shared memory) and returns that amount, -1 if refused. Always the maximum, so that launches of
+// any size after any other stay within the attribute; asked once per device.
+template <auto Kernel>
+int allow_max_dynamic_smem() {
+  static int cache[64] = {};  // 0: not asked yet
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const bool keep = dev >= 0 && dev < 64;
+  if (keep && cache[dev] != 0) return cache[dev];
+  int optin = 0, avail = -1;
+  cudaFuncAttributes a;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+      cudaFuncGetAttributes(&a, Kernel) == cudaSuccess) {
+    avail = optin - int(a.sharedSizeBytes);
+    if (avail <= 0 || cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, avail) != cudaSuccess)
+      avail = -1;
+  }
+  if (avail < 0) cudaGetLastError();  // clear only the error this call made
+  if (keep) cache[dev] = avail;
+  return avail;
+}
+
+// Blocks of `Kernel` resident on one SM at `threads` threads and `smem` bytes of dynamic shared memory; 0 where
+// none fits or the query fails. Asked of the driver once per (device, threads, smem), which costs microseconds a
+// call otherwise. Keyed by the kernel itself, as raise_smem_limit_once; a launch with more than 48 KB of shared
+// memory raises the kernel's limit first, or the answer is 0.
+template <auto Kernel>
+int resident_per_sm(int threads, size_t smem = 0) {
+  static std::mutex mu;
+  static std::unordered_map<uint64_t, int> cache;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  // threads < 2^16 and smem < 2^32: the fields do not overlap
+  const uint64_t key = (uint64_t(uint32_t(dev)) << 48) | (uint64_t(uint32_t(threads) & 0xffff) << 32) | uint64_t(smem);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, threads, smem) != cudaSuccess || n < 0) {
+    cudaGetLastError();
+    n = 0;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  cache.emplace(key, n);
+  return n;
 }
 
 }  // namespace torch_dnn

@@ -447,9 +447,8 @@ void launch_smem_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, cudaStream_t st
   const int threads = smem_threads(p.L / V);
   const int SP = smem_bwd_slices(p.D, threads);
   const size_t smem = size_t(smem_bwd_bytes(p, V));
-  cudaFuncSetAttribute(gn_smem_bwd<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_bwd<T, V>, threads, smem);
+  allow_max_dynamic_smem<gn_smem_bwd<T, V>>();  // once per device
+  const int per_sm = resident_per_sm<gn_smem_bwd<T, V>>(threads, smem);
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(p.N * p.G, int64_t(sm_count()) * std::max(per_sm, 1)));
   gn_smem_bwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p, ws, SP);
 }
@@ -466,19 +465,7 @@ bool try_bulk_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, bool vec, cudaStre
   const int bufs = env::get_int("TORCH_DNN_GN_BULK_BUFS", 1) == 2 ? 2 : 1;
   const int64_t smem = bufs * int64_t(bulk_bwd_half<T>(p.L)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
   if (smem + 2 * 8 + 2 * int64_t(sizeof(acc_t<T>)) + 1024 > max_smem_optin()) return false;
-  // the kernel's shared-memory limit, raised when a problem needs more than the last one that raised it (groups
-  // differ in size from call to call; raise_smem_limit_once would keep the first call's size)
-  static int raised[64] = {0};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev < 0 || dev >= 64) return false;
-  if (smem > raised[dev]) {
-    if (cudaFuncSetAttribute(gn_bulk_bwd<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    raised[dev] = int(smem);
-  }
+  if (allow_max_dynamic_smem<gn_bulk_bwd<T, V>>() < smem) return false;  // the limit raised once per device
   const int64_t grid = bufs == 2 ? std::min<int64_t>(p.N * p.G, sm_count()) : std::min<int64_t>(p.N * p.G, INT32_MAX);
   gn_bulk_bwd<T, V><<<unsigned(grid), kSmemThreads, size_t(smem), stream>>>(p, ws, SP, bufs);
   return true;
@@ -512,9 +499,8 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
   if (!stats_given && cl_small_ok(p, aligned) &&
       cl_small_smem + 32 * V * int64_t(sizeof(A)) + 1024 <= max_smem_optin()) {
     const int threads = smem_threads(p.S);
-    cudaFuncSetAttribute(gn_smem_bwd_cl_small<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(cl_small_smem));
-    int per_sm = 0;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_bwd_cl_small<T>, threads, size_t(cl_small_smem));
+    allow_max_dynamic_smem<gn_smem_bwd_cl_small<T>>();  // once per device
+    const int per_sm = resident_per_sm<gn_smem_bwd_cl_small<T>>(threads, size_t(cl_small_smem));
     const int64_t items = p.N * (p.C / V);
     const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(items, int64_t(sm_count()) * std::max(per_sm, 1)));
     gn_smem_bwd_cl_small<T><<<unsigned(grid), threads, size_t(cl_small_smem), stream>>>(p, w);

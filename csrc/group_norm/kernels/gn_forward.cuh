@@ -314,9 +314,8 @@ void launch_smem_fwd(const GnParams<T>& p, cudaStream_t stream) {
   const int64_t nv = p.L / V;
   const size_t smem = smem_fwd_bytes<T>(p.L, p.D);
   const int threads = smem_threads(nv, kSmemFwdThreads);
-  cudaFuncSetAttribute(gn_smem_fwd<T, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_fwd<T, V>, threads, smem);
+  allow_max_dynamic_smem<gn_smem_fwd<T, V>>();  // once per device
+  const int per_sm = resident_per_sm<gn_smem_fwd<T, V>>(threads, smem);
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(p.N * p.G, int64_t(sm_count()) * std::max(per_sm, 1)));
   const FastDivmod32 vec_div(uint32_t(p.cl ? p.D / V : p.S / V));
   gn_smem_fwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p, vec_div);
@@ -344,9 +343,8 @@ void run_forward(GnParams<T> p, bool stats_given, acc_t<T>* ws, cudaStream_t str
                                                        max_smem_optin()) {
       const size_t smem = size_t(p.S) * kVec16<T> * sizeof(T);
       const int threads = smem_threads(p.S);
-      cudaFuncSetAttribute(gn_smem_fwd_cl_small<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-      int per_sm = 0;
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gn_smem_fwd_cl_small<T>, threads, smem);
+      allow_max_dynamic_smem<gn_smem_fwd_cl_small<T>>();  // once per device
+      const int per_sm = resident_per_sm<gn_smem_fwd_cl_small<T>>(threads, smem);
       const int64_t items = p.N * (p.C / kVec16<T>);
       const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(items, int64_t(sm_count()) * std::max(per_sm, 1)));
       gn_smem_fwd_cl_small<T><<<unsigned(grid), threads, smem, stream>>>(p);

@@ -342,9 +342,7 @@ bool all_aligned(const BwdParams<T>& p) {
 // Blocks of norm_block_bwd: as many as are resident at once (each writes one row of partial sums).
 template <typename T, bool RMS>
 int64_t block_bwd_grid(int64_t rows, int threads) {
-  int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_block_bwd<T, RMS>, threads, 0);
-  const int64_t resident = int64_t(sm_count()) * (per_sm > 0 ? per_sm : 1);
+  const int64_t resident = int64_t(sm_count()) * std::max(resident_per_sm<norm_block_bwd<T, RMS>>(threads), 1);
   return std::max<int64_t>(1, std::min(rows, resident));
 }
 
@@ -354,33 +352,9 @@ int64_t block_bwd_grid(int64_t rows, int threads) {
 template <typename T, bool RMS>
 int64_t staged_bwd_grid(int64_t rows, int threads) {
   if (threads > kStagedMaxThreads<T>) return 0;
-  // blocks per SM for each (device, power-of-two block size), -1 when it does not fit; host calls once
-  static int cache[16][11];
-  static bool init = false;
-  if (!init) {
-    for (auto& d : cache)
-      for (int& v : d) v = -2;
-    init = true;
-  }
-  int dev = 0, lg = 0;
-  cudaGetDevice(&dev);
-  while ((1 << lg) < threads) ++lg;
-  int* const entry = (dev >= 0 && dev < 16 && lg < 11) ? &cache[dev][lg] : nullptr;
-  int per_sm = entry ? *entry : -2;
-  if (per_sm == -2) {
-    const int64_t bytes = staged_smem_bytes<T>(threads);
-    const int avail = allow_max_dynamic_smem(norm_staged_bwd<T, RMS>);
-    per_sm = -1;
-    int n = 0;
-    if (avail >= 0 && bytes <= avail) {
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, norm_staged_bwd<T, RMS>, threads, size_t(bytes)) !=
-          cudaSuccess)
-        cudaGetLastError();
-      else if (n > 0)
-        per_sm = n;
-    }
-    if (entry) *entry = per_sm;
-  }
+  const int64_t bytes = staged_smem_bytes<T>(threads);
+  const int avail = allow_max_dynamic_smem<norm_staged_bwd<T, RMS>>();
+  int per_sm = avail >= 0 && bytes <= avail ? resident_per_sm<norm_staged_bwd<T, RMS>>(threads, size_t(bytes)) : 0;
   if (per_sm <= 0) return 0;
   if (const int cap = bwd_blocks_cap()) per_sm = std::min(per_sm, cap);
   return balanced_grid(rows, int64_t(sm_count()) * per_sm);

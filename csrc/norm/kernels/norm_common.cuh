@@ -133,26 +133,6 @@ inline int bwd_blocks_cap() {
   return v > 0 ? v : 0;
 }
 
-// Lets `kernel` take all the dynamic shared memory the device allows a block (the opt-in limit less its
-// static shared memory) and returns that amount, -1 if refused. Always the maximum, so that launches of
-// any size after any other stay within the attribute.
-template <typename K>
-int allow_max_dynamic_smem(K* kernel) {
-  int dev = 0, optin = 0;
-  cudaGetDevice(&dev);
-  cudaFuncAttributes a;
-  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
-      cudaFuncGetAttributes(&a, kernel) != cudaSuccess) {
-    cudaGetLastError();  // clear only the error this call made
-    return -1;
-  }
-  const int avail = optin - int(a.sharedSizeBytes);
-  if (avail <= 0 || cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, avail) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  return avail;
-}
 
 // A persistent grid of at most `resident` blocks that gives every block the same number of rows (within
 // one), so that no last partial wave of rows runs on a mostly idle chip.
@@ -281,6 +261,20 @@ __device__ __forceinline__ A in_acc(T v) {
     return to_acc<A>(v);
 }
 
+// Element j of v in the accumulation type. bf16 with SHIFT: read from the vector's 32-bit words (the low
+// element shifted up, the high one masked), so that a row held in registers stays two elements a register;
+// 16-bit element reads let ptxas keep one element a register (64 registers and spills in the bf16 block
+// forward, against 56 without spills for fp16, whose conversion reads either half of a packed register).
+template <bool SHIFT, typename A, typename T, int V>
+__device__ __forceinline__ A elem_acc(const Vec<T, V>& v, int j) {
+  if constexpr (SHIFT && std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float> && V % 2 == 0) {
+    const uint32_t w = reinterpret_cast<const uint32_t*>(&v)[j >> 1];
+    return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+  } else {
+    return in_acc<SHIFT, A>(v.v[j]);
+  }
+}
+
 // V elements of an optional parameter as accumulation-type values; `absent` (1 for a weight, 0 for a bias:
 // exact no-ops) where there is none, so that the math has no branches and the arrays stay in registers.
 template <int V, bool SHIFT = false, typename T, typename A>
@@ -302,8 +296,12 @@ __device__ __forceinline__ Vec<T, V> load_input(const FwdParams<T>& p, int64_t o
   Vec<T, V> v = load_vec<T, V>(p.x + off);
   if (p.res) {
     const Vec<T, V> r = load_vec<T, V>(p.res + off);
+    A s[V];
 #pragma unroll
-    for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in_acc<SHIFT, A>(v.v[j]) + in_acc<SHIFT, A>(r.v[j]));
+    for (int j = 0; j < V; ++j) s[j] = elem_acc<SHIFT, A>(v, j) + elem_acc<SHIFT, A>(r, j);
+    // rounded in pairs (same rounding): element-wise bf16 conversions left each sum in its own register, and
+    // the join with the x-only path then unpacked x too (32 registers for 16, seen in the SASS)
+    v = pack_vec<V, T>(s);
     store_vec<T, V>(p.sum + off, v);
   }
   return v;

@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
         ++held;
         if constexpr (!RMS) {
 #pragma unroll
-          for (int j = 0; j < V; ++j) s += in_acc<SHIFT, A>(raw[k].v[j]);
+          for (int j = 0; j < V; ++j) s += elem_acc<SHIFT, A>(raw[k], j);
         }
       }
     }
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
           if (k < held) {
 #pragma unroll
             for (int j = 0; j < V; ++j) {
-              const A d = in_acc<SHIFT, A>(raw[k].v[j]) - lm;
+              const A d = elem_acc<SHIFT, A>(raw[k], j) - lm;
               q += d * d;
             }
           }
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
         if (k < held) {
 #pragma unroll
           for (int j = 0; j < V; ++j) {
-            const A d = in_acc<SHIFT, A>(raw[k].v[j]) - m;
+            const A d = elem_acc<SHIFT, A>(raw[k], j) - m;
             q += d * d;
           }
         }
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
       if (k < held) {
         A v[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) v[j] = in_acc<SHIFT, A>(raw[k].v[j]);
+        for (int j = 0; j < V; ++j) v[j] = elem_acc<SHIFT, A>(raw[k], j);
         store_output<V, SHIFT>(p, r * p.N + idx * V, idx * V, v, m, rs);
       }
     }
@@ -206,8 +206,10 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
         raw[k] = *slot(st, 0, k);
         if (p.res) {
           const Vec<T, V> rv = *slot(st, 1, k);
+          A sum[V];
 #pragma unroll
-          for (int j = 0; j < V; ++j) raw[k].v[j] = from_acc<T>(to_acc<A>(raw[k].v[j]) + to_acc<A>(rv.v[j]));
+          for (int j = 0; j < V; ++j) sum[j] = to_acc<A>(raw[k].v[j]) + to_acc<A>(rv.v[j]);
+          raw[k] = pack_vec<V, T>(sum);  // rounded in pairs, as load_input does
           store_vec<T, V>(p.sum + r * p.N + (int64_t(k) * bd + t) * V, raw[k]);
         }
         if constexpr (!RMS) {
@@ -265,34 +267,12 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
   }
 }
 
-// Resident blocks of norm_staged_fwd (0: it does not fit), cached per (device, exact block size, residual):
-// its shared memory grows with the block size, so a bucket of sizes would reuse a fit check made for less.
+// Resident blocks of norm_staged_fwd (0: it does not fit).
 template <typename T, bool RMS>
 int staged_fwd_per_sm(int threads, bool res) {
-  static int cache[16][1025][2];
-  static bool init = false;
-  if (!init) {
-    for (auto& d : cache)
-      for (auto& b : d) b[0] = b[1] = -2;
-    init = true;
-  }
-  int dev = 0;
-  cudaGetDevice(&dev);
-  int* const entry = (dev >= 0 && dev < 16 && threads >= 1 && threads <= 1024) ? &cache[dev][threads][res ? 1 : 0]
-                                                                               : nullptr;
-  if (entry && *entry != -2) return *entry;
-  int per_sm = 0;
   const int64_t bytes = staged_fwd_smem_bytes<T>(threads, res);
-  const int avail = allow_max_dynamic_smem(norm_staged_fwd<T, RMS>);
-  if (avail >= 0 && bytes <= avail) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, norm_staged_fwd<T, RMS>, threads, size_t(bytes)) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      per_sm = 0;
-    }
-  }
-  if (entry) *entry = per_sm;
-  return per_sm;
+  const int avail = allow_max_dynamic_smem<norm_staged_fwd<T, RMS>>();
+  return avail >= 0 && bytes <= avail ? resident_per_sm<norm_staged_fwd<T, RMS>>(threads, size_t(bytes)) : 0;
 }
 
 template <typename T, bool RMS, int V>
