@@ -96,11 +96,14 @@ class _BatchNormFn(torch.autograd.Function):
         x, weight, bias, _, _, training, _, eps = inputs
         _, mean, invstd = output
         ctx.mark_non_differentiable(mean, invstd)
+        ctx.set_materialize_grads(False)  # no zero tensors for the statistics' grads (two fills a step)
         ctx.save_for_backward(x, weight, mean, invstd)
         ctx.training, ctx.eps, ctx.has_bias = training, eps, bias is not None
 
     @staticmethod
     def backward(ctx, grad_out, _grad_mean, _grad_invstd):
+        if grad_out is None:  # the output took no part in what is differentiated
+            return (None,) * 8
         x, weight, mean, invstd = ctx.saved_tensors
         n = ctx.needs_input_grad
         mask = [n[0], weight is not None and n[1], ctx.has_bias and n[2]]
@@ -121,11 +124,14 @@ class _BatchNormAddActFn(torch.autograd.Function):
         x, res, weight, bias, _, _, training, _, _, act = inputs
         _, mean, invstd = output
         ctx.mark_non_differentiable(mean, invstd)
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, res, weight, bias, mean, invstd)
         ctx.training, ctx.act = training, act
 
     @staticmethod
     def backward(ctx, grad_out, _grad_mean, _grad_invstd):
+        if grad_out is None:
+            return (None,) * 10
         x, res, weight, bias, mean, invstd = ctx.saved_tensors
         n = ctx.needs_input_grad
         mask = [n[0], res is not None and n[1], weight is not None and n[2], bias is not None and n[3]]

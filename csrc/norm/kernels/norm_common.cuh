@@ -96,12 +96,12 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows)
 // The block forward's defaults, from the H100 (bf16/fp32, 32768x4096 and 8192x16384; benchmarks/NOTES.md):
 // LayerNorm on 16-bit rows keeps the two-pass statistics and the 4-wave grid (93.7% of copy at 4096 against
-// 81.4% for one reduction and a block per row) and streams bf16 rows longer than 8K with a weight through the
-// staged kernel (91.1% against 87.6% at 16384; fwd_staged); float rows and RMSNorm take one reduction and a block per row (LayerNorm
-// fp32 99.3% against 95.9%, RMSNorm bf16 96-97% against 93.5%). Each knob, when set, forces its choice:
+// 81.4% for one reduction and a block per row); float rows and RMSNorm take one reduction and a block per row
+// (LayerNorm fp32 99.3% against 95.9%, RMSNorm bf16 96-97% against 93.5%). bf16 rows are read as packed words
+// (elem_acc), and every row length takes the block kernel. Each knob, when set, forces its choice:
 //   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block,
-//   TORCH_DNN_NORM_FWD_CVT=shift|asm (bf16 block forward: inputs widened by a shift, or cuda_bf16's conversion;
-//   default shift for RMSNorm, asm for LayerNorm)
+//   TORCH_DNN_NORM_FWD_CVT=shift|asm (bf16 block forward: elements taken from the packed words, or one by one
+//   through cuda_bf16's conversion)
 inline int env_pick(const char* name, const char* yes, const char* no) {  // 1, 0, or -1 when unset / other
   return env::is(name, yes) ? 1 : env::is(name, no) ? 0 : -1;
 }
@@ -110,23 +110,18 @@ inline bool fwd_twopass_stats(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_STATS", "twopass", "fused");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
 }
-// Staged by default: bf16 LayerNorm rows longer than 8K with a weight. H100 (sixteenth session, 8192x16384): bf16
-// with affine staged 0.1955 ms against block 0.2046; without affine block 0.1963 against staged 0.2163; fp16
-// block 0.1901-0.1903 against staged 0.1953-0.1956 (affine), 0.1863-0.1869 against 0.2148-0.2203 (none).
-inline bool fwd_staged(int elem_bytes, bool rms, int64_t N, bool bf16, bool weight) {
-  const int e = env_pick("TORCH_DNN_NORM_FWD", "staged", "block");
-  return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms) && N > 8192 && bf16 && weight;
-}
+// The staged kernel only when asked for: with the bf16 rows read as packed words the block kernel is faster on
+// every row measured (H200, seventeenth session: bf16 8192x16384 0.1477 ms against 0.1859 staged; fp16 0.1474
+// against 0.1753; benchmarks/NOTES.md).
+inline bool fwd_staged() { return env_pick("TORCH_DNN_NORM_FWD", "staged", "block") == 1; }
 inline bool fwd_grid_waves(int elem_bytes, bool rms) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
   return e >= 0 ? e == 1 : fwd_default_old(elem_bytes, rms);
 }
-// bf16 block forward: inputs widened by a shift, stores converted in pairs (in_acc). H100, same run: RMS 0.2-0.4%
-// and add_rms 1.4-1.5% faster, LayerNorm 12-23% slower (benchmarks/NOTES.md, sixteenth session).
-inline bool fwd_shift_cvt(bool rms) {
-  const int e = env_pick("TORCH_DNN_NORM_FWD_CVT", "shift", "asm");
-  return e >= 0 ? e == 1 : rms;
-}
+// bf16 block forward: elements taken from the vectors' 32-bit words (elem_acc), stores converted in pairs. H200
+// (seventeenth session): LayerNorm 8192x16384 0.1477 ms against 0.1774 with the one-by-one conversion, 32768x4096
+// 0.1361 against 0.1521. (Before the packed reads, the shift alone made LayerNorm 12-23% slower on the H100.)
+inline bool fwd_shift_cvt() { return env_pick("TORCH_DNN_NORM_FWD_CVT", "shift", "asm") != 0; }
 inline bool bwd_old_block() { return env::is("TORCH_DNN_NORM_BWD", "block"); }
 inline int bwd_blocks_cap() {
   const int v = env::get_int("TORCH_DNN_NORM_BWD_BLOCKS", 0);
@@ -248,11 +243,9 @@ __device__ __forceinline__ MeanM2<A> block_reduce_meanm2_uniform(MeanM2<A> s, A*
   return {t.n, __shfl_sync(0xffffffffu, t.mean, 0), __shfl_sync(0xffffffffu, t.m2, 0)};
 }
 
-// A 16-bit input as a float: with SHIFT, bf16 by a shift (exact, NaN payloads kept), which ptxas can recompute
-// where it likes, instead of cuda_bf16.hpp's inline asm, and stores converted in pairs. An A/B of the block
-// forward (fwd_shift_cvt): the bf16 LayerNorm block forward spills 8 / 24 bytes at 64 registers with the asm,
-// 4 / 12 with the shift, yet measured 12-23% slower with it; RMSNorm a little faster. Library-wide (to_acc) the
-// shift also moved bf16 pooling kernels' spills (benchmarks/NOTES.md, sixteenth session).
+// A 16-bit input as a float: with SHIFT, bf16 by a shift (exact, NaN payloads kept) instead of cuda_bf16.hpp's
+// inline asm; a vector's elements go through elem_acc below. Library-wide (to_acc) the shift moved bf16 pooling
+// kernels' spills (benchmarks/NOTES.md, sixteenth session), so it stays a norm-local choice.
 template <bool SHIFT, typename A, typename T>
 __device__ __forceinline__ A in_acc(T v) {
   if constexpr (SHIFT && std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float>)
