@@ -5,8 +5,6 @@ Variants are the launcher's knobs (csrc/norm/kernels/norm_common.cuh), set aroun
   default                  the shipped choice
   block                    TORCH_DNN_NORM_FWD=block (the register kernel, 4 vectors a thread)
   block asm                ... with TORCH_DNN_NORM_FWD_CVT=asm: bf16 elements converted one by one (cuda_bf16)
-  block occ3               ... with TORCH_DNN_NORM_FWD_OCC=3: bf16 blocks of <= 512 threads held to 40 registers
-                           (3 blocks an SM of 512; spills)
   staged                   TORCH_DNN_NORM_FWD=staged (the next row streamed into shared memory)
   ... shift                TORCH_DNN_NORM_FWD_CVT=shift: the block kernel's bf16 inputs widened by a shift, stores
                            converted in pairs
@@ -29,7 +27,6 @@ VARIANTS = {
     "default": {},
     "block": {"TORCH_DNN_NORM_FWD": "block"},
     "block asm": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_CVT": "asm"},
-    "block occ3": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_OCC": "3"},
     "block fused rows": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_STATS": "fused",
                          "TORCH_DNN_NORM_FWD_GRID": "rows"},
     "staged": {"TORCH_DNN_NORM_FWD": "staged"},
@@ -50,7 +47,7 @@ def cases():
         x, w, b, res = r(m, n, dtype=dtype), r(n, dtype=dtype, lo=0.5, hi=1.5), r(n, dtype=dtype), r(m, n, dtype=dtype)
         d = str(dtype)[6:]
         nbytes = 2 * x.numel() * x.element_size()
-        ln_vars = (["default", "block asm", "block occ3", "block fused rows shift", "staged"]
+        ln_vars = (["default", "block asm", "block fused rows shift", "staged"]
                    if dtype is torch.bfloat16 else ["default", "staged"])
         out.append((f"layer_norm {m}x{n} {d}", nbytes, lambda x, w, b, n=n: TF.layer_norm(x, [n], w, b),
                     lambda x, w, b, n=n: F.layer_norm(x, [n], w, b), (x, w, b), ln_vars))
@@ -58,7 +55,7 @@ def cases():
                     lambda x, n=n: F.layer_norm(x, [n]), (x,), ["default", "block asm", "staged"]))
         if dtype is torch.float16:
             continue  # the selection's fp16 rows only
-        rms_vars = ["default", "block asm", "block occ3"]
+        rms_vars = ["default", "block asm"]
         out.append((f"rms_norm {m}x{n} {d}", nbytes, lambda x, w, n=n: TF.rms_norm(x, [n], w, 1e-6),
                     lambda x, w, n=n: F.rms_norm(x, [n], w, 1e-6), (x, w), rms_vars))
         if dtype is torch.bfloat16:

@@ -8,6 +8,8 @@
 // in a fixed order: no atomics, deterministic. Statistics are per-thread shifted sums (shift = the channel's
 // first element, folded every 64 accesses) merged with Chan's parallel formula, so large means do not cancel.
 #include "batch_norm/batch_norm_kernels.h"
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -723,24 +725,10 @@ __device__ __forceinline__ void trace_point(unsigned long long* trace, int k) {
   }
 }
 
-// All blocks of the co-resident grid meet here. *bar is zero at launch; the k-th barrier of a launch completes
-// at k * gridDim.x arrivals. Thread 0's acquire load, then the block barrier, order the block's later reads.
-__device__ __forceinline__ void grid_barrier(unsigned* bar, unsigned target) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(bar, 1u);
-    unsigned seen = 0;
-    do {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(bar) : "memory");
-#else
-      seen = *reinterpret_cast<volatile unsigned*>(bar);
-#endif
-    } while (seen < target);
-  }
-  __syncthreads();
-}
+// All blocks of the co-resident grid meet here, the writes before visible to all after: cooperative groups'
+// grid barrier, whose counter the cooperative launch provides (an own counter needed a memset before every
+// launch: ~12 us of host time a call on the device's CPU).
+__device__ __forceinline__ void grid_barrier() { cooperative_groups::this_grid().sync(); }
 
 // Per-thread sums s += a, q += a * b over V channels, folded into (S, Q) every kFold rows (two-level
 // summation: the error of a long per-thread run stays that of 64-term sums).
@@ -1031,9 +1019,9 @@ struct PersistBlock {
   }
   // merge(c, S, Q) on lane 0 of channel c's warp, with the channel's sums over all blocks (double)
   template <class F>
-  __device__ void exchange(FoldedSums<V>& acc, float* part, unsigned* bar, F&& merge) {
+  __device__ void exchange(FoldedSums<V>& acc, float* part, F&& merge) {
     block_sums_to_partials<V>(acc, active, tx, ty, TY, g.red_h, C, sm.red, part);
-    grid_barrier(bar, gridDim.x);
+    grid_barrier();
     trace_point(trace, 2);
     for (int64_t c = int64_t(blockIdx.x) * kPersistWarps + threadIdx.x / 32; c < C;
          c += int64_t(gridDim.x) * kPersistWarps) {
@@ -1041,7 +1029,7 @@ struct PersistBlock {
       merge_partials(part, c, C, S, Q);
       if (threadIdx.x % 32 == 0) merge(c, S, Q);
     }
-    grid_barrier(bar, 2 * gridDim.x);
+    grid_barrier();
     trace_point(trace, 3);
   }
   template <class F>
@@ -1068,7 +1056,6 @@ struct PersistFwdArgs {
   PersistGeom geo;
   float* part;   // [2][C][G]
   float* coef;   // [2][C]: scale, shift
-  unsigned* bar;
   FwdCoeffPtrs p;
   unsigned long long* trace;  // null unless TORCH_DNN_BN_TRACE=1
 };
@@ -1095,7 +1082,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
     for (int j = 0; j < V; ++j) v[j] -= sh[j];
     acc.add(v, v);
   });
-  b.exchange(acc, a.part, a.bar, [&](int64_t c, double S, double Q) {
+  b.exchange(acc, a.part, [&](int64_t c, double S, double Q) {
     const double n = double(a.R), d = S / n;
     double m2 = Q - S * d;
     m2 = m2 < 0.0 ? 0.0 : m2;  // rounding may go below 0; NaN stays NaN
@@ -1144,7 +1131,6 @@ struct PersistBwdArgs {
   PersistGeom geo;
   float* part;   // [2][C][G]
   float* coef;   // [3][C]: k, a, b
-  unsigned* bar;
   BwdCoeffPtrs p;
   unsigned long long* trace;  // null unless TORCH_DNN_BN_TRACE=1
 };
@@ -1171,7 +1157,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
     for (int j = 0; j < V; ++j) v[j] -= mu[j];
     acc.add(d, v);
   });
-  b.exchange(acc, a.part, a.bar, [&](int64_t c, double S1, double S2) {
+  b.exchange(acc, a.part, [&](int64_t c, double S1, double S2) {
     const BwdCoeffs k = bwd_coeffs_one(a.p, c, S1, S2);
     a.coef[c] = float(k.k);
     a.coef[C + c] = float(k.a);
@@ -1281,8 +1267,8 @@ cudaError_t launch_cooperative(K kernel, const PersistGeom& g, Args args, cudaSt
   return cudaSuccess;
 }
 
-// The workspace of a persistent launch, in floats: partial sums [2][C][G], coefficients [3][C], the barrier.
-int64_t persist_ws_floats(const BnShape& s, int G) { return 2 * s.C * G + 3 * s.C + 4; }
+// The workspace of a persistent launch, in floats: partial sums [2][C][G], coefficients [3][C].
+int64_t persist_ws_floats(const BnShape& s, int G) { return 2 * s.C * G + 3 * s.C; }
 
 unsigned channel_blocks(int64_t C) { return unsigned(ceil_div(C, kThreads)); }
 
@@ -1450,11 +1436,8 @@ cudaError_t launch_persist_forward(const PersistPlan& plan, const void* x, const
       a.C = plan.s.C;
       a.part = static_cast<float*>(ws);
       a.coef = a.part + 2 * a.C * a.geo.G;
-      a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * a.C);
       a.p = p;
-      err = cudaMemsetAsync(a.bar, 0, sizeof(unsigned), stream);
-      if (err == cudaSuccess)
-        err = with_act ? launch_cooperative(bn_persist_fwd<T, true>, a.geo, a, stream)
+      err = with_act ? launch_cooperative(bn_persist_fwd<T, true>, a.geo, a, stream)
                        : launch_cooperative(bn_persist_fwd<T, false>, a.geo, a, stream);
     }
   });
@@ -1478,10 +1461,8 @@ cudaError_t launch_persist_backward(const PersistPlan& plan, const void* dy, con
       a.C = plan.s.C;
       a.part = static_cast<float*>(ws);
       a.coef = a.part + 2 * a.C * a.geo.G;
-      a.bar = reinterpret_cast<unsigned*>(a.coef + 3 * a.C);
       a.p = p;
-      err = cudaMemsetAsync(a.bar, 0, sizeof(unsigned), stream);
-      if (err == cudaSuccess) err = launch_cooperative(bn_persist_bwd<T>, a.geo, a, stream);
+      err = launch_cooperative(bn_persist_bwd<T>, a.geo, a, stream);
     }
   });
   return err;

@@ -75,8 +75,8 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
 // (count, mean, M2) over its registers, Chan-merged across the block (one reduction: 2 barriers a row
 // instead of 4, the second reduction's wait was the gap to RMS's speed). Otherwise the exact two-pass: the
 // mean, then the sum of squared deviations (two block reductions).
-template <typename T, bool RMS, bool SHIFT = false, int MINB = 1>
-__global__ void __launch_bounds__(MINB == 1 ? 1024 : 512, MINB) norm_block_fwd(FwdParams<T> p) {
+template <typename T, bool RMS, bool SHIFT = false>
+__global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
   using A = acc_t<T>;
   constexpr int V = kVec16<T>;
   constexpr int kItems = kFwdRegElems<T> / V;
@@ -354,10 +354,7 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
                                              : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
       if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // (half converts without inline asm)
         if (fwd_shift_cvt()) {
-          if (plan.threads <= 512 && env::get_int("TORCH_DNN_NORM_FWD_OCC", 1) == 3)
-            norm_block_fwd<T, RMS, true, 3><<<grid, plan.threads, 0, stream>>>(p);
-          else
-            norm_block_fwd<T, RMS, true><<<grid, plan.threads, 0, stream>>>(p);
+          norm_block_fwd<T, RMS, true><<<grid, plan.threads, 0, stream>>>(p);
           break;
         }
       }
