@@ -4,7 +4,7 @@ batch_norm_backward_elemt (SyncBatchNorm's pieces; its autograd.Function is in t
 Fake kernels, autograd and functional wrappers."""
 import torch
 
-from torch_dnn.ops._registry import add_family, ops
+from torch_dnn.ops._registry import add_family, needs_autograd, ops
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 ACTS = {None: 0, "identity": 0, "relu": 1, "silu": 2}
@@ -254,8 +254,10 @@ def _verify_batch_size(input, training):
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     _verify_batch_size(input, training)
-    return _BatchNormFn.apply(input, weight, bias, running_mean, running_var, bool(training), float(momentum),
-                              float(eps))[0]
+    args = (input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps))
+    if not needs_autograd(input, weight, bias):  # the op itself: Function.apply costs ~20 us of host time a call
+        return _ops.batch_norm(*args)[0]
+    return _BatchNormFn.apply(*args)[0]
 
 
 def batch_norm_add_act(input, running_mean, running_var, weight=None, bias=None, residual=None, act="relu",
@@ -264,8 +266,11 @@ def batch_norm_add_act(input, running_mean, running_var, weight=None, bias=None,
     if act not in ACTS:
         raise ValueError(f"batch_norm_add_act: act must be one of None, 'identity', 'relu', 'silu', got {act!r}")
     _verify_batch_size(input, training)
-    return _BatchNormAddActFn.apply(input, residual, weight, bias, running_mean, running_var, bool(training),
-                                    float(momentum), float(eps), ACTS[act])[0]
+    args = (input, residual, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps),
+            ACTS[act])
+    if not needs_autograd(input, residual, weight, bias):
+        return _ops.batch_norm_add_act(*args)[0]
+    return _BatchNormAddActFn.apply(*args)[0]
 
 
 FUNCTIONAL = ["batch_norm", "batch_norm_add_act"]
