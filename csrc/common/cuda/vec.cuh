@@ -61,17 +61,27 @@ __device__ __forceinline__ void store_acc(T* p, const A (&in)[V]) {
   }
 }
 
-// acc[j] += v[j] in the accumulation type; 16-bit types two at a time (bf16x2 / half2 to float2: in a standalone
-// test, a loop of eight 16-byte bf16 loads took 70 registers with one conversion an element, 62 this way).
+// Element j of a vector in the accumulation type. bf16 is read from the vector's 32-bit words (the low element
+// shifted up, the high one masked: exact), which keeps a vector held in registers two elements a register:
+// conversions that take a 16-bit value (cuda_bf16's, inline asm) let ptxas unpack the vector into one element a
+// register (the bf16 norm forward: 64 registers and spills against 55 without; benchmarks/NOTES.md, seventeenth
+// session). fp16's conversion reads either half of a packed register and needs no such care.
+template <typename A, typename T, int V>
+__device__ __forceinline__ A vec_elem(const Vec<T, V>& v, int j) {
+  if constexpr (V % 2 == 0 && std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float>) {
+    const uint32_t w = reinterpret_cast<const uint32_t*>(&v)[j >> 1];
+    return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+  } else {
+    return to_acc<A>(v.v[j]);
+  }
+}
+
+// acc[j] += v[j] in the accumulation type; bf16 from the packed words (vec_elem), half two at a time.
 template <int V, typename T, typename A>
 __device__ __forceinline__ void add_vec(A (&acc)[V], const Vec<T, V>& v) {
   if constexpr (V % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
-    const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll
-    for (int j = 0; j < V / 2; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      acc[2 * j] += f.x, acc[2 * j + 1] += f.y;
-    }
+    for (int j = 0; j < V; ++j) acc[j] += vec_elem<A>(v, j);
   } else if constexpr (V % 2 == 0 && std::is_same_v<T, __half>) {
     const auto* h = reinterpret_cast<const __half2*>(&v);
 #pragma unroll

@@ -254,18 +254,11 @@ __device__ __forceinline__ A in_acc(T v) {
     return to_acc<A>(v);
 }
 
-// Element j of v in the accumulation type. bf16 with SHIFT: read from the vector's 32-bit words (the low
-// element shifted up, the high one masked), so that a row held in registers stays two elements a register;
-// 16-bit element reads let ptxas keep one element a register (64 registers and spills in the bf16 block
-// forward, against 56 without spills for fp16, whose conversion reads either half of a packed register).
+// Element j of v in the accumulation type: with SHIFT, bf16 from the vector's packed words (vec_elem).
 template <bool SHIFT, typename A, typename T, int V>
 __device__ __forceinline__ A elem_acc(const Vec<T, V>& v, int j) {
-  if constexpr (SHIFT && std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float> && V % 2 == 0) {
-    const uint32_t w = reinterpret_cast<const uint32_t*>(&v)[j >> 1];
-    return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
-  } else {
-    return in_acc<SHIFT, A>(v.v[j]);
-  }
+  if constexpr (SHIFT) return vec_elem<A>(v, j);
+  else return in_acc<SHIFT, A>(v.v[j]);
 }
 
 // V elements of an optional parameter as accumulation-type values; `absent` (1 for a weight, 0 for a bias:
