@@ -183,9 +183,15 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
 
 
 def environment() -> dict:
+    here = os.path.dirname(__file__)
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(__file__)).stdout.strip()
+                                cwd=here).stdout.strip()
+        # the device's copy of the working tree can carry a stale HEAD: say when the files differ from it
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=here).stdout.strip()
+        if commit and dirty:
+            commit += " + uncommitted changes"
     except OSError:
         commit = ""
     return {
