@@ -25,10 +25,11 @@ def main():
         usage[m.group(1)] = m.group(2).strip()
     pat = re.compile(args.pattern)
     os.makedirs(args.out, exist_ok=True)
+    blocks = re.split(r"\n\s*Function : ", sass)[1:]
+    names = [b.split("\n", 1)[0].strip() for b in blocks]
+    demangled = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
     n = 0
-    for block in re.split(r"\n\s*Function : ", sass)[1:]:
-        name = block.split("\n", 1)[0].strip()
-        dem = subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip()
+    for block, name, dem in zip(blocks, names, demangled):
         if not pat.search(dem):
             continue
         ops = collections.Counter(re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", block))

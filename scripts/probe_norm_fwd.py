@@ -6,8 +6,7 @@ Variants are the launcher's knobs (csrc/norm/kernels/norm_common.cuh), set aroun
   block                    TORCH_DNN_NORM_FWD=block (the register kernel, 4 vectors a thread)
   block asm                ... with TORCH_DNN_NORM_FWD_CVT=asm: bf16 elements converted one by one (cuda_bf16)
   staged                   TORCH_DNN_NORM_FWD=staged (the next row streamed into shared memory)
-  ... shift                TORCH_DNN_NORM_FWD_CVT=shift: the block kernel's bf16 inputs widened by a shift, stores
-                           converted in pairs
+  block fused rows         ... with one reduction for the statistics and a block per row
 and "no affine" rows (weight and bias None) to see what the parameters' loads cost."""
 import argparse
 import os
@@ -30,10 +29,6 @@ VARIANTS = {
     "block fused rows": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_STATS": "fused",
                          "TORCH_DNN_NORM_FWD_GRID": "rows"},
     "staged": {"TORCH_DNN_NORM_FWD": "staged"},
-    "block shift": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_CVT": "shift"},
-    "block fused rows shift": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_STATS": "fused",
-                               "TORCH_DNN_NORM_FWD_GRID": "rows", "TORCH_DNN_NORM_FWD_CVT": "shift"},
-    "default shift": {"TORCH_DNN_NORM_FWD_CVT": "shift"},
 }
 
 
@@ -47,7 +42,7 @@ def cases():
         x, w, b, res = r(m, n, dtype=dtype), r(n, dtype=dtype, lo=0.5, hi=1.5), r(n, dtype=dtype), r(m, n, dtype=dtype)
         d = str(dtype)[6:]
         nbytes = 2 * x.numel() * x.element_size()
-        ln_vars = (["default", "block asm", "block fused rows shift", "staged"]
+        ln_vars = (["default", "block asm", "block fused rows", "staged"]
                    if dtype is torch.bfloat16 else ["default", "staged"])
         out.append((f"layer_norm {m}x{n} {d}", nbytes, lambda x, w, b, n=n: TF.layer_norm(x, [n], w, b),
                     lambda x, w, b, n=n: F.layer_norm(x, [n], w, b), (x, w, b), ln_vars))

@@ -285,9 +285,7 @@ __device__ __forceinline__ Vec<T, V> load_input(const FwdParams<T>& p, int64_t o
     A s[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) s[j] = elem_acc<SHIFT, A>(v, j) + elem_acc<SHIFT, A>(r, j);
-    // rounded in pairs (same rounding): element-wise bf16 conversions left each sum in its own register, and
-    // the join with the x-only path then unpacked x too (32 registers for 16, seen in the SASS)
-    v = pack_vec<V, T>(s);
+    v = pack_vec<V, T>(s);  // rounded in pairs (the same rounding as one by one), the sum kept packed
     store_vec<T, V>(p.sum + off, v);
   }
   return v;
