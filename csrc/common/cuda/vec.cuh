@@ -115,6 +115,24 @@ __device__ __forceinline__ Vec<T, V> pack_vec(const A (&in)[V]) {
   return v;
 }
 
+// A vector mapped element by element in the accumulation type and rounded back: out[j] = f(a[j], j), or
+// f(a[j], b[j], j) with a second vector. Elements are read by vec_elem and written by pack_vec, so that a vector
+// held in registers stays packed (see vec_elem).
+template <typename A, typename T, int V, typename F>
+__device__ __forceinline__ Vec<T, V> map_vec(const Vec<T, V>& a, F f) {
+  A o[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) o[j] = f(vec_elem<A>(a, j), j);
+  return pack_vec<V, T>(o);
+}
+template <typename A, typename T, int V, typename F>
+__device__ __forceinline__ Vec<T, V> map_vec(const Vec<T, V>& a, const Vec<T, V>& b, F f) {
+  A o[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) o[j] = f(vec_elem<A>(a, j), vec_elem<A>(b, j), j);
+  return pack_vec<V, T>(o);
+}
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace torch_dnn

@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To*
         gr[k] = load_vec<To, V>(g + r * D + idx * V);
         yr[k] = load_vec<To, V>(y + r * D + idx * V);
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += dot_term<LOG>(to_acc<A>(gr[k].v[j]), to_acc<A>(yr[k].v[j]));
+        for (int j = 0; j < V; ++j) s += dot_term<LOG>(vec_elem<A>(gr[k], j), vec_elem<A>(yr[k], j));
       }
     }
     s = block_reduce(s, SumOp{}, smem);
@@ -85,8 +85,8 @@ __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To*
       if (idx < nv) {
         A o[V];
 #pragma unroll
-        for (int j = 0; j < V; ++j) o[j] = grad_in<LOG>(to_acc<A>(gr[k].v[j]), to_acc<A>(yr[k].v[j]), s);
-        store_acc<V>(dx + r * D + idx * V, o);
+        for (int j = 0; j < V; ++j) o[j] = grad_in<LOG>(vec_elem<A>(gr[k], j), vec_elem<A>(yr[k], j), s);
+        store_vec<Ti, V>(dx + r * D + idx * V, pack_vec<V, Ti>(o));
       }
     }
   }

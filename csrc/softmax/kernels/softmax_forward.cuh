@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
       if (idx < nv) {
         raw[k] = load_vec<Ti, V>(x + r * D + idx * V);
 #pragma unroll
-        for (int j = 0; j < V; ++j) m = FmaxOp{}(m, to_acc<A>(raw[k].v[j]));
+        for (int j = 0; j < V; ++j) m = FmaxOp{}(m, vec_elem<A>(raw[k], j));
       }
     }
     m = block_reduce(m, FmaxOp{}, smem);
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
     for (int k = 0; k < kItems; ++k) {
       if (int64_t(k) * blockDim.x + threadIdx.x < nv) {
 #pragma unroll
-        for (int j = 0; j < V; ++j) s += exp_shifted(to_acc<A>(raw[k].v[j]));
+        for (int j = 0; j < V; ++j) s += exp_shifted(vec_elem<A>(raw[k], j));
       }
     }
     s = softmax_scale<LOG>(block_reduce(s, SumOp{}, smem));
@@ -103,10 +103,10 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
         A o[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const A xv = to_acc<A>(raw[k].v[j]);
+          const A xv = vec_elem<A>(raw[k], j);
           o[j] = LOG ? xv - m - s : exp_shifted(xv) * s;
         }
-        store_acc<V>(y + r * D + idx * V, o);
+        store_vec<To, V>(y + r * D + idx * V, pack_vec<V, To>(o));
       }
     }
   }
