@@ -8,7 +8,7 @@ torch_dnn (and the case definitions) from --root, so that a base build and the w
 Only the impls named by --impls are timed (default torch_dnn and eager: the peer's rows show the run's noise,
 since its code is the same in both builds). --compare prints each case's median over the runs of each tag and
 the ratio of the first tag's time to each other tag's (> 1: the other tag is faster). scripts/gpu_check.sh --ab
-builds the base tree and runs the turns."""
+builds the base trees; the caller runs the turns.""" 
 import argparse
 import json
 import os
@@ -28,6 +28,8 @@ def probe(a):
     impls = a.impls.split(",")
     ceiling = measure_copy_ceiling()
     rows = []
+    out = {"tag": a.tag, "root": os.path.abspath(a.root), "torch_dnn": os.path.dirname(torch_dnn.__file__),
+           "device": torch.cuda.get_device_name(), "copy_ceiling_gbps": ceiling, "rows": rows}
     for fam in a.families:
         for case in FAMILIES[fam].cases(False):
             if not all(k in case.name for k in a.match):
@@ -37,10 +39,8 @@ def probe(a):
                 rows.append({k: r[k] for k in ("case", "impl", "ms", "p10_ms", "p90_ms", "pct_copy", "error") if k in r})
                 print(f"{a.tag:6} {r['case']:<44} {r['impl']:<10} {r.get('ms', float('nan')):.4f} ms "
                       f"{r.get('pct_copy', 0):5.1f}% copy", flush=True)
-    out = {"tag": a.tag, "root": os.path.abspath(a.root), "torch_dnn": os.path.dirname(torch_dnn.__file__),
-           "device": torch.cuda.get_device_name(), "copy_ceiling_gbps": ceiling, "rows": rows}
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
+            with open(a.out, "w") as f:  # after every case: a run stopped by its time limit keeps what it measured
+                json.dump(out, f, indent=1)
 
 
 def compare(a):

@@ -8,9 +8,9 @@
 # SECONDS, so that one slow file cannot eat the call's time and the last test started is named in its log.
 # --no-sm90 leaves the CUTLASS headers uninstalled, so the Hopper GEMM (the longest compile) is not built: for
 # runs that do not touch matmul.
-# --ab-patch FILE also builds a base tree for a same-run A/B: a copy of this tree in /tmp/base with FILE
-# reverse-applied (make it here with `git diff BASE -- csrc > .ab/base.patch`; .ab/ is ignored, so carry it),
-# built at the same time as this one. scripts/ab_probe.py then times the two builds in turns.
+# --ab-patch FILE (repeatable) also builds a tree for a same-run A/B: a copy of this tree in /tmp/ab-NAME (NAME:
+# FILE's name less .patch) with FILE reverse-applied (make it here with `git diff BASE -- csrc > .ab/base.patch`;
+# .ab/ is ignored, so carry it), built at the same time as this one. scripts/ab_probe.py times the builds in turns.
 #
 # Carried wheels (.whl/*.whl, e.g. expecttest) are installed first. Build: MAX_JOBS=16, TORCH_CUDA_ARCH_LIST=9.0a
 # unless set. Exit status: non-zero if the build, a test or the self-check failed.
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-KEXPR="" TESTS=cuda BENCH=all QUICK="" NO_SM90="" PER_FILE="" AB_PATCH=""
+KEXPR="" TESTS=cuda BENCH=all QUICK="" NO_SM90="" PER_FILE="" AB_PATCHES=()
 while [ $# -gt 0 ]; do
   case "$1" in
     -k) KEXPR="$2"; shift 2 ;;
@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     --quick) QUICK="--quick"; shift ;;
     --no-sm90) NO_SM90=1; shift ;;
     --per-file) PER_FILE="$2"; shift 2 ;;
-    --ab-patch) AB_PATCH="$(realpath "$2")"; shift 2 ;;
+    --ab-patch) AB_PATCHES+=("$(realpath "$2")"); shift 2 ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -53,19 +53,22 @@ echo "compiler: $($CXX --version | head -1)"
 export MAX_JOBS=${MAX_JOBS:-16} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a}
 echo "== build (MAX_JOBS=$MAX_JOBS TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
 start=$(date +%s)
-if [ -n "$AB_PATCH" ]; then
-  rm -rf /tmp/base && mkdir -p /tmp/base && cp -r . /tmp/base/ && rm -f /tmp/base/torch_dnn/_C*.so
-  (cd /tmp/base && git apply -R "$AB_PATCH" && python3 setup.py build_ext --inplace > "$OUT/build-base.log" 2>&1) &
-  base_pid=$!
-fi
+ab_pids=()
+for patch in "${AB_PATCHES[@]}"; do
+  tree=/tmp/ab-$(basename "$patch" .patch)
+  rm -rf "$tree" && mkdir -p "$tree" && cp -r . "$tree"/ && rm -f "$tree"/torch_dnn/_C*.so
+  (cd "$tree" && git apply -R "$patch" && python3 setup.py build_ext --inplace > "$OUT/build-$(basename "$tree").log" 2>&1) &
+  ab_pids+=($!)
+done
 if ! python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
   tail -60 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 echo "build: $(( $(date +%s) - start )) s; warnings in our code: $(grep -c 'csrc/.*warning' "$OUT/build.log")"
-if [ -n "$AB_PATCH" ]; then
-  if ! wait "$base_pid"; then tail -40 "$OUT/build-base.log"; echo "BASE BUILD FAILED"; exit 1; fi
-  echo "base build (/tmp/base): $(( $(date +%s) - start )) s"
-fi
+for i in "${!ab_pids[@]}"; do
+  tree=/tmp/ab-$(basename "${AB_PATCHES[$i]}" .patch)
+  if ! wait "${ab_pids[$i]}"; then tail -40 "$OUT/build-$(basename "$tree").log"; echo "A/B BUILD FAILED: $tree"; exit 1; fi
+  echo "A/B tree $tree built: $(( $(date +%s) - start )) s"
+done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
 
 if [ "$TESTS" != "none" ]; then

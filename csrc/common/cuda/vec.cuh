@@ -28,8 +28,24 @@ __device__ __forceinline__ Vec<T, N> load_vec_stream(const T* p) {
   *reinterpret_cast<int4*>(&r) = raw;
   return r;
 }
+// Global memory: one 16- or 8-byte store instruction. A plain struct copy can reach PTX as one store per element
+// when the vector was built element by element (NVVM splits the struct, and it did so in most 16-bit kernels
+// here); ptxas then merges only pairs, four STG.E a 16-byte vector. (__stwb would give STG.E.128.STRONG.SM.)
 template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+  if constexpr (sizeof(Vec<T, N>) == 16) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+  } else if constexpr (sizeof(Vec<T, N>) == 8) {
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+  } else {
+    *reinterpret_cast<Vec<T, N>*>(p) = v;
+  }
+}
+// Shared memory (or any address space): a plain store.
+template <typename T, int N>
+__device__ __forceinline__ void store_vec_shared(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 template <typename T, int N>
