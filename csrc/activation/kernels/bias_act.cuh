@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kBiasThreads)
   if (bias) {
     const Vec<T, V> raw = load_vec<T, V>(bias + col);
 #pragma unroll
-    for (int j = 0; j < V; ++j) bv[j] = vec_elem<A>(raw, j);
+    for (int j = 0; j < V; ++j) bv[j] = to_acc<A>(raw.v[j]);
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) bv[j] = A(0);
@@ -56,8 +56,10 @@ __global__ void __launch_bounds__(kBiasThreads)
 #pragma unroll
     for (int u = 0; u < kRowUnroll; ++u) {
       if (r0 + u < outer) {
-        store_vec<T, V>(y + (r0 + u) * C + col,
-                        map_vec<A>(v[u], [&](A xj, int j) { return act_forward<K, A, kFastMath<T>>(xj + bv[j], a, b); }));
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          v[u].v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v[u].v[j]) + bv[j], a, b));
+        store_vec<T, V>(y + (r0 + u) * C + col, v[u]);
       }
     }
   }
@@ -85,9 +87,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t i = base + int64_t(u) * kThreads;
       if (i < nvec) {
-        store_vec<T, V>(y + i * V, map_vec<A>(v[u], bv[u], [&](A xj, A bj, int) {
-                          return act_forward<K, A, kFastMath<T>>(xj + bj, a, b);
-                        }));
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          v[u].v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v[u].v[j]) + to_acc<A>(bv[u].v[j]), a, b));
+        store_vec<T, V>(y + i * V, v[u]);
       }
     }
   }
@@ -104,9 +107,10 @@ __global__ void __launch_bounds__(kBiasThreads)
     const T* xr = x + r * inner;
     T* yr = y + r * inner;
     for (int64_t i = int64_t(lane) * V; i < inner; i += 32 * V) {
-      store_vec<T, V>(yr + i, map_vec<A>(load_vec<T, V>(xr + i), [&](A xj, int) {
-                        return act_forward<K, A, kFastMath<T>>(xj + bv, a, b);
-                      }));
+      Vec<T, V> v = load_vec<T, V>(xr + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v.v[j]) + bv, a, b));
+      store_vec<T, V>(yr + i, v);
     }
   }
 }
@@ -123,7 +127,7 @@ __global__ void __launch_bounds__(kBiasThreads)
   if (bias) {
     const Vec<T, V> raw = load_vec<T, V>(bias + col);
 #pragma unroll
-    for (int j = 0; j < V; ++j) bv[j] = vec_elem<A>(raw, j);
+    for (int j = 0; j < V; ++j) bv[j] = to_acc<A>(raw.v[j]);
   } else {
 #pragma unroll
     for (int j = 0; j < V; ++j) bv[j] = A(0);
@@ -142,11 +146,13 @@ __global__ void __launch_bounds__(kBiasThreads)
 #pragma unroll
     for (int u = 0; u < kRowUnroll; ++u) {
       if (r0 + u < outer) {
-        store_vec<T, V>(dx + (r0 + u) * C + col, map_vec<A>(gv[u], xv[u], [&](A gj, A xj, int j) {
-                          const A d = act_backward_at_input<K, A, kFastMath<T>>(gj, xj + bv[j], a, b);
-                          sum[j] += d;  // dbias from the unrounded values: one rounding, at the end
-                          return d;
-                        }));
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const A d = act_backward_at_input<K, A, kFastMath<T>>(to_acc<A>(gv[u].v[j]), to_acc<A>(xv[u].v[j]) + bv[j], a, b);
+          xv[u].v[j] = from_acc<T>(d);
+          sum[j] += d;  // dbias from the unrounded values: one rounding, at the end
+        }
+        store_vec<T, V>(dx + (r0 + u) * C + col, xv[u]);
       }
     }
   }
@@ -169,12 +175,14 @@ __global__ void __launch_bounds__(kBiasThreads)
     A sum = A(0);
     for (int64_t i = int64_t(lane) * V; i < inner; i += 32 * V) {
       const Vec<T, V> gv = load_vec<T, V>(g + r * inner + i);
-      const Vec<T, V> xv = load_vec<T, V>(x + r * inner + i);
-      store_vec<T, V>(dx + r * inner + i, map_vec<A>(gv, xv, [&](A gj, A xj, int) {
-                        const A d = act_backward_at_input<K, A, kFastMath<T>>(gj, xj + bv, a, b);
-                        sum += d;
-                        return d;
-                      }));
+      Vec<T, V> xv = load_vec<T, V>(x + r * inner + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const A d = act_backward_at_input<K, A, kFastMath<T>>(to_acc<A>(gv.v[j]), to_acc<A>(xv.v[j]) + bv, a, b);
+        xv.v[j] = from_acc<T>(d);
+        sum += d;
+      }
+      store_vec<T, V>(dx + r * inner + i, xv);
     }
     sum = warp_reduce(sum, SumOp{});
     if (partial && lane == 0) partial[r] = sum;

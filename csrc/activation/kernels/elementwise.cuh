@@ -27,7 +27,9 @@ __global__ void __launch_bounds__(kThreads) act_forward_kernel(const T* x, T* y,
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t i = base + int64_t(u) * kThreads;
       if (i < nvec) {
-        store_vec<T, V>(y + i * V, map_vec<A>(v[u], [&](A xj, int) { return act_forward<K, A, kFastMath<T>>(xj, a, b); }));
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[u].v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v[u].v[j]), a, b));
+        store_vec<T, V>(y + i * V, v[u]);
       }
     }
   }
@@ -57,9 +59,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t i = base + int64_t(u) * kThreads;
       if (i < nvec) {
-        store_vec<T, V>(dx + i * V, map_vec<A>(gv[u], sv[u], [&](A gj, A sj, int) {
-                          return act_backward<K, A, kFastMath<T>>(gj, sj, a, b);
-                        }));
+#pragma unroll
+        for (int j = 0; j < V; ++j)
+          gv[u].v[j] = from_acc<T>(act_backward<K, A, kFastMath<T>>(to_acc<A>(gv[u].v[j]), to_acc<A>(sv[u].v[j]), a, b));
+        store_vec<T, V>(dx + i * V, gv[u]);
       }
     }
   }

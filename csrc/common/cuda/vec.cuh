@@ -28,24 +28,8 @@ __device__ __forceinline__ Vec<T, N> load_vec_stream(const T* p) {
   *reinterpret_cast<int4*>(&r) = raw;
   return r;
 }
-// Global memory: one 16- or 8-byte store instruction. A plain struct copy can reach PTX as one store per element
-// when the vector was built element by element (NVVM splits the struct, and it did so in most 16-bit kernels
-// here); ptxas then merges only pairs, four STG.E a 16-byte vector. (__stwb would give STG.E.128.STRONG.SM.)
 template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
-  if constexpr (sizeof(Vec<T, N>) == 16) {
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                 : "memory");
-  } else if constexpr (sizeof(Vec<T, N>) == 8) {
-    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
-  } else {
-    *reinterpret_cast<Vec<T, N>*>(p) = v;
-  }
-}
-// Shared memory (or any address space): a plain store.
-template <typename T, int N>
-__device__ __forceinline__ void store_vec_shared(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 template <typename T, int N>
@@ -129,24 +113,6 @@ __device__ __forceinline__ Vec<T, V> pack_vec(const A (&in)[V]) {
     for (int j = 0; j < V; ++j) v.v[j] = from_acc<T>(in[j]);
   }
   return v;
-}
-
-// A vector mapped element by element in the accumulation type and rounded back: out[j] = f(a[j], j), or
-// f(a[j], b[j], j) with a second vector. Elements are read by vec_elem and written by pack_vec, so that a vector
-// held in registers stays packed (see vec_elem).
-template <typename A, typename T, int V, typename F>
-__device__ __forceinline__ Vec<T, V> map_vec(const Vec<T, V>& a, F f) {
-  A o[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) o[j] = f(vec_elem<A>(a, j), j);
-  return pack_vec<V, T>(o);
-}
-template <typename A, typename T, int V, typename F>
-__device__ __forceinline__ Vec<T, V> map_vec(const Vec<T, V>& a, const Vec<T, V>& b, F f) {
-  A o[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) o[j] = f(vec_elem<A>(a, j), vec_elem<A>(b, j), j);
-  return pack_vec<V, T>(o);
 }
 
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

@@ -117,7 +117,7 @@ struct Tile {
         Vec<T, KE> v;
 #pragma unroll
         for (int e = 0; e < KE; ++e) v.v[e] = e < cnt ? g[gr * ld + gc + e] : zero<T>();
-        store_vec_shared(dst, v);
+        store_vec(dst, v);
       }
     }
   }

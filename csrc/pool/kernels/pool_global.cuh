@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* _
         if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(i0 + u * kThreads) * V);
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (i0 + u * kThreads < nv) store_vec_shared<T, V>(buf + (i0 + u * kThreads) * V, r[u]);
+        if (i0 + u * kThreads < nv) store_vec<T, V>(buf + (i0 + u * kThreads) * V, r[u]);
     }
     for (int i = nv * V + threadIdx.x; i < n; i += kThreads) buf[i] = src[i];  // tail / scalar
     __syncthreads();

@@ -96,7 +96,7 @@ __device__ __forceinline__ void stage_rows(T* dst, const T* src, int n) {
       if (i0 + u * kThreads < nv) r[u] = load_vec<T, V>(src + int64_t(i0 + u * kThreads) * V);
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (i0 + u * kThreads < nv) store_vec_shared<T, V>(dst + (i0 + u * kThreads) * V, r[u]);
+      if (i0 + u * kThreads < nv) store_vec<T, V>(dst + (i0 + u * kThreads) * V, r[u]);
   }
 }
 
@@ -309,9 +309,9 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
       const int h = hs0 + int(row), col = int(j) * V - LP;  // vectors lie wholly inside or outside a row
       if (h >= 0 && h < H && col >= 0 && col < W) {
         if constexpr (V * sizeof(T) == 16) cp_async16(tile + e * V, xplane + int64_t(h) * W + col);
-        else store_vec_shared<T, V>(tile + e * V, load_vec<T, V>(xplane + int64_t(h) * W + col));
+        else store_vec<T, V>(tile + e * V, load_vec<T, V>(xplane + int64_t(h) * W + col));
       } else {
-        store_vec_shared<T, V>(tile + e * V, padv);
+        store_vec<T, V>(tile + e * V, padv);
       }
       row += step_row, j += step_j;
       if (j >= pv) j -= pv, ++row;
@@ -344,13 +344,13 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
     if (lv + rv > 0)
       for (int e = threadIdx.x; e < (rhi - rlo) * (lv + rv); e += kThreads) {
         const int r = rlo + e / (lv + rv), k = e % (lv + rv);
-        store_vec_shared<T, V>(tile + r * P + (k < lv ? k * V : LP + W + (k - lv) * V), padv);
+        store_vec<T, V>(tile + r * P + (k < lv ? k * V : LP + W + (k - lv) * V), padv);
       }
     for (int e = threadIdx.x; e < (R - (rhi - rlo)) * int(pv); e += kThreads) {  // rows wholly padding
       int r = e / int(pv);
       const int j = e - r * int(pv);
       if (r >= rlo) r += rhi - rlo;
-      store_vec_shared<T, V>(tile + r * P + j * V, padv);
+      store_vec<T, V>(tile + r * P + j * V, padv);
     }
   };
   if constexpr (kBulk) {
