@@ -1,14 +1,15 @@
 """Same-run A/B of two builds on one GPU: the benchmark harness's cases, timed in a process that imports
 torch_dnn (and the case definitions) from --root, so that a base build and the working tree can take turns.
 
-    python scripts/ab_probe.py --root /tmp/base --tag base --out base-1.json softmax activation -k bf16
-    python scripts/ab_probe.py --root .         --tag new  --out new-1.json  softmax activation -k bf16
+    python scripts/ab_probe.py --root /tmp/ab-base --tag base --out base-1.json softmax activation -k bf16
+    python scripts/ab_probe.py --root .            --tag new  --out new-1.json  softmax activation -k bf16
     python scripts/ab_probe.py --compare base-1.json new-1.json base-2.json new-2.json [--md ab.md]
 
 Only the impls named by --impls are timed (default torch_dnn and eager: the peer's rows show the run's noise,
 since its code is the same in both builds). --compare prints each case's median over the runs of each tag and
-the ratio of the first tag's time to each other tag's (> 1: the other tag is faster). scripts/gpu_check.sh --ab
-builds the base trees; the caller runs the turns.""" 
+the ratio of the first tag's time to each other tag's (> 1: the other tag is faster). `scripts/gpu_check.sh
+--ab-patch FILE` builds the base trees (/tmp/ab-NAME); the caller runs the turns (README, "GPU tests").
+A run stopped by its time limit keeps the cases it finished: the JSON is rewritten after every case."""
 import argparse
 import json
 import os
@@ -36,10 +37,11 @@ def probe(a):
                 continue
             case.impls = {k: v for k, v in case.impls.items() if k in impls}
             for r in run_case(case, ceiling):
-                rows.append({k: r[k] for k in ("case", "impl", "ms", "p10_ms", "p90_ms", "pct_copy", "error") if k in r})
+                keep = ("case", "impl", "ms", "p10_ms", "p90_ms", "pct_copy", "error")
+                rows.append({k: r[k] for k in keep if k in r})
                 print(f"{a.tag:6} {r['case']:<44} {r['impl']:<10} {r.get('ms', float('nan')):.4f} ms "
                       f"{r.get('pct_copy', 0):5.1f}% copy", flush=True)
-            with open(a.out, "w") as f:  # after every case: a run stopped by its time limit keeps what it measured
+            with open(a.out, "w") as f:
                 json.dump(out, f, indent=1)
 
 
