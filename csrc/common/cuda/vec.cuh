@@ -35,8 +35,10 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
 // One st.global.v4 for a 16-byte vector in global memory. A plain struct store (store_vec) can reach PTX as one
 // store per element when the vector was built element by element in a loop over several vectors (NVVM splits the
 // struct; ptxas then merges pairs only: four STG.E a vector). Not the default: on the H100 this form measured
-// +2% in bias_act's backward and +0.6% in the softmax forward, but -1% to -22% in other kernels (layer_norm's
-// forward lost most; benchmarks/NOTES.md, eighteenth session).
+// +2% in bias_act's backward and +0.6% in the softmax forward, but -1% to -22% in other kernels. The asm is a
+// memory barrier to the compiler: no later load moves above it, so use it only where a loop's loads all come
+// before its stores (layer_norm's forward, loading and storing vector by vector, lost 22%; benchmarks/NOTES.md,
+// eighteenth session).
 template <typename T, int N>
 __device__ __forceinline__ void store_vec_global_v4(T* p, const Vec<T, N>& v) {
   static_assert(sizeof(Vec<T, N>) == 16, "16-byte vectors only");
