@@ -8,7 +8,8 @@
 // CUDA 13.0: one_vector 1 store (st.global.v4.u32); four_vectors 28 (st.global.u16 / .u32: 7 a vector, which ptxas
 // merges into four STG.E); four_vectors_asm 4 (st.global.v4.b32). A make_uint4 of the vector's words, a memcpy into
 // a uint4 and __builtin_assume_aligned split the same way as the struct store. The split depends on the index
-// arithmetic: with blockDim.x instead of the constant block size, four_vectors gets four st.global.v4.
+// arithmetic: with blockDim.x instead of the constant block size, or with the index computed in 32 bits and then
+// widened (int64_t(blockIdx.x * kThreads + threadIdx.x) * 8), four_vectors gets four st.global.v4.
 #include <cuda_bf16.h>
 #include <cstdint>
 
