@@ -54,8 +54,10 @@ def compare(a):
             if "ms" in row:
                 times.setdefault((row["case"], row["impl"]), {}).setdefault(r["tag"], []).append(row["ms"])
     dev = sorted({r["device"] for r in runs})
-    head = [f"A/B on {', '.join(dev)}: median ms over {len(runs) // max(len(tags), 1)} runs a tag, runs taking "
-            f"turns; ratio = {tags[0]} ms / tag ms (> 1: faster than {tags[0]}).", "",
+    per_case = sorted({len(v) for by in times.values() for v in by.values()})
+    n = str(per_case[0]) if len(per_case) == 1 else f"{per_case[0]}-{per_case[-1]}"
+    head = [f"A/B on {', '.join(dev)}: median ms over {n} runs a tag and case, runs taking turns; "
+            f"ratio = {tags[0]} ms / tag ms (> 1: faster than {tags[0]}).", "",
             "| case | impl | " + " | ".join(f"{t} ms (runs)" for t in tags) + " | " +
             " | ".join(f"{tags[0]}/{t}" for t in tags[1:]) + " |",
             "|---|---|" + "---|" * (2 * len(tags) - 1)]
