@@ -38,13 +38,16 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
 // +2% in bias_act's backward and +0.6% in the softmax forward, but -1% to -22% in other kernels. The asm is a
 // memory barrier to the compiler: no later load moves above it, so use it only where a loop's loads all come
 // before its stores (layer_norm's forward, loading and storing vector by vector, lost 22%; benchmarks/NOTES.md,
-// eighteenth session).
+// eighteenth session). Vectors of another size take store_vec.
 template <typename T, int N>
 __device__ __forceinline__ void store_vec_global_v4(T* p, const Vec<T, N>& v) {
-  static_assert(sizeof(Vec<T, N>) == 16, "16-byte vectors only");
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-               : "memory");
+  if constexpr (sizeof(Vec<T, N>) == 16) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+  } else {
+    store_vec<T, N>(p, v);
+  }
 }
 template <typename T, int N>
 __device__ __forceinline__ void store_vec_stream(T* p, const Vec<T, N>& v) {

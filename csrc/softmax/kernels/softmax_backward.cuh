@@ -86,8 +86,7 @@ __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To*
         A o[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) o[j] = grad_in<LOG>(vec_elem<A>(gr[k], j), vec_elem<A>(yr[k], j), s);
-        if constexpr (sizeof(Vec<Ti, V>) == 16) store_vec_global_v4<Ti, V>(dx + r * D + idx * V, pack_vec<V, Ti>(o));
-        else store_vec<Ti, V>(dx + r * D + idx * V, pack_vec<V, Ti>(o));
+        store_vec_global_v4<Ti, V>(dx + r * D + idx * V, pack_vec<V, Ti>(o));
       }
     }
   }

@@ -108,8 +108,7 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
         }
         // One st.global.v4 a vector (plain struct stores came out as four STG.E for three of the four vectors;
         // +0.6% on the H100)
-        if constexpr (sizeof(Vec<To, V>) == 16) store_vec_global_v4<To, V>(y + r * D + idx * V, pack_vec<V, To>(o));
-        else store_vec<To, V>(y + r * D + idx * V, pack_vec<V, To>(o));
+        store_vec_global_v4<To, V>(y + r * D + idx * V, pack_vec<V, To>(o));
       }
     }
   }
