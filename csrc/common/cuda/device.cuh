@@ -2,6 +2,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -101,6 +102,14 @@ int resident_per_sm(int threads, size_t smem = 0) {
   std::lock_guard<std::mutex> lock(mu);
   cache.emplace(key, n);
   return n;
+}
+
+// A persistent grid of `Kernel`: `items` blocks, or as many as the device keeps resident at once (at least one
+// a SM when the occupancy query fails), whichever is fewer; never 0.
+template <auto Kernel>
+int64_t resident_grid(int64_t items, int threads, size_t smem = 0) {
+  const int64_t resident = int64_t(sm_count()) * std::max(resident_per_sm<Kernel>(threads, smem), 1);
+  return std::max<int64_t>(1, std::min<int64_t>(items, resident));
 }
 
 }  // namespace torch_dnn

@@ -448,8 +448,7 @@ void launch_smem_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, cudaStream_t st
   const int SP = smem_bwd_slices(p.D, threads);
   const size_t smem = size_t(smem_bwd_bytes(p, V));
   allow_max_dynamic_smem<gn_smem_bwd<T, V>>();  // once per device
-  const int per_sm = resident_per_sm<gn_smem_bwd<T, V>>(threads, smem);
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(p.N * p.G, int64_t(sm_count()) * std::max(per_sm, 1)));
+  const int64_t grid = resident_grid<gn_smem_bwd<T, V>>(p.N * p.G, threads, smem);
   gn_smem_bwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p, ws, SP);
 }
 
@@ -500,9 +499,7 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
       cl_small_smem + 32 * V * int64_t(sizeof(A)) + 1024 <= max_smem_optin()) {
     const int threads = smem_threads(p.S);
     allow_max_dynamic_smem<gn_smem_bwd_cl_small<T>>();  // once per device
-    const int per_sm = resident_per_sm<gn_smem_bwd_cl_small<T>>(threads, size_t(cl_small_smem));
-    const int64_t items = p.N * (p.C / V);
-    const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(items, int64_t(sm_count()) * std::max(per_sm, 1)));
+    const int64_t grid = resident_grid<gn_smem_bwd_cl_small<T>>(p.N * (p.C / V), threads, size_t(cl_small_smem));
     gn_smem_bwd_cl_small<T><<<unsigned(grid), threads, size_t(cl_small_smem), stream>>>(p, w);
   } else if (!stats_given && !(!p.cl && smem_fits && gn_plan() == GnPlan::Auto) &&
              try_cluster_bwd(p, w.P, w.Q, vec, stream)) {

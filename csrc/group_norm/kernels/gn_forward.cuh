@@ -315,8 +315,7 @@ void launch_smem_fwd(const GnParams<T>& p, cudaStream_t stream) {
   const size_t smem = smem_fwd_bytes<T>(p.L, p.D);
   const int threads = smem_threads(nv, kSmemFwdThreads);
   allow_max_dynamic_smem<gn_smem_fwd<T, V>>();  // once per device
-  const int per_sm = resident_per_sm<gn_smem_fwd<T, V>>(threads, smem);
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(p.N * p.G, int64_t(sm_count()) * std::max(per_sm, 1)));
+  const int64_t grid = resident_grid<gn_smem_fwd<T, V>>(p.N * p.G, threads, smem);
   const FastDivmod32 vec_div(uint32_t(p.cl ? p.D / V : p.S / V));
   gn_smem_fwd<T, V><<<unsigned(grid), threads, smem, stream>>>(p, vec_div);
 }
@@ -344,9 +343,7 @@ void run_forward(GnParams<T> p, bool stats_given, acc_t<T>* ws, cudaStream_t str
       const size_t smem = size_t(p.S) * kVec16<T> * sizeof(T);
       const int threads = smem_threads(p.S);
       allow_max_dynamic_smem<gn_smem_fwd_cl_small<T>>();  // once per device
-      const int per_sm = resident_per_sm<gn_smem_fwd_cl_small<T>>(threads, smem);
-      const int64_t items = p.N * (p.C / kVec16<T>);
-      const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(items, int64_t(sm_count()) * std::max(per_sm, 1)));
+      const int64_t grid = resident_grid<gn_smem_fwd_cl_small<T>>(p.N * (p.C / kVec16<T>), threads, smem);
       gn_smem_fwd_cl_small<T><<<unsigned(grid), threads, smem, stream>>>(p);
       return;
     }

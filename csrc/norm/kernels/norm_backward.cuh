@@ -342,8 +342,7 @@ bool all_aligned(const BwdParams<T>& p) {
 // Blocks of norm_block_bwd: as many as are resident at once (each writes one row of partial sums).
 template <typename T, bool RMS>
 int64_t block_bwd_grid(int64_t rows, int threads) {
-  const int64_t resident = int64_t(sm_count()) * std::max(resident_per_sm<norm_block_bwd<T, RMS>>(threads), 1);
-  return std::max<int64_t>(1, std::min(rows, resident));
+  return resident_grid<norm_block_bwd<T, RMS>>(rows, threads);
 }
 
 // The staged kernel fits when its two stages fit the device's opt-in shared memory per block: 16-bit rows
