@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
     A s = A(0);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * width + lane;
+      const int idx = k * width + lane;
       if (valid && idx < nv) {
         raw[k] = load_input<V>(p, r * p.N + idx * V);
         if constexpr (!RMS) {
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
     A q = A(0);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      if (valid && int64_t(k) * width + lane < nv) {
+      if (valid && k * width + lane < nv) {
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           const A d = to_acc<A>(raw[k].v[j]) - m;
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
     }
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * width + lane;
+      const int idx = k * width + lane;
       if (valid && idx < nv) {
         A v[V];
 #pragma unroll
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
     int held = 0;  // vectors this thread holds
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
       if (idx < nv) {
         raw[k] = load_input<V, SHIFT>(p, r * p.N + idx * V);
         ++held;
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
     }
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
       if (k < held) {
         A v[V];
 #pragma unroll
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
   const auto issue = [&](int64_t r, int st) {
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * bd + t;
+      const int idx = k * bd + t;
       if (idx < nv) {
         cp_async16(slot(st, 0, k), p.x + r * p.N + idx * V);
         if (p.res) cp_async16(slot(st, 1, k), p.res + r * p.N + idx * V);
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
 #pragma unroll
           for (int j = 0; j < V; ++j) sum[j] = to_acc<A>(raw[k].v[j]) + to_acc<A>(rv.v[j]);
           raw[k] = pack_vec<V, T>(sum);  // rounded in pairs, as load_input does
-          store_vec<T, V>(p.sum + r * p.N + (int64_t(k) * bd + t) * V, raw[k]);
+          store_vec<T, V>(p.sum + r * p.N + int64_t(k * bd + t) * V, raw[k]);
         }
         if constexpr (!RMS) {
 #pragma unroll
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(1024) norm_staged_fwd(FwdParams<T> p) {
     }
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * bd + t;
+      const int idx = k * bd + t;
       if (k < held) {
         A v[V];
 #pragma unroll
