@@ -118,29 +118,22 @@ __device__ __forceinline__ A block_row_dot(const To* g, const To* y, int64_t beg
 
 template <typename Ti, typename To, bool LOG, int V, typename A>
 __device__ __forceinline__ void block_row_grad(const To* g, const To* y, Ti* dx, int64_t begin, int64_t end, A sum) {
-  // 64-bit tile base b0, 32-bit thread offsets in the tile (< 4 * 512 * 8): 64-bit per-thread offsets made
-  // NVVM split the 16-byte stores into element stores (see block_row_write in the forward).
-  const int step = int(blockDim.x) * V;
-  const int t = int(threadIdx.x) * V;
-  for (int64_t b0 = begin; b0 < end; b0 += step * kStreamUnroll) {
-    const To* gb = g + b0;
-    const To* yb = y + b0;
-    Ti* db = dx + b0;
-    const int64_t left = end - b0;
+  const int64_t step = int64_t(blockDim.x) * V;
+  for (int64_t i0 = begin + int64_t(threadIdx.x) * V; i0 < end; i0 += step * kStreamUnroll) {
     A gv[kStreamUnroll][V], yv[kStreamUnroll][V];
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
-      if (t + u * step < left) {
-        load_acc<V>(gb + (t + u * step), gv[u]);
-        load_acc<V>(yb + (t + u * step), yv[u]);
+      if (i0 + u * step < end) {
+        load_acc<V>(g + i0 + u * step, gv[u]);
+        load_acc<V>(y + i0 + u * step, yv[u]);
       }
     }
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
-      if (t + u * step < left) {
+      if (i0 + u * step < end) {
 #pragma unroll
         for (int j = 0; j < V; ++j) gv[u][j] = grad_in<LOG>(gv[u][j], yv[u][j], sum);
-        store_acc<V>(db + (t + u * step), gv[u]);
+        store_acc<V>(dx + i0 + u * step, gv[u]);
       }
     }
   }
@@ -169,13 +162,12 @@ __global__ void __launch_bounds__(512) softmax_split_dot(const To* g, const To* 
   }
 }
 
-// chunk is kSplitChunk, passed at run time (see softmax_split_write).
 template <typename Ti, typename To, bool LOG, int V>
 __global__ void __launch_bounds__(512)
-    softmax_split_grad(const To* g, const To* y, Ti* dx, const acc_t<To>* ws, int64_t rows, int64_t D, int chunk) {
+    softmax_split_grad(const To* g, const To* y, Ti* dx, const acc_t<To>* ws, int64_t rows, int64_t D) {
   using A = acc_t<To>;
-  const int64_t begin = int64_t(blockIdx.x) * chunk;
-  const int64_t end = begin + chunk < D ? begin + chunk : D;
+  const int64_t begin = int64_t(blockIdx.x) * kSplitChunk;
+  const int64_t end = begin + kSplitChunk < D ? begin + kSplitChunk : D;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     A s = A(0);
     for (unsigned c = 0; c < gridDim.x; ++c) s += ws[r * gridDim.x + c];
@@ -225,10 +217,10 @@ void run_backward(const To* g, const To* y, Ti* dx, acc_t<To>* ws, SoftmaxShape 
       const dim3 grid(unsigned(p.chunks), unsigned(rows < 65535 ? rows : 65535));
       if (p.vec) {
         softmax_split_dot<To, LOG, V><<<grid, 512, 0, stream>>>(g, y, ws, rows, s.dim);
-        softmax_split_grad<Ti, To, LOG, V><<<grid, 512, 0, stream>>>(g, y, dx, ws, rows, s.dim, kSplitChunk);
+        softmax_split_grad<Ti, To, LOG, V><<<grid, 512, 0, stream>>>(g, y, dx, ws, rows, s.dim);
       } else {
         softmax_split_dot<To, LOG, 1><<<grid, 512, 0, stream>>>(g, y, ws, rows, s.dim);
-        softmax_split_grad<Ti, To, LOG, 1><<<grid, 512, 0, stream>>>(g, y, dx, ws, rows, s.dim, kSplitChunk);
+        softmax_split_grad<Ti, To, LOG, 1><<<grid, 512, 0, stream>>>(g, y, dx, ws, rows, s.dim);
       }
       break;
     }

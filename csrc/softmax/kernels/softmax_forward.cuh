@@ -152,24 +152,18 @@ __device__ __forceinline__ MaxSum<A> block_row_stats(const Ti* row, int64_t begi
 template <typename Ti, typename To, bool LOG, int V, typename A>
 __device__ __forceinline__ void block_row_write(const Ti* row, To* out, int64_t begin, int64_t end, A m, A scale) {
   const ShiftedExp<kFastMath<To>, A> exp_shifted(m);
-  // The block's tile starts at the 64-bit b0; each thread's offsets in the tile are 32-bit (< 4 * 512 * 8).
-  // 64-bit per-thread offsets (i0 + u * step) made NVVM split the 16-byte stores into element stores.
-  const int step = int(blockDim.x) * V;
-  const int t = int(threadIdx.x) * V;
-  for (int64_t b0 = begin; b0 < end; b0 += step * kStreamUnroll) {
-    const Ti* rb = row + b0;
-    To* ob = out + b0;
-    const int64_t left = end - b0;
+  const int64_t step = int64_t(blockDim.x) * V;
+  for (int64_t i0 = begin + int64_t(threadIdx.x) * V; i0 < end; i0 += step * kStreamUnroll) {
     A v[kStreamUnroll][V];
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u)
-      if (t + u * step < left) load_acc<V>(rb + (t + u * step), v[u]);
+      if (i0 + u * step < end) load_acc<V>(row + i0 + u * step, v[u]);
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
-      if (t + u * step < left) {
+      if (i0 + u * step < end) {
 #pragma unroll
         for (int j = 0; j < V; ++j) v[u][j] = LOG ? v[u][j] - m - scale : exp_shifted(v[u][j]) * scale;
-        store_acc<V>(ob + (t + u * step), v[u]);
+        store_acc<V>(out + i0 + u * step, v[u]);
       }
     }
   }
@@ -203,14 +197,11 @@ __global__ void __launch_bounds__(512) softmax_split_stats(const Ti* x, acc_t<Ti
   }
 }
 
-// chunk is kSplitChunk, passed at run time: knowing begin a multiple of the constant, NVVM split the 16-byte
-// stores of block_row_write into element stores.
 template <typename Ti, typename To, bool LOG, int V>
-__global__ void __launch_bounds__(512)
-    softmax_split_write(const Ti* x, To* y, const acc_t<Ti>* ws, int64_t rows, int64_t D, int chunk) {
+__global__ void __launch_bounds__(512) softmax_split_write(const Ti* x, To* y, const acc_t<Ti>* ws, int64_t rows, int64_t D) {
   using A = acc_t<Ti>;
-  const int64_t begin = int64_t(blockIdx.x) * chunk;
-  const int64_t end = begin + chunk < D ? begin + chunk : D;
+  const int64_t begin = int64_t(blockIdx.x) * kSplitChunk;
+  const int64_t end = begin + kSplitChunk < D ? begin + kSplitChunk : D;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     // Every thread merges the row's chunk statistics in the same order: identical results, no sync needed.
     MaxSum<A> st{A(-INFINITY), A(0)};
@@ -260,10 +251,10 @@ void run_forward(const Ti* x, To* y, acc_t<Ti>* ws, SoftmaxShape s, cudaStream_t
       const dim3 grid(unsigned(p.chunks), unsigned(rows < 65535 ? rows : 65535));
       if (p.vec) {
         softmax_split_stats<Ti, V><<<grid, 512, 0, stream>>>(x, ws, rows, s.dim);
-        softmax_split_write<Ti, To, LOG, V><<<grid, 512, 0, stream>>>(x, y, ws, rows, s.dim, kSplitChunk);
+        softmax_split_write<Ti, To, LOG, V><<<grid, 512, 0, stream>>>(x, y, ws, rows, s.dim);
       } else {
         softmax_split_stats<Ti, 1><<<grid, 512, 0, stream>>>(x, ws, rows, s.dim);
-        softmax_split_write<Ti, To, LOG, 1><<<grid, 512, 0, stream>>>(x, y, ws, rows, s.dim, kSplitChunk);
+        softmax_split_write<Ti, To, LOG, 1><<<grid, 512, 0, stream>>>(x, y, ws, rows, s.dim);
       }
       break;
     }
