@@ -28,10 +28,12 @@ __device__ __forceinline__ Vec<T, N> load_vec_stream(const T* p) {
   *reinterpret_cast<int4*>(&r) = raw;
   return r;
 }
-// A thread's column index inside a row belongs in 32 bits, widened only where it meets the 64-bit row offset
-// (`y + r * N + idx * V` with `int idx`): computed in 64 bits (`int64_t(k) * blockDim.x + threadIdx.x`), NVVM
-// stores the third and later vectors of a thread element by element, even fp32's (benchmarks/NOTES.md,
-// nineteenth session; scripts/ptx_store_survey.py shows each kernel's stores).
+// Where a thread stores several vectors of a row, its column index belongs in 32 bits, widened only where it meets
+// the 64-bit row offset (`y + r * N + idx * V` with `int idx`): computed in 64 bits (`int64_t(k) * blockDim.x +
+// threadIdx.x`), NVVM stores some of the vectors element by element, fp32's too (scripts/ptx_store_survey.py
+// lists each kernel's stores). Measured, not assumed: on the H100 this gained 5% in the fp32 layer_norm and
+// softmax forwards and 2% in bf16 layer_norm, but whole-vector stores made the softmax two-pass kernels slower
+// (benchmarks/NOTES.md, nineteenth session).
 template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
