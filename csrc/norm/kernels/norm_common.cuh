@@ -97,7 +97,7 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 // The block forward's defaults, from the H100 (32768x4096 and 8192x16384; benchmarks/NOTES.md): one reduction
 // and a block per row (LayerNorm fp32 99.3% of copy against 95.9%, RMSNorm bf16 96-97% against 93.5%; LayerNorm
 // bf16, since its stores are whole vectors, 0.1849 / 0.1874 ms against 0.1890 / 0.1903 for the two-pass
-// statistics and the 4-wave grid, nineteenth session), except fp16 LayerNorm (fwd_default_old). bf16 rows are
+// statistics and the 4-wave grid, nineteenth session), except fp16 LayerNorm (below). bf16 rows are
 // read as packed words (elem_acc), and every row length takes the block kernel. Each knob, when set, forces its
 // choice:
 //   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block,
@@ -106,12 +106,11 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 inline int env_pick(const char* name, const char* yes, const char* no) {  // 1, 0, or -1 when unset / other
   return env::is(name, yes) ? 1 : env::is(name, no) ? 0 : -1;
 }
-// fp16 LayerNorm keeps the two-pass statistics and the 4-wave grid (8192x16384: 0.2007 ms against 0.2069 with one
-// reduction and a block per row, nineteenth session); every other row takes one reduction and a block per row.
-inline bool fwd_default_old(bool fp16_layer_norm) { return fp16_layer_norm; }
+// Unset, both knobs below give fp16 LayerNorm the two-pass statistics and the 4-wave grid (8192x16384: 0.2007 ms
+// against 0.2069 with one reduction and a block per row, nineteenth session), every other row the latter.
 inline bool fwd_twopass_stats(bool fp16_layer_norm) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_STATS", "twopass", "fused");
-  return e >= 0 ? e == 1 : fwd_default_old(fp16_layer_norm);
+  return e >= 0 ? e == 1 : fp16_layer_norm;
 }
 // The staged kernel only when asked for: with the bf16 rows read as packed words the block kernel is faster on
 // every row measured (H200, seventeenth session: bf16 8192x16384 0.1477 ms against 0.1859 staged; fp16 0.1474
@@ -119,7 +118,7 @@ inline bool fwd_twopass_stats(bool fp16_layer_norm) {
 inline bool fwd_staged() { return env_pick("TORCH_DNN_NORM_FWD", "staged", "block") == 1; }
 inline bool fwd_grid_waves(bool fp16_layer_norm) {
   const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
-  return e >= 0 ? e == 1 : fwd_default_old(fp16_layer_norm);
+  return e >= 0 ? e == 1 : fp16_layer_norm;
 }
 // bf16 block forward: elements taken from the vectors' 32-bit words (elem_acc), stores converted in pairs. H200
 // (seventeenth session): LayerNorm 8192x16384 0.1477 ms against 0.1774 with the one-by-one conversion, 32768x4096
