@@ -2,12 +2,15 @@
 scripts/compile_one.py) and counts each kernel's global stores by width (benchmarks/NOTES.md, eighteenth session:
 NVVM can split a vector store into element stores, which ptxas merges only in pairs). No GPU needed.
 
-    python scripts/ptx_store_survey.py csrc/norm/norm_forward.cu [more.cu ...] [--all] [--grep TEXT]
+    python scripts/ptx_store_survey.py csrc/norm/norm_forward.cu [more.cu ...] [--all | --split] [--grep TEXT]
 
 Prints, for each kernel with 16- or 32-bit global stores (or every kernel with --all): the counts of
 st.global.v4 / v2 / 64 / 32 / 16-bit stores, and the demangled name. 32-bit stores include scalar float stores
 (partial sums, statistics); a split 16-byte vector of 16-bit elements shows as 16b:6 32b:1 (or 32b:4).
-Example: norm_block_fwd bf16 stores its first two vectors a thread as v4 and the other two in pieces (16b:36)."""
+"pieces" counts scalar stores at an offset from their base register that is not a multiple of 16 bytes: the parts
+of a split vector (--split lists only kernels that have some). Example (eighteenth session): norm_block_fwd bf16
+stored its first two vectors a thread as v4 and the other two in pieces (16b:36); a 32-bit column index fixed it
+(nineteenth session)."""
 import argparse
 import collections
 import os
@@ -39,6 +42,11 @@ def store_counts(ptx: str) -> dict:
         if cur is not None and m:
             vec, bits = m.group(1), int(m.group(3))
             cur[vec or f"{bits}b"] += 1
+            # a scalar store at [reg+k], k not a multiple of 16: a piece of a split 16-byte vector (a scalar tail
+            # loop stores at [reg] with no offset; per-row statistics are not stored at such offsets either)
+            off = re.search(r"\[%\w+\+(\d+)\]", line)
+            if not vec and off and int(off.group(1)) % 16:
+                cur["pieces"] += 1
     return kernels
 
 
@@ -47,6 +55,7 @@ def main():
     p.add_argument("sources", nargs="+")
     p.add_argument("--all", action="store_true")
     p.add_argument("--grep", default="")
+    p.add_argument("--split", action="store_true", help="only kernels with pieces of split 16-byte vectors")
     a = p.parse_args()
     for src in a.sources:
         with tempfile.TemporaryDirectory() as keep:
@@ -56,9 +65,9 @@ def main():
         print(f"== {src}")
         for mangled, name in zip(names, demangled):
             c = kernels[mangled]
-            split = c["16b"] + c["32b"]
-            if (split or a.all) and a.grep in name:
-                counts = " ".join(f"{k}:{c[k]}" for k in ("v4", "v2", "64b", "32b", "16b") if c[k])
+            show = c["pieces"] if a.split else (c["16b"] + c["32b"] or a.all)
+            if show and a.grep in name:
+                counts = " ".join(f"{k}:{c[k]}" for k in ("v4", "v2", "64b", "32b", "16b", "pieces") if c[k])
                 print(f"  {counts:<32} {name.replace('torch_dnn::', '')[:150]}")
 
 
