@@ -52,6 +52,11 @@ inline bool is(const char* name, const char* value) {
   return v != nullptr && std::strcmp(v, value) == 0;
 }
 
+// A two-way knob: true when `name` is `yes`, false when it is `no`, `unset` otherwise.
+inline bool choice(const char* name, const char* yes, const char* no, bool unset) {
+  return is(name, yes) ? true : is(name, no) ? false : unset;
+}
+
 inline int get_int(const char* name, int fallback) {
   const char* v = get_nonempty(name);
   return v != nullptr ? std::atoi(v) : fallback;

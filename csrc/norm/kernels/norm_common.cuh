@@ -103,27 +103,22 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block,
 //   TORCH_DNN_NORM_FWD_CVT=shift|asm (bf16 block forward: elements taken from the packed words, or one by one
 //   through cuda_bf16's conversion)
-inline int env_pick(const char* name, const char* yes, const char* no) {  // 1, 0, or -1 when unset / other
-  return env::is(name, yes) ? 1 : env::is(name, no) ? 0 : -1;
-}
 // Unset, both knobs below give fp16 LayerNorm the two-pass statistics and the 4-wave grid (8192x16384: 0.2007 ms
 // against 0.2069 with one reduction and a block per row, nineteenth session), every other row the latter.
 inline bool fwd_twopass_stats(bool fp16_layer_norm) {
-  const int e = env_pick("TORCH_DNN_NORM_FWD_STATS", "twopass", "fused");
-  return e >= 0 ? e == 1 : fp16_layer_norm;
+  return env::choice("TORCH_DNN_NORM_FWD_STATS", "twopass", "fused", fp16_layer_norm);
 }
 // The staged kernel only when asked for: with the bf16 rows read as packed words the block kernel is faster on
 // every row measured (H200, seventeenth session: bf16 8192x16384 0.1477 ms against 0.1859 staged; fp16 0.1474
 // against 0.1753; benchmarks/NOTES.md).
-inline bool fwd_staged() { return env_pick("TORCH_DNN_NORM_FWD", "staged", "block") == 1; }
+inline bool fwd_staged() { return env::choice("TORCH_DNN_NORM_FWD", "staged", "block", false); }
 inline bool fwd_grid_waves(bool fp16_layer_norm) {
-  const int e = env_pick("TORCH_DNN_NORM_FWD_GRID", "waves", "rows");
-  return e >= 0 ? e == 1 : fp16_layer_norm;
+  return env::choice("TORCH_DNN_NORM_FWD_GRID", "waves", "rows", fp16_layer_norm);
 }
 // bf16 block forward: elements taken from the vectors' 32-bit words (elem_acc), stores converted in pairs. H200
 // (seventeenth session): LayerNorm 8192x16384 0.1477 ms against 0.1774 with the one-by-one conversion, 32768x4096
 // 0.1361 against 0.1521. (Before the packed reads, the shift alone made LayerNorm 12-23% slower on the H100.)
-inline bool fwd_shift_cvt() { return env_pick("TORCH_DNN_NORM_FWD_CVT", "shift", "asm") != 0; }
+inline bool fwd_shift_cvt() { return env::choice("TORCH_DNN_NORM_FWD_CVT", "shift", "asm", true); }
 inline bool bwd_old_block() { return env::is("TORCH_DNN_NORM_BWD", "block"); }
 inline int bwd_blocks_cap() {
   const int v = env::get_int("TORCH_DNN_NORM_BWD_BLOCKS", 0);

@@ -901,9 +901,7 @@ inline bool global_old() {
 // the memory busy with U loads in flight a thread (~25K at 132 SMs), by row lanes otherwise.
 // TORCH_DNN_POOL_GLOBAL_CL=col / lanes forces one or the other (forward and backward).
 inline bool global_cl_columns(int64_t columns) {
-  if (env::is("TORCH_DNN_POOL_GLOBAL_CL", "col")) return true;
-  if (env::is("TORCH_DNN_POOL_GLOBAL_CL", "lanes")) return false;
-  return columns >= int64_t(sm_count()) * 192;
+  return env::choice("TORCH_DNN_POOL_GLOBAL_CL", "col", "lanes", columns >= int64_t(sm_count()) * 192);
 }
 
 // TORCH_DNN_POOL_NC_FWD=unpadded: the NCDHW forward's first tile kernel (bounds-checked taps) for 3x3 windows
@@ -1374,9 +1372,7 @@ __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict
 // kernel, 92% with the 32-bit one; avg 67% -> 46% with the 64-bit one, its 2 blocks/SM bound costing more than the
 // taps win, 99% (GPU time) with the 32-bit one). TORCH_DNN_POOL_CL_FWD=item / =taps forces one kernel for both.
 inline bool cl_fwd_taps(bool taps_default) {
-  if (env::is("TORCH_DNN_POOL_CL_FWD", "item")) return false;
-  if (env::is("TORCH_DNN_POOL_CL_FWD", "taps")) return true;
-  return taps_default;
+  return env::choice("TORCH_DNN_POOL_CL_FWD", "taps", "item", taps_default);
 }
 
 // ---- pool_fwd_cl2d for tensors of fewer than 2^31 elements: all offsets 32-bit ----
