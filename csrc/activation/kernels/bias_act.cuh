@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(kBiasThreads)
           xv[u].v[j] = from_acc<T>(d);
           sum[j] += d;  // dbias from the unrounded values: one rounding, at the end
         }
-        store_vec_global_v4<T, V>(dx + (r0 + u) * C + col, xv[u]);  // +2% against store_vec (bf16, H100)
+        store_vec_global_v4<T, V>(dx + (r0 + u) * C + col, xv[u]);  // its ordering: vec.cuh
       }
     }
   }

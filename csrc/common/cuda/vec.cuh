@@ -38,13 +38,12 @@ template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
-// One st.global.v4 for a 16-byte vector in global memory. A plain struct store (store_vec) can reach PTX as one
-// store per element when the vector was built element by element in a loop over several vectors (NVVM splits the
-// struct; ptxas then merges pairs only: four STG.E a vector). Not the default: on the H100 this form measured
-// +2% in bias_act's backward and +0.6% in the softmax forward, but -1% to -22% in other kernels. The asm is a
-// memory barrier to the compiler: no later load moves above it, so use it only where a loop's loads all come
-// before its stores (layer_norm's forward, loading and storing vector by vector, lost 22%; benchmarks/NOTES.md,
-// eighteenth session). Vectors of another size take store_vec.
+// One st.global.v4 for a 16-byte vector in global memory, and a memory barrier to the compiler: no later load
+// moves above it. Its one user is bias_act's backward ("last"), where that ordering is what counts: with a 32-bit
+// column index a plain store_vec is whole-vector too, but ptxas then schedules the row loop in up to 121
+// registers instead of 79 (bf16 gelu) and it measured 1-1.5% slower on the H100 (benchmarks/NOTES.md, twentieth
+// session). Elsewhere a 32-bit column index with store_vec is the fix for split stores (softmax's block kernels
+// measured 3% faster that way than with this asm). Vectors of another size take store_vec.
 template <typename T, int N>
 __device__ __forceinline__ void store_vec_global_v4(T* p, const Vec<T, N>& v) {
   if constexpr (sizeof(Vec<T, N>) == 16) {

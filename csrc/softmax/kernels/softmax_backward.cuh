@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To*
     A s = A(0);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
       if (idx < nv) {
         gr[k] = load_vec<To, V>(g + r * D + idx * V);
         yr[k] = load_vec<To, V>(y + r * D + idx * V);
@@ -81,12 +81,12 @@ __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To*
     s = block_reduce(s, SumOp{}, smem);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
       if (idx < nv) {
         A o[V];
 #pragma unroll
         for (int j = 0; j < V; ++j) o[j] = grad_in<LOG>(vec_elem<A>(gr[k], j), vec_elem<A>(yr[k], j), s);
-        store_vec_global_v4<Ti, V>(dx + r * D + idx * V, pack_vec<V, Ti>(o));
+        store_vec<Ti, V>(dx + r * D + idx * V, pack_vec<V, Ti>(o));
       }
     }
   }
