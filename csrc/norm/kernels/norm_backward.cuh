@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(1024) norm_block_bwd(BwdParams<T> p) {
     A s1 = A(0), s2 = A(0);  // sum(g * xhat), sum(g)
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
       if (idx < nv) {
         A xh[V], dy[V], g[V];
         load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(1024) norm_block_bwd(BwdParams<T> p) {
     const A c1 = s1 / A(p.N), c2 = RMS ? A(0) : s2 / A(p.N);
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
       if (idx < nv) {
         A xh[V], dy[V], g[V];
         load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
@@ -93,13 +93,10 @@ __global__ void __launch_bounds__(1024) norm_block_bwd(BwdParams<T> p) {
   if (!p.partial) return;
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
-    const int64_t idx = int64_t(k) * blockDim.x + threadIdx.x;
+    const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
     if (idx < nv) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        p.partial[int64_t(blockIdx.x) * p.N + idx * V + j] = dw[k][j];
-        if constexpr (!RMS) p.partial[(p.P + blockIdx.x) * p.N + idx * V + j] = db[k][j];
-      }
+      store_acc<V>(p.partial + int64_t(blockIdx.x) * p.N + idx * V, dw[k]);
+      if constexpr (!RMS) store_acc<V>(p.partial + (p.P + blockIdx.x) * p.N + idx * V, db[k]);
     }
   }
 }
@@ -146,7 +143,7 @@ __global__ void __launch_bounds__(kStagedMaxThreads<T>) norm_staged_bwd(BwdParam
   const auto issue = [&](int64_t r, int st) {
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * bd + t;
+      const int idx = k * bd + t;  // in 32 bits: store_vec's note
       if (idx < nv) {
         cp_async16(slot(st, 0, k), p.x + r * p.N + idx * V);
         cp_async16(slot(st, 1, k), p.dy + r * p.N + idx * V);
@@ -161,13 +158,13 @@ __global__ void __launch_bounds__(kStagedMaxThreads<T>) norm_staged_bwd(BwdParam
   if constexpr (kStagedWeightSmem<T>) {
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int64_t idx = int64_t(k) * bd + t;
+      const int idx = k * bd + t;  // in 32 bits: store_vec's note
       if (idx < nv) wslot[k * bd] = weight_vec<V>(p.w, idx * V);
     }
   }
   const auto wvec = [&](int k) {
     if constexpr (kStagedWeightSmem<T>) return wslot[k * bd];
-    else return weight_vec<V>(p.w, (int64_t(k) * bd + t) * V);
+    else return weight_vec<V>(p.w, (k * bd + t) * V);
   };
   A dw[kItems][V], db[kItems][V];
 #pragma unroll
@@ -197,7 +194,7 @@ __global__ void __launch_bounds__(kStagedMaxThreads<T>) norm_staged_bwd(BwdParam
     A s1 = A(0), s2 = A(0);  // sum(g * xhat), sum(g)
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      if (int64_t(k) * bd + t < nv) {
+      if (k * bd + t < nv) {
         const Vec<T, V> xv = *slot(st, 0, k), gv = *slot(st, 1, k), wv = wvec(k);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -214,7 +211,7 @@ __global__ void __launch_bounds__(kStagedMaxThreads<T>) norm_staged_bwd(BwdParam
       const A c1 = s1 / A(p.N), c2 = RMS ? A(0) : s2 / A(p.N);
 #pragma unroll
       for (int k = 0; k < kItems; ++k) {
-        const int64_t idx = int64_t(k) * bd + t;
+        const int idx = k * bd + t;  // in 32 bits: store_vec's note
         if (idx < nv) {
           const Vec<T, V> xv = *slot(st, 0, k), gv = *slot(st, 1, k), wv = wvec(k);
           A xh[V], g[V];
@@ -233,15 +230,10 @@ __global__ void __launch_bounds__(kStagedMaxThreads<T>) norm_staged_bwd(BwdParam
   if (!p.partial) return;
 #pragma unroll
   for (int k = 0; k < kItems; ++k) {
-    const int64_t idx = int64_t(k) * bd + t;
+    const int idx = k * bd + t;  // in 32 bits: store_vec's note
     if (idx < nv) {
-      A* const pw = p.partial + int64_t(blockIdx.x) * p.N + idx * V;
-      A* const pb = p.partial + (p.P + blockIdx.x) * p.N + idx * V;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        pw[j] = dw[k][j];
-        if constexpr (!RMS) pb[j] = db[k][j];
-      }
+      store_acc<V>(p.partial + int64_t(blockIdx.x) * p.N + idx * V, dw[k]);
+      if constexpr (!RMS) store_acc<V>(p.partial + (p.P + blockIdx.x) * p.N + idx * V, db[k]);
     }
   }
 }
