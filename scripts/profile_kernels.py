@@ -1,4 +1,4 @@
-"""Per-kernel GPU times of one step, from torch.profiler: `python scripts/profile_kernels.py batch_norm|norm|skinny`.
+"""Per-kernel GPU times of one step, from torch.profiler: `python scripts/profile_kernels.py batch_norm|norm|skinny|linear_bwd`.
 Prints each kernel's name, calls and mean microseconds per step, for torch_dnn and the eager peer, and the
 GPU's span per step (kernels plus the idle gaps between them, back-to-back steps)."""
 import sys
@@ -92,6 +92,25 @@ def skinny_steps():
     return out
 
 
+def linear_bwd_steps():
+    """linear_act backward (gelu, bias) at 16384x4096 -> 16384 bf16 per kernel, ours against eager's
+    gelu_backward + 2 mm + sum (the harness's case): which GEMM layout costs what."""
+    ops = torch.ops.torch_dnn
+    m, k, n = 16384, 4096, 16384
+    x = torch.empty(m, k, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    w = torch.empty(n, k, device="cuda", dtype=torch.bfloat16).uniform_(-0.05, 0.05)
+    b = torch.empty(n, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    pre = ops.linear_act(x, w, b, "none")[0]
+    g = torch.empty(m, n, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+
+    def eager():
+        d = torch.ops.aten.gelu_backward(g, pre)
+        return d @ w, d.t() @ x, d.sum(0)
+    return {"linear_act bwd torch_dnn": lambda: ops.linear_act_backward(g, x, w, pre, "gelu", None, None, None,
+                                                                         [True, True, True]),
+            "linear_act bwd eager": eager}
+
+
 def report(name, fn, steps=20):
     for _ in range(3):
         fn()
@@ -116,7 +135,8 @@ def report(name, fn, steps=20):
 
 
 if __name__ == "__main__":
-    fams = {"batch_norm": lambda: {**bn_steps("NHWC"), **bn_steps("NCHW")}, "norm": norm_steps, "skinny": skinny_steps}
+    fams = {"batch_norm": lambda: {**bn_steps("NHWC"), **bn_steps("NCHW")}, "norm": norm_steps, "skinny": skinny_steps,
+            "linear_bwd": linear_bwd_steps}
     for fam in sys.argv[1:] or list(fams):
         for name, fn in fams[fam]().items():
             report(name, fn)
