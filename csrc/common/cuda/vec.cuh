@@ -32,8 +32,10 @@ __device__ __forceinline__ Vec<T, N> load_vec_stream(const T* p) {
 // the 64-bit row offset (`y + r * N + idx * V` with `int idx`): computed in 64 bits (`int64_t(k) * blockDim.x +
 // threadIdx.x`), NVVM stores some of the vectors element by element, fp32's too (scripts/ptx_store_survey.py
 // lists each kernel's stores). Measured, not assumed: on the H100 this gained 5% in the fp32 layer_norm and
-// softmax forwards and 2% in bf16 layer_norm, but whole-vector stores made the softmax two-pass kernels slower
-// (benchmarks/NOTES.md, nineteenth session).
+// softmax forwards and 2% in bf16 layer_norm (nineteenth session), 3% in softmax's block kernels and 3-12% in
+// norm's backward (twentieth), but whole-vector stores made the softmax two-pass kernels slower, and in
+// batch_norm's persistent kernels a 32-bit row index split the stores it had kept whole: check the SASS after
+// any index change (benchmarks/NOTES.md).
 template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
