@@ -1,6 +1,6 @@
 """linear + bias + gelu at 16384x4096 -> 16384 bf16 (issue 4's fused-epilogue case), forward and backward, timed
 with the impls alternating turn by turn: torch_dnn, eager, torch.compile, each turn N back-to-back calls between
-two CUDA events, R rounds, the median turn per impl. A cross-check of the harness (whose turns are 150 ms of
+CUDA events, R rounds, the median turn per impl. A cross-check of the harness (whose turns are 150 ms of
 warm-up and then the timed calls, three rounds), since these GEMMs run at the power cap and the SM clock follows
 what ran before (benchmarks/NOTES.md, tenth and twentieth sessions). Prints the SM clock and power after each
 turn of the first round.
@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
+from benchmarks.harness import time_calls
 
 ops = torch.ops.torch_dnn
 
@@ -30,13 +31,8 @@ def smi():
 
 
 def turn_ms(fn, n):
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return a.elapsed_time(b) / n
+    """Mean ms of n back-to-back calls (the harness's per-call events)."""
+    return statistics.fmean(time_calls(fn, [()], 0, n))
 
 
 def main():

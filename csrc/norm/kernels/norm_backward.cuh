@@ -347,10 +347,11 @@ int64_t staged_bwd_grid(int64_t rows, int threads) {
   const int avail = allow_max_dynamic_smem<norm_staged_bwd<T, RMS>>();
   int per_sm = avail >= 0 && bytes <= avail ? resident_per_sm<norm_staged_bwd<T, RMS>>(threads, size_t(bytes)) : 0;
   if (per_sm <= 0) return 0;
-  // float rows: two blocks a SM at most (H100, 32768x4096: layer_norm 0.5929 -> 0.5693 ms, rms_norm 0.5874 ->
-  // 0.5683; 16K rows already fit two; 16-bit rows lose 7% at 4K with two: benchmarks/NOTES.md, twentieth session)
-  if constexpr (std::is_same_v<T, float>) per_sm = std::min(per_sm, 2);
-  if (const int cap = bwd_blocks_cap()) per_sm = std::min(per_sm, cap);
+  // The cap: TORCH_DNN_NORM_BWD_BLOCKS when set; else two for float rows (H100, 32768x4096: layer_norm 0.5929 ->
+  // 0.5693 ms, rms_norm 0.5874 -> 0.5683; 16K rows already fit two; 16-bit rows lose 7% at 4K with two:
+  // benchmarks/NOTES.md, twentieth session), none for the others.
+  const int knob = bwd_blocks_cap(), cap = knob > 0 ? knob : std::is_same_v<T, float> ? 2 : 0;
+  if (cap > 0) per_sm = std::min(per_sm, cap);
   return balanced_grid(rows, int64_t(sm_count()) * per_sm);
 }
 

@@ -93,7 +93,8 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //   (unset: the measured defaults below)
 //   TORCH_DNN_NORM_BWD=block           backward: the earlier register kernel (pass 2 re-reads x and dy
 //                                      through L1) and two column-sum launches, instead of the staged kernel
-//   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows)
+//   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows;
+//                                      unset: two for float rows, the occupancy limit for the others)
 // The block forward's defaults, from the H100 (32768x4096 and 8192x16384; benchmarks/NOTES.md): one reduction
 // and a block per row (LayerNorm fp32 99.3% of copy against 95.9%, RMSNorm bf16 96-97% against 93.5%; LayerNorm
 // bf16, since its stores are whole vectors, 0.1849 / 0.1874 ms against 0.1890 / 0.1903 for the two-pass
