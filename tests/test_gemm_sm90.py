@@ -255,6 +255,25 @@ def test_linear_act_skinny_many_tiles(kernel, monkeypatch):
     _check_skinny_gelu(M, N, K, torch.bfloat16, f"many tiles kernel={kernel}")
 
 
+# Narrow / Mid12 with 128 < M < 256 run as two 128-row problems over rows [0, 128) and [M - 128, M) (no TMA box of
+# x past row M): the rows both compute must come out with the same bits, so the output equals, bit for bit, the
+# one of the kernel run over whole row tiles (TORCH_DNN_SM90_SKINNY_OVERLAP=0), and matches PyTorch's
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("M", [129, 200, 255])
+@pytest.mark.parametrize("kernel", ["narrow", "mid12"])
+def test_linear_act_skinny_overlapped_rows(dtype, M, kernel, monkeypatch):
+    monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_KERNEL", kernel)
+    monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_SPLITS", "1")
+    N, K = 1032, 1056
+    x, w = _check_skinny_gelu(M, N, K, dtype, f"overlapped rows M={M} kernel={kernel} {dtype}")
+    b, r = _rand((N,), dtype), _rand((M, N), dtype)
+    outs = [torch_dnn.functional.linear_act(x, w, b, "silu", r) for _ in range(2)]
+    monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_OVERLAP", "0")
+    whole = torch_dnn.functional.linear_act(x, w, b, "silu", r)
+    assert torch.equal(outs[0], outs[1]), "overlapped rows: not deterministic"
+    assert torch.equal(outs[0], whole), "overlapped rows: not the bits of the whole-tile run"
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_linear_gelu_big(dtype):
     M, N, K = 4096, 4096, 4096

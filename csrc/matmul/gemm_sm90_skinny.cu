@@ -109,6 +109,30 @@ GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) {
   return sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12 ? a : swapped(a);
 }
 
+// Narrow and Mid12 with 128 < M < 256 (two row tiles of x, the second partly past row M) run as a batch of two
+// 128-row problems over rows [0, 128) and [M - 128, M): every TMA box of x then lies inside x. A box partly out of
+// bounds is slow to fill: on the H100 (benchmarks/experiments/skinny_k2, twenty-first session) the same kernel at
+// K = N = 4096 took 28.1 / 33.1 / 36.0 us at M = 200 / 160 / 136 against 20.4-20.7 with x's map over whole row
+// tiles (M = 256: 21.0; cuBLAS 16.4-18.9). Rows [M - 128, 128) are computed by both halves and stored twice, with
+// the same bits (the same data and instructions). Not where D is the residual (the second half would read rows
+// the first has written). TORCH_DNN_SM90_SKINNY_OVERLAP=0 turns it off (a measurement knob, read at every call).
+bool overlap_rows(const GemmArgs& a, const SkinnyShape& sh) {
+  return (sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12) && a.M > 128 && a.M < 256 &&
+         a.residual != a.D && !env::is("TORCH_DNN_SM90_SKINNY_OVERLAP", "0");
+}
+GemmArgs whole_k_args(const GemmArgs& a, const SkinnyShape& sh) {
+  if (!overlap_rows(a, sh)) return oriented(a, sh);
+  GemmArgs o = a;  // Narrow and Mid12 take x @ w.T as it stands
+  const int64_t shift = a.M - 128;
+  o.M = 128;
+  o.batch = 2;
+  o.A.batch_stride = shift * a.A.ld;
+  o.B.batch_stride = 0;
+  o.batch_stride_d = shift * a.ldd;
+  o.batch_stride_r = a.residual != nullptr ? shift * a.ldr : 0;
+  return o;
+}
+
 // K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
 // each at least 4096 long and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule). Graph replay
 // at K = N = 4096 (32 weight tiles) on the H100 (benchmarks/NOTES.md, ninth session): Swap16 one CTA a tile
@@ -219,7 +243,8 @@ int64_t skinny_workspace_bytes(const GemmArgs& a) {
   const SkinnyShape sh = skinny_shape(a);
   const int splits = splits_for(a, sh);
   if (splits == 1)
-    return dispatch_skinny(a, sh.k, false, [&]<class Cfg, class T>() { return workspace_bytes<Cfg>(oriented(a, sh)); });
+    return dispatch_skinny(a, sh.k, false,
+                           [&]<class Cfg, class T>() { return workspace_bytes<Cfg>(whole_k_args(a, sh)); });
   const GemmArgs p = partial_args(a, sh, splits, nullptr);
   return partial_bytes(a, splits) +
          dispatch_skinny(a, sh.k, true, [&]<class Cfg, class T>() { return workspace_bytes<Cfg>(p); });
@@ -230,7 +255,7 @@ cudaError_t run_skinny(const GemmArgs& a, void* workspace, int64_t workspace_byt
   const int splits = splits_for(a, sh);
   if (splits == 1)
     return dispatch_skinny(a, sh.k, false, [&]<class Cfg, class T>() {
-      return run<Cfg>(oriented(a, sh), workspace, workspace_bytes, stream);
+      return run<Cfg>(whole_k_args(a, sh), workspace, workspace_bytes, stream);
     });
   const int64_t pb = partial_bytes(a, splits);
   if (workspace == nullptr || workspace_bytes < pb) return cudaErrorInvalidValue;
