@@ -5,7 +5,8 @@ maps implementation names ("torch_dnn", "eager", "compile", ...) to callables ta
 implementation of a case runs in this one process on the same inputs; each is timed with CUDA events around
 single calls after warm-up, rotating through enough input sets to defeat the L2 cache, and the median is
 reported with p10/p90. Cases with Case.rounds > 1 time their impls in turns (each turn after warmup_ms of its
-own calls) and take the median over all turns: at the power cap, an impl's clock depends on what ran before it.
+own calls; odd rounds in reverse order) and take the median over all turns: at the power cap, an impl's clock
+depends on what ran before it.
 Cases with Case.graph time CUDA-graph replays instead (GPU time only, for kernels shorter than a call's host
 time). Rows print ms, GB/s or TFLOP/s, % of the ceiling measured in the same run, and torch_dnn's speed over
 each peer's.
@@ -38,9 +39,10 @@ class Case:
     target: str = ""  # e.g. ">=0.9 copy", ">=2x eager": printed beside the row
     group: str = ""  # rows of one group form one table in the results file
     extra: dict = field(default_factory=dict)
-    # > 1: the impls take turns, `rounds` times, each turn after `warmup_ms` of calls. For compute-bound cases at
-    # the H100's power cap the SM clock depends on what ran just before: timed one after another, an impl that
-    # follows a slow, cool kernel runs at a higher clock than one that follows a hot one (benchmarks/NOTES.md).
+    # > 1: the impls take turns, `rounds` times (odd rounds in reverse order), each turn after `warmup_ms` of
+    # calls. For compute-bound cases at the H100's power cap the SM clock depends on what ran just before: timed
+    # one after another, an impl that follows a slow, cool kernel runs at a higher clock than one that follows a
+    # hot one (benchmarks/NOTES.md).
     rounds: int = 1
     warmup_ms: float = 0.0
     # True: time GPU work only, by replaying a CUDA graph of GRAPH_CALLS calls (for cases whose kernels are
@@ -146,8 +148,11 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
     n_sets = max(1, min(8, -(-L2_FLUSH_BYTES // max(set_bytes, 1))))
     input_sets = [first] + [case.make_inputs() for _ in range(n_sets - 1)]
     times_of, errors = {impl: [] for impl in case.impls}, {}
-    for _ in range(max(1, case.rounds)):
-        for impl, fn in case.impls.items():
+    names = list(case.impls)
+    for r in range(max(1, case.rounds)):
+        # odd rounds in reverse order: each impl follows each of its neighbours, not always the same one
+        for impl in names if r % 2 == 0 else names[::-1]:
+            fn = case.impls[impl]
             if impl in errors:
                 continue
             try:
