@@ -11,7 +11,9 @@
 //   Mid12: Narrow's arrangement on 128x128 tiles.
 //   Tried and dropped (benchmarks/NOTES.md, fifteenth session): Narrow in 2x2 / 1x4 clusters, with K tiles of 128,
 //   or without a cluster; Mid12 with K tiles of 128. None was faster at M = 256, K = N = 4096 / 8192.
-// Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64x64; M <= 128 Narrow; M > 128 Swap256 where its tiles
+//   And a kernel of our own in nvjet's arrangement (benchmarks/experiments/skinny_k2): level with Narrow.
+// Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64x64; M <= 128 Narrow (Swap64x64 where its tiles make one
+// full wave and Narrow's half of one); M > 128 Swap256 where its tiles
 // fill 3/4 of the SMs, else Mid12 where its tiles do, else Narrow (Swap64 only when forced).
 // Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a batched GEMM whose
 // batch index walks K (each operand's batch stride is the K range; TMA zero-fills past each range's end), writing
@@ -63,8 +65,11 @@ struct SkinnyShape {
 // and spend ~9 us in MMAs: 19.3 us against 16.1 for Swap64x64 (cuBLAS 14.7); with more tiles than SMs (K = N =
 // 16384, each CTA's two warpgroups taking turns over several tiles) 184.8 against 187.2 (cuBLAS 191.4), M = 40
 // 182.5 against 186.2 (187.2) (tenth session; test_linear_act_skinny_many_tiles covers that path).
-// 64 < M <= 128 takes Narrow whatever the weight (one row tile of x, shared by each 1x2 pair): M = 128, K = N =
-// 16384 190.6 us against Swap256's 255.8 (cuBLAS 194.1); 8192 51.6 (50.1); 4096 20.1 (15.4: not reached).
+// 64 < M <= 128 takes Narrow (one row tile of x, shared by each 1x2 pair): M = 128, K = N = 16384 190.6 us against
+// Swap256's 255.8 (cuBLAS 194.1); 8192 51.6 (50.1). Except where Narrow's tiles fill at most half the SMs and
+// Swap64x64's (two x tiles of 64) one wave: there Narrow leaves half the SMs idle. H100 graph replay, K = N = 4096
+// (twenty-first session): M = 128 / 100 / 72: Swap64x64 17.5 / 20.3 / 22.2 us against Narrow 20.0 / 21.3 / 23.5
+// (cuBLAS 15.5 / 15.1 / 14.7); at 8192, two waves of Swap64x64, Narrow 51.6 against 59.9.
 // TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow|mid12 forces one (a measurement knob, read at
 // every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
@@ -72,9 +77,11 @@ SkinnyShape skinny_shape(const GemmArgs& a) {
   const auto even = [](int64_t v) { return (v + 1) / 2 * 2; };
   const int64_t wtiles = even((a.N + 127) / 128);
   const auto fill = [&](int64_t tiles) { return tiles * 4 >= sms * 3; };  // 3/4 of the SMs
+  const int64_t tiles64 = even((a.N + 63) / 64) * ((a.M + 63) / 64);  // Swap64x64's
   SkinnyKernel k = a.M <= 16                        ? SkinnyKernel::Swap16
                    : a.M <= 64                      ? SkinnyKernel::Swap64x64
-                   : a.M <= 128                     ? SkinnyKernel::Narrow
+                   : a.M <= 128                     ? (fill(tiles64) && tiles64 <= sms ? SkinnyKernel::Swap64x64
+                                                                                       : SkinnyKernel::Narrow)
                    : fill(wtiles)                   ? SkinnyKernel::Swap256
                    : fill((a.M + 127) / 128 * wtiles) ? SkinnyKernel::Mid12
                                                     : SkinnyKernel::Narrow;
@@ -89,7 +96,7 @@ SkinnyShape skinny_shape(const GemmArgs& a) {
   switch (k) {
     case SkinnyKernel::Swap16: return {k, wtiles * ((a.M + 15) / 16)};
     case SkinnyKernel::Swap64: return {k, wtiles * ((a.M + 63) / 64)};
-    case SkinnyKernel::Swap64x64: return {k, even((a.N + 63) / 64) * ((a.M + 63) / 64)};
+    case SkinnyKernel::Swap64x64: return {k, tiles64};
     case SkinnyKernel::Swap256: return {k, wtiles * ((a.M + 255) / 256)};
     case SkinnyKernel::Mid12: return {k, (a.M + 127) / 128 * wtiles};
     default: return {k, (a.M + 127) / 128 * even((a.N + 63) / 64)};
@@ -114,11 +121,15 @@ GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) {
 // bounds is slow to fill: on the H100 (benchmarks/experiments/skinny_k2, twenty-first session) the same kernel at
 // K = N = 4096 took 28.1 / 33.1 / 36.0 us at M = 200 / 160 / 136 against 20.4-20.7 with x's map over whole row
 // tiles (M = 256: 21.0; cuBLAS 16.4-18.9). Rows [M - 128, 128) are computed by both halves and stored twice, with
-// the same bits (the same data and instructions). Not where D is the residual (the second half would read rows
-// the first has written). TORCH_DNN_SM90_SKINNY_OVERLAP=0 turns it off (a measurement knob, read at every call).
+// the same bits (the same data and instructions). Only where all tiles run in one wave: the persistent scheduler
+// walks the batch last, so with more tiles than SMs the second half reads the weight again after the first
+// (Mid12, M = 200, K = N = 16384: 378 us against 245 at M = 256), where in one wave both halves ask for each
+// weight tile at the same time. Not where D is the residual (the second half would read rows the first has
+// written). TORCH_DNN_SM90_SKINNY_OVERLAP=0 turns it off (a measurement knob, read at every call).
 bool overlap_rows(const GemmArgs& a, const SkinnyShape& sh) {
+  const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
   return (sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12) && a.M > 128 && a.M < 256 &&
-         a.residual != a.D && !env::is("TORCH_DNN_SM90_SKINNY_OVERLAP", "0");
+         sh.tiles <= sms && a.residual != a.D && !env::is("TORCH_DNN_SM90_SKINNY_OVERLAP", "0");
 }
 GemmArgs whole_k_args(const GemmArgs& a, const SkinnyShape& sh) {
   if (!overlap_rows(a, sh)) return oriented(a, sh);
