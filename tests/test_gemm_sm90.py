@@ -255,12 +255,13 @@ def test_linear_act_skinny_many_tiles(kernel, monkeypatch):
     _check_skinny_gelu(M, N, K, torch.bfloat16, f"many tiles kernel={kernel}")
 
 
-# Narrow / Mid12 with 128 < M < 256 run as two 128-row problems over rows [0, 128) and [M - 128, M) (no TMA box of
-# x past row M): the rows both compute must come out with the same bits, so the output equals, bit for bit, the
-# one of the kernel run over whole row tiles (TORCH_DNN_SM90_SKINNY_OVERLAP=0), and matches PyTorch's
+# Narrow / Mid12 with 128 < M < 256 run as two 128-row problems over rows [0, 128) and [M - 128, M), Swap64x64
+# with 64 < M < 128 as two 64-row ones (no TMA box of x past row M): the rows both compute must come out with the
+# same bits, so the output equals, bit for bit, the one of the kernel run over whole row tiles
+# (TORCH_DNN_SM90_SKINNY_OVERLAP=0), and matches PyTorch's
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("M", [129, 200, 255])
-@pytest.mark.parametrize("kernel", ["narrow", "mid12"])
+@pytest.mark.parametrize("kernel,M", [(k, m) for k in ("narrow", "mid12") for m in (129, 200, 255)] +
+                         [("swap64x64", m) for m in (65, 100, 127)])
 def test_linear_act_skinny_overlapped_rows(dtype, M, kernel, monkeypatch):
     monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_KERNEL", kernel)
     monkeypatch.setenv("TORCH_DNN_SM90_SKINNY_SPLITS", "1")

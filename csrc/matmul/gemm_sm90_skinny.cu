@@ -69,7 +69,8 @@ struct SkinnyShape {
 // Swap256's 255.8 (cuBLAS 194.1); 8192 51.6 (50.1). Except where Narrow's tiles fill at most half the SMs and
 // Swap64x64's (two x tiles of 64) one wave: there Narrow leaves half the SMs idle. H100 graph replay, K = N = 4096
 // (twenty-first session): M = 128 / 100 / 72: Swap64x64 17.5 / 20.3 / 22.2 us against Narrow 20.0 / 21.3 / 23.5
-// (cuBLAS 15.5 / 15.1 / 14.7); at 8192, two waves of Swap64x64, Narrow 51.6 against 59.9.
+// (cuBLAS 15.5 / 15.1 / 14.7), and with the overlapped halves below 17.6 / 17.7 / 17.5 (M = 65: 17.4-17.8 against
+// Narrow's 24.5, cuBLAS 15.1); at 8192, two waves of Swap64x64, Narrow 51.6 against 59.9.
 // TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow|mid12 forces one (a measurement knob, read at
 // every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
@@ -112,33 +113,39 @@ GemmArgs swapped(const GemmArgs& a) {
   s.B = MatrixRef{a.A.ptr, a.A.ld, 0, true};
   return s;
 }
-GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) {
-  return sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12 ? a : swapped(a);
-}
+bool swaps(const SkinnyShape& sh) { return sh.k != SkinnyKernel::Narrow && sh.k != SkinnyKernel::Mid12; }
+GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return swaps(sh) ? swapped(a) : a; }
 
-// Narrow and Mid12 with 128 < M < 256 (two row tiles of x, the second partly past row M) run as a batch of two
-// 128-row problems over rows [0, 128) and [M - 128, M): every TMA box of x then lies inside x. A box partly out of
-// bounds is slow to fill: on the H100 (benchmarks/experiments/skinny_k2, twenty-first session) the same kernel at
-// K = N = 4096 took 28.1 / 33.1 / 36.0 us at M = 200 / 160 / 136 against 20.4-20.7 with x's map over whole row
-// tiles (M = 256: 21.0; cuBLAS 16.4-18.9). Rows [M - 128, 128) are computed by both halves and stored twice, with
-// the same bits (the same data and instructions). Only where all tiles run in one wave: the persistent scheduler
-// walks the batch last, so with more tiles than SMs the second half reads the weight again after the first
-// (Mid12, M = 200, K = N = 16384: 378 us against 245 at M = 256), where in one wave both halves ask for each
-// weight tile at the same time. Not where D is the residual (the second half would read rows the first has
-// written). TORCH_DNN_SM90_SKINNY_OVERLAP=0 turns it off (a measurement knob, read at every call).
-bool overlap_rows(const GemmArgs& a, const SkinnyShape& sh) {
+// Two row tiles of x, the second partly past row M (Narrow and Mid12 with 128 < M < 256; Swap64x64, whose x tiles
+// are 64 wide, with 64 < M < 128) run as a batch of two problems of one whole tile each, over rows [0, T) and
+// [M - T, M): every TMA box of x then lies inside x. A box partly out of bounds is slow to fill: on the H100
+// (benchmarks/experiments/skinny_k2, twenty-first session) the same kernel at K = N = 4096 took 28.1 / 33.1 / 36.0 us
+// at M = 200 / 160 / 136 against 20.4-20.7 with x's map over whole row tiles (M = 256: 21.0; cuBLAS 16.4-18.9).
+// Rows [M - T, T) are computed by both halves and stored twice, with the same bits (the same data and
+// instructions). Only where all tiles run in one wave: the persistent scheduler walks the batch last, so with more
+// tiles than SMs the second half reads the weight again after the first (Mid12, M = 200, K = N = 16384: 378 us
+// against 245 at M = 256), where in one wave both halves ask for each weight tile at the same time. Not where D is
+// the residual (the second half would read rows the first has written). TORCH_DNN_SM90_SKINNY_OVERLAP=0 turns it
+// off (a measurement knob, read at every call).
+int overlap_tile(const GemmArgs& a, const SkinnyShape& sh) {  // T, or 0: no overlapped halves
   const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
-  return (sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12) && a.M > 128 && a.M < 256 &&
-         sh.tiles <= sms && a.residual != a.D && !env::is("TORCH_DNN_SM90_SKINNY_OVERLAP", "0");
+  if (sh.tiles > sms || a.residual == a.D || env::is("TORCH_DNN_SM90_SKINNY_OVERLAP", "0")) return 0;
+  if ((sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12) && a.M > 128 && a.M < 256) return 128;
+  if (sh.k == SkinnyKernel::Swap64x64 && a.M > 64 && a.M < 128) return 64;
+  return 0;
 }
 GemmArgs whole_k_args(const GemmArgs& a, const SkinnyShape& sh) {
-  if (!overlap_rows(a, sh)) return oriented(a, sh);
-  GemmArgs o = a;  // Narrow and Mid12 take x @ w.T as it stands
-  const int64_t shift = a.M - 128;
-  o.M = 128;
+  const int t = overlap_tile(a, sh);
+  GemmArgs o = oriented(a, sh);
+  if (t == 0) return o;
+  const int64_t shift = a.M - t;  // rows of x, D and the residual between the two halves
+  const bool swap = swaps(sh);    // x is the swap-AB kernels' B (its rows their N), else A
+  (swap ? o.N : o.M) = t;
+  MatrixRef& x = swap ? o.B : o.A;
+  MatrixRef& w = swap ? o.A : o.B;
   o.batch = 2;
-  o.A.batch_stride = shift * a.A.ld;
-  o.B.batch_stride = 0;
+  x.batch_stride = shift * a.A.ld;
+  w.batch_stride = 0;
   o.batch_stride_d = shift * a.ldd;
   o.batch_stride_r = a.residual != nullptr ? shift * a.ldr : 0;
   return o;
