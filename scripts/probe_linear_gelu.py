@@ -1,7 +1,7 @@
 """linear + bias + gelu at 16384x4096 -> 16384 bf16 (issue 4's fused-epilogue case), forward and backward, timed
 with the impls alternating turn by turn: torch_dnn, eager, torch.compile, each turn N back-to-back calls between
 CUDA events, R rounds, the median turn per impl. A cross-check of the harness (whose turns are 150 ms of
-warm-up and then the timed calls, three rounds), since these GEMMs run at the power cap and the SM clock follows
+warm-up and then the timed calls, four rounds, the odd ones in reverse order), since these GEMMs run at the power cap and the SM clock follows
 what ran before (benchmarks/NOTES.md, tenth and twentieth sessions). Prints the SM clock and power after each
 turn of the first round.
 

@@ -110,7 +110,7 @@ Kind choose(const GemmArgs& a) {
     return Kind::TnSkinny;
   // K-major x K-major: the big persistent tile when it fills the machine, else stream-K on 128x128 tiles.
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
-  const int sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
+  const int sms = sm_count_or_h100();
   if (tiles < sms) return Kind::TnStreamK;
   if (a.preact) return Kind::TnBig;
   return (a.dtype == DType::BFloat16 && prefer_pingpong()) ? Kind::TnPingpong : Kind::TnBigPlain;

@@ -74,7 +74,7 @@ struct SkinnyShape {
 // TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow|mid12 forces one (a measurement knob, read at
 // every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
-  const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
+  const int64_t sms = sm_count_or_h100();
   const auto even = [](int64_t v) { return (v + 1) / 2 * 2; };
   const int64_t wtiles = even((a.N + 127) / 128);
   const auto fill = [&](int64_t tiles) { return tiles * 4 >= sms * 3; };  // 3/4 of the SMs
@@ -128,7 +128,7 @@ GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return swaps(sh) ?
 // the residual (the second half would read rows the first has written). TORCH_DNN_SM90_SKINNY_OVERLAP=0 turns it
 // off (a measurement knob, read at every call).
 int overlap_tile(const GemmArgs& a, const SkinnyShape& sh) {  // T, or 0: no overlapped halves
-  const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
+  const int64_t sms = sm_count_or_h100();
   if (sh.tiles > sms || a.residual == a.D || env::is("TORCH_DNN_SM90_SKINNY_OVERLAP", "0")) return 0;
   if ((sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12) && a.M > 128 && a.M < 256) return 128;
   if (sh.k == SkinnyKernel::Swap64x64 && a.M > 64 && a.M < 128) return 64;
@@ -159,7 +159,7 @@ GemmArgs whole_k_args(const GemmArgs& a, const SkinnyShape& sh) {
 // TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
   if (sh.k == SkinnyKernel::Swap256 || sh.k == SkinnyKernel::Mid12) return 1;
-  const int64_t sms = device_info().sm_count > 0 ? device_info().sm_count : 132;
+  const int64_t sms = sm_count_or_h100();
   int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 4096);  // 1 where they fill 3/4
   if (const int e = env::get_int("TORCH_DNN_SM90_SKINNY_SPLITS", 0); e > 0) s = e;
   for (; s > 1; --s)

@@ -148,6 +148,9 @@ inline const DeviceInfo& device_info() {
   return infos[dev];
 }
 
+// The SM count for tile heuristics; an H100's 132 where the query failed.
+inline int sm_count_or_h100() { return device_info().sm_count > 0 ? device_info().sm_count : 132; }
+
 // Raster swizzle and order of the persistent scheduler (tuning knobs, read at every call like the others:
 // TORCH_DNN_SM90_SWIZZLE=1,2,4,8; TORCH_DNN_SM90_RASTER=m|n, default CUTLASS's heuristic). Swizzle 8 is the
 // default: on the H100 (scripts/sweep_sm90.py) it took 16384x16384x4096 bf16 from 0.92x to 1.03x cuBLAS and
