@@ -25,6 +25,8 @@ __global__ void ref(const bf* x, const bf* w, float* d, int M, int N, int K) {
 
 int main() {
   cublasHandle_t h; cublasCreate(&h);
+  printf("variant: swap %d share %d stages %d smem %d B, max active clusters %d\n", TD_K2_SWAP, TD_K2_SHARE,
+         TD_K2_STAGES, k2::kSmem, k2_max_active_clusters<bf, Act::Identity>());
   int shapes[][2] = {{256, 4096}, {200, 4096}, {160, 4096}, {136, 4096}, {256, 8192}, {160, 8192}, {128, 4096}, {256, 1000}, {256, 4104}};
   const bool once = getenv("K2_ONCE") != nullptr;
   for (auto& sh : shapes) {
@@ -80,14 +82,14 @@ int main() {
                    d2, CUDA_R_16BF, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     });
     std::vector<CUtensorMap> maps(copies + 1);
-    k2::make_k2_map(&maps[copies], x, M, K, K, true, TD_K2_XBOX128 && TD_K2_SHARE != 1 ? 128 : 64);
-    for (int i = 0; i < copies; ++i) k2::make_k2_map(&maps[i], ws[i], N, K, K, true, TD_K2_SHARE == 2 ? 32 : 64);
+    k2::make_k2_map(&maps[copies], x, M, K, K, true, k2::kXBox);
+    for (int i = 0; i < copies; ++i) k2::make_k2_map(&maps[i], ws[i], N, K, K, true, k2::kWBox);
     float tk2 = time([&](int i) { launch_skinny_k2_maps<bf, Act::Identity>(maps[copies], maps[i % copies], M, N, K, e, 0); });
     CK(cudaGetLastError());
     float tpad = 0;
     if (Mp != M) {  // the same kernel with x's map covering the padded rows: no partly out-of-bounds TMA boxes
       CUtensorMap xp;
-      k2::make_k2_map(&xp, x, Mp, K, K, true, TD_K2_XBOX128 && TD_K2_SHARE != 1 ? 128 : 64);
+      k2::make_k2_map(&xp, x, Mp, K, K, true, k2::kXBox);
       tpad = time([&](int i) { launch_skinny_k2_maps<bf, Act::Identity>(xp, maps[i % copies], M, N, K, e, 0); });
     }
     printf("M=%d K=N=%d  x map over %d rows: %.2f us\n", M, KN, Mp, tpad);

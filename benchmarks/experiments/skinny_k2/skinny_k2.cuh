@@ -13,8 +13,13 @@
 // residual). Non-persistent: one tile a CTA.
 // TD_K2_SHARE: 2 = a cluster of the two row tiles of one weight tile, which each CTA multicasts half of (nvjet's
 // launch: cluster (2,1,1) on a (2, 64) grid); 1 = a cluster of two weight tiles sharing x's tile (Narrow's);
-// 0 = no cluster. A stage is freed when the consuming warpgroup of both CTAs is done with it (lane 0 of its 4
-// warps arrives on both CTAs' empty barriers: 8 arrivals).
+// 0 = no cluster; 3 = a 2x2 cluster (two row tiles by two weight tiles): x's tile multicast across the two weight
+// tiles and w's across the two row tiles (each CTA loads a quarter of the stage). A stage is freed when the consuming
+// warpgroup of every CTA of the cluster is done with it (lane 0 of its 4 warps arrives on every CTA's empty barrier).
+// TD_K2_SWAP = 1 builds K2S instead (below): the swap-AB form, one m64n128k16 a 16-wide step.
+// Twenty-second session (H100, same launch loop, M = 256, K = N = 4096): K2 21.3 us, K2S 22.3 (cuBLAS 19.6-19.7):
+// 14% fewer shared-memory bytes a K tile bought nothing, so K2 is not bound by shared memory. The 2x2 cluster
+// (TD_K2_SHARE = 3): 34.6 us, cudaOccupancyMaxActiveClusters 30 (also with 6 stages, 149 KB): two waves.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -62,6 +67,10 @@ namespace k2 {
 #ifndef TD_K2_WAIT
 #define TD_K2_WAIT 0
 #endif
+#ifndef TD_K2_SWAP
+#define TD_K2_SWAP 0
+#endif
+constexpr int kClusterCtas = TD_K2_SHARE == 0 ? 1 : TD_K2_SHARE == 3 ? 4 : 2;
 constexpr int kStages = TD_K2_STAGES;
 constexpr int kThreads = 384;
 constexpr int kTileM = 128, kTileN = 64, kTileK = 64;
@@ -124,9 +133,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[32], int t, int ro
 }
 
 __device__ __forceinline__ void release(uint64_t* empty, int lane) {
-  // lane 0 of each warp of the consuming warpgroup, to both CTAs of the pair
-  ptx::mbar_arrive_cluster(empty, 0, lane == 0);
-  if (TD_K2_SHARE != 0) ptx::mbar_arrive_cluster(empty, 1, lane == 0);
+  // lane 0 of each warp of the consuming warpgroup, to every CTA of the cluster
+#pragma unroll
+  for (int r = 0; r < kClusterCtas; ++r) ptx::mbar_arrive_cluster(empty, uint32_t(r), lane == 0);
 }
 
 __device__ __forceinline__ void named_sync(int id, int threads) {
@@ -148,14 +157,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // path to it, and it serialises the wgmma pipeline (C7520).
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0), t = threadIdx.x % 128;
   const uint32_t rank = TD_K2_SHARE != 0 ? ptx::cluster_ctarank() : 0;
-  const int n0 = (TD_K2_SHARE == 2 ? blockIdx.y : blockIdx.x) * kTileN;
-  const int m0 = (TD_K2_SHARE == 2 ? blockIdx.x : blockIdx.y) * kTileM;
+  const int n0 = (TD_K2_SHARE >= 2 ? blockIdx.y : blockIdx.x) * kTileN;
+  const int m0 = (TD_K2_SHARE >= 2 ? blockIdx.x : blockIdx.y) * kTileM;
   const int ktiles = (Kdim + kTileK - 1) / kTileK;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbar_init(&full[s], 1);
-      ptx::mbar_init(&empty[s], TD_K2_SHARE != 0 ? 8 : 4);
+      ptx::mbar_init(&empty[s], 4 * kClusterCtas);
     }
     ptx::fence_barrier_init();
   }
@@ -170,6 +179,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (u > 0) ptx::mbar_wait(&empty[s], (u - 1) & 1);
         uint8_t* stage = smem + s * kBytesStage;
         ptx::mbar_expect_tx(&full[s], kBytesStage);
+        if (TD_K2_SHARE == 3) {  // rank = mi + 2 ni: mi the row tile, ni the weight tile inside the cluster
+          const int mi = int(rank) % 2, ni = int(rank) / 2;
+          ptx::tma_load_2d_multicast(&tx, &full[s], stage + ni * (kBytesA / 2), kt * kTileK, m0 + ni * 64,
+                                     uint16_t((1 << mi) | (1 << (mi + 2))));
+          ptx::tma_load_2d_multicast(&tw, &full[s], stage + kBytesA + mi * (kBytesB / 2), kt * kTileK, n0 + mi * 32,
+                                     uint16_t(0x3 << (2 * ni)));
+          continue;
+        }
         auto load_w = [&] {
           if (TD_K2_SHARE == 2)
             ptx::tma_load_2d_multicast(&tw, &full[s], stage + kBytesA + rank * (kBytesB / 2), kt * kTileK,
@@ -263,6 +280,126 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// K2S: the swap-AB form of K2 (D^T = w x^T). A tile is 64 weight rows (wgmma's M) by 128 rows of x (its N): per
+// 16-wide K step one m64n128k16 reads 2 KB of w and 4 KB of x (6 KB, against K2's two m64n64k16 at 8 KB), so a K
+// tile moves 24 + 24 KB of shared memory instead of 24 + 32 KB. Stage: w's 64x64 box (A) then x's 128x64 box (B).
+// Warpgroup c takes the K tiles c, c + 2, ... into one 64-register accumulator; at the end both write their
+// partial tiles to shared memory as [x row][w row] floats and all 256 threads add them and store D's rows.
+// TD_K2_SHARE 2: the pair is the two row tiles of x over one weight tile (w multicast, as K2); 0: no cluster.
+constexpr int kSwPitch = 65;  // floats a row of the handover tile [128 x rows][64 w rows] (+1: fewer bank conflicts)
+static_assert(2 * 128 * kSwPitch * 4 <= kStages * kBytesStage, "the handover reuses the stages");
+
+template <typename T, activation::Act K>
+__global__ void __launch_bounds__(kThreads, 1)
+    skinny_k2s_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, int M, int N,
+                      int Kdim, const K2Epilogue e) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kBytesW = 64 * kTileK * 2;  // 8 KB: A
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  float* red = reinterpret_cast<float*>(smem);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kBytesStage);
+  uint64_t* empty = full + kStages;
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0), t = threadIdx.x % 128;
+  const uint32_t rank = TD_K2_SHARE != 0 ? ptx::cluster_ctarank() : 0;
+  const int n0 = (TD_K2_SHARE >= 2 ? blockIdx.y : blockIdx.x) * 64;  // the grid's order as K2's
+  const int m0 = (TD_K2_SHARE >= 2 ? blockIdx.x : blockIdx.y) * 128;
+  const int ktiles = (Kdim + kTileK - 1) / kTileK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbar_init(&full[s], 1);
+      ptx::mbar_init(&empty[s], 4 * kClusterCtas);
+    }
+    ptx::fence_barrier_init();
+  }
+  ptx::cluster_sync();
+
+  if (wg == 0) {
+    if (t == 0) {
+      ptx::prefetch_tmap(&tx);
+      ptx::prefetch_tmap(&tw);
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int s = kt % kStages, u = kt / kStages;
+        if (u > 0) ptx::mbar_wait(&empty[s], (u - 1) & 1);
+        uint8_t* stage = smem + s * kBytesStage;
+        ptx::mbar_expect_tx(&full[s], kBytesStage);
+        if (TD_K2_SHARE == 2)
+          ptx::tma_load_2d_multicast(&tw, &full[s], stage + rank * (kBytesW / 2), kt * kTileK, n0 + int(rank) * 32,
+                                     uint16_t(0x3));
+        else
+          ptx::tma_load_2d(&tw, &full[s], stage, kt * kTileK, n0);
+        ptx::tma_load_2d(&tx, &full[s], stage + kBytesW, kt * kTileK, m0);
+      }
+    }
+    __syncwarp();
+  } else {
+    const int c = wg - 1, lane = t % 32;
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    ptx::fence_regs64(acc);
+    for (int kt = c; kt < ktiles; kt += 2) {
+      const int s = kt % kStages;
+      ptx::mbar_wait(&full[s], (kt / kStages) & 1);
+      const uint32_t a = ptx::smem_addr(smem + s * kBytesStage);
+      const uint64_t da = ptx::desc_k128(a), db = ptx::desc_k128(a + kBytesW);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kTileK / 16; ++k)
+        ptx::wgmma_m64n128k16<std::is_same_v<T, __nv_bfloat16>>(acc, da + 2 * k, db + 2 * k, 1);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_regs64(acc);
+      release(&empty[s], lane);
+    }
+    named_sync(1, 256);  // every stage consumed: the handover may overwrite them
+    float* mine = red + c * 128 * kSwPitch;
+    const int wr = 16 * (t / 32) + (t % 32) / 4;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int w_row = wr + 8 * ((i / 2) % 2), x_row = 8 * (i / 4) + 2 * (t % 4) + i % 2;
+      mine[x_row * kSwPitch + w_row] = acc[i];
+    }
+    named_sync(1, 256);
+    const int tid = threadIdx.x - 128;
+    T* D = static_cast<T*>(e.D);
+    const T* bias = static_cast<const T*>(e.bias);
+    const T* res = static_cast<const T*>(e.residual);
+#pragma unroll 4
+    for (int it = 0; it < 16; ++it) {
+      const int idx = it * 256 + tid, xr = idx / 32, wc = 2 * (idx % 32);
+      const int row = m0 + xr, col = n0 + wc;
+      if (row >= M) continue;
+      float v[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float x = e.alpha * (red[xr * kSwPitch + wc + h] + red[128 * kSwPitch + xr * kSwPitch + wc + h]);
+        if (bias != nullptr && col + h < N) x += to_f(bias[col + h]);
+        x = activation::act_forward<K, float, true>(x, e.pa, e.pb);
+        if (res != nullptr && col + h < N) x += to_f(res[int64_t(row) * e.ldr + col + h]);
+        v[h] = x;
+      }
+      const int64_t o = int64_t(row) * e.ldd + col;
+      if (col + 1 < N && e.ldd % 2 == 0) {
+        if constexpr (std::is_same_v<T, __nv_bfloat16>)
+          *reinterpret_cast<__nv_bfloat162*>(D + o) = __floats2bfloat162_rn(v[0], v[1]);
+        else
+          *reinterpret_cast<__half2*>(D + o) = __floats2half2_rn(v[0], v[1]);
+      } else {
+        if (col < N) D[o] = T(v[0]);
+        if (col + 1 < N) D[o + 1] = T(v[1]);
+      }
+    }
+  }
+  ptx::cluster_sync();
+#endif
+}
+
+// Box rows of the two maps for the variant built.
+constexpr unsigned kXBox = TD_K2_SWAP ? 128 : (TD_K2_SHARE == 1 || TD_K2_SHARE == 3) ? 64 : (TD_K2_XBOX128 ? 128 : 64);
+constexpr unsigned kWBox = (TD_K2_SHARE == 2 || TD_K2_SHARE == 3) ? 32 : 64;
+
 // 2-D map of a K-contiguous [rows][K] operand (row stride ld elements), 64x64 boxes in the 128-byte swizzle.
 inline CUresult make_k2_map(CUtensorMap* map, const void* ptr, int64_t rows, int64_t K, int64_t ld, bool bf16,
                             unsigned box_rows = 64) {
@@ -284,13 +421,14 @@ inline CUresult make_k2_map(CUtensorMap* map, const void* ptr, int64_t rows, int
 template <typename T, activation::Act K>
 cudaError_t launch_skinny_k2_maps(const CUtensorMap& tx, const CUtensorMap& tw, int M, int N, int Kdim,
                                   const K2Epilogue& e, cudaStream_t stream) {
-  static const cudaError_t attr = cudaFuncSetAttribute(k2::skinny_k2_kernel<T, K>,
-                                                        cudaFuncAttributeMaxDynamicSharedMemorySize, k2::kSmem);
+  auto kernel = TD_K2_SWAP ? k2::skinny_k2s_kernel<T, K> : k2::skinny_k2_kernel<T, K>;
+  static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k2::kSmem);
   if (attr != cudaSuccess) return attr;
   const int ntiles = (N + 63) / 64;
   cudaLaunchConfig_t cfg = {};
   const int mtiles = (M + 127) / 128;
-  cfg.gridDim = TD_K2_SHARE == 2 ? dim3(unsigned((mtiles + 1) / 2 * 2), unsigned(ntiles), 1)
+  cfg.gridDim = TD_K2_SHARE >= 2 ? dim3(unsigned((mtiles + 1) / 2 * 2),
+                                        unsigned(TD_K2_SHARE == 3 ? (ntiles + 1) / 2 * 2 : ntiles), 1)
                                  : dim3(unsigned((ntiles + 1) / 2 * 2), unsigned(mtiles), 1);
   cfg.blockDim = dim3(k2::kThreads, 1, 1);
   cfg.dynamicSmemBytes = k2::kSmem;
@@ -298,11 +436,33 @@ cudaError_t launch_skinny_k2_maps(const CUtensorMap& tx, const CUtensorMap& tw, 
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
   at[0].val.clusterDim.x = TD_K2_SHARE != 0 ? 2 : 1;
-  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.y = TD_K2_SHARE == 3 ? 2 : 1;
   at[0].val.clusterDim.z = 1;
   cfg.attrs = at;
   cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, k2::skinny_k2_kernel<T, K>, tx, tw, M, N, Kdim, e);
+  return cudaLaunchKernelEx(&cfg, kernel, tx, tw, M, N, Kdim, e);
+}
+
+// How many clusters of this launch's shape can be resident at once (cudaOccupancyMaxActiveClusters).
+template <typename T, activation::Act K>
+int k2_max_active_clusters() {
+  auto kernel = TD_K2_SWAP ? k2::skinny_k2s_kernel<T, K> : k2::skinny_k2_kernel<T, K>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k2::kSmem);
+  if (TD_K2_SHARE != 0) cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(2, TD_K2_SHARE == 3 ? 2 : 1, 1);
+  cfg.blockDim = dim3(k2::kThreads, 1, 1);
+  cfg.dynamicSmemBytes = k2::kSmem;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = TD_K2_SHARE != 0 ? 2 : 1;
+  at[0].val.clusterDim.y = TD_K2_SHARE == 3 ? 2 : 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  int n = -1;
+  if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) n = -1;
+  return n;
 }
 
 template <typename T, activation::Act K>
@@ -310,8 +470,8 @@ cudaError_t launch_skinny_k2(const T* x, int64_t ldx, const T* w, int64_t ldw, i
                              const K2Epilogue& e, cudaStream_t stream) {
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   CUtensorMap tx, tw;
-  if (k2::make_k2_map(&tx, x, M, Kdim, ldx, kBf16, TD_K2_XBOX128 && TD_K2_SHARE != 1 ? 128 : 64) != CUDA_SUCCESS ||
-      k2::make_k2_map(&tw, w, N, Kdim, ldw, kBf16, TD_K2_SHARE == 2 ? 32 : 64) != CUDA_SUCCESS)
+  if (k2::make_k2_map(&tx, x, M, Kdim, ldx, kBf16, k2::kXBox) != CUDA_SUCCESS ||
+      k2::make_k2_map(&tw, w, N, Kdim, ldw, kBf16, k2::kWBox) != CUDA_SUCCESS)
     return cudaErrorNotSupported;
   return launch_skinny_k2_maps<T, K>(tx, tw, M, N, Kdim, e, stream);
 }

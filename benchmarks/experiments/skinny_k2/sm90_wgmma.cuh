@@ -62,6 +62,36 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], uint64_t da, uin
 #undef TD_WGMMA_REGS
 }
 
+// D(64x128, float) (+)= A(64x16) * B(128x16)^T, both operands from shared memory (K-major, 128B swizzle); 16-bit
+// inputs. Register i of thread t holds row 16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2), column 8 (i / 4) +
+// 2 (t % 4) + i % 2 (as m64n64, with 16 column groups).
+__device__ __forceinline__ void fence_regs64(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <bool kBf16>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+#define TD_R8(b) "+f"(d[b]), "+f"(d[b + 1]), "+f"(d[b + 2]), "+f"(d[b + 3]), "+f"(d[b + 4]), "+f"(d[b + 5]), \
+                 "+f"(d[b + 6]), "+f"(d[b + 7])
+#define TD_WGMMA_BODY128(TY)                                                                                      \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                                  \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " "                                                   \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "    \
+  "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "        \
+  "%64, %65, p, 1, 1, 0, 0;\n}\n"
+  if constexpr (kBf16)
+    asm volatile(TD_WGMMA_BODY128("bf16")
+                 : TD_R8(0), TD_R8(8), TD_R8(16), TD_R8(24), TD_R8(32), TD_R8(40), TD_R8(48), TD_R8(56)
+                 : "l"(da), "l"(db), "r"(scale_d));
+  else
+    asm volatile(TD_WGMMA_BODY128("f16")
+                 : TD_R8(0), TD_R8(8), TD_R8(16), TD_R8(24), TD_R8(32), TD_R8(40), TD_R8(48), TD_R8(56)
+                 : "l"(da), "l"(db), "r"(scale_d));
+#undef TD_WGMMA_BODY128
+#undef TD_R8
+}
+
 // ---- mbarriers --------------------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {

@@ -98,6 +98,150 @@ struct Sm90Gemm {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
+// ---- TF32 with A rounded in registers ------------------------------------------------------------------------
+
+// Shared memory -> register copy of one 32-bit element of A for the TF32 register-A mainloop, rounded to TF32 on
+// the way (cvt.rna, as cuBLAS and round_to_tf32 do). wgmma truncates the fp32 operands it reads, which gave 2.7x
+// cuBLAS's TF32 error on the H100; with A rounded here only B needs a rounded copy made before the GEMM.
+struct LdsRoundTf32 {
+  using SRegisters = uint32_t[1];
+  using DRegisters = uint32_t[1];
+  CUTE_HOST_DEVICE static void copy(uint32_t const& src, uint32_t& dst) {
+#if defined(__CUDA_ARCH__)
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(dst) : "f"(__uint_as_float(src)));
+#else
+    dst = src;
+#endif
+  }
+};
+
+}  // namespace sm90
+}  // namespace matmul
+}  // namespace torch_dnn
+
+namespace cute {
+template <>
+struct Copy_Traits<torch_dnn::matmul::sm90::LdsRoundTf32> {  // as UniversalCopy<uint32_t>'s
+  using ThrID = Layout<_1>;
+  using SrcLayout = Layout<Shape<_1, _32>>;
+  using DstLayout = Layout<Shape<_1, _32>>;
+  using RefLayout = SrcLayout;
+};
+}  // namespace cute
+
+namespace torch_dnn {
+namespace matmul {
+namespace sm90 {
+
+// CUTLASS's register-A mainloop (Base) with its consumer loop replaced. Base's loop fences, issues, commits and
+// waits (at most two in flight) for every 8-deep TF32 MMA: on the H100 that ran 128x256x32 TF32 at 230 TFLOP/s
+// against 335 for the shared-memory mainloop (8192^3). Here a K tile's A fragments are all loaded (through A's
+// copy atom: LdsRoundTf32 rounds them) before one fence and its four MMAs, committed as one batch, and the next
+// tile's are loaded into a second register buffer while those run: one batch in flight after each wait, as in
+// CUTLASS's shared-memory mainloop, whose release order (and so Base's producer and mma_tail) this keeps.
+template <class Base>
+struct Sm90RegisterAMainloop : Base {
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::TensorStorage;
+  using typename Base::Params;
+  using typename Base::TiledMma;
+  using typename Base::SmemLayoutA;
+  using typename Base::SmemLayoutB;
+  using typename Base::InternalSmemCopyAtomA;
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum,
+                          int k_tile_count, int thread_idx, TensorStorage& shared_tensors, Params const&) {
+    Tensor sA = as_position_independent_swizzle_tensor(
+        make_tensor(make_smem_ptr(shared_tensors.smem_A.data()), SmemLayoutA{}));  // (BLK_M,BLK_K,PIPE)
+    Tensor sB_pd = make_tensor(make_smem_ptr(shared_tensors.smem_B.data()), SmemLayoutB{});
+    constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+    Layout wg_layout = make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{});
+    const int wg = __shfl_sync(0xFFFFFFFF, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    TiledMma tiled_mma;
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor tCsB = tiled_mma.get_slice(wg_layout(wg)).partition_B(sB_pd);  // (MMA,MMA_N,MMA_K,PIPE)
+    Tensor tCrB = tiled_mma.get_slice(wg_layout(wg)).make_fragment_B(tCsB);
+    Tensor rA0 = thr_mma.partition_fragment_A(sA(_, _, Int<0>{}));  // (MMA,MMA_M,MMA_K): one K tile of A
+    Tensor rA1 = make_fragment_like(rA0);
+    auto copy_A = make_tiled_copy_A(InternalSmemCopyAtomA{}, tiled_mma);
+    auto thr_copy_A = copy_A.get_thread_slice(thread_idx);
+    Tensor sA_src = thr_copy_A.partition_S(sA);  // (CPY,CPY_M,CPY_K,PIPE)
+    Tensor rA0_dst = thr_copy_A.retile_D(rA0);
+    Tensor rA1_dst = thr_copy_A.retile_D(rA1);
+
+    PipelineState smem_pipe_release = smem_pipe_read;
+    tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;
+    auto k_tile = [&](auto& rA, auto& rA_dst) {  // one K tile: wait, A to registers, four MMAs as one batch
+      pipeline.consumer_wait(smem_pipe_read, pipeline.consumer_try_wait(smem_pipe_read));
+      const int stage = smem_pipe_read.index();
+      copy(copy_A, sA_src(_, _, _, stage), rA_dst);
+      warpgroup_fence_operand(accum);
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int k_block = 0; k_block < size<2>(rA); ++k_block) {
+        cute::gemm(tiled_mma, rA(_, _, k_block), tCrB(_, _, k_block, stage), accum);
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      ++smem_pipe_read;
+    };
+    warpgroup_fence_operand(accum);
+    k_tile(rA0, rA0_dst);  // the first K tile: nothing to release yet
+    --k_tile_count;
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int parity = 1; k_tile_count > 0; --k_tile_count, parity ^= 1) {
+      // rA{parity} was last read by the batch two K tiles back, which the previous wait<1> saw complete
+      if (parity) k_tile(rA1, rA1_dst);
+      else k_tile(rA0, rA0_dst);
+      warpgroup_wait<1>();  // the previous K tile's batch is done: release its stage
+      warpgroup_fence_operand(accum);
+      pipeline.consumer_release(smem_pipe_release);
+      ++smem_pipe_release;
+    }
+    warpgroup_fence_operand(accum);
+  }
+};
+
+// TF32, A and B K-major, cooperative and persistent like Sm90Gemm's TF32 instances, but on the register-A
+// mainloop above (A goes shared memory -> registers -> wgmma) with LdsRoundTf32 as A's copy: A needs no rounded
+// copy. B is read by wgmma from shared memory as it is, so it must be rounded already. No preact store.
+template <class TileShape, class ClusterShape, class Scheduler_>
+struct Sm90GemmTf32RoundA {
+  using Scheduler = Scheduler_;
+  using T = cutlass::tfloat32_t;
+  using Schedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using FusionOp = sm90::LinActResidualCallbacks<TileShape, float, false, false>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, float, cutlass::layout::RowMajor, 4, float,
+      cutlass::layout::RowMajor, 4, cutlass::epilogue::TmaWarpSpecializedCooperative, FusionOp>::CollectiveOp;
+
+  static constexpr cute::GMMA::Major kK = cute::GMMA::Major::K;
+  using TiledMma = decltype(cute::make_tiled_mma(cute::GMMA::rs_op_selector<T, T, float, TileShape, kK, kK>(),
+                                                 Layout<Shape<_2, _1, _1>>{}));
+  using SmemLayoutAtomA = decltype(cutlass::gemm::collective::detail::rs_smem_selector<
+                                   kK, T, decltype(get<0>(TileShape{})), decltype(get<2>(TileShape{}))>());
+  using SmemLayoutAtomB = decltype(cutlass::gemm::collective::detail::rs_smem_selector<
+                                   kK, T, decltype(get<1>(TileShape{})), decltype(get<2>(TileShape{}))>());
+  static constexpr int kStages = cutlass::gemm::collective::detail::compute_stage_count_or_override<
+      cutlass::gemm::collective::detail::sm90_smem_capacity_bytes, T, T, TileShape>(
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>{});
+  using TmaA = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<1>(ClusterShape{})));
+  using TmaB = decltype(cutlass::gemm::collective::detail::sm90_cluster_shape_to_tma_atom(shape<0>(ClusterShape{})));
+  using CollectiveMainloop = Sm90RegisterAMainloop<cutlass::gemm::collective::CollectiveMma<
+      cutlass::gemm::MainloopSm90TmaGmmaRmemAWarpSpecialized<kStages, ClusterShape, Schedule>, TileShape, T,
+      cutlass::gemm::TagToStrideA_t<cutlass::layout::RowMajor>, T,
+      cutlass::gemm::TagToStrideB_t<cutlass::layout::ColumnMajor>, TiledMma, TmaA, SmemLayoutAtomA,
+      Copy_Atom<LdsRoundTf32, T>, cute::identity, TmaB, SmemLayoutAtomB, void, cute::identity>>;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                                      CollectiveEpilogue, Scheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
 using C21 = Shape<_2, _1, _1>;
 using C11 = Shape<_1, _1, _1>;
 using Persistent = cutlass::gemm::PersistentScheduler;
