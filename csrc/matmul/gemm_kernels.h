@@ -50,8 +50,6 @@ struct GemmArgs {
   bool deterministic = true;       // any split-K reduction in a fixed order
   bool tf32_rounded = false;       // Float with allow_tf32: an operand was rounded to TF32 by round_to_tf32, so
                                    // the Hopper kernel (which truncates) may take it
-  bool tf32_round_a = false;       // with tf32_rounded: A is raw float32 that the Hopper kernel rounds itself on
-                                   // its way to the MMAs (register-A TF32 kernel); B is the rounded operand
 };
 
 // Hopper (sm_90a): wgmma + TMA, warp-specialised. Not supported (cudaErrorNotSupported) when the build has

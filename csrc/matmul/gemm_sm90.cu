@@ -4,16 +4,14 @@
 // kernels' bodies exist only in the sm_90a device code (CUTLASS's own arch guards), and gemm_sm90_supports
 // says no on any other device or when the build has no sm_90a code.
 //
-// Instantiations (14), see benchmarks/NOTES.md "Hopper GEMM":
+// Instantiations (13), see benchmarks/NOTES.md "Hopper GEMM":
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent     "big"
 //   bf16, fp16  A K-major, B K-major             128x128x64, cluster 1x1, stream-K      "skinny / few tiles"
 //   bf16, fp16  A K-major, B N-major (dZ @ W)    128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A M-major, B N-major (dZ.T @ X)  128x256x64, cluster 2x1, persistent, no preact store
 //   tf32        A K-major, B K-major             128x128x32, cluster 2x1, persistent
-//   tf32        A K-major, B K-major             128x256x32, cluster 2x1, persistent, no preact store
-//   tf32        A K-major, B K-major             the same tile on the register-A mainloop, A rounded to TF32 in
-//                                                registers (default where A is dense and K-major)
+//   tf32        A K-major, B K-major             128x256x32, cluster 2x1, persistent, no preact store (default)
 //   bf16        A K-major, B K-major             64x256x64 ping-pong, cluster 2x1, opt-in (TORCH_DNN_SM90_KERNEL)
 // and, in gemm_sm90_skinny.cu, the kernels of skinny x @ w.T (M <= 256 rows of x: swap-AB and narrow tiles).
 //
@@ -51,8 +49,6 @@ template <class T> using TtBig = Sm90Gemm<T, ColM, RowM, T, Big, C21, Persistent
 using Tf32Big = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Mid32, C21, Persistent>;
 // The wide TF32 tile without the preact store (its smem goes to mainloop stages): the default (prefer_tf32_wide).
 using Tf32Wide = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Shape<_128, _256, _32>, C21, Persistent, false>;
-// The same tile with A rounded in registers (tf32_round_a: A read as it is, no rounded copy of it).
-using Tf32RoundA = Sm90GemmTf32RoundA<Shape<_128, _256, _32>, C21, Persistent>;
 
 // ---- TMA rules --------------------------------------------------------------------------------------------
 
@@ -78,7 +74,7 @@ bool layout_of(const GemmArgs& a, Layout* out) {
 bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
 
 // Which kernel a problem takes.
-enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, TnSkinny, NnBig, TtBig, Tf32, Tf32Wide, Tf32RoundA };
+enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, TnSkinny, NnBig, TtBig, Tf32, Tf32Wide };
 
 // The skinny kernels of gemm_sm90_skinny.cu for x @ w.T with M <= 256 and N >= 4 M (swap-AB: x's rows on wgmma's
 // N side, so that no MMA work goes to rows of x that do not exist and each weight tile is read once; or narrow
@@ -105,7 +101,6 @@ Kind choose(const GemmArgs& a) {
   if (!layout_of(a, &l)) return Kind::None;
   if (a.dtype == DType::Float32) {
     if (!a.allow_tf32 || l != Layout::TN) return Kind::None;
-    if (a.tf32_round_a) return a.preact ? Kind::None : Kind::Tf32RoundA;
     return (!a.preact && prefer_tf32_wide()) ? Kind::Tf32Wide : Kind::Tf32;
   }
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return Kind::None;
@@ -135,7 +130,6 @@ auto dispatch(const GemmArgs& a, Kind k, F&& f) {
     case Kind::NnBig: return bf ? f.template operator()<NnBig<bf16>>() : f.template operator()<NnBig<fp16>>();
     case Kind::TtBig: return bf ? f.template operator()<TtBig<bf16>>() : f.template operator()<TtBig<fp16>>();
     case Kind::Tf32Wide: return f.template operator()<Tf32Wide>();
-    case Kind::Tf32RoundA: return f.template operator()<Tf32RoundA>();
     case Kind::Tf32:
     default: return f.template operator()<Tf32Big>();
   }

@@ -44,43 +44,31 @@ bool device_is_sm90(const at::Tensor& like) {
   return prop->major == 9 && prop->minor == 0;
 }
 
-// TORCH_DNN_SM90_TF32 (read at every call): float32 with TF32 allowed takes the Hopper path with both operands
-// rounded to TF32 (cuBLAS's error; wgmma alone truncates, 2.7x that error). =round, the default: A by the
-// register-A kernel on its way to the MMAs where A is dense and K-major (no copy of A), else in a rounded copy; B
-// in a rounded copy (wgmma reads B from shared memory as it is). =copies: both in rounded copies (the default
-// before the register-A kernel). =round1: only an operand that must be copied anyway to become K-major, else the
-// smaller one (~1.6x cuBLAS's error, one pass less). =off: the portable path. TORCH_DNN_GEMM_PATH=sm90 never
-// takes =off.
-enum class Tf32Mode { Off, Both, Copies, One };
+// TORCH_DNN_SM90_TF32 (read at every call): float32 with TF32 allowed takes the Hopper path on operand copies
+// rounded to TF32: =round, the default (both operands rounded: cuBLAS's error; H100 8192^3: 278 TFLOP/s
+// against 90 on the portable path), =round1 (only an operand that must be copied anyway to become K-major,
+// else the smaller one: ~1.6x cuBLAS's error, one pass less; 283 TFLOP/s), =off (the portable path).
+// TORCH_DNN_GEMM_PATH=sm90 never takes =off.
+enum class Tf32Mode { Off, Both, One };
 Tf32Mode sm90_tf32_mode(bool forced) {
   const char* s = env::get("TORCH_DNN_SM90_TF32");
   if (s != nullptr && std::strcmp(s, "round1") == 0) return Tf32Mode::One;
-  if (s != nullptr && std::strcmp(s, "copies") == 0) return Tf32Mode::Copies;
   if (s != nullptr && std::strcmp(s, "off") == 0 && !forced) return Tf32Mode::Off;
   return Tf32Mode::Both;
 }
 
-// The Hopper TF32 kernels (A and B K-major, batch 1) on TF32-rounded copies (round_to_tf32_2d), which also make
-// an M-major A or N-major B K-major, or with a K-major A rounded by the register-A kernel itself. False, with
-// nothing launched, when the problem does not fit them.
+// The Hopper TF32 kernel (A and B K-major, batch 1) on TF32-rounded copies (round_to_tf32_2d), which also make
+// an M-major A or N-major B K-major. False, with nothing launched, when the problem does not fit it.
 bool gemm_sm90_tf32_rounded(const GemmArgs& a, Tf32Mode mode, const at::Tensor& like) {
   if (a.batch != 1 || a.M <= 0 || a.N <= 0 || a.K <= 0) return false;
   // stored shapes: A is [M][K] (row-major) or [K][M]; B is [N][K] (col_major) or [K][N]
   const bool a_t = a.A.col_major, b_t = !a.B.col_major;  // must be transposed to become K-major
   const bool a_dense = !a_t && a.A.ld == a.K, b_dense = !b_t && a.B.ld == a.K;
-  bool round_a = true, round_b = true, a_in_kernel = false;
+  bool round_a = true, round_b = true;
   if (mode == Tf32Mode::One) {
     round_a = a_t || !a_dense;
     round_b = b_t || !b_dense;
     if (!round_a && !round_b) (a.M <= a.N ? round_a : round_b) = true;
-  } else if (mode == Tf32Mode::Both && !a_t && a.preact == nullptr) {
-    GemmArgs probe = a;  // the register-A kernel reads A where it lies: only if TMA can (else A is copied)
-    probe.tf32_rounded = probe.tf32_round_a = true;
-    probe.B = MatrixRef{nullptr, a.K, 0, true};  // B's rounded copy: dense, K-major, 16-byte aligned
-    if (gemm_sm90_supports(probe)) {
-      round_a = false;
-      a_in_kernel = true;
-    }
   }
   const int64_t a_rows = a_t ? a.K : a.M, b_rows = b_t ? a.K : a.N;  // stored rows of each source
   if ((round_a && (a_rows + 31) / 32 > 65535) || (round_b && (b_rows + 31) / 32 > 65535)) return false;
@@ -89,7 +77,6 @@ bool gemm_sm90_tf32_rounded(const GemmArgs& a, Tf32Mode mode, const at::Tensor& 
   at::Tensor cb = round_b ? at::empty({a.N * a.K}, fopt) : at::Tensor();
   GemmArgs r = a;
   r.tf32_rounded = true;
-  r.tf32_round_a = a_in_kernel;
   if (round_a) r.A = MatrixRef{ca.data_ptr(), a.K, 0, false};
   if (round_b) r.B = MatrixRef{cb.data_ptr(), a.K, 0, true};
   if (!gemm_sm90_supports(r)) return false;
