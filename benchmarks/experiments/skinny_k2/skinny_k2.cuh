@@ -287,7 +287,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // partial tiles to shared memory as [x row][w row] floats and all 256 threads add them and store D's rows.
 // TD_K2_SHARE 2: the pair is the two row tiles of x over one weight tile (w multicast, as K2); 0: no cluster.
 constexpr int kSwPitch = 65;  // floats a row of the handover tile [128 x rows][64 w rows] (+1: fewer bank conflicts)
-static_assert(2 * 128 * kSwPitch * 4 <= kStages * kBytesStage, "the handover reuses the stages");
+static_assert(!TD_K2_SWAP || 2 * 128 * kSwPitch * 4 <= kStages * kBytesStage, "the handover reuses the stages");
+static_assert(!TD_K2_SWAP || TD_K2_SHARE == 0 || TD_K2_SHARE == 2, "K2S: no cluster, or the pair sharing w");
 
 template <typename T, activation::Act K>
 __global__ void __launch_bounds__(kThreads, 1)
