@@ -287,16 +287,23 @@ cudaError_t launch(typename Kernel::Params& params, cudaStream_t stream) {
 // Everything make_arguments reads of a problem (and the call's device, knobs and split count): two calls with
 // equal keys get equal kernel parameters.
 struct ParamsKey {
-  int64_t v[36];
+  static constexpr int kMax = 36;  // params_key adds 29
+  int64_t v[kMax];
   int n = 0;
-  void add(int64_t x) { v[n++] = x; }
+  bool overflow = false;  // a key that did not fit never matches (no caching), rather than a truncated one
+  void add(int64_t x) {
+    if (n < kMax) v[n++] = x;
+    else overflow = true;
+  }
   void add(const void* p) { add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(p))); }
   void add(double x) {
     int64_t bits;
     std::memcpy(&bits, &x, sizeof bits);
     add(bits);
   }
-  bool operator==(const ParamsKey& o) const { return n == o.n && std::memcmp(v, o.v, n * sizeof(int64_t)) == 0; }
+  bool operator==(const ParamsKey& o) const {
+    return !overflow && !o.overflow && n == o.n && std::memcmp(v, o.v, n * sizeof(int64_t)) == 0;
+  }
 };
 
 inline ParamsKey params_key(const GemmArgs& a, int splits, int device) {
