@@ -142,43 +142,69 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// What both kernels (K2 and K2S) set up the same way: the 1024-aligned stages, the stage barriers (full: the
+// producer's arrival and TMA's bytes; empty: lane 0 of each warp of the consuming warpgroup of every CTA of the
+// cluster), the warpgroup index (broadcast from lane 0, so that ptxas knows it is warp-uniform: otherwise the
+// consumers' branch is a divergent path to it, and it serialises the wgmma pipeline, C7520), and the tile.
+struct K2Cta {
+  uint8_t* smem;
+  uint64_t* full;
+  uint64_t* empty;
+  int wg, t, m0, n0, ktiles;
+  uint32_t rank;
+};
+
+__device__ __forceinline__ K2Cta k2_setup(uint8_t* smem_raw, int Kdim) {
+  K2Cta c;
+  c.smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  c.full = reinterpret_cast<uint64_t*>(c.smem + kStages * kBytesStage);
+  c.empty = c.full + kStages;
+  c.wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  c.t = threadIdx.x % 128;
+  c.rank = TD_K2_SHARE != 0 ? ptx::cluster_ctarank() : 0;
+  c.n0 = (TD_K2_SHARE >= 2 ? blockIdx.y : blockIdx.x) * kTileN;
+  c.m0 = (TD_K2_SHARE >= 2 ? blockIdx.x : blockIdx.y) * kTileM;
+  c.ktiles = (Kdim + kTileK - 1) / kTileK;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbar_init(&c.full[s], 1);
+      ptx::mbar_init(&c.empty[s], 4 * kClusterCtas);
+    }
+    ptx::fence_barrier_init();
+  }
+  ptx::cluster_sync();
+  return c;
+}
+
+// The producer's turn at K tile kt: wait until its stage is free, announce the stage's bytes; the stage's address.
+__device__ __forceinline__ uint8_t* k2_acquire_stage(const K2Cta& c, int kt) {
+  const int s = kt % kStages, u = kt / kStages;
+  if (u > 0) ptx::mbar_wait(&c.empty[s], (u - 1) & 1);
+  ptx::mbar_expect_tx(&c.full[s], kBytesStage);
+  return c.smem + s * kBytesStage;
+}
+
 template <typename T, activation::Act K>
 __global__ void __launch_bounds__(kThreads, 1)
     skinny_k2_kernel(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw, int M, int N,
                      int Kdim, const K2Epilogue e) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const K2Cta cta = k2_setup(smem_raw, Kdim);
+  uint8_t* smem = cta.smem;
   float* red = reinterpret_cast<float*>(smem);  // the handover, once every stage has been consumed
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kBytesStage);
-  uint64_t* empty = full + kStages;
-
-  // Broadcast from lane 0 so that ptxas knows it is warp-uniform: otherwise the consumers' branch is a divergent
-  // path to it, and it serialises the wgmma pipeline (C7520).
-  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0), t = threadIdx.x % 128;
-  const uint32_t rank = TD_K2_SHARE != 0 ? ptx::cluster_ctarank() : 0;
-  const int n0 = (TD_K2_SHARE >= 2 ? blockIdx.y : blockIdx.x) * kTileN;
-  const int m0 = (TD_K2_SHARE >= 2 ? blockIdx.x : blockIdx.y) * kTileM;
-  const int ktiles = (Kdim + kTileK - 1) / kTileK;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbar_init(&full[s], 1);
-      ptx::mbar_init(&empty[s], 4 * kClusterCtas);
-    }
-    ptx::fence_barrier_init();
-  }
-  ptx::cluster_sync();
+  uint64_t* full = cta.full;
+  uint64_t* empty = cta.empty;
+  const int wg = cta.wg, t = cta.t, m0 = cta.m0, n0 = cta.n0, ktiles = cta.ktiles;
+  const uint32_t rank = cta.rank;
 
   if (wg == 0) {
     if (t == 0) {
       ptx::prefetch_tmap(&tx);
       ptx::prefetch_tmap(&tw);
       for (int kt = 0; kt < ktiles; ++kt) {
-        const int s = kt % kStages, u = kt / kStages;
-        if (u > 0) ptx::mbar_wait(&empty[s], (u - 1) & 1);
-        uint8_t* stage = smem + s * kBytesStage;
-        ptx::mbar_expect_tx(&full[s], kBytesStage);
+        const int s = kt % kStages;
+        uint8_t* stage = k2_acquire_stage(cta, kt);
         if (TD_K2_SHARE == 3) {  // rank = mi + 2 ni: mi the row tile, ni the weight tile inside the cluster
           const int mi = int(rank) % 2, ni = int(rank) / 2;
           ptx::tma_load_2d_multicast(&tx, &full[s], stage + ni * (kBytesA / 2), kt * kTileK, m0 + ni * 64,
@@ -297,34 +323,21 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kBytesW = 64 * kTileK * 2;  // 8 KB: A
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const K2Cta cta = k2_setup(smem_raw, Kdim);  // the grid's order and tile as K2's
+  uint8_t* smem = cta.smem;
   float* red = reinterpret_cast<float*>(smem);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kStages * kBytesStage);
-  uint64_t* empty = full + kStages;
-  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0), t = threadIdx.x % 128;
-  const uint32_t rank = TD_K2_SHARE != 0 ? ptx::cluster_ctarank() : 0;
-  const int n0 = (TD_K2_SHARE >= 2 ? blockIdx.y : blockIdx.x) * 64;  // the grid's order as K2's
-  const int m0 = (TD_K2_SHARE >= 2 ? blockIdx.x : blockIdx.y) * 128;
-  const int ktiles = (Kdim + kTileK - 1) / kTileK;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbar_init(&full[s], 1);
-      ptx::mbar_init(&empty[s], 4 * kClusterCtas);
-    }
-    ptx::fence_barrier_init();
-  }
-  ptx::cluster_sync();
+  uint64_t* full = cta.full;
+  uint64_t* empty = cta.empty;
+  const int wg = cta.wg, t = cta.t, m0 = cta.m0, n0 = cta.n0, ktiles = cta.ktiles;
+  const uint32_t rank = cta.rank;
 
   if (wg == 0) {
     if (t == 0) {
       ptx::prefetch_tmap(&tx);
       ptx::prefetch_tmap(&tw);
       for (int kt = 0; kt < ktiles; ++kt) {
-        const int s = kt % kStages, u = kt / kStages;
-        if (u > 0) ptx::mbar_wait(&empty[s], (u - 1) & 1);
-        uint8_t* stage = smem + s * kBytesStage;
-        ptx::mbar_expect_tx(&full[s], kBytesStage);
+        const int s = kt % kStages;
+        uint8_t* stage = k2_acquire_stage(cta, kt);
         if (TD_K2_SHARE == 2)
           ptx::tma_load_2d_multicast(&tw, &full[s], stage + rank * (kBytesW / 2), kt * kTileK, n0 + int(rank) * 32,
                                      uint16_t(0x3));

@@ -239,8 +239,84 @@ typename Cfg::Gemm::Arguments make_arguments(const GemmArgs& a, int splits = 0) 
   return args;
 }
 
+// Everything make_arguments reads of a problem (and the call's device, knobs and split count): two calls with
+// equal keys get equal kernel parameters.
+struct ParamsKey {
+  static constexpr int kMax = 36;  // params_key adds 29
+  int64_t v[kMax];
+  int n = 0;
+  // never matches (no caching): a key that did not fit (rather than a truncated one), or the cache off
+  bool disabled = false;
+  void add(int64_t x) {
+    if (n < kMax) v[n++] = x;
+    else disabled = true;
+  }
+  void add(const void* p) { add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(p))); }
+  void add(double x) {
+    int64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    add(bits);
+  }
+  bool operator==(const ParamsKey& o) const {
+    return !disabled && !o.disabled && n == o.n && std::memcmp(v, o.v, n * sizeof(int64_t)) == 0;
+  }
+};
+
+inline ParamsKey params_key(const GemmArgs& a, int splits, int device) {
+  ParamsKey k;
+  k.add(int64_t(device)), k.add(int64_t(splits)), k.add(int64_t(swizzle())), k.add(int64_t(raster_order()));
+  k.add(int64_t(a.dtype)), k.add(a.M), k.add(a.N), k.add(a.K), k.add(a.batch);
+  for (const MatrixRef* m : {&a.A, &a.B}) k.add(m->ptr), k.add(m->ld), k.add(m->batch_stride), k.add(int64_t(m->col_major));
+  k.add(a.D), k.add(a.ldd), k.add(a.batch_stride_d), k.add(double(a.alpha)), k.add(a.bias), k.add(a.residual);
+  k.add(a.ldr), k.add(a.batch_stride_r), k.add(a.preact), k.add(int64_t(a.act)), k.add(a.act_params.a);
+  k.add(a.act_params.b);
+  return k;
+}
+
+// The kernel parameters of the last few problems a configuration ran without a workspace, per host thread: a
+// decode loop repeats its shapes on the same caching-allocator blocks, and CUTLASS's to_underlying_arguments
+// (four TMA descriptors encoded, the scheduler's parameters) and can_implement cost host time every call.
+template <class Params>
+struct ParamsCache {
+  static constexpr int kEntries = 8;
+  ParamsKey keys[kEntries];
+  Params params[kEntries];
+  bool valid[kEntries] = {};
+  int next = 0;
+  const Params* find(const ParamsKey& k) const {
+    for (int i = 0; i < kEntries; ++i)
+      if (valid[i] && keys[i] == k) return &params[i];
+    return nullptr;
+  }
+  void put(const ParamsKey& k, const Params& p) {
+    if (k.disabled) return;
+    keys[next] = k, params[next] = p, valid[next] = true;
+    next = (next + 1) % kEntries;
+  }
+};
+
+template <class Cfg>
+ParamsCache<typename Cfg::Kernel::Params>& params_cache() {
+  thread_local ParamsCache<typename Cfg::Kernel::Params> cache;
+  return cache;
+}
+
+// The cache key of problem `a` on the current device; a disabled one (never matches) where the device is unknown
+// or TORCH_DNN_SM90_PARAMS_CACHE=0 (every call builds its parameters: the A/B knob).
+inline ParamsKey cache_key(const GemmArgs& a, int splits) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || env::is("TORCH_DNN_SM90_PARAMS_CACHE", "0")) {
+    ParamsKey off;
+    off.disabled = true;
+    return off;
+  }
+  return params_key(a, splits, device);
+}
+
 template <class Cfg>
 int64_t workspace_bytes(const GemmArgs& a, int splits = 0) {
+  // only problems without a workspace are cached: a cached one needs no Arguments built to say so
+  if (params_cache<Cfg>().find(cache_key(a, splits)) != nullptr) return 0;
   return static_cast<int64_t>(Cfg::Gemm::get_workspace_size(make_arguments<Cfg>(a, splits)));
 }
 
@@ -284,72 +360,15 @@ cudaError_t launch(typename Kernel::Params& params, cudaStream_t stream) {
   return cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args);
 }
 
-// Everything make_arguments reads of a problem (and the call's device, knobs and split count): two calls with
-// equal keys get equal kernel parameters.
-struct ParamsKey {
-  static constexpr int kMax = 36;  // params_key adds 29
-  int64_t v[kMax];
-  int n = 0;
-  bool overflow = false;  // a key that did not fit never matches (no caching), rather than a truncated one
-  void add(int64_t x) {
-    if (n < kMax) v[n++] = x;
-    else overflow = true;
-  }
-  void add(const void* p) { add(static_cast<int64_t>(reinterpret_cast<uintptr_t>(p))); }
-  void add(double x) {
-    int64_t bits;
-    std::memcpy(&bits, &x, sizeof bits);
-    add(bits);
-  }
-  bool operator==(const ParamsKey& o) const {
-    return !overflow && !o.overflow && n == o.n && std::memcmp(v, o.v, n * sizeof(int64_t)) == 0;
-  }
-};
-
-inline ParamsKey params_key(const GemmArgs& a, int splits, int device) {
-  ParamsKey k;
-  k.add(int64_t(device)), k.add(int64_t(splits)), k.add(int64_t(swizzle())), k.add(int64_t(raster_order()));
-  k.add(int64_t(a.dtype)), k.add(a.M), k.add(a.N), k.add(a.K), k.add(a.batch);
-  for (const MatrixRef* m : {&a.A, &a.B}) k.add(m->ptr), k.add(m->ld), k.add(m->batch_stride), k.add(int64_t(m->col_major));
-  k.add(a.D), k.add(a.ldd), k.add(a.batch_stride_d), k.add(double(a.alpha)), k.add(a.bias), k.add(a.residual);
-  k.add(a.ldr), k.add(a.batch_stride_r), k.add(a.preact), k.add(int64_t(a.act)), k.add(a.act_params.a);
-  k.add(a.act_params.b);
-  return k;
-}
-
-// The kernel parameters of the last few problems a configuration ran without a workspace, per host thread: a
-// decode loop repeats its shapes on the same caching-allocator blocks, and CUTLASS's to_underlying_arguments
-// (four TMA descriptors encoded, the scheduler's parameters) and can_implement cost host time every call.
-template <class Params>
-struct ParamsCache {
-  static constexpr int kEntries = 8;
-  ParamsKey keys[kEntries];
-  Params params[kEntries];
-  bool valid[kEntries] = {};
-  int next = 0;
-  const Params* find(const ParamsKey& k) const {
-    for (int i = 0; i < kEntries; ++i)
-      if (valid[i] && keys[i] == k) return &params[i];
-    return nullptr;
-  }
-  void put(const ParamsKey& k, const Params& p) {
-    keys[next] = k, params[next] = p, valid[next] = true;
-    next = (next + 1) % kEntries;
-  }
-};
-
 template <class Cfg>
 cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream, int splits = 0) {
   using Gemm = typename Cfg::Gemm;
   using Kernel = typename Cfg::Kernel;
   using Params = typename Kernel::Params;
   static_assert(std::is_trivially_copyable_v<Params>, "kernel parameters are copied by value");
-  thread_local ParamsCache<Params> cache;
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  const bool cached = !env::is("TORCH_DNN_SM90_PARAMS_CACHE", "0");  // =0: every call builds its parameters
-  const ParamsKey key = params_key(a, splits, device);
-  if (const Params* hit = cached ? cache.find(key) : nullptr) {
+  ParamsCache<Params>& cache = params_cache<Cfg>();
+  const ParamsKey key = cache_key(a, splits);
+  if (const Params* hit = cache.find(key)) {
     Params params = *hit;
     return launch<Kernel>(params, stream);
   }
@@ -365,7 +384,7 @@ cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cud
   }
   Params params = Kernel::to_underlying_arguments(args, ws);
   // only problems without a workspace: one with a workspace is initialized (zeroed) for every launch
-  if (cached && need == 0) cache.put(key, params);
+  if (need == 0) cache.put(key, params);
   return launch<Kernel>(params, stream);
 }
 
