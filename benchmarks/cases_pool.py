@@ -165,12 +165,14 @@ def _adaptive_cases(dtype, layout="NHWC"):
         # graph rows: also the first kernels, and A/B rows. NCHW forward: the chunked kernel with registers for 8
         # blocks an SM; NHWC: row lanes instead of a thread a column, 8 rows in flight a column instead of 7
         ab_fwd = ab_bwd = lambda d: d  # noqa: E731
+        # both: the kernels with P a runtime value (TORCH_DNN_POOL_GLOBAL_STATIC=0; 7x7 is compiled in)
+        runtime_p = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL_STATIC", "0", "torch_dnn runtime P")  # noqa: E731
         if graph and layout == "NCHW":
-            ab_fwd = lambda d: _variant(old(d), "TORCH_DNN_POOL_GLOBAL_MINB", "8", "torch_dnn minb8")  # noqa: E731
+            ab_fwd = lambda d: runtime_p(_variant(old(d), "TORCH_DNN_POOL_GLOBAL_MINB", "8", "torch_dnn minb8"))  # noqa: E731
             ab_bwd = old
         elif graph:
-            ab_fwd = lambda d: _variant(_variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"),  # noqa: E731
-                                        "TORCH_DNN_POOL_GLOBAL_COL_U", "8", "torch_dnn col8")
+            ab_fwd = lambda d: runtime_p(_variant(_variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"),  # noqa: E731
+                                                  "TORCH_DNN_POOL_GLOBAL_COL_U", "8", "torch_dnn col8"))
             ab_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes")  # noqa: E731
         out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab_fwd({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),

@@ -715,6 +715,26 @@ def test_cuda_past_2_31_elements_nchw_and_global():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_cuda_global_average_paths(dtype, monkeypatch):
+    # global average pooling, 7x7 (compiled in) and 5x5 (runtime P), NCDHW chunks and channels-last columns: the
+    # error rule against PyTorch, and the same bits from the runtime-P kernels (the same summation order)
+    cases = [((512, 200, 7, 7), "contiguous"), ((256, 401, 5, 5), "contiguous"), ((256, 1024, 7, 7), "channels_last"),
+             ((256, 1024, 5, 5), "channels_last")]
+    xs = [_input(shape, dtype, "cuda", layout) for shape, layout in cases]
+    base = [F.adaptive_avg_pool2d(x, 1) for x in xs]
+    for x, y in zip(xs, base):
+        v = compare_errors(y, TF.adaptive_avg_pool2d(x, 1), TF.adaptive_avg_pool2d(x.double(), 1),
+                           name=f"adaptive_avg_pool2d(1) {tuple(x.shape)}")
+        assert v, v.message
+    for variant in ("TORCH_DNN_POOL_GLOBAL_STATIC=0", "TORCH_DNN_POOL_GLOBAL_MINB=8"):
+        with monkeypatch.context() as m:
+            set_variant(m, variant)
+            for x, y in zip(xs, base):
+                assert torch.equal(F.adaptive_avg_pool2d(x, 1), y), (variant, tuple(x.shape), x.is_contiguous())
+
+
+@pytest.mark.cuda
 def test_cuda_past_2_31_elements_channels_last_bands():
     # the channels-last row bands (pool_band.cuh): 64-bit slice offsets, forward and backward, max and avg;
     # references in NCHW (PyTorch's channels-last avg_pool backward has its own bug, NOTES.md)

@@ -164,6 +164,8 @@ FIXED = [
     ("adaptive_avg_pool", 2, (3, 37, 5, 5), "contiguous", dict(out=1)),            # a short last chunk, tail
     ("adaptive_avg_pool", 2, (8, 512, 3, 3), "channels_last", dict(out=1)),        # a thread a column (vectors)
     ("adaptive_avg_pool", 2, (3, 130, 5, 5), "channels_last", dict(out=1)),        # a thread a column (scalars)
+    ("adaptive_avg_pool", 2, (8, 512, 7, 7), "channels_last", dict(out=1)),        # a column, 7x7 compiled in
+    ("adaptive_avg_pool", 2, (3, 200, 7, 7), "contiguous", dict(out=1)),           # 128 planes a block, 7x7 compiled in
 ]
 
 

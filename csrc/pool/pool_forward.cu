@@ -148,7 +148,9 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
           // ms against 8's 0.0202 in three runs at 256x2048x7x7 bf16 on the H100)
           const int u = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_U", 7);
           const unsigned grid = grid_for(s.N * G, kThreads);
-          if (u == 4) launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          if (u == 7 && global_static_p(P))
+            launch(global_avg_cl_col<T, VV, 7, kStaticP>, grid, kThreads, stream, xp, yp, s.N, P, G);
+          else if (u == 4) launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, G);
           else if (u == 8) launch(global_avg_cl_col<T, VV, 8>, grid, kThreads, stream, xp, yp, s.N, P, G);
           else launch(global_avg_cl_col<T, VV, 7>, grid, kThreads, stream, xp, yp, s.N, P, G);
           return;
@@ -177,6 +179,9 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         const bool minb8 = env::get_int("TORCH_DNN_POOL_GLOBAL_MINB", 1) == 8;
         if (!aligned16(x))
           launch_smem(global_avg_nc_chunk<T, 1, PB, 1>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else if (global_static_p(P) && !minb8)
+          launch_smem(global_avg_nc_chunk<T, V, PB, 1, kStaticP>, grid, kThreads, smem, stream, xp, yp, planes,
+                      int(P));
         else if (minb8)
           launch_smem(global_avg_nc_chunk<T, V, PB, 8>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
         else

@@ -12,6 +12,7 @@
 
 #include <barrier>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -39,6 +40,11 @@ inline EmuDim emu_block_dim, emu_grid_dim;
 #endif
 
 inline uint32_t __umulhi(uint32_t a, uint32_t b) { return uint32_t((uint64_t(a) * b) >> 32); }
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 inline int4 __ldcs(const int4* p) { return *p; }
 inline void __stcs(int4* p, int4 v) { *p = v; }
 

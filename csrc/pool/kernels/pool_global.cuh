@@ -18,10 +18,12 @@ namespace pool {
 // The chunk is kept in shared memory as loaded (T), converted where summed: with the chunk converted to float on
 // its way in it took 62 registers (4 blocks an SM) and 0.0228 ms at 256x2048x7x7 bf16 on the H100, now 48 and
 // 0.0199. MINB: blocks an SM that the registers must allow (8: 32 registers, 0.0202 ms).
-template <typename T, int V, int PB, int MINB>
+// PS: the plane size P when known at compile time (kStaticP: 7x7), 0 otherwise.
+template <typename T, int V, int PB, int MINB, int PS = 0>
 __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* __restrict__ x, T* __restrict__ y,
-                                                                 int64_t planes, int P) {
+                                                                 int64_t planes, int P_) {
   using A = acc_t<T>;
+  const int P = PS ? PS : P_;
   constexpr int TPP = kThreads / PB;
   T* buf = reinterpret_cast<T*>(tile_smem());
   const A inv = A(1) / A(P);
@@ -71,10 +73,12 @@ __device__ __forceinline__ int64_t column_start(int64_t t, int64_t G, int64_t P,
 // registers (two waves of blocks): 0.0233. Rows past P loading zeros with every add running took 83 registers at U = 8 but 0.0207 ms;
 // two threads a column (their sums added by a shuffle) 0.0210; two register stages of 4 / 7 rows, the next one's
 // loads issued before this one's adds, 0.0212 / 0.0270 (7: spills).
-template <typename T, int V, int U>
+// PS: P when known at compile time (kStaticP), 0 otherwise.
+template <typename T, int V, int U, int PS = 0>
 __global__ void __launch_bounds__(kThreads, 2) global_avg_cl_col(const T* __restrict__ x, T* __restrict__ y,
-                                                              int64_t N, int64_t P, int64_t G) {
+                                                              int64_t N, int64_t P_, int64_t G) {
   using A = acc_t<T>;
+  const int64_t P = PS ? PS : P_;
   const A inv = A(1) / A(P);
   const int64_t C = G * V, cols = N * G;
   const bool small = cols < (int64_t(1) << 31);
