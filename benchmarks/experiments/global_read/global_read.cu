@@ -2,7 +2,8 @@
 // 256x2048x7x7 bf16 (51.4 MB, channels-last [N][P][C]) once and write its 256x2048 means? Issue 3's target for the
 // global average pooling forward is 2.7 TB/s (19.4 us for the 52.4 MB counted); the extension's kernels measure
 // 2.62-2.64 TB/s. Variants, timed like the harness (a CUDA graph of 20 calls rotating 4 inputs, per-call time):
-//   col       the extension's global_avg_cl_col (a thread a column of 8 channels, 7 rows in flight)
+//   col       the form of the extension's global_avg_cl_col (a thread a column of 8 channels, 7 rows in flight) with every
+//             shape a compile-time constant
 //   col hint  the same with L1 / L2 cache hints on the loads (no_allocate, L2::256B prefetch)
 //   col2      two threads a column (rows split in halves, a shuffle)
 //   ext       the same with the extension's runtime shapes, 64-bit offsets and predicated rows; split: whole
@@ -15,6 +16,11 @@
 //             chunks a block, the extension's plane-mean consumer or a token sum
 //   memset    cudaMemsetAsync of the same bytes (the write stream); empty kernel: the cost of a graph node
 // Build and run: run.sh beside this file (nvcc -arch=sm_90a).
+// Result (H100, twenty-third session; results/h100-pool-global-23.md): col with every shape compiled in 19.0 us a
+// call (2.75 TB/s), U = 7 to 25 alike, cache hints no better; the extension's form 19.55, with P compiled in 19.2-19.25
+// (adopted: 93e4176; the harness then 0.0198 -> 0.0195 ms); two threads a column 19.35; bulk copies a block
+// 21.3-23.8; read ceilings: flat with 8 blocks an SM and the 16 KB ring 18.1 (2.84); the NCHW ring of 128-plane
+// chunks 20.7-21.2 with the plane sums, 19.7-20.1 with a token sum (the chunk kernel: 19.8 in the harness).
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
@@ -472,7 +478,7 @@ int main() {
   }
   printf("\n| variant | us a call (median) | p10 | TB/s (52.4 MB counted) |\n|---|---|---|---|\n");
   for (int round = 0; round < 2; ++round) {
-    time_graph("col U=7 (extension)", [](const bf16* x, bf16* y, cudaStream_t st) {
+    time_graph("col U=7 (all static)", [](const bf16* x, bf16* y, cudaStream_t st) {
       k_col<7><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
     time_graph("col U=4", [](const bf16* x, bf16* y, cudaStream_t st) {
       k_col<4><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
