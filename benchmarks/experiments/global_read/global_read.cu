@@ -8,12 +8,14 @@
 //   col2      two threads a column (rows split in halves, a shuffle)
 //   ext       the same with the extension's runtime shapes, 64-bit offsets and predicated rows; split: whole
 //             groups of U rows unpredicated, then the remainder rows one at a time
+//   ext2      P compiled in, with 32-bit element offsets and / or the column count compiled in
 //   bulk<CS>  a block per (image, slice of CS channels): its 49 rows of CS channels by 1-D bulk copies (the TMA
 //             unit, issued by one warp's lanes) into shared memory, one mbarrier, then the column sums
 //   flat      the read ceiling of plain 16-byte loads: every thread sums its grid-stride vectors (not a pool)
 //   ring      the read ceiling of bulk copies: one or two blocks an SM stream 16 KB chunks through a ring of slots
 //   ring_nc   the NCHW form (planes of 49): 128-plane chunks through a ring, contiguous ranges or round-robin
 //             chunks a block, the extension's plane-mean consumer or a token sum
+//   nc block  the NCHW form, a block per 64-256 planes: the extension's chunk kernel, or one bulk copy a block
 //   memset    cudaMemsetAsync of the same bytes (the write stream); empty kernel: the cost of a graph node
 // Build and run: run.sh beside this file (nvcc -arch=sm_90a).
 // Result (H100, twenty-third session; results/h100-pool-global-23.md): col with every shape compiled in 19.0 us a
@@ -21,6 +23,9 @@
 // (adopted: 93e4176; the harness then 0.0198 -> 0.0195 ms); two threads a column 19.35; bulk copies a block
 // 21.3-23.8; read ceilings: flat with 8 blocks an SM and the 16 KB ring 18.1 (2.84); the NCHW ring of 128-plane
 // chunks 20.7-21.2 with the plane sums, 19.7-20.1 with a token sum (the chunk kernel: 19.8 in the harness).
+// Later: P compiled in plus 32-bit offsets 19.2-19.3, plus the column count 19.15 (ext2); NCHW a block per 128 planes
+// by one bulk copy 19.2 against 19.47 for the extension's loads (nc block), but in the extension (32 registers, 8
+// blocks an SM) 0.0199 ms against 0.0198 by loads: not kept.
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
@@ -187,6 +192,43 @@ __global__ void __launch_bounds__(256, 2) k_ext(const bf16* __restrict__ x, bf16
   }
 }
 
+// ext with P compiled in, and: O32 = element offsets in 32 bits (each row's address one IMAD.WIDE.U32 from x,
+// no chained 64-bit adds; the tensor under 2^31 elements), GS = the column count G compiled in too (0: runtime)
+template <bool O32, int GS>
+__global__ void __launch_bounds__(256, 2) k_ext2(const bf16* __restrict__ x, bf16* __restrict__ y, int64_t N,
+                                                 int64_t G_) {
+  constexpr int U = 7, P = kP;
+  const int64_t G = GS ? GS : G_;
+  const int64_t C = G * 8, cols = N * G;
+  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < cols; t += int64_t(gridDim.x) * blockDim.x) {
+    float acc[8] = {};
+    if constexpr (O32) {
+      const uint32_t n = uint32_t(t) / uint32_t(G), c8 = uint32_t(t) - n * uint32_t(G);
+      const uint32_t base = n * uint32_t(P) * uint32_t(C) + c8 * 8u, Cu = uint32_t(C);
+#pragma unroll
+      for (int r0 = 0; r0 < P; r0 += U) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = __ldg(reinterpret_cast<const uint4*>(x + (base + uint32_t(r0 + u) * Cu)));
+#pragma unroll
+        for (int u = 0; u < U; ++u) add8(acc, v[u]);
+      }
+    } else {
+      const int64_t n = int64_t(uint32_t(t) / uint32_t(G));
+      const bf16* xp = x + n * P * C + (t - n * G) * 8;
+#pragma unroll 1
+      for (int r0 = 0; r0 < P; r0 += U, xp += U * C) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = __ldg(reinterpret_cast<const uint4*>(xp + u * C));
+#pragma unroll
+        for (int u = 0; u < U; ++u) add8(acc, v[u]);
+      }
+    }
+    store8(y + t * 8, acc, 1.f / P);
+  }
+}
+
 // a block per (n, slice of CS channels): 49 bulk copies of CS * 2 bytes (one per row) on one mbarrier; 256 threads
 // = CV column vectors x R row groups, the row groups' sums added through shared memory in a fixed order
 template <int CS>
@@ -337,6 +379,48 @@ __global__ void __launch_bounds__(256) k_ring_nc(const bf16* __restrict__ x, bf1
   if (tok == 12345.f) out[0] = tok;
 }
 
+// NCHW, a block per PBB planes (not persistent): the extension's chunk kernel (16-byte loads through registers into
+// shared memory, U = 4 a thread) or one 1-D bulk copy of the block's PBB * 98 bytes; then TPP = 256 / PBB threads
+// a plane sum it from shared memory (the extension's plane sums), a shuffle, the mean
+template <int PBB, bool BULK>
+__global__ void __launch_bounds__(256) k_nc_block(const bf16* __restrict__ x, bf16* __restrict__ y) {
+  constexpr int TPP = 256 / PBB, n = PBB * kP, nv = n / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ __align__(8) uint64_t bar;
+  bf16* buf = reinterpret_cast<bf16*>(smem);
+  const bf16* src = x + size_t(blockIdx.x) * n;
+  if constexpr (BULK) {
+    if (threadIdx.x == 0) {
+      mbar_init(&bar, 1);
+      mbar_fence_init();
+      mbar_arrive_expect_tx(&bar, n * 2);
+      bulk_copy_g2s(buf, src, n * 2, &bar, l2_policy_evict_first());
+    }
+    __syncthreads();  // the barrier is initialised before anyone waits on it
+    mbar_wait(&bar, 0);
+  } else {
+    constexpr int U = 4;
+#pragma unroll 1
+    for (int i0 = threadIdx.x; i0 < nv; i0 += U * 256) {
+      uint4 r[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (i0 + u * 256 < nv) r[u] = __ldg(reinterpret_cast<const uint4*>(src) + i0 + u * 256);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (i0 + u * 256 < nv) reinterpret_cast<uint4*>(buf)[i0 + u * 256] = r[u];
+    }
+    __syncthreads();
+  }
+  const int pl = threadIdx.x / TPP, lane = threadIdx.x % TPP;
+  float acc = 0;
+#pragma unroll 4
+  for (int i = lane; i < kP; i += TPP) acc += __bfloat162float(buf[pl * kP + i]);
+#pragma unroll
+  for (int o = TPP / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) y[size_t(blockIdx.x) * PBB + pl] = __float2bfloat16(acc * (1.f / kP));
+}
+
 struct Bufs {
   std::vector<bf16*> x;
   std::vector<bf16*> y;
@@ -437,6 +521,8 @@ int main() {
   k_col<17><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0]); check("col17");
   k_col2<13><<<kN * kC / 8 / 128, 256>>>(b.x[0], b.y[0]); check("col2_13");
   k_col_hint<7, 1><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0]); check("colhint1");
+  k_ext2<false, 0><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0], kN, kC / 8); check("ext2_64");
+  k_ext2<true, 0><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0], kN, kC / 8); check("ext2_32");
   k_col_hint<7, 2><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0]); check("colhint2");
   b128(b.x[0], b.y[0], 0); check("bulk128");
   b256(b.x[0], b.y[0], 0); check("bulk256");
@@ -456,6 +542,8 @@ int main() {
   CK(cudaFuncSetAttribute(k_ring<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, kChunk * 8));
   CK(cudaFuncSetAttribute(k_ring<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, kChunk * 6));
 
+  CK(cudaFuncSetAttribute(k_nc_block<256, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 256 * kP * 2));
+  CK(cudaFuncSetAttribute(k_nc_block<256, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 256 * kP * 2));
   {  // the NCHW ring's means against the host's (input 0 seen as 524288 planes of 49)
     std::vector<bf16> hx(kElems);
     CK(cudaMemcpy(hx.data(), b.x[0], kElems * 2, cudaMemcpyDeviceToHost));
@@ -475,6 +563,10 @@ int main() {
     };
     k_ring_nc<8, true, true><<<sms, 256, 8 * kChunkNC>>>(b.x[0], b.y[0], b.junk); check_nc("nc contig");
     k_ring_nc<7, false, true><<<2 * sms, 256, 7 * kChunkNC>>>(b.x[0], b.y[0], b.junk); check_nc("nc rr");
+    k_nc_block<128, false><<<kPlanes / 128, 256, 128 * kP * 2>>>(b.x[0], b.y[0]); check_nc("ncblk128");
+    k_nc_block<128, true><<<kPlanes / 128, 256, 128 * kP * 2>>>(b.x[0], b.y[0]); check_nc("ncbulk128");
+    k_nc_block<64, true><<<kPlanes / 64, 256, 64 * kP * 2>>>(b.x[0], b.y[0]); check_nc("ncbulk64");
+    k_nc_block<256, true><<<kPlanes / 256, 256, 256 * kP * 2>>>(b.x[0], b.y[0]); check_nc("ncbulk256");
   }
   printf("\n| variant | us a call (median) | p10 | TB/s (52.4 MB counted) |\n|---|---|---|---|\n");
   for (int round = 0; round < 2; ++round) {
@@ -508,6 +600,14 @@ int main() {
       k_ext<7, true, kP><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y, kN, kP, kC / 8); }, b, counted);
     time_graph("ext U=7 pred, P static", [](const bf16* x, bf16* y, cudaStream_t st) {
       k_ext<7, false, kP><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y, kN, kP, kC / 8); }, b, counted);
+    time_graph("ext2 64-bit, G runtime", [](const bf16* x, bf16* y, cudaStream_t st) {
+      k_ext2<false, 0><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y, kN, kC / 8); }, b, counted);
+    time_graph("ext2 64-bit, G static", [](const bf16* x, bf16* y, cudaStream_t st) {
+      k_ext2<false, kC / 8><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y, kN, kC / 8); }, b, counted);
+    time_graph("ext2 32-bit, G runtime", [](const bf16* x, bf16* y, cudaStream_t st) {
+      k_ext2<true, 0><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y, kN, kC / 8); }, b, counted);
+    time_graph("ext2 32-bit, G static", [](const bf16* x, bf16* y, cudaStream_t st) {
+      k_ext2<true, kC / 8><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y, kN, kC / 8); }, b, counted);
     time_graph("ext U=8 split", [](const bf16* x, bf16* y, cudaStream_t st) {
       k_ext<8, true><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y, kN, kP, kC / 8); }, b, counted);
     time_graph("ext U=4 split", [](const bf16* x, bf16* y, cudaStream_t st) {
@@ -552,6 +652,14 @@ int main() {
       RING_NC(7, true, false, g2, "nc ring contig token 2/SM")
       RING_NC(7, false, false, g2, "nc ring rr token 2/SM")
     }
+#define NC_BLOCK(PBB, BULK, NAME)                                                                              \
+  time_graph(NAME, [](const bf16* x, bf16* y, cudaStream_t st) {                                                 \
+    k_nc_block<PBB, BULK><<<kPlanes / PBB, 256, PBB * kP * 2, st>>>(x, y); }, b, counted);
+    NC_BLOCK(128, false, "nc block 128 planes, loads (extension)")
+    NC_BLOCK(128, true, "nc block 128 planes, one bulk copy")
+    NC_BLOCK(64, true, "nc block 64 planes, one bulk copy")
+    NC_BLOCK(256, true, "nc block 256 planes, one bulk copy")
+    NC_BLOCK(256, false, "nc block 256 planes, loads")
     time_graph("empty kernel (node cost)", [](const bf16*, bf16*, cudaStream_t st) {
       empty_kernel<<<1, 32, 0, st>>>(); }, b, 0);
   }
