@@ -171,9 +171,11 @@ def _adaptive_cases(dtype, layout="NHWC"):
             ab_fwd = lambda d: runtime_p(_variant(old(d), "TORCH_DNN_POOL_GLOBAL_MINB", "8", "torch_dnn minb8"))  # noqa: E731
             ab_bwd = old
         elif graph:
-            ab_fwd = lambda d: runtime_p(_variant(_variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"),  # noqa: E731
-                                                  "TORCH_DNN_POOL_GLOBAL_COL_U", "8", "torch_dnn col8"))
-            ab_bwd = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes")  # noqa: E731
+            # and the column split by the 32-bit division instead of a multiply-high
+            div32 = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL_FASTDIV", "0", "torch_dnn div32")  # noqa: E731
+            ab_fwd = lambda d: div32(runtime_p(_variant(_variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"),  # noqa: E731
+                                                        "TORCH_DNN_POOL_GLOBAL_COL_U", "8", "torch_dnn col8")))
+            ab_bwd = lambda d: div32(_variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"))  # noqa: E731
         out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab_fwd({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
             "eager": eager,

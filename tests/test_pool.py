@@ -718,8 +718,8 @@ def test_cuda_past_2_31_elements_nchw_and_global():
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_cuda_global_average_paths(dtype, monkeypatch):
     # global average pooling, 7x7 (compiled in) and 5x5 (runtime P; a last chunk of 111 planes), NCDHW chunks and
-    # channels-last columns: the error rule against PyTorch, and the same bits from the runtime-P kernels (the same
-    # summation order)
+    # channels-last columns: the error rule against PyTorch, and the same bits from the runtime-P kernels and the
+    # column split by division (the same summation order)
     cases = [((512, 200, 7, 7), "contiguous"), ((255, 401, 5, 5), "contiguous"), ((256, 1024, 7, 7), "channels_last"),
              ((256, 1024, 5, 5), "channels_last")]
     xs = [_input(shape, dtype, "cuda", layout) for shape, layout in cases]
@@ -728,7 +728,7 @@ def test_cuda_global_average_paths(dtype, monkeypatch):
         v = compare_errors(y, TF.adaptive_avg_pool2d(x, 1), TF.adaptive_avg_pool2d(x.double(), 1),
                            name=f"adaptive_avg_pool2d(1) {tuple(x.shape)}")
         assert v, v.message
-    for variant in ("TORCH_DNN_POOL_GLOBAL_STATIC=0", "TORCH_DNN_POOL_GLOBAL_MINB=8"):
+    for variant in ("TORCH_DNN_POOL_GLOBAL_STATIC=0", "TORCH_DNN_POOL_GLOBAL_MINB=8", "TORCH_DNN_POOL_GLOBAL_FASTDIV=0"):
         with monkeypatch.context() as m:
             set_variant(m, variant)
             for x, y in zip(xs, base):

@@ -92,9 +92,9 @@ bool launch_global_bwd(DType t, const void* g, void* dx, const PoolShape& s, cud
     if (s.channels_last) {
       auto run = [&](auto vec) {
         constexpr int VV = decltype(vec)::value;
-        if (global_cl_columns(s.N * (s.C / VV))) {  // a thread a column
+        if (global_cl_columns(s.N * (s.C / VV)) && s.C / VV < (int64_t(1) << 31)) {  // a thread a column
           launch(global_bcast_cl_col<T, VV>, grid_for(s.N * (s.C / VV), kThreads), kThreads, stream, gp, dxp, s.N, P,
-                 s.C / VV);
+                 FastDivmod32(uint32_t(s.C / VV)), column_div(s.N * (s.C / VV)));
           return;
         }
         const int64_t div[2] = {s.C / VV, P};

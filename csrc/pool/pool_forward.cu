@@ -143,16 +143,18 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
       auto run = [&](auto vec) {
         constexpr int VV = decltype(vec)::value;
         const int64_t G = s.C / VV;
-        if (global_cl_columns(s.N * G)) {  // a thread a column
+        if (global_cl_columns(s.N * G) && G < (int64_t(1) << 31)) {  // a thread a column
           // rows in flight a thread: 7 (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 8 for A/B runs; 7 measured 0.0199-0.0200
           // ms against 8's 0.0202 in three runs at 256x2048x7x7 bf16 on the H100)
           const int u = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_U", 7);
           const unsigned grid = grid_for(s.N * G, kThreads);
+          const FastDivmod32 by_g{uint32_t(G)};
+          const ColumnDiv div = column_div(s.N * G);
           if (u == 7 && global_static_p(P))
-            launch(global_avg_cl_col<T, VV, 7, kStaticP>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else if (u == 4) launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else if (u == 8) launch(global_avg_cl_col<T, VV, 8>, grid, kThreads, stream, xp, yp, s.N, P, G);
-          else launch(global_avg_cl_col<T, VV, 7>, grid, kThreads, stream, xp, yp, s.N, P, G);
+            launch(global_avg_cl_col<T, VV, 7, kStaticP>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
+          else if (u == 4) launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
+          else if (u == 8) launch(global_avg_cl_col<T, VV, 8>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
+          else launch(global_avg_cl_col<T, VV, 7>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
           return;
         }
         // channel groups per block: up to 32 (a warp along C), fewer when C is small, so rows get more lanes

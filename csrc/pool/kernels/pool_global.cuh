@@ -58,11 +58,14 @@ __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* _
   }
 }
 
-// Channels-last x[N][P][C] seen as N * G columns of V channels (G = C / V): the offset of column t's first row.
-// 32-bit division where the columns allow (the 64-bit one costs registers).
-__device__ __forceinline__ int64_t column_start(int64_t t, int64_t G, int64_t P, int64_t C, int V, bool small) {
+// Channels-last x[N][P][C] seen as N * G columns of V channels (G = by_g.d = C / V): the offset of column t's first
+// row. div: how t is divided by G (column_div, pool_tile.cuh).
+__device__ __forceinline__ int64_t column_start(int64_t t, FastDivmod32 by_g, int64_t P, int64_t C, int V,
+                                                ColumnDiv div) {
+  const int64_t G = by_g.d;
   int64_t n;
-  if (small) n = uint32_t(t) / uint32_t(G);
+  if (div == ColumnDiv::Fast) n = by_g.div(uint32_t(t));
+  else if (div == ColumnDiv::Narrow) n = uint32_t(t) / uint32_t(G);
   else n = t / G;
   return n * P * C + (t - n * G) * V;
 }
@@ -76,14 +79,14 @@ __device__ __forceinline__ int64_t column_start(int64_t t, int64_t G, int64_t P,
 // PS: P when known at compile time (kStaticP), 0 otherwise.
 template <typename T, int V, int U, int PS = 0>
 __global__ void __launch_bounds__(kThreads, 2) global_avg_cl_col(const T* __restrict__ x, T* __restrict__ y,
-                                                              int64_t N, int64_t P_, int64_t G) {
+                                                              int64_t N, int64_t P_, FastDivmod32 by_g,
+                                                              ColumnDiv div) {
   using A = acc_t<T>;
   const int64_t P = PS ? PS : P_;
   const A inv = A(1) / A(P);
-  const int64_t C = G * V, cols = N * G;
-  const bool small = cols < (int64_t(1) << 31);
+  const int64_t G = by_g.d, C = G * V, cols = N * G;
   POOL_GRID_LOOP(t, cols) {
-    const T* xp = x + column_start(t, G, P, C, V, small);
+    const T* xp = x + column_start(t, by_g, P, C, V, div);
     A acc[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) acc[j] = A(0);
@@ -165,11 +168,11 @@ __global__ void __launch_bounds__(kThreads) global_bcast_cl(const T* __restrict_
 // P rows (one load of g, no index division a store).
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) global_bcast_cl_col(const T* __restrict__ g, T* __restrict__ dx,
-                                                                int64_t N, int64_t P, int64_t G) {
+                                                                int64_t N, int64_t P, FastDivmod32 by_g,
+                                                                ColumnDiv div) {
   using A = acc_t<T>;
   const A inv = A(1) / A(P);
-  const int64_t C = G * V, cols = N * G;
-  const bool small = cols < (int64_t(1) << 31);
+  const int64_t G = by_g.d, C = G * V, cols = N * G;
   POOL_GRID_LOOP(t, cols) {
     A v[V];
     load_acc<V>(g + t * V, v);  // g[n][c]: column t's V channels
@@ -178,7 +181,7 @@ __global__ void __launch_bounds__(kThreads) global_bcast_cl_col(const T* __restr
     Vec<T, V> o;
 #pragma unroll
     for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>(v[j]);
-    T* dp = dx + column_start(t, G, P, C, V, small);
+    T* dp = dx + column_start(t, by_g, P, C, V, div);
 #pragma unroll 4
     for (int64_t r = 0; r < P; ++r, dp += C) store_vec<T, V>(dp, o);
   }

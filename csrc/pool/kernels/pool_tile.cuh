@@ -904,6 +904,15 @@ inline bool global_cl_columns(int64_t columns) {
   return env::choice("TORCH_DNN_POOL_GLOBAL_CL", "col", "lanes", columns >= int64_t(sm_count()) * 192);
 }
 
+// How the channels-last column kernels split a column index into (n, channel vector): by a multiply-high where the
+// columns are under 2^31 (a thread's first loads wait on this division; TORCH_DNN_POOL_GLOBAL_FASTDIV=0: by the
+// 32-bit division, for A/B runs), else by the 64-bit one.
+enum class ColumnDiv : int { Wide = 0, Narrow = 1, Fast = 2 };
+inline ColumnDiv column_div(int64_t columns) {
+  if (columns >= (int64_t(1) << 31)) return ColumnDiv::Wide;
+  return env::is("TORCH_DNN_POOL_GLOBAL_FASTDIV", "0") ? ColumnDiv::Narrow : ColumnDiv::Fast;
+}
+
 // The one volume the global-average kernels also take as a compile-time constant: 7x7, the last feature map of
 // ImageNet CNNs at 224 (ResNet, RegNet, EfficientNet, ...). With P known the row loop's trip count, predicates
 // and addresses fold: on the H100, 256x2048x7x7 bf16 channels-last 19.55 -> 19.25 us a call in a standalone copy
