@@ -717,22 +717,32 @@ def test_cuda_past_2_31_elements_nchw_and_global():
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_cuda_global_average_paths(dtype, monkeypatch):
-    # global average pooling, 7x7 (compiled in) and 5x5 (runtime P; a last chunk of 111 planes), NCDHW chunks and
-    # channels-last columns: the error rule against PyTorch, and the same bits from the runtime-P kernels and the
-    # column split by division (the same summation order)
-    cases = [((512, 200, 7, 7), "contiguous"), ((255, 401, 5, 5), "contiguous"), ((256, 1024, 7, 7), "channels_last"),
+    # global average pooling forward and backward, 7x7 (compiled in) and 5x5 (runtime P; a last chunk of 148 planes),
+    # NCDHW chunks and channels-last columns: the error rule against PyTorch, and the same bits from the runtime-P
+    # kernels and the column split by division
+    cases = [((700, 200, 7, 7), "contiguous"), ((340, 401, 5, 5), "contiguous"), ((256, 1024, 7, 7), "channels_last"),
              ((256, 1024, 5, 5), "channels_last")]
     xs = [_input(shape, dtype, "cuda", layout) for shape, layout in cases]
-    base = [F.adaptive_avg_pool2d(x, 1) for x in xs]
-    for x, y in zip(xs, base):
+    gs = [_input(x.shape[:2] + (1, 1), dtype, "cuda") for x in xs]
+
+    def run(x, g):
+        return F.adaptive_avg_pool2d(x, 1), ops.adaptive_avg_pool2d_backward(g, x)
+
+    base = [run(x, g) for x, g in zip(xs, gs)]
+    for x, g, (y, dx) in zip(xs, gs, base):
         v = compare_errors(y, TF.adaptive_avg_pool2d(x, 1), TF.adaptive_avg_pool2d(x.double(), 1),
                            name=f"adaptive_avg_pool2d(1) {tuple(x.shape)}")
+        assert v, v.message
+        aten_bwd = torch.ops.aten._adaptive_avg_pool2d_backward
+        v = compare_errors(dx, aten_bwd(g, x), aten_bwd(g.double(), x.double()), grad=True,
+                           name=f"adaptive_avg_pool2d(1) backward {tuple(x.shape)}")
         assert v, v.message
     for variant in ("TORCH_DNN_POOL_GLOBAL_STATIC=0", "TORCH_DNN_POOL_GLOBAL_MINB=8", "TORCH_DNN_POOL_GLOBAL_FASTDIV=0"):
         with monkeypatch.context() as m:
             set_variant(m, variant)
-            for x, y in zip(xs, base):
-                assert torch.equal(F.adaptive_avg_pool2d(x, 1), y), (variant, tuple(x.shape), x.is_contiguous())
+            for x, g, (y, dx) in zip(xs, gs, base):
+                y2, dx2 = run(x, g)
+                assert torch.equal(y2, y) and torch.equal(dx2, dx), (variant, tuple(x.shape), x.is_contiguous())
 
 
 @pytest.mark.cuda

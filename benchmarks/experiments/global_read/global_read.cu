@@ -16,6 +16,7 @@
 //   ring_nc   the NCHW form (planes of 49): 128-plane chunks through a ring, contiguous ranges or round-robin
 //             chunks a block, the extension's plane-mean consumer or a token sum
 //   nc block  the NCHW form, a block per 64-256 planes: the extension's chunk kernel, or one bulk copy a block
+//   bwd       the NCHW backward's write stream: store ceiling, the extension's bcast, a block per 128 / 256 planes
 //   memset    cudaMemsetAsync of the same bytes (the write stream); empty kernel: the cost of a graph node
 // Build and run: run.sh beside this file (nvcc -arch=sm_90a).
 // Result (H100, twenty-third session; results/h100-pool-global-23.md): col with every shape compiled in 19.0 us a
@@ -26,6 +27,10 @@
 // Later: P compiled in plus 32-bit offsets 19.2-19.3, plus the column count 19.15 (ext2); NCHW a block per 128 planes
 // by one bulk copy 19.2 against 19.47 for the extension's loads (nc block), but in the extension (32 registers, 8
 // blocks an SM) 0.0199 ms against 0.0198 by loads: not kept.
+// The NCHW backward (bwd): store ceiling 16.7 us (3.14 TB/s, 8448 blocks); the extension's global_bcast_nc 19.7; a
+// block per 256 planes with g / 49 staged in shared memory 19.0 (128 planes: 19.2). Built into the extension (with
+// st.global.v4 stores: ptxas had split store_vec's into 2-byte stores, 78 us) the harness gave 0.0200 ms against
+// the flat walk's 0.0200: not kept.
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
@@ -421,6 +426,57 @@ __global__ void __launch_bounds__(256) k_nc_block(const bf16* __restrict__ x, bf
   if (lane == 0) y[size_t(blockIdx.x) * PBB + pl] = __float2bfloat16(acc * (1.f / kP));
 }
 
+// The NCHW backward: dx[plane * 49 + p] = g[plane] / 49, a write stream of 51.4 MB (g: 1 MB, L2-resident).
+// store: the write ceiling of plain 16-byte stores (a constant), grid-stride; bcast: the extension's global_bcast_nc
+// (an item = 8 elements: plane and offset by a multiply-high, g loaded for the one or two planes it spans);
+// bchunk: a block per 128 planes, their g / 49 staged in shared memory first (one load a thread), then the chunk's
+// 784 vectors stored with the plane of each element from a constant division by 49.
+__global__ void __launch_bounds__(256) k_store_flat(uint4* __restrict__ y, size_t nv) {
+  const uint4 v = make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u);
+  for (size_t i = size_t(blockIdx.x) * 256 + threadIdx.x; i < nv; i += size_t(gridDim.x) * 256) y[i] = v;
+}
+struct Div32 {
+  uint32_t d, m, s;
+  explicit Div32(uint32_t dv) : d(dv) {
+    for (s = 0; s < 32; ++s)
+      if ((uint64_t(1) << s) >= d) break;
+    m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << s) - d)) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, m) + n) >> s; }
+};
+__global__ void __launch_bounds__(256) k_bcast_nc(const bf16* __restrict__ g, bf16* __restrict__ dx, int64_t total,
+                                                  int64_t P, Div32 by_p) {
+  const float inv = 1.f / float(P);
+  const int64_t items = total / 8;
+  for (int64_t t = int64_t(blockIdx.x) * 256 + threadIdx.x; t < items; t += int64_t(gridDim.x) * 256) {
+    const int64_t e0 = t * 8;
+    const uint32_t q = by_p.div(uint32_t(e0)), r = uint32_t(e0) - q * uint32_t(P);
+    const float g0 = __bfloat162float(g[q]) * inv;
+    const float g1 = r + 8 > P ? __bfloat162float(g[q + 1]) * inv : g0;
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = r + j < P ? g0 : g1;
+    store8(dx + e0, v, 1.f);
+  }
+}
+template <int PBB>
+__global__ void __launch_bounds__(256) k_bcast_chunk(const bf16* __restrict__ g, bf16* __restrict__ dx) {
+  constexpr int n = PBB * kP, nv = n / 8;
+  __shared__ float gs[PBB + 1];
+  const size_t p0 = size_t(blockIdx.x) * PBB;
+  if (threadIdx.x < PBB) gs[threadIdx.x] = __bfloat162float(g[p0 + threadIdx.x]) * (1.f / kP);
+  __syncthreads();
+  bf16* dst = dx + p0 * kP;
+  for (int i = threadIdx.x; i < nv; i += 256) {
+    const int e = i * 8, pl = e / kP, r = e - pl * kP;
+    const float g0 = gs[pl], g1 = gs[pl + 1 < PBB ? pl + 1 : pl];
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = r + j < kP ? g0 : g1;
+    store8(dst + e, v, 1.f);
+  }
+}
+
 struct Bufs {
   std::vector<bf16*> x;
   std::vector<bf16*> y;
@@ -563,6 +619,25 @@ int main() {
     };
     k_ring_nc<8, true, true><<<sms, 256, 8 * kChunkNC>>>(b.x[0], b.y[0], b.junk); check_nc("nc contig");
     k_ring_nc<7, false, true><<<2 * sms, 256, 7 * kChunkNC>>>(b.x[0], b.y[0], b.junk); check_nc("nc rr");
+    {  // the backward forms: dx from g = the means just computed (b.y[0] holds plane means of x[0])
+      k_nc_block<128, false><<<kPlanes / 128, 256, 128 * kP * 2>>>(b.x[0], b.y[0]);
+      CK(cudaDeviceSynchronize());
+      std::vector<bf16> hg(kPlanes), hdx(kElems);
+      CK(cudaMemcpy(hg.data(), b.y[0], kPlanes * 2, cudaMemcpyDeviceToHost));
+      auto check_bwd = [&](const char* name) {
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hdx.data(), b.x[3], kElems * 2, cudaMemcpyDeviceToHost));
+        double maxd = 0;
+        for (size_t e = 0; e < kElems; ++e)
+          maxd = std::max(maxd, double(std::abs(__bfloat162float(hdx[e]) - __bfloat162float(hg[e / kP]) / kP)));
+        printf("check %-10s max |diff| vs host: %.3g\n", name, maxd);
+        CK(cudaMemset(b.x[3], 0xff, kElems * 2));
+      };
+      k_bcast_nc<<<132 * 64, 256>>>(b.y[0], b.x[3], int64_t(kElems), kP, Div32(kP)); check_bwd("bcast");
+      k_bcast_chunk<128><<<kPlanes / 128, 256>>>(b.y[0], b.x[3]); check_bwd("bchunk128");
+      k_bcast_chunk<256><<<kPlanes / 256, 256>>>(b.y[0], b.x[3]); check_bwd("bchunk256");
+      init<<<1024, 256>>>(b.x[3], kElems, 77u + 3);
+    }
     k_nc_block<128, false><<<kPlanes / 128, 256, 128 * kP * 2>>>(b.x[0], b.y[0]); check_nc("ncblk128");
     k_nc_block<128, true><<<kPlanes / 128, 256, 128 * kP * 2>>>(b.x[0], b.y[0]); check_nc("ncbulk128");
     k_nc_block<64, true><<<kPlanes / 64, 256, 64 * kP * 2>>>(b.x[0], b.y[0]); check_nc("ncbulk64");
@@ -660,6 +735,20 @@ int main() {
     NC_BLOCK(64, true, "nc block 64 planes, one bulk copy")
     NC_BLOCK(256, true, "nc block 256 planes, one bulk copy")
     NC_BLOCK(256, false, "nc block 256 planes, loads")
+    {
+      const int gA = 132 * 64, g4 = sms * 4;
+      time_graph("bwd store ceiling, grid 8448x256", [gA](const bf16* x, bf16*, cudaStream_t st) {
+        k_store_flat<<<gA, 256, 0, st>>>(reinterpret_cast<uint4*>(const_cast<bf16*>(x)), kElems / 8); }, b, counted);
+      time_graph("bwd store ceiling, grid 4xSM", [g4](const bf16* x, bf16*, cudaStream_t st) {
+        k_store_flat<<<g4, 256, 0, st>>>(reinterpret_cast<uint4*>(const_cast<bf16*>(x)), kElems / 8); }, b, counted);
+      const Div32 by_p(kP);
+      time_graph("bwd bcast (extension)", [gA, by_p](const bf16* x, bf16* y, cudaStream_t st) {
+        k_bcast_nc<<<gA, 256, 0, st>>>(y, const_cast<bf16*>(x), int64_t(kElems), kP, by_p); }, b, counted);
+      time_graph("bwd chunk 128 planes", [](const bf16* x, bf16* y, cudaStream_t st) {
+        k_bcast_chunk<128><<<kPlanes / 128, 256, 0, st>>>(y, const_cast<bf16*>(x)); }, b, counted);
+      time_graph("bwd chunk 256 planes", [](const bf16* x, bf16* y, cudaStream_t st) {
+        k_bcast_chunk<256><<<kPlanes / 256, 256, 0, st>>>(y, const_cast<bf16*>(x)); }, b, counted);
+    }
     time_graph("empty kernel (node cost)", [](const bf16*, bf16*, cudaStream_t st) {
       empty_kernel<<<1, 32, 0, st>>>(); }, b, 0);
   }
