@@ -163,19 +163,24 @@ def _adaptive_cases(dtype, layout="NHWC"):
     for graph in (False, True):
         how = " graph" if graph else ""
         # graph rows: also the first kernels, and A/B rows. NCHW forward: the chunked kernel with registers for 8
-        # blocks an SM; NHWC: row lanes instead of a thread a column, 8 rows in flight a column instead of 7
+        # blocks an SM; NHWC: row lanes instead of a thread a column, 8 rows in flight a column instead of 7, the
+        # column split by the 32-bit division instead of a multiply-high; both forwards: P a runtime value (7x7 is
+        # compiled in)
+        def knob(name, value, label):
+            return lambda d: _variant(d, name, value, label)
+
+        runtime_p = knob("TORCH_DNN_POOL_GLOBAL_STATIC", "0", "torch_dnn runtime P")
+        minb8 = knob("TORCH_DNN_POOL_GLOBAL_MINB", "8", "torch_dnn minb8")
+        lanes = knob("TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes")
+        col8 = knob("TORCH_DNN_POOL_GLOBAL_COL_U", "8", "torch_dnn col8")
+        div32 = knob("TORCH_DNN_POOL_GLOBAL_FASTDIV", "0", "torch_dnn div32")
         ab_fwd = ab_bwd = lambda d: d  # noqa: E731
-        # both: the kernels with P a runtime value (TORCH_DNN_POOL_GLOBAL_STATIC=0; 7x7 is compiled in)
-        runtime_p = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL_STATIC", "0", "torch_dnn runtime P")  # noqa: E731
         if graph and layout == "NCHW":
-            ab_fwd = lambda d: runtime_p(_variant(old(d), "TORCH_DNN_POOL_GLOBAL_MINB", "8", "torch_dnn minb8"))  # noqa: E731
+            ab_fwd = lambda d: runtime_p(minb8(old(d)))  # noqa: E731
             ab_bwd = old
         elif graph:
-            # and the column split by the 32-bit division instead of a multiply-high
-            div32 = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL_FASTDIV", "0", "torch_dnn div32")  # noqa: E731
-            ab_fwd = lambda d: div32(runtime_p(_variant(_variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"),  # noqa: E731
-                                                        "TORCH_DNN_POOL_GLOBAL_COL_U", "8", "torch_dnn col8")))
-            ab_bwd = lambda d: div32(_variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes"))  # noqa: E731
+            ab_fwd = lambda d: div32(runtime_p(col8(lanes(d))))  # noqa: E731
+            ab_bwd = lambda d: div32(lanes(d))  # noqa: E731
         out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab_fwd({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
             "eager": eager,

@@ -717,7 +717,7 @@ def test_cuda_past_2_31_elements_nchw_and_global():
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_cuda_global_average_paths(dtype, monkeypatch):
-    # global average pooling forward and backward, 7x7 (compiled in) and 5x5 (runtime P; a last chunk of 148 planes),
+    # global average pooling forward and backward, 7x7 (compiled in) and 5x5 (runtime P; a last chunk of 20 planes),
     # NCDHW chunks and channels-last columns: the error rule against PyTorch, and the same bits from the runtime-P
     # kernels and the column split by division
     cases = [((700, 200, 7, 7), "contiguous"), ((340, 401, 5, 5), "contiguous"), ((256, 1024, 7, 7), "channels_last"),
