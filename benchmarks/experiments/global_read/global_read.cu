@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <vector>
 #include <algorithm>
+#include <string>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "common/cuda/bulk_copy.cuh"
@@ -517,24 +518,28 @@ void time_graph(const char* name, Launch launch, const Bufs& b, double counted_b
   CK(cudaStreamDestroy(st));
 }
 
-__global__ void init(bf16* x, size_t n, uint32_t seed) {
+// Inputs: uniform in [-scale / 2, scale / 2) (scale 1 by default; `global_read wide` takes 8: the harness's
+// uniform(-4, 4), to see whether the values move the times)
+__global__ void init(bf16* x, size_t n, uint32_t seed, float scale) {
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     uint32_t h = uint32_t(i) * 2654435761u ^ seed;
     h ^= h >> 13;
     h *= 0x5bd1e995u;
     h ^= h >> 15;
-    x[i] = __float2bfloat16(float(h & 0xffff) / 65536.f - 0.5f);
+    x[i] = __float2bfloat16((float(h & 0xffff) / 65536.f - 0.5f) * scale);
   }
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const float scale = argc > 1 && std::string(argv[1]) == "wide" ? 8.f : 1.f;
+  printf("inputs: uniform with width %g\n", scale);
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   Bufs b;
   for (int i = 0; i < 4; ++i) {
     bf16* p;
     CK(cudaMalloc(&p, kElems * 2));
-    init<<<1024, 256>>>(p, kElems, 77u + i);
+    init<<<1024, 256>>>(p, kElems, 77u + i, scale);
     b.x.push_back(p);
     bf16* q;
     CK(cudaMalloc(&q, size_t(kN) * kC * 2));
@@ -636,7 +641,7 @@ int main() {
       k_bcast_nc<<<132 * 64, 256>>>(b.y[0], b.x[3], int64_t(kElems), kP, Div32(kP)); check_bwd("bcast");
       k_bcast_chunk<128><<<kPlanes / 128, 256>>>(b.y[0], b.x[3]); check_bwd("bchunk128");
       k_bcast_chunk<256><<<kPlanes / 256, 256>>>(b.y[0], b.x[3]); check_bwd("bchunk256");
-      init<<<1024, 256>>>(b.x[3], kElems, 77u + 3);
+      init<<<1024, 256>>>(b.x[3], kElems, 77u + 3, scale);
     }
     k_nc_block<128, false><<<kPlanes / 128, 256, 128 * kP * 2>>>(b.x[0], b.y[0]); check_nc("ncblk128");
     k_nc_block<128, true><<<kPlanes / 128, 256, 128 * kP * 2>>>(b.x[0], b.y[0]); check_nc("ncbulk128");
