@@ -41,6 +41,11 @@ struct EmuClusterState {
 inline EmuClusterState emu_cl;
 
 inline void __syncthreads() { emu_cl.cta_bar[emu_rank]->arrive_and_wait(); }
+inline float __uint_as_float(uint32_t u) {  // vec.cuh's packed bf16 reads
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
