@@ -4,7 +4,7 @@
 // 2.62-2.64 TB/s. Variants, timed like the harness (a CUDA graph of 20 calls rotating 4 inputs, per-call time):
 //   col       the form of the extension's global_avg_cl_col (a thread a column of 8 channels, 7 rows in flight) with every
 //             shape a compile-time constant
-//   col hint  the same with L1 / L2 cache hints on the loads (no_allocate, L2::256B prefetch)
+//   col hint  the same with L1 / L2 cache hints on the loads (no_allocate, L2::256B prefetch): k_col<U, H>
 //   col2      two threads a column (rows split in halves, a shuffle)
 //   ext       the same with the extension's runtime shapes, 64-bit offsets and predicated rows; split: whole
 //             groups of U rows unpredicated, then the remainder rows one at a time
@@ -74,33 +74,14 @@ __device__ __forceinline__ void store8(bf16* y, const float* acc, float s) {
   *reinterpret_cast<uint4*>(y) = o;
 }
 
-// the extension's form: a thread a column (n, 8 channels), U rows in flight
-template <int U>
-__global__ void __launch_bounds__(256, 2) k_col(const bf16* __restrict__ x, bf16* __restrict__ y) {
-  constexpr int G = kC / 8;
-  const int t = blockIdx.x * 256 + threadIdx.x;
-  if (t >= kN * G) return;
-  const int n = t / G, g = t - n * G;
-  const bf16* xp = x + size_t(n) * kP * kC + g * 8;
-  float acc[8] = {};
-  for (int r0 = 0; r0 < kP; r0 += U, xp += U * kC) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (r0 + u < kP) v[u] = __ldg(reinterpret_cast<const uint4*>(xp + u * kC));
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (r0 + u < kP) add8(acc, v[u]);
-  }
-  store8(y + size_t(t) * 8, acc, 1.f / kP);
-}
-
-// k_col with a cache hint on its loads: H = 1 ld.global.nc.L1::no_allocate.L2::256B (L2 fetches 256-byte blocks),
+// k_col's loads: H = 0 __ldg (ld.global.nc), 1 ld.global.nc.L1::no_allocate.L2::256B (L2 fetches 256-byte blocks),
 // H = 2 ld.global.nc.L2::256B, H = 3 ld.global.nc.L1::no_allocate
 template <int H>
 __device__ __forceinline__ uint4 ld_hint(const void* p) {
   uint4 v;
-  if constexpr (H == 1)
+  if constexpr (H == 0)
+    v = __ldg(reinterpret_cast<const uint4*>(p));
+  else if constexpr (H == 1)
     asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   else if constexpr (H == 2)
@@ -111,8 +92,9 @@ __device__ __forceinline__ uint4 ld_hint(const void* p) {
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
-template <int U, int H>
-__global__ void __launch_bounds__(256, 2) k_col_hint(const bf16* __restrict__ x, bf16* __restrict__ y) {
+// the extension's form: a thread a column (n, 8 channels), U rows in flight, loads with hint H (ld_hint)
+template <int U, int H = 0>
+__global__ void __launch_bounds__(256, 2) k_col(const bf16* __restrict__ x, bf16* __restrict__ y) {
   constexpr int G = kC / 8;
   const int t = blockIdx.x * 256 + threadIdx.x;
   if (t >= kN * G) return;
@@ -581,10 +563,10 @@ int main(int argc, char** argv) {
   k_ext<8, true><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0], kN, kP, kC / 8); check("ext8split");
   k_col<17><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0]); check("col17");
   k_col2<13><<<kN * kC / 8 / 128, 256>>>(b.x[0], b.y[0]); check("col2_13");
-  k_col_hint<7, 1><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0]); check("colhint1");
+  k_col<7, 1><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0]); check("colhint1");
   k_ext2<false, 0><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0], kN, kC / 8); check("ext2_64");
   k_ext2<true, 0><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0], kN, kC / 8); check("ext2_32");
-  k_col_hint<7, 2><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0]); check("colhint2");
+  k_col<7, 2><<<kN * kC / 8 / 256, 256>>>(b.x[0], b.y[0]); check("colhint2");
   b128(b.x[0], b.y[0], 0); check("bulk128");
   b256(b.x[0], b.y[0], 0); check("bulk256");
   b512(b.x[0], b.y[0], 0); check("bulk512");
@@ -655,11 +637,11 @@ int main(int argc, char** argv) {
     time_graph("col U=4", [](const bf16* x, bf16* y, cudaStream_t st) {
       k_col<4><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
     time_graph("col U=7 nc.L1::no_allocate.L2::256B", [](const bf16* x, bf16* y, cudaStream_t st) {
-      k_col_hint<7, 1><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
+      k_col<7, 1><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
     time_graph("col U=7 nc.L2::256B", [](const bf16* x, bf16* y, cudaStream_t st) {
-      k_col_hint<7, 2><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
+      k_col<7, 2><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
     time_graph("col U=7 nc.L1::no_allocate", [](const bf16* x, bf16* y, cudaStream_t st) {
-      k_col_hint<7, 3><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
+      k_col<7, 3><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
     time_graph("col U=10", [](const bf16* x, bf16* y, cudaStream_t st) {
       k_col<10><<<kN * kC / 8 / 256, 256, 0, st>>>(x, y); }, b, counted);
     time_graph("col U=13", [](const bf16* x, bf16* y, cudaStream_t st) {
