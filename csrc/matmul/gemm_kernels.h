@@ -56,8 +56,16 @@ struct GemmArgs {
 // no sm_90a code, when the device is not sm_90, or when TMA's rules do not hold (16-byte aligned base
 // pointers and leading dimensions, unit stride along the contiguous dimension).
 bool gemm_sm90_supports(const GemmArgs& a);
-cudaError_t gemm_sm90(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
-int64_t gemm_sm90_workspace_bytes(const GemmArgs& a);
+// Device scratch memory that a launch asks for only when it needs some (one whose kernel parameters are cached
+// asks for none, so a decode call neither sizes nor allocates a workspace): get(bytes) returns at least `bytes`
+// that stay valid for the work queued on the launch's stream (the caching allocator's stream order), or null.
+// A launch may ask more than once (the split skinny kernels: their partial sums, then the GEMM's own).
+struct WorkspaceSource {
+  void* (*fn)(void* ctx, int64_t bytes) = nullptr;
+  void* ctx = nullptr;
+  void* get(int64_t bytes) const { return bytes > 0 && fn != nullptr ? fn(ctx, bytes) : nullptr; }
+};
+cudaError_t gemm_sm90(const GemmArgs& a, const WorkspaceSource& workspace, cudaStream_t stream);
 // Whether gemm_sm90 takes the problem with its skinny kernels (x @ w.T, M <= 256; gemm_sm90_skinny.cu).
 bool gemm_sm90_skinny(const GemmArgs& a);
 

@@ -169,18 +169,11 @@ bool gemm_sm90_skinny(const GemmArgs& a) {
   return choose(a) == Kind::TnSkinny;
 }
 
-int64_t gemm_sm90_workspace_bytes(const GemmArgs& a) {
-  const Kind k = choose(a);
-  if (k == Kind::None || !device_info().sm90) return 0;
-  if (k == Kind::TnSkinny) return skinny_workspace_bytes(a);
-  return dispatch(a, k, [&]<class Cfg>() { return workspace_bytes<Cfg>(a); });
-}
-
-cudaError_t gemm_sm90(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
+cudaError_t gemm_sm90(const GemmArgs& a, const WorkspaceSource& workspace, cudaStream_t stream) {
   if (!gemm_sm90_supports(a)) return cudaErrorNotSupported;
   const Kind k = choose(a);
-  if (k == Kind::TnSkinny) return run_skinny(a, workspace, workspace_bytes, stream);
-  return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, workspace_bytes, stream); });
+  if (k == Kind::TnSkinny) return run_skinny(a, workspace, stream);
+  return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, stream); });
 }
 
 }  // namespace matmul

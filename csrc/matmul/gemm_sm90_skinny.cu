@@ -257,31 +257,18 @@ auto dispatch_skinny(const GemmArgs& a, SkinnyKernel k, bool partial, F&& f) {
 
 }  // namespace
 
-int64_t skinny_workspace_bytes(const GemmArgs& a) {
+cudaError_t run_skinny(const GemmArgs& a, const WorkspaceSource& workspace, cudaStream_t stream) {
   const SkinnyShape sh = skinny_shape(a);
   const int splits = splits_for(a, sh);
   if (splits == 1)
     return dispatch_skinny(a, sh.k, false,
-                           [&]<class Cfg, class T>() { return workspace_bytes<Cfg>(whole_k_args(a, sh)); });
-  const GemmArgs p = partial_args(a, sh, splits, nullptr);
-  return partial_bytes(a, splits) +
-         dispatch_skinny(a, sh.k, true, [&]<class Cfg, class T>() { return workspace_bytes<Cfg>(p); });
-}
-
-cudaError_t run_skinny(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
-  const SkinnyShape sh = skinny_shape(a);
-  const int splits = splits_for(a, sh);
-  if (splits == 1)
-    return dispatch_skinny(a, sh.k, false, [&]<class Cfg, class T>() {
-      return run<Cfg>(whole_k_args(a, sh), workspace, workspace_bytes, stream);
-    });
-  const int64_t pb = partial_bytes(a, splits);
-  if (workspace == nullptr || workspace_bytes < pb) return cudaErrorInvalidValue;
-  float* part = static_cast<float*>(workspace);
+                           [&]<class Cfg, class T>() { return run<Cfg>(whole_k_args(a, sh), workspace, stream); });
+  float* part = static_cast<float*>(workspace.get(partial_bytes(a, splits)));
+  if (part == nullptr) return cudaErrorMemoryAllocation;
   const GemmArgs p = partial_args(a, sh, splits, part);
   return dispatch_skinny(a, sh.k, true, [&]<class Cfg, class T>() {
     using Elem = cute::conditional_t<std::is_same_v<T, bf16>, __nv_bfloat16, __half>;
-    cudaError_t err = run<Cfg>(p, static_cast<char*>(workspace) + pb, workspace_bytes - pb, stream);
+    cudaError_t err = run<Cfg>(p, workspace, stream);
     return err != cudaSuccess ? err : launch_finish<Elem>(a, part, splits, stream);
   });
 }

@@ -39,6 +39,25 @@ void* ptr(const at::Tensor& ws) { return ws.defined() ? ws.data_ptr() : nullptr;
 int64_t size(const at::Tensor& ws) { return ws.defined() ? ws.numel() : 0; }
 
 #ifdef TORCH_DNN_WITH_SM90_GEMM
+// The workspaces one gemm_sm90 call asks for (at most two: the split skinny kernels' partial sums and the GEMM's
+// own), held until its launches are queued.
+struct CallWorkspace {
+  const at::Tensor& like;
+  at::Tensor held[2];
+  int n = 0;
+  explicit CallWorkspace(const at::Tensor& l) : like(l) {}
+  static void* get(void* self, int64_t bytes) {
+    auto* w = static_cast<CallWorkspace*>(self);
+    TORCH_CHECK(w->n < 2, "torch_dnn: the sm90 GEMM asked for more than two workspaces");
+    at::Tensor& t = w->held[w->n++];
+    t = workspace(bytes, w->like);
+    return ptr(t);
+  }
+  WorkspaceSource source() { return {&CallWorkspace::get, this}; }
+};
+#endif
+
+#ifdef TORCH_DNN_WITH_SM90_GEMM
 bool device_is_sm90(const at::Tensor& like) {
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(like.device().index());
   return prop->major == 9 && prop->minor == 0;
@@ -86,8 +105,8 @@ bool gemm_sm90_tf32_rounded(const GemmArgs& a, Tf32Mode mode, const at::Tensor& 
   if (round_b)
     TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.B.ptr), a.B.ld, b_rows, b_t ? a.N : a.K, b_t,
                                      cb.data_ptr<float>(), current_stream()));
-  at::Tensor ws = workspace(gemm_sm90_workspace_bytes(r), like);
-  const cudaError_t err = gemm_sm90(r, ptr(ws), size(ws), current_stream());
+  CallWorkspace ws(like);
+  const cudaError_t err = gemm_sm90(r, ws.source(), current_stream());
   TORCH_CHECK(err == cudaSuccess, "torch_dnn: the sm90 TF32 GEMM failed: ", cudaGetErrorString(err));
   return true;
 }
@@ -111,8 +130,8 @@ struct CudaBackend {
                   "device, float16/bfloat16 (or float32 with TF32), 16-byte aligned operands and leading dimensions; "
                   "got ", dtype_name(a.dtype), ", M=", a.M, " N=", a.N, " K=", a.K, ")");
       if (ok) {
-        at::Tensor ws = workspace(gemm_sm90_workspace_bytes(a), like);
-        const cudaError_t err = gemm_sm90(a, ptr(ws), size(ws), current_stream());
+        CallWorkspace ws(like);
+        const cudaError_t err = gemm_sm90(a, ws.source(), current_stream());
         if (err == cudaSuccess) return;
         TORCH_CHECK(err == cudaErrorNotSupported && path != Path::Sm90, "torch_dnn: the sm90 GEMM failed: ",
                     cudaGetErrorString(err));

@@ -313,13 +313,6 @@ inline ParamsKey cache_key(const GemmArgs& a, int splits) {
   return params_key(a, splits, device);
 }
 
-template <class Cfg>
-int64_t workspace_bytes(const GemmArgs& a, int splits = 0) {
-  // only problems without a workspace are cached: a cached one needs no Arguments built to say so
-  if (params_cache<Cfg>().find(cache_key(a, splits)) != nullptr) return 0;
-  return static_cast<int64_t>(Cfg::Gemm::get_workspace_size(make_arguments<Cfg>(a, splits)));
-}
-
 // The kernel's dynamic shared-memory limit, raised once per device (CUTLASS's adapter sets it at every call:
 // a driver call per GEMM that skinny, microsecond-scale problems notice).
 template <class Kernel>
@@ -361,7 +354,7 @@ cudaError_t launch(typename Kernel::Params& params, cudaStream_t stream) {
 }
 
 template <class Cfg>
-cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream, int splits = 0) {
+cudaError_t run(const GemmArgs& a, const WorkspaceSource& workspace, cudaStream_t stream, int splits = 0) {
   using Gemm = typename Cfg::Gemm;
   using Kernel = typename Cfg::Kernel;
   using Params = typename Kernel::Params;
@@ -375,8 +368,8 @@ cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cud
   auto args = make_arguments<Cfg>(a, splits);
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorNotSupported;
   const size_t need = Gemm::get_workspace_size(args);
-  if (need > 0 && (workspace == nullptr || static_cast<int64_t>(need) > workspace_bytes)) return cudaErrorInvalidValue;
-  void* ws = need > 0 ? workspace : nullptr;
+  void* ws = workspace.get(static_cast<int64_t>(need));
+  if (need > 0 && ws == nullptr) return cudaErrorMemoryAllocation;
   if (cudaError_t e = raise_smem_limit<Kernel>(); e != cudaSuccess) return e;
   if (Kernel::initialize_workspace(args, ws, stream, nullptr) != cutlass::Status::kSuccess) {
     cudaError_t e = cudaGetLastError();
@@ -390,8 +383,7 @@ cudaError_t run(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cud
 
 
 // The skinny kernels (gemm_sm90_skinny.cu): x @ W^T with at most 256 rows of x (swap-AB, or narrow tiles).
-int64_t skinny_workspace_bytes(const GemmArgs& a);
-cudaError_t run_skinny(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+cudaError_t run_skinny(const GemmArgs& a, const WorkspaceSource& workspace, cudaStream_t stream);
 
 }  // namespace sm90
 }  // namespace matmul
