@@ -137,6 +137,32 @@ def test_mm_tf32(M, N, K, mode, b_col_major, monkeypatch):
     _check(out, peer, torch.mm(a.double(), b.double()), f"mm tf32 {mode} {M}x{N}x{K}")
 
 
+@pytest.mark.parametrize("a_col_major,b_col_major,pad", [(False, False, None), (True, False, None), (True, True, 4),
+                                                           (False, False, 3), (True, True, 5)],
+                         ids=["A_kmajor-B_nmajor", "A_mmajor-B_nmajor", "ld_pad4", "ld_pad3", "ld_pad5"])
+def test_mm_tf32_rounded_copies(a_col_major, b_col_major, pad, monkeypatch):
+    # The operand copies rounded to TF32 (tf32_round.cu) that also make an operand K-major: the 16-byte tile kernel
+    # where the source allows (16-byte aligned, ld a multiple of 4 floats: transposed, or a strided copy with lds
+    # padded by 4), the scalar tile kernel otherwise (lds padded by 3 or 5) and under TORCH_DNN_TF32_ROUND_VEC=0; M, N, K leave partial 64-tiles at every edge.
+    # Both kernels round the same elements the same way, so the products agree bit for bit; and with PyTorch by
+    # the error rule.
+    M, N, K = 200, 136, 332
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        a = _operand(M, K, torch.float32, a_col_major, pad)
+        b = _operand(K, N, torch.float32, b_col_major, pad)
+        outs = {}
+        for vec in ("1", "0"):
+            monkeypatch.setenv("TORCH_DNN_TF32_ROUND_VEC", vec)
+            outs[vec] = _mm(a, b)
+        peer = torch.mm(a, b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    assert torch.equal(outs["1"], outs["0"]), "16-byte and scalar rounding kernels differ"
+    _check(outs["1"], peer, torch.mm(a.double(), b.double()), f"mm tf32 copies {a_col_major} {b_col_major} {pad}")
+
+
 @pytest.mark.parametrize("M,N,K", [(64, 1024, 512), (2048, 4096, 512)], ids=["skinny", "big"])
 def test_params_cache_repeated_calls(M, N, K, monkeypatch):
     # The launcher reuses a configuration's kernel parameters when a call repeats a problem exactly (sm90_gemm.cuh,
