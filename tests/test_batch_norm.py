@@ -313,7 +313,7 @@ def test_cuda_past_2_31_elements(layout):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_cuda_training_paths(monkeypatch, knobs, dtype):
     # channels-last training runs as one persistent kernel per direction by default (csrc/batch_norm/
-    # batch_norm_kernels.cu); here the separate passes, the persistent kernels with every chunk streamed, and with
+    # batch_norm_kernels.cu; batch_norm_add_act's backward too, with or without a residual); here the separate passes, the persistent kernels with every chunk streamed, and with
     # the chunks split every way (64x64x56x56: 12 forward and 24 backward chunks a block; 10 of them cached, 3 of
     # those in the ring's slots; the last streamed one L2-held), forward and backward against PyTorch
     for k, v in knobs.items():
@@ -346,6 +346,13 @@ def test_cuda_training_paths(monkeypatch, knobs, dtype):
         assert_matches_torch(lambda x, r, w, b: F.batch_norm_add_act(x, None, None, w, b, r, "relu", True),
                              lambda x, r, w, b: torch.relu(TF.batch_norm(x, None, None, w, b, True) + r), [x, r, w, b],
                              name=f"batch_norm_add_act relu {shape} {dtype} {knobs}")
+        # the persistent backward's other two forms: an activation without a residual, a residual without one
+        assert_matches_torch(lambda x, w, b: F.batch_norm_add_act(x, None, None, w, b, None, "silu", True),
+                             lambda x, w, b: TF.silu(TF.batch_norm(x, None, None, w, b, True)), [x, w, b],
+                             name=f"batch_norm_add_act silu {shape} {dtype} {knobs}")
+        assert_matches_torch(lambda x, r, w, b: F.batch_norm_add_act(x, None, None, w, b, r, "identity", True),
+                             lambda x, r, w, b: TF.batch_norm(x, None, None, w, b, True) + r, [x, r, w, b],
+                             name=f"batch_norm_add_act identity {shape} {dtype} {knobs}")
 
 
 @pytest.mark.cuda

@@ -32,7 +32,8 @@ struct CpuBackend {
   static bool fused_forward(const at::Tensor&, const at::Tensor&, int64_t, FwdCoeffArgs&, at::Tensor&) {
     return false;
   }
-  static bool fused_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, BwdCoeffArgs&, at::Tensor&) {
+  static bool fused_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                             const at::Tensor&, const at::Tensor&, int64_t, BwdCoeffArgs&, at::Tensor&, at::Tensor&) {
     return false;
   }
 };

@@ -137,17 +137,25 @@ struct CudaBackend {
     return launched(launch_persist_forward(plan, xd.const_data_ptr(), cptr(rd), y.data_ptr(), int(act), p,
                                            ws.data_ptr(), current_stream()));
   }
-  // Plain batch_norm's training backward in one persistent kernel (launch_persist_backward): writes a.dw, a.db
-  // (those defined) and dx. False: nothing done.
-  static bool fused_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean, BwdCoeffArgs& a,
-                             at::Tensor& dx) {
+  // The training backward in one persistent kernel (launch_persist_backward): writes a.dw, a.db (those defined)
+  // and dx; for batch_norm_add_act (res defined or act != 0) also dz = dy * act'(x * scale + shift + res), from
+  // which dx is computed (dz: d_residual or scratch; undefined for plain batch_norm). False: nothing done.
+  static bool fused_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
+                             const at::Tensor& shift, const at::Tensor& mean, int64_t act, BwdCoeffArgs& a,
+                             at::Tensor& dz, at::Tensor& dx) {
     if (x.numel() == 0 || mean.scalar_type() != at::kFloat) return false;
     c10::cuda::CUDAGuard guard(x.device());
     const env::Scope knobs;
-    const at::Tensor xd = dense_like(x), dyd = like(dy, xd), mu = stat(mean);
+    const at::Tensor xd = dense_like(x), dyd = like(dy, xd), rd = like(res, xd), mu = stat(mean);
+    const bool plain = act == 0 && !rd.defined();
+    if (!plain && (!dz.defined() || dz.strides() != xd.strides() || (act != 0 && scale.scalar_type() != at::kFloat)))
+      return false;
+    const PersistKind kind = plain ? PersistKind::Backward
+                                   : (rd.defined() ? PersistKind::BackwardActRes : PersistKind::BackwardAct);
     at::Tensor ws;
-    const PersistPlan plan =
-        plan_for(xd, dx, PersistKind::Backward, {dyd.const_data_ptr(), xd.const_data_ptr(), dx.data_ptr()}, ws);
+    const PersistPlan plan = plan_for(
+        xd, dx, kind, {dyd.const_data_ptr(), xd.const_data_ptr(), dx.data_ptr(), cptr(rd), plain ? nullptr : cptr(dz)},
+        ws);
     if (!plan.ok) return false;
     BwdCoeffPtrs p;
     p.invstd = vec(a.invstd);
@@ -156,6 +164,17 @@ struct CudaBackend {
     p.count = a.count;
     p.dw = vec(a.dw);
     p.db = vec(a.db);
+    BwdActArgs act_args;
+    if (!plain) {
+      const at::Tensor sc = stat(scale), sh = stat(shift);
+      act_args.res = cptr(rd);
+      act_args.scale = act != 0 ? static_cast<const float*>(sc.const_data_ptr()) : nullptr;
+      act_args.shift = act != 0 ? static_cast<const float*>(sh.const_data_ptr()) : nullptr;
+      act_args.act = int(act);
+      act_args.dz = dz.data_ptr();
+      return launched(launch_persist_backward(plan, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
+                                              dx.data_ptr(), ws.data_ptr(), current_stream(), act_args));
+    }
     return launched(launch_persist_backward(plan, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
                                             dx.data_ptr(), ws.data_ptr(), current_stream()));
   }

@@ -840,6 +840,7 @@ struct ChunkPlan {
   const char* src[NT];  // the block's first row of each tensor
   int64_t r0, nb, rowb;
   int SR, nchunks, ncc, lo, ring_base;
+  int live = NT;  // the tensors a copy brings (the first `live`; the backward with a residual drops it for pass 2)
   char* slots;
   size_t slot_bytes;
 
@@ -864,12 +865,13 @@ struct ChunkPlan {
   __device__ void issue(int k0, int k1, int s0, uint64_t* bar, uint64_t pol) const {
     if (k1 <= k0) return;
     const int64_t r_end = min(nb, int64_t(k1) * SR), nrows = r_end - int64_t(k0) * SR;
-    mbar_arrive_expect_tx(bar, unsigned(NT * nrows * rowb));
+    mbar_arrive_expect_tx(bar, unsigned(live * nrows * rowb));
     for (int k = k0; k < k1; ++k) {
       const unsigned bytes = unsigned(rows(k) * rowb);
 #pragma unroll
       for (int t = 0; t < NT; ++t)
-        bulk_copy_g2s(slot(s0 + k - k0) + size_t(t) * SR * rowb, src[t] + int64_t(k) * SR * rowb, bytes, bar, pol);
+        if (t < live)
+          bulk_copy_g2s(slot(s0 + k - k0) + size_t(t) * SR * rowb, src[t] + int64_t(k) * SR * rowb, bytes, bar, pol);
     }
   }
   // the rows of chunk k in slot s that thread row ty handles, with the thread's vectors of each tensor
@@ -1127,6 +1129,14 @@ struct PersistBwdArgs {
   const T* x;
   const float* mean;
   T* dx;
+  // batch_norm_add_act (the ACT kernels): the residual (RES), the forward's affine map z = x * scale + shift (+ res)
+  // for the activation's derivative (read when act != 0), and dz = dy * act'(z), written in pass 1 (d_residual, or
+  // a scratch tensor): pass 2 streams dz instead of dy
+  const T* res;
+  const float* scale;
+  const float* shift;
+  int act;
+  T* dz;
   int64_t R, C;
   PersistGeom geo;
   float* part;   // [2][C][G]
@@ -1135,28 +1145,66 @@ struct PersistBwdArgs {
   unsigned long long* trace;  // null unless TORCH_DNN_BN_TRACE=1
 };
 
-template <typename T>
+// ACT: batch_norm_add_act's backward (an activation and/or a residual), whose pass 1 turns dy into dz = dy * act'(z)
+// and writes it (global, and over dy's image in the cached chunks), so that pass 2 is plain batch_norm's on dz;
+// RES: the residual comes through the chunk images too (a third tensor), so that no row waits on a global load.
+template <typename T, bool ACT = false, bool RES = false>
 __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdArgs<T> a) {
   // (compiled for every architecture, launched on sm_90+ only: the bulk copies are no-ops below)
   constexpr int V = kVec16<T>;
+  constexpr int NT = RES ? 3 : 2;
+  static_assert(ACT || !RES, "a residual comes with the ACT kernel");
   extern __shared__ __align__(16) char persist_smem[];
-  const void* const base[2] = {a.dy, a.x};
-  PersistBlock<T, 2> b(a.geo, base, a.R, a.C, persist_smem, a.trace);
+  const void* base[NT];
+  base[0] = a.dy;
+  base[1] = a.x;
+  if constexpr (RES) base[NT - 1] = a.res;
+  PersistBlock<T, NT> b(a.geo, base, a.R, a.C, persist_smem, a.trace);
   const int64_t C = a.C, c0 = b.c0;
 
-  // pass 1: sum dy and sum dy * (x - mean)
+  // pass 1: sum dz and sum dz * (x - mean), dz = dy (plain batch_norm) or dy * act'(z)
   FoldedSums<V> acc;
   acc.init();
-  float mu[V];
+  float mu[V], sc[V], sf[V];
   if (b.active) load_coefs<V>(a.mean + c0, mu);
-  b.pass1(acc, [&](const char* const (&p)[2], int64_t) {
+  if (ACT && a.act != 0 && b.active) {
+    load_coefs<V>(a.scale + c0, sc);
+    load_coefs<V>(a.shift + c0, sf);
+  }
+  T* zb = ACT ? a.dz + b.cp.r0 * C + c0 : nullptr;
+  const int64_t cached_rows = int64_t(b.cp.ncc) * b.cp.SR;  // rows below this stay in shared memory for pass 2
+  b.pass1(acc, [&](const char* const (&p)[NT], int64_t i) {
     float d[V], v[V];
     row_vec<T, V>(p[0], d);
     row_vec<T, V>(p[1], v);
+    if constexpr (ACT) {
+      if (a.act != 0) {
+        float r[V];
+        if constexpr (RES) {
+          row_vec<T, V>(p[NT - 1], r);
+        } else {
+#pragma unroll
+          for (int j = 0; j < V; ++j) r[j] = 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < V; ++j) d[j] *= act_grad(fma(v[j], sc[j], sf[j]) + r[j], a.act);
+      }
+      store_acc<V>(zb + i * C, d);
+      // a cached chunk's dy image becomes dz (as stored, the rounding pass 2 would read back from global memory)
+      if (i < cached_rows) store_acc<V>(reinterpret_cast<T*>(const_cast<char*>(p[0])), d);
+    }
 #pragma unroll
     for (int j = 0; j < V; ++j) v[j] -= mu[j];
     acc.add(d, v);
   });
+  if constexpr (ACT) {
+    // dz was written by the generic proxy, to global memory and over the cached images; pass 2's bulk copies
+    // (async proxy) read the former and refill some of the latter's slots: order the writes before them (the
+    // exchange's barriers follow)
+    fence_proxy_async();
+    b.cp.src[0] = reinterpret_cast<const char*>(a.dz + b.cp.r0 * C);
+    b.cp.live = 2;  // pass 2 streams dz and x; the residual is done with
+  }
   b.exchange(acc, a.part, [&](int64_t c, double S1, double S2) {
     const BwdCoeffs k = bwd_coeffs_one(a.p, c, S1, S2);
     a.coef[c] = float(k.k);
@@ -1172,7 +1220,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
     load_coefs<V>(a.coef + 2 * C + c0, kb);
   }
   T* dxb = a.dx + b.cp.r0 * C + c0;
-  b.pass2([&](const char* const (&p)[2], int64_t i) {
+  b.pass2([&](const char* const (&p)[NT], int64_t i) {
     float d[V], v[V];
     row_vec<T, V>(p[0], d);
     row_vec<T, V>(p[1], v);
@@ -1405,6 +1453,10 @@ PersistPlan plan_persist(DType dtype, const BnShape& s, PersistKind kind, std::i
         case PersistKind::Forward: plan.ok = persist_geom<T, bn_persist_fwd<T, false>>(s, 1, plan.geo); break;
         case PersistKind::ForwardAct: plan.ok = persist_geom<T, bn_persist_fwd<T, true>>(s, 1, plan.geo); break;
         case PersistKind::Backward: plan.ok = persist_geom<T, bn_persist_bwd<T>>(s, 2, plan.geo); break;
+        case PersistKind::BackwardAct: plan.ok = persist_geom<T, bn_persist_bwd<T, true>>(s, 2, plan.geo); break;
+        case PersistKind::BackwardActRes:
+          plan.ok = persist_geom<T, bn_persist_bwd<T, true, true>>(s, 3, plan.geo);
+          break;
       }
     }
   });
@@ -1420,7 +1472,7 @@ PersistPlan plan_persist(DType dtype, const BnShape& s, PersistKind kind, std::i
 cudaError_t launch_persist_forward(const PersistPlan& plan, const void* x, const void* res, void* y, int act,
                                    const FwdCoeffPtrs& p, void* ws, cudaStream_t stream) {
   const bool with_act = plan.kind == PersistKind::ForwardAct;
-  if (!plan.ok || plan.kind == PersistKind::Backward || (!with_act && (res != nullptr || act != 0)))
+  if (!plan.ok || (plan.kind != PersistKind::Forward && !with_act) || (!with_act && (res != nullptr || act != 0)))
     return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
   dispatch_dtype(plan.dtype, [&](auto tag) {
@@ -1445,8 +1497,12 @@ cudaError_t launch_persist_forward(const PersistPlan& plan, const void* x, const
 }
 
 cudaError_t launch_persist_backward(const PersistPlan& plan, const void* dy, const void* x, const void* mean,
-                                    const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream) {
-  if (!plan.ok || plan.kind != PersistKind::Backward) return cudaErrorInvalidValue;
+                                    const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream, const BwdActArgs& act) {
+  const bool plain = plan.kind == PersistKind::Backward, with_res = plan.kind == PersistKind::BackwardActRes;
+  if (!plan.ok || !(plain || with_res || plan.kind == PersistKind::BackwardAct)) return cudaErrorInvalidValue;
+  if (plain ? (act.res || act.act != 0 || act.dz) : (!act.dz || with_res != (act.res != nullptr) ||
+                                                      (act.act != 0 && (!act.scale || !act.shift))))
+    return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
   dispatch_dtype(plan.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -1462,7 +1518,14 @@ cudaError_t launch_persist_backward(const PersistPlan& plan, const void* dy, con
       a.part = static_cast<float*>(ws);
       a.coef = a.part + 2 * a.C * a.geo.G;
       a.p = p;
-      err = launch_cooperative(bn_persist_bwd<T>, a.geo, a, stream);
+      a.res = static_cast<const T*>(act.res);
+      a.scale = act.scale;
+      a.shift = act.shift;
+      a.act = act.act;
+      a.dz = static_cast<T*>(act.dz);
+      err = plain      ? launch_cooperative(bn_persist_bwd<T>, a.geo, a, stream)
+            : with_res ? launch_cooperative(bn_persist_bwd<T, true, true>, a.geo, a, stream)
+                       : launch_cooperative(bn_persist_bwd<T, true>, a.geo, a, stream);
     }
   });
   return err;

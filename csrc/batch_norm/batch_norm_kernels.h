@@ -74,8 +74,10 @@ cudaError_t launch_bwd_coeffs(const BwdCoeffPtrs& p, int64_t C, cudaStream_t str
 // plan_persist: the launch's geometry and workspace, computed once per call and passed to the launch; ok is
 // false when the device, the shape, a pointer's alignment or the knobs rule the kernel out (the caller then runs
 // the separate passes). The forward writes p's mean, invstd and running statistics (not scale/shift: p.scale /
-// p.shift may be null); the backward writes p's dw and db (either may be null) and dx = k (dy - a - (x - mean) b).
-enum class PersistKind { Forward, ForwardAct, Backward };  // ForwardAct: batch_norm_add_act (residual, act)
+// p.shift may be null); the backward writes p's dw and db (either may be null) and dx = k (dz - a - (x - mean) b),
+// dz = dy for plain batch_norm.
+// ForwardAct, BackwardAct(Res): batch_norm_add_act (an activation and / or a residual; Res: with a residual)
+enum class PersistKind { Forward, ForwardAct, Backward, BackwardAct, BackwardActRes };
 
 struct PersistGeom {
   int TX = 0;            // threads across a row (one 16-byte vector of channels each)
@@ -103,8 +105,19 @@ PersistPlan plan_persist(DType dtype, const BnShape& s, PersistKind kind, std::i
 // act: 0 identity, 1 relu, 2 silu (ForwardAct plans; Forward plans take res == nullptr and act == 0)
 cudaError_t launch_persist_forward(const PersistPlan& plan, const void* x, const void* res, void* y, int act,
                                    const FwdCoeffPtrs& p, void* ws, cudaStream_t stream);
+// batch_norm_add_act's backward (BackwardAct / BackwardActRes plans): the residual (exactly for Res plans), the
+// forward's affine map (float, read when act != 0) and dz = dy * act'(x * scale + shift + res), written (d_residual
+// or scratch); dx then as plain batch_norm's from dz. Plain Backward plans take the defaults.
+struct BwdActArgs {
+  const void* res = nullptr;
+  const float* scale = nullptr;
+  const float* shift = nullptr;
+  int act = 0;
+  void* dz = nullptr;
+};
 cudaError_t launch_persist_backward(const PersistPlan& plan, const void* dy, const void* x, const void* mean,
-                                    const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream);
+                                    const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream,
+                                    const BwdActArgs& act = {});
 
 }  // namespace batch_norm
 }  // namespace torch_dnn

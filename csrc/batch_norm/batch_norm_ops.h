@@ -157,8 +157,9 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   a.count = x.numel() / C;
   if (mask[2]) a.dw = dw;
   if (mask[3]) a.db = db;
+  const bool plain = act == 0 && !res.defined();
   // plain batch_norm's training backward: the backend's one-kernel path (sums, coefficients and dx), if it has one
-  if (act == 0 && !res.defined() && training && mask[0] && !mask[1] && B::fused_backward(dy, x, mean, a, dx))
+  if (plain && training && mask[0] && !mask[1] && B::fused_backward(dy, x, res, {}, {}, mean, 0, a, dres, dx))
     return {dx, dres, dw, db};
   Tensor scale, shift;  // the forward's affine map, to recompute the activation's input
   if (act != 0) {
@@ -168,6 +169,11 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   }
   // dz, the gradient at the activation's input: written for dres, else only when an activation needs it
   Tensor dz = mask[1] ? dres : (act != 0 ? out_like(x) : Tensor());
+  // batch_norm_add_act's training backward in one kernel (dz, written to dres or scratch, then dx from it)
+  if (!plain && training && mask[0]) {
+    Tensor z = dz.defined() ? dz : out_like(x);
+    if (B::fused_backward(dy, x, res, scale, shift, mean, act, a, z, dx)) return {dx, dres, dw, db};
+  }
   a.sum_dz = at::empty({C}, sopt);
   a.sum_dz_xmu = at::empty({C}, sopt);
   B::reduce(dy, x, res, scale, shift, mean, act, dz, a.sum_dz, a.sum_dz_xmu);

@@ -95,6 +95,15 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
 #endif
 }
 
+// Orders this thread's earlier writes (generic proxy, global and shared memory) before later bulk copies (async
+// proxy) that read those global bytes or refill those shared ones: a writer calls it before the barrier that
+// precedes the copy.
+__device__ __forceinline__ void fence_proxy_async() {
+#ifdef TORCH_DNN_HAS_BULK_COPY
+  asm volatile("fence.proxy.async;" ::: "memory");
+#endif
+}
+
 // In the host emulation a copy is done when its issuing thread returns, not when a waiter's mbar_wait returns:
 // a kernel that issues copies between barriers calls this after issuing, so that the emulated threads see them.
 // Nothing on the GPU.
