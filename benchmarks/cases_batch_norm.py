@@ -100,8 +100,11 @@ def _fused_case(dtype):
 
     # minimum: fwd reads x, r, writes y; bwd reads x, r (or y), dy, writes dx, dr
     impls = {"torch_dnn": ours, "eager": grads(eager_fn), "compile": grads(torch.compile(eager_fn, dynamic=False))}
-    return [Case("batch_norm", f"batch_norm_add_act(relu) fwd+bwd {tag}{how}", inputs, impls, bytes=8 * numel * es,
-                 target=">=1.8x eager", group="batch_norm_add_act NHWC", graph=how != "") for how in ("", " graph")]
+    # A/B (graph row): the forward's residual rows loaded where used instead of a chunk's two together
+    ab = {"td res loads": with_env(ours, TORCH_DNN_BN_RES_PREFETCH="0")}
+    return [Case("batch_norm", f"batch_norm_add_act(relu) fwd+bwd {tag}{how}", inputs,
+                 {**impls, **(ab if how else {})}, bytes=8 * numel * es, target=">=1.8x eager",
+                 group="batch_norm_add_act NHWC", graph=how != "") for how in ("", " graph")]
 
 
 def cases(quick: bool = False):

@@ -835,6 +835,10 @@ __device__ __forceinline__ void load_coefs(const float* p, float (&out)[V]) {
 // A block's rows as chunks of NT tensors' rows, and where they live in shared memory. Chunk k covers rows
 // [k * SR, k * SR + rows(k)) of the block; its image in a slot is NT row-blocks of SR rows (tensor t at
 // t * SR * rowb). Chunks [0, ncc) are cached in slots [0, ncc): [0, lo) below the ring, [lo, ncc) inside it.
+struct NoPre {
+  __device__ __forceinline__ void operator()(int, int) const {}
+};
+
 template <int NT>
 struct ChunkPlan {
   const char* src[NT];  // the block's first row of each tensor
@@ -874,11 +878,13 @@ struct ChunkPlan {
           bulk_copy_g2s(slot(s0 + k - k0) + size_t(t) * SR * rowb, src[t] + int64_t(k) * SR * rowb, bytes, bar, pol);
     }
   }
-  // the rows of chunk k in slot s that thread row ty handles, with the thread's vectors of each tensor
-  template <class F>
-  __device__ __forceinline__ void for_rows(int k, int s, int ty, int TY, int64_t vec_off, F&& f) const {
+  // the rows of chunk k in slot s that thread row ty handles, with the thread's vectors of each tensor; pre(k, n)
+  // first (n: the chunk's rows)
+  template <class F, class P = NoPre>
+  __device__ __forceinline__ void for_rows(int k, int s, int ty, int TY, int64_t vec_off, F&& f, P&& pre = P{}) const {
     const char* base = slot(s) + vec_off;
     const int n = rows(k);
+    pre(k, n);
     for (int i = ty; i < n; i += TY) {
       const char* p[NT];
 #pragma unroll
@@ -952,13 +958,13 @@ __device__ void persist_pass1(const ChunkPlan<NT>& cp, const PersistSmem& sm, co
 
 // Pass 2 of a block: out(p, row) on every row of the thread's: the cached chunks inside the ring first, then
 // the others streamed again newest first (the L2 holds the latest) while the cached chunks below the ring run.
-template <int NT, class F>
+template <int NT, class F, class P>
 __device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, const PersistGeom& g, int ty, int TY,
-                              int64_t vec_off, bool active, F&& out) {
+                              int64_t vec_off, bool active, F&& out, P&& pre) {
   const bool lead = threadIdx.x == 0;
   const int S = g.stages;
   if (active)
-    for (int k = cp.lo; k < cp.ncc; ++k) cp.for_rows(k, k, ty, TY, vec_off, out);
+    for (int k = cp.lo; k < cp.ncc; ++k) cp.for_rows(k, k, ty, TY, vec_off, out, pre);
   __syncthreads();  // the ring's slots are free
   const uint64_t drop = l2_policy_evict_first();
   const int n1 = cp.nchunks - cp.ncc, n2 = n1;
@@ -969,11 +975,11 @@ __device__ void persist_pass2(const ChunkPlan<NT>& cp, const PersistSmem& sm, co
       cp.issue(chunk(p), chunk(p) + 1, cp.ring_base + s, &sm.ring_bar[s], drop);
     }
   if (active)
-    for (int k = 0; k < cp.lo; ++k) cp.for_rows(k, k, ty, TY, vec_off, out);
+    for (int k = 0; k < cp.lo; ++k) cp.for_rows(k, k, ty, TY, vec_off, out, pre);
   for (int p = 0; p < n2; ++p) {
     const int q = n1 + p, s = q % S;
     mbar_wait(&sm.ring_bar[s], (q / S) & 1);
-    if (active) cp.for_rows(chunk(p), cp.ring_base + s, ty, TY, vec_off, out);
+    if (active) cp.for_rows(chunk(p), cp.ring_base + s, ty, TY, vec_off, out, pre);
     __syncthreads();
     if (lead && p + S < n2) {
       const int k = chunk(p + S);
@@ -1034,9 +1040,9 @@ struct PersistBlock {
     grid_barrier();
     trace_point(trace, 3);
   }
-  template <class F>
-  __device__ void pass2(F&& out) {
-    persist_pass2(cp, sm, g, ty, TY, vec_off, active, out);
+  template <class F, class P = NoPre>
+  __device__ void pass2(F&& out, P&& pre = P{}) {
+    persist_pass2(cp, sm, g, ty, TY, vec_off, active, out, pre);
     __syncthreads();
     trace_point(trace, 4);
   }
@@ -1054,6 +1060,7 @@ struct PersistFwdArgs {
   const T* res;
   T* y;
   int act;
+  bool prefetch;  // the residual's rows a chunk at a time (TORCH_DNN_BN_RES_PREFETCH)
   int64_t R, C;
   PersistGeom geo;
   float* part;   // [2][C][G]
@@ -1102,13 +1109,27 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
   }
   T* yb = a.y + b.cp.r0 * C + c0;
   const T* rb = ACT && a.res ? a.res + b.cp.r0 * C + c0 : nullptr;
+  // the residual is read from global memory (x alone fills the chunk images): a chunk's two rows of the thread
+  // (16 KB chunks: two rows a thread at any C) are loaded together when the chunk starts, so that their latencies
+  // overlap; other rows are loaded where used. TORCH_DNN_BN_RES_PREFETCH=0: every row where used (A/B).
+  Vec<T, V> r0v, r1v;
+  int64_t rbase = -1;
+  const auto pre = [&](int k, int n) {
+    if (!ACT || !rb || !a.prefetch) return;
+    rbase = int64_t(k) * b.cp.SR + b.ty;
+    if (b.ty < n) r0v = load_vec<T, V>(rb + rbase * C);
+    if (b.ty + b.TY < n) r1v = load_vec<T, V>(rb + (rbase + b.TY) * C);
+  };
   b.pass2([&](const char* const (&p)[1], int64_t i) {
     float v[V];
     row_vec<T, V>(p[0], v);
     if constexpr (ACT) {
       float r[V];
       if (rb) {
-        load_acc<V>(rb + i * C, r);
+        const int64_t d = i - rbase;
+        const Vec<T, V> rv = d == 0 ? r0v : (d == b.TY ? r1v : load_vec<T, V>(rb + i * C));
+#pragma unroll
+        for (int j = 0; j < V; ++j) r[j] = vec_elem<float>(rv, j);
       } else {
 #pragma unroll
         for (int j = 0; j < V; ++j) r[j] = 0.f;
@@ -1120,7 +1141,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
       for (int j = 0; j < V; ++j) v[j] = fma(v[j], sc[j], sf[j]);
     }
     store_acc<V>(yb + i * C, v);
-  });
+  }, pre);
 }
 
 template <typename T>
@@ -1484,6 +1505,7 @@ cudaError_t launch_persist_forward(const PersistPlan& plan, const void* x, const
       a.res = static_cast<const T*>(res);
       a.y = static_cast<T*>(y);
       a.act = act;
+      a.prefetch = env::get_int("TORCH_DNN_BN_RES_PREFETCH", 1) != 0;
       a.R = plan.s.outer;
       a.C = plan.s.C;
       a.part = static_cast<float*>(ws);
