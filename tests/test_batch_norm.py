@@ -313,8 +313,8 @@ def test_cuda_past_2_31_elements(layout):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_cuda_training_paths(monkeypatch, knobs, dtype):
     # channels-last training runs as one persistent kernel per direction by default (csrc/batch_norm/
-    # batch_norm_kernels.cu; batch_norm_add_act's backward too, with or without a residual); here the separate passes, the persistent kernels with every chunk streamed, and with
-    # the chunks split every way (64x64x56x56: 12 forward and 24 backward chunks a block; 10 of them cached, 3 of
+    # batch_norm_kernels.cu; batch_norm_add_act's backward too, with or without a residual); here the separate
+    # passes, the persistent kernels with every chunk streamed, and with the chunks split every way (64x64x56x56: 12 forward and 24 backward chunks a block; 10 of them cached, 3 of
     # those in the ring's slots; the last streamed one L2-held), forward and backward against PyTorch
     for k, v in knobs.items():
         monkeypatch.setenv(k, v)

@@ -33,7 +33,8 @@ struct CpuBackend {
     return false;
   }
   static bool fused_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                             const at::Tensor&, const at::Tensor&, int64_t, BwdCoeffArgs&, at::Tensor&, at::Tensor&) {
+                             const at::Tensor&, const at::Tensor&, int64_t, BwdCoeffArgs&, const at::Tensor&,
+                             at::Tensor&) {
     return false;
   }
 };

@@ -142,7 +142,7 @@ struct CudaBackend {
   // which dx is computed (dz: d_residual or scratch; undefined for plain batch_norm). False: nothing done.
   static bool fused_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
                              const at::Tensor& shift, const at::Tensor& mean, int64_t act, BwdCoeffArgs& a,
-                             at::Tensor& dz, at::Tensor& dx) {
+                             const at::Tensor& dz, at::Tensor& dx) {
     if (x.numel() == 0 || mean.scalar_type() != at::kFloat) return false;
     c10::cuda::CUDAGuard guard(x.device());
     const env::Scope knobs;

@@ -699,7 +699,8 @@ __global__ void bwd_coeffs_kernel(BwdCoeffPtrs p, int64_t C) {
 //   merge   after a grid barrier, a warp per channel adds the blocks' sums in a fixed order (deterministic) and
 //           writes the per-channel outputs (fwd_coeffs_one / bwd_coeffs_one) and pass 2's coefficients.
 //   pass 2  after a second barrier: the cached chunks from shared memory, the others streamed again, newest
-//           first (L2 hits).
+//           first (L2 hits). batch_norm_add_act's backward writes dz = dy * act'(z) in pass 1 (over the cached
+//           chunks' dy too) and streams dz instead of dy here; its residual rides in the chunks as a third tensor.
 // The ring occupies the top slots of the shared-memory area; cached chunks there are copied in after pass 1's
 // stream and used first in pass 2, before the ring streams again. 227 KB x 132 SMs keeps ~30 MB of the 103 MB
 // of a 64x256x56x56 bf16 tensor on chip: the forward reads 176 MB instead of 206, the backward 382 instead of 412.
@@ -1253,9 +1254,9 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
 
 // ---- persistent passes: host side ----
 
-// The geometry of a persistent launch over NT tensors a row (1 forward, 2 backward); false when the device
-// (before sm_90) or the shape does not fit it: the separate passes run then. Knobs (benchmarks/NOTES.md):
-// TORCH_DNN_BN_PERSIST=0 off; TORCH_DNN_BN_CACHE_KB caps a block's cached chunks; TORCH_DNN_BN_L2_MB sets the
+// The geometry of a persistent launch over NT tensors a row (1 forward, 2 backward, 3 with a residual); false
+// when the device (before sm_90) or the shape does not fit it: the separate passes run then. Knobs
+// (benchmarks/NOTES.md): TORCH_DNN_BN_PERSIST=0 off; TORCH_DNN_BN_CACHE_KB caps a block's cached chunks; TORCH_DNN_BN_L2_MB sets the
 // share of the grid's last streamed chunks loaded with evict_last.
 template <typename T, auto Kernel>
 bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
@@ -1519,7 +1520,8 @@ cudaError_t launch_persist_forward(const PersistPlan& plan, const void* x, const
 }
 
 cudaError_t launch_persist_backward(const PersistPlan& plan, const void* dy, const void* x, const void* mean,
-                                    const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream, const BwdActArgs& act) {
+                                    const BwdCoeffPtrs& p, void* dx, void* ws, cudaStream_t stream,
+                                    const BwdActArgs& act) {
   const bool plain = plan.kind == PersistKind::Backward, with_res = plan.kind == PersistKind::BackwardActRes;
   if (!plan.ok || !(plain || with_res || plan.kind == PersistKind::BackwardAct)) return cudaErrorInvalidValue;
   if (plain ? (act.res || act.act != 0 || act.dz) : (!act.dz || with_res != (act.res != nullptr) ||

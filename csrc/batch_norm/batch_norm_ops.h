@@ -159,7 +159,7 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   if (mask[3]) a.db = db;
   const bool plain = act == 0 && !res.defined();
   // plain batch_norm's training backward: the backend's one-kernel path (sums, coefficients and dx), if it has one
-  if (plain && training && mask[0] && !mask[1] && B::fused_backward(dy, x, res, {}, {}, mean, 0, a, dres, dx))
+  if (plain && training && mask[0] && !mask[1] && B::fused_backward(dy, x, res, {}, {}, mean, 0, a, {}, dx))
     return {dx, dres, dw, db};
   Tensor scale, shift;  // the forward's affine map, to recompute the activation's input
   if (act != 0) {
@@ -171,8 +171,8 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   Tensor dz = mask[1] ? dres : (act != 0 ? out_like(x) : Tensor());
   // batch_norm_add_act's training backward in one kernel (dz, written to dres or scratch, then dx from it)
   if (!plain && training && mask[0]) {
-    Tensor z = dz.defined() ? dz : out_like(x);
-    if (B::fused_backward(dy, x, res, scale, shift, mean, act, a, z, dx)) return {dx, dres, dw, db};
+    if (B::fused_backward(dy, x, res, scale, shift, mean, act, a, dz.defined() ? dz : out_like(x), dx))
+      return {dx, dres, dw, db};
   }
   a.sum_dz = at::empty({C}, sopt);
   a.sum_dz_xmu = at::empty({C}, sopt);
