@@ -117,7 +117,7 @@ struct CudaBackend {
   static bool fused_forward(const at::Tensor& x, const at::Tensor& res, int64_t act, FwdCoeffArgs& a, at::Tensor& y) {
     if (x.numel() == 0) return false;
     c10::cuda::CUDAGuard guard(x.device());
-    const env::Scope knobs;  // plan_persist and the launch read six knobs: one scan of the environment
+    const env::Scope knobs;  // plan_persist and the launch read several knobs: one scan of the environment
     const at::Tensor xd = dense_like(x), rd = like(res, xd);
     const PersistKind kind = rd.defined() || act != 0 ? PersistKind::ForwardAct : PersistKind::Forward;
     at::Tensor ws;

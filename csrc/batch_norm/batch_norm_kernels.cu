@@ -879,6 +879,20 @@ struct ChunkPlan {
           bulk_copy_g2s(slot(s0 + k - k0) + size_t(t) * SR * rowb, src[t] + int64_t(k) * SR * rowb, bytes, bar, pol);
     }
   }
+  // pass 2's order (persist_pass2): the cached chunks inside the ring, those below it, then the streamed ones
+  // newest first; pass2_index inverts pass2_chunk
+  __device__ int pass2_chunk(int j) const {
+    if (j < ncc - lo) return lo + j;
+    return j < ncc ? j - (ncc - lo) : nchunks - 1 - (j - ncc);
+  }
+  __device__ int pass2_index(int k) const {
+    if (k >= ncc) return ncc + (nchunks - 1 - k);
+    return k >= lo ? k - lo : (ncc - lo) + k;
+  }
+  // a hint to the L2 for chunk k's rows of a tensor laid out as the plan's (first: the block's first row)
+  __device__ void prefetch_l2(const char* first, int k) const {
+    bulk_prefetch_l2(first + int64_t(k) * SR * rowb, unsigned(rows(k) * rowb));
+  }
   // the rows of chunk k in slot s that thread row ty handles, with the thread's vectors of each tensor; pre(k, n)
   // first (n: the chunk's rows)
   template <class F, class P = NoPre>
@@ -1029,6 +1043,11 @@ struct PersistBlock {
   // merge(c, S, Q) on lane 0 of channel c's warp, with the channel's sums over all blocks (double)
   template <class F>
   __device__ void exchange(FoldedSums<V>& acc, float* part, F&& merge) {
+    // pass 2 streams newest first, and pass 1 left its last l2_chunks in the L2: the next l2_ahead are asked for
+    // now, so that DRAM works while the grid waits at the barriers (the tensors pass 2 reads: src and live as set)
+    if (threadIdx.x == 0)
+      for (int p = g.l2_chunks; p < min(cp.nchunks - cp.ncc, g.l2_chunks + g.l2_ahead); ++p)
+        for (int t = 0; t < cp.live; ++t) cp.prefetch_l2(cp.src[t], cp.nchunks - 1 - p);
     block_sums_to_partials<V>(acc, active, tx, ty, TY, g.red_h, C, sm.red, part);
     grid_barrier();
     trace_point(trace, 2);
@@ -1062,6 +1081,7 @@ struct PersistFwdArgs {
   T* y;
   int act;
   bool prefetch;  // the residual's rows a chunk at a time (TORCH_DNN_BN_RES_PREFETCH)
+  int res_ahead;  // pass 2 asks the L2 for the residual of the chunk this many ahead (TORCH_DNN_BN_RES_AHEAD)
   int64_t R, C;
   PersistGeom geo;
   float* part;   // [2][C][G]
@@ -1092,6 +1112,9 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
     for (int j = 0; j < V; ++j) v[j] -= sh[j];
     acc.add(v, v);
   });
+  const char* res_rows = ACT && a.res ? reinterpret_cast<const char*>(a.res + b.cp.r0 * a.C) : nullptr;
+  if (res_rows && threadIdx.x == 0)  // pass 2's first chunks' residual, while the grid waits at the barriers
+    for (int j = 0; j < min(a.res_ahead, b.cp.nchunks); ++j) b.cp.prefetch_l2(res_rows, b.cp.pass2_chunk(j));
   b.exchange(acc, a.part, [&](int64_t c, double S, double Q) {
     const double n = double(a.R), d = S / n;
     double m2 = Q - S * d;
@@ -1116,7 +1139,12 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
   Vec<T, V> r0v, r1v;
   int64_t rbase = -1;
   const auto pre = [&](int k, int n) {
-    if (!ACT || !rb || !a.prefetch) return;
+    if (!ACT || !rb) return;
+    if (threadIdx.x == 0 && a.res_ahead > 0) {
+      const int j = b.cp.pass2_index(k) + a.res_ahead;
+      if (j < b.cp.nchunks) b.cp.prefetch_l2(res_rows, b.cp.pass2_chunk(j));
+    }
+    if (!a.prefetch) return;
     rbase = int64_t(k) * b.cp.SR + b.ty;
     if (b.ty < n) r0v = load_vec<T, V>(rb + rbase * C);
     if (b.ty + b.TY < n) r1v = load_vec<T, V>(rb + (rbase + b.TY) * C);
@@ -1257,7 +1285,8 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
 // The geometry of a persistent launch over NT tensors a row (1 forward, 2 backward, 3 with a residual); false
 // when the device (before sm_90) or the shape does not fit it: the separate passes run then. Knobs
 // (benchmarks/NOTES.md): TORCH_DNN_BN_PERSIST=0 off; TORCH_DNN_BN_CACHE_KB caps a block's cached chunks; TORCH_DNN_BN_L2_MB sets the
-// share of the grid's last streamed chunks loaded with evict_last.
+// share of the grid's last streamed chunks loaded with evict_last; TORCH_DNN_BN_L2_AHEAD (chunks a block) how many
+// of pass 2's next ones are prefetched into the L2 at the barriers.
 template <typename T, auto Kernel>
 bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
   constexpr int V = kVec16<T>;
@@ -1290,6 +1319,7 @@ bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
   g.smem = size_t(kBarBytes) + size_t(g.red_bytes) + size_t(used) * size_t(slot_bytes);
   g.slots = used;
   g.l2_chunks = int((int64_t(env::get_int("TORCH_DNN_BN_L2_MB", 16)) << 20) / (int64_t(g.G) * slot_bytes));
+  g.l2_ahead = std::max(env::get_int("TORCH_DNN_BN_L2_AHEAD", 0), 0);
   return true;
 }
 
@@ -1507,6 +1537,7 @@ cudaError_t launch_persist_forward(const PersistPlan& plan, const void* x, const
       a.y = static_cast<T*>(y);
       a.act = act;
       a.prefetch = env::get_int("TORCH_DNN_BN_RES_PREFETCH", 1) != 0;
+      a.res_ahead = std::max(env::get_int("TORCH_DNN_BN_RES_AHEAD", 0), 0);
       a.R = plan.s.outer;
       a.C = plan.s.C;
       a.part = static_cast<float*>(ws);

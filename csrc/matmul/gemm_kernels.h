@@ -52,10 +52,15 @@ struct GemmArgs {
                                    // the Hopper kernel (which truncates) may take it
 };
 
-// Hopper (sm_90a): wgmma + TMA, warp-specialised. Not supported (cudaErrorNotSupported) when the build has
-// no sm_90a code, when the device is not sm_90, or when TMA's rules do not hold (16-byte aligned base
-// pointers and leading dimensions, unit stride along the contiguous dimension).
-bool gemm_sm90_supports(const GemmArgs& a);
+// Hopper (sm_90a): wgmma + TMA, warp-specialised. gemm_sm90_plan says, once a call, which kernel takes a problem;
+// none (not ok) when the build has no sm_90a code, when the device is not sm_90, or when TMA's rules do not hold
+// (16-byte aligned base pointers and leading dimensions, unit stride along the contiguous dimension).
+struct Sm90Plan {
+  int kind = 0;         // the kernel (gemm_sm90.cu's Kind); 0: the path cannot take the problem
+  bool skinny = false;  // the skinny kernels of gemm_sm90_skinny.cu (x @ w.T, M <= 256)
+  bool ok() const { return kind != 0; }
+};
+Sm90Plan gemm_sm90_plan(const GemmArgs& a);
 // Device scratch memory that a launch asks for only when it needs some (one whose kernel parameters are cached
 // asks for none, so a decode call neither sizes nor allocates a workspace): get(bytes) returns at least `bytes`
 // that stay valid for the work queued on the launch's stream (the caching allocator's stream order), or null.
@@ -65,9 +70,8 @@ struct WorkspaceSource {
   void* ctx = nullptr;
   void* get(int64_t bytes) const { return bytes > 0 && fn != nullptr ? fn(ctx, bytes) : nullptr; }
 };
-cudaError_t gemm_sm90(const GemmArgs& a, const WorkspaceSource& workspace, cudaStream_t stream);
-// Whether gemm_sm90 takes the problem with its skinny kernels (x @ w.T, M <= 256; gemm_sm90_skinny.cu).
-bool gemm_sm90_skinny(const GemmArgs& a);
+// Runs the plan's kernel (cudaErrorNotSupported when the plan is not ok); plan: gemm_sm90_plan of these args.
+cudaError_t gemm_sm90(const GemmArgs& a, const Sm90Plan& plan, const WorkspaceSource& workspace, cudaStream_t stream);
 
 // Float32 -> TF32 values (round to nearest, cvt.rna), n elements of src into dst (distinct buffers).
 cudaError_t round_to_tf32(const float* src, float* dst, int64_t n, cudaStream_t stream);
@@ -82,7 +86,7 @@ int64_t gemm_sm80_workspace_bytes(const GemmArgs& a);
 // Whether the portable path takes this problem with its skinny kernel (16-bit x @ W.T with M <= 64, both
 // K-contiguous and 16-byte aligned, batch 1; TORCH_DNN_GEMM_SKINNY=0 turns it off, =1 prefers it): a
 // weight-streaming kernel. hopper_skinny: the Hopper path's skinny kernels can take the problem
-// (gemm_sm90_skinny); they are then preferred (unless TORCH_DNN_GEMM_SKINNY forces this kernel).
+// (Sm90Plan::skinny); they are then preferred (unless TORCH_DNN_GEMM_SKINNY forces this kernel).
 bool gemm_skinny_applies(const GemmArgs& a, bool hopper_skinny);
 
 }  // namespace matmul

@@ -1,7 +1,7 @@
 // The Hopper GEMM path (sm_90a): CUTLASS 3.x kernels, TMA loads + wgmma, warp-specialised persistent kernels
 // (cooperative; one opt-in ping-pong), with the fused epilogue of kernels/sm90_epilogue.cuh (alpha, bias, activation,
 // residual, preact). Only compiled when setup.py finds the CUTLASS headers (TORCH_DNN_WITH_SM90_GEMM); the
-// kernels' bodies exist only in the sm_90a device code (CUTLASS's own arch guards), and gemm_sm90_supports
+// kernels' bodies exist only in the sm_90a device code (CUTLASS's own arch guards), and gemm_sm90_plan
 // says no on any other device or when the build has no sm_90a code.
 //
 // Instantiations (13), see benchmarks/NOTES.md "Hopper GEMM":
@@ -135,14 +135,8 @@ auto dispatch(const GemmArgs& a, Kind k, F&& f) {
   }
 }
 
-}  // namespace
-
-bool gemm_sm90_supports(const GemmArgs& a) {
-  if (!device_info().sm90) return false;
-  // TF32 only with a pre-rounded operand (tf32_rounded, see round_to_tf32): wgmma truncates fp32 operands to
-  // TF32, which gave 2.7x cuBLAS's TF32 error on the H100, past the error-ratio rule.
-  if (a.dtype == DType::Float32 && !a.tf32_rounded) return false;
-  if (choose(a) == Kind::None) return false;
+// Whether the kernels can take the problem's operands and epilogue: TMA's rules and the epilogue's activations.
+bool operands_fit(const GemmArgs& a) {
   if (!sm90::epilogue_act_supported(a.act)) return false;
   if (!fits_int(a.M) || !fits_int(a.N) || !fits_int(a.K) || !fits_int(a.batch)) return false;
   const int64_t eb = elem_bytes(a.dtype);
@@ -152,7 +146,7 @@ bool gemm_sm90_supports(const GemmArgs& a) {
   if (a.A.ld < (a.A.col_major ? a.M : a.K) || a.B.ld < (a.B.col_major ? a.K : a.N)) return false;
   // CUTLASS's can_implement also wants each operand's contiguous extent a multiple of 16 bytes (K for a
   // K-major operand, M / N for an M- / N-major one, N for D, C and preact): the same rule here, so that
-  // supports() and the launch agree.
+  // the plan and the launch agree.
   const int64_t al = 16 / eb;
   if ((a.A.col_major ? a.M : a.K) % al != 0 || (a.B.col_major ? a.K : a.N) % al != 0 || a.N % al != 0) return false;
   if (a.D == nullptr || !tma_ok(a.D, a.ldd, a.batch_stride_d, b, eb) || a.ldd < a.N) return false;
@@ -164,14 +158,25 @@ bool gemm_sm90_supports(const GemmArgs& a) {
   return true;
 }
 
-bool gemm_sm90_skinny(const GemmArgs& a) {
-  if (!gemm_sm90_supports(a)) return false;
-  return choose(a) == Kind::TnSkinny;
+}  // namespace
+
+Sm90Plan gemm_sm90_plan(const GemmArgs& a) {
+  Sm90Plan p;
+  if (!device_info().sm90) return p;
+  // TF32 only with a pre-rounded operand (tf32_rounded, see round_to_tf32): wgmma truncates fp32 operands to
+  // TF32, which gave 2.7x cuBLAS's TF32 error on the H100, past the error-ratio rule.
+  if (a.dtype == DType::Float32 && !a.tf32_rounded) return p;
+  const Kind k = choose(a);
+  if (k == Kind::None || !operands_fit(a)) return p;
+  static_assert(int(Kind::None) == 0, "Sm90Plan::kind 0 means none");
+  p.kind = int(k);
+  p.skinny = k == Kind::TnSkinny;
+  return p;
 }
 
-cudaError_t gemm_sm90(const GemmArgs& a, const WorkspaceSource& workspace, cudaStream_t stream) {
-  if (!gemm_sm90_supports(a)) return cudaErrorNotSupported;
-  const Kind k = choose(a);
+cudaError_t gemm_sm90(const GemmArgs& a, const Sm90Plan& plan, const WorkspaceSource& workspace, cudaStream_t stream) {
+  if (!plan.ok()) return cudaErrorNotSupported;
+  const Kind k = Kind(plan.kind);
   if (k == Kind::TnSkinny) return run_skinny(a, workspace, stream);
   return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, stream); });
 }

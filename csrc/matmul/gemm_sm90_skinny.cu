@@ -231,7 +231,7 @@ cudaError_t launch_finish(const GemmArgs& a, const float* part, int splits, cuda
     TD_FINISH(GeluTanh)
     TD_FINISH(Silu)
 #undef TD_FINISH
-    default: return cudaErrorNotSupported;  // gemm_sm90_supports admits only the epilogue's activations
+    default: return cudaErrorNotSupported;  // gemm_sm90_plan admits only the epilogue's activations
   }
   return cudaGetLastError();
 }

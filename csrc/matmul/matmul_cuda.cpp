@@ -2,7 +2,7 @@
 // calls the torch-free entry points on the current stream. Registered for the CUDA dispatch key only.
 //
 // Path choice: the Hopper path (gemm_sm90, wgmma + TMA) when this build has it (TORCH_DNN_WITH_SM90_GEMM),
-// the device is sm_90 and gemm_sm90_supports(args), unless the portable path's skinny kernel takes the problem
+// the device is sm_90 and gemm_sm90_plan(args) is ok, unless the portable path's skinny kernel takes the problem
 // (gemm_skinny_applies: decode-sized M, where streaming the weight is the whole cost, on GPUs without the Hopper
 // skinny kernels or when forced); otherwise the portable sm_80+ path (gemm_sm80).
 // TORCH_DNN_GEMM_PATH=auto|sm80|sm90 overrides it for tests and benchmarks (sm90 on a problem, build or device
@@ -98,7 +98,8 @@ bool gemm_sm90_tf32_rounded(const GemmArgs& a, Tf32Mode mode, const at::Tensor& 
   r.tf32_rounded = true;
   if (round_a) r.A = MatrixRef{ca.data_ptr(), a.K, 0, false};
   if (round_b) r.B = MatrixRef{cb.data_ptr(), a.K, 0, true};
-  if (!gemm_sm90_supports(r)) return false;
+  const Sm90Plan plan = gemm_sm90_plan(r);
+  if (!plan.ok()) return false;
   if (round_a)
     TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.A.ptr), a.A.ld, a_rows, a_t ? a.M : a.K, a_t,
                                      ca.data_ptr<float>(), current_stream()));
@@ -106,7 +107,7 @@ bool gemm_sm90_tf32_rounded(const GemmArgs& a, Tf32Mode mode, const at::Tensor& 
     TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.B.ptr), a.B.ld, b_rows, b_t ? a.N : a.K, b_t,
                                      cb.data_ptr<float>(), current_stream()));
   CallWorkspace ws(like);
-  const cudaError_t err = gemm_sm90(r, ws.source(), current_stream());
+  const cudaError_t err = gemm_sm90(r, plan, ws.source(), current_stream());
   TORCH_CHECK(err == cudaSuccess, "torch_dnn: the sm90 TF32 GEMM failed: ", cudaGetErrorString(err));
   return true;
 }
@@ -118,20 +119,22 @@ struct CudaBackend {
     const env::Scope knobs;  // the launchers below read ~15 knobs a call: one scan of the environment
     const Path path = requested_path();
 #ifdef TORCH_DNN_WITH_SM90_GEMM
-    const bool hopper_skinny = path == Path::Auto && device_is_sm90(like) && gemm_sm90_skinny(a);
-    if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a, hopper_skinny))) {
-      if (a.dtype == DType::Float32 && a.allow_tf32 && device_is_sm90(like)) {
+    // the Hopper path's plan, made once a call (the skinny choice below and the launch both use it)
+    const bool sm90 = path != Path::Sm80 && device_is_sm90(like);
+    const Sm90Plan plan = sm90 ? gemm_sm90_plan(a) : Sm90Plan{};
+    if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a, plan.skinny))) {
+      if (a.dtype == DType::Float32 && a.allow_tf32 && sm90) {
         const Tf32Mode mode = sm90_tf32_mode(path == Path::Sm90);
         if (mode != Tf32Mode::Off && gemm_sm90_tf32_rounded(a, mode, like)) return;
       }
-      const bool ok = device_is_sm90(like) && gemm_sm90_supports(a);
+      const bool ok = plan.ok();
       TORCH_CHECK(ok || path != Path::Sm90,
                   "torch_dnn: TORCH_DNN_GEMM_PATH=sm90, but the sm90 GEMM cannot take this problem (needs an sm_90 "
                   "device, float16/bfloat16 (or float32 with TF32), 16-byte aligned operands and leading dimensions; "
                   "got ", dtype_name(a.dtype), ", M=", a.M, " N=", a.N, " K=", a.K, ")");
       if (ok) {
         CallWorkspace ws(like);
-        const cudaError_t err = gemm_sm90(a, ws.source(), current_stream());
+        const cudaError_t err = gemm_sm90(a, plan, ws.source(), current_stream());
         if (err == cudaSuccess) return;
         TORCH_CHECK(err == cudaErrorNotSupported && path != Path::Sm90, "torch_dnn: the sm90 GEMM failed: ",
                     cudaGetErrorString(err));

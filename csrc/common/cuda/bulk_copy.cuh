@@ -95,6 +95,17 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
 #endif
 }
 
+// Asks for `bytes` (a multiple of 16; src 16-byte aligned) of global memory to be brought into L2, without a
+// destination or a completion: a hint for data read soon (cp.async.bulk.prefetch.L2).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
+#ifdef TORCH_DNN_HAS_BULK_COPY
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#else
+  (void)src;
+  (void)bytes;
+#endif
+}
+
 // Orders this thread's earlier writes (generic proxy, global and shared memory) before later bulk copies (async
 // proxy) that read those global bytes or refill those shared ones: a writer calls it before the barrier that
 // precedes the copy.

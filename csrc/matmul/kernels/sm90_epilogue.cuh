@@ -19,7 +19,7 @@ namespace sm90 {
 
 using activation::Act;
 
-// The activations the epilogue computes in-kernel; any other makes gemm_sm90_supports say no.
+// The activations the epilogue computes in-kernel; any other makes gemm_sm90_plan say no.
 inline bool epilogue_act_supported(Act k) {
   return k == Act::Identity || k == Act::Relu || k == Act::Gelu || k == Act::GeluTanh || k == Act::Silu;
 }
