@@ -310,16 +310,16 @@ def test_cuda_past_2_31_elements(layout):
                                    {"TORCH_DNN_BN_CACHE_KB": "0", "TORCH_DNN_BN_L2_MB": "0"},
                                    {"TORCH_DNN_BN_CACHE_KB": "160", "TORCH_DNN_BN_L2_MB": "3"},
                                    {"TORCH_DNN_BN_CACHE_KB": "160", "TORCH_DNN_BN_L2_MB": "3",
-                                    "TORCH_DNN_BN_L2_AHEAD": "64", "TORCH_DNN_BN_RES_AHEAD": "30"}],
-                         ids=["separate", "all-streamed", "split", "split-prefetch"])
+                                    "TORCH_DNN_BN_RES_AHEAD": "30"}],
+                         ids=["separate", "all-streamed", "split", "split-res-ahead"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_cuda_training_paths(monkeypatch, knobs, dtype):
     # channels-last training runs as one persistent kernel per direction by default (csrc/batch_norm/
     # batch_norm_kernels.cu; batch_norm_add_act's backward too, with or without a residual); here the separate
     # passes, the persistent kernels with every chunk streamed, and with the chunks split every way (64x64x56x56:
     # 12 forward and 24 backward chunks a block; 10 of them cached, 3 of those in the ring's slots; the last
-    # streamed one L2-held), the last also asking for more L2 prefetches than a block has chunks (hints, bounded by
-    # the block's chunks: the results must not change), forward and backward against PyTorch
+    # streamed one L2-held), the last also asking the L2 for the residual more chunks ahead than a block has (hints,
+    # bounded by the block's chunks: the results must not change), forward and backward against PyTorch
     for k, v in knobs.items():
         monkeypatch.setenv(k, v)
     for shape in ((64, 64, 56, 56), (4096, 40)):

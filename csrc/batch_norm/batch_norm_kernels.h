@@ -87,7 +87,6 @@ struct PersistGeom {
   int slots = 0;         // chunk slots of shared memory (the ring is the top `stages`)
   int cache_cap = 0;     // at most this many chunks stay in shared memory (knob)
   int l2_chunks = 0;     // a block's last chunks streamed in pass 1 with the evict_last hint
-  int l2_ahead = 0;      // pass 2's streamed chunks after those, prefetched into L2 when pass 1 ends (knob)
   int red_h = 0;         // rows of the block-reduction tree's buffer
   int red_bytes = 0;
   size_t smem = 0;
