@@ -7,6 +7,9 @@ import torch
 from torch_dnn.ops._registry import add_family, needs_autograd, ops
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
+# The Functions' backward ops, resolved now rather than at their first call: eager autograd no longer runs the
+# Functions, so that first call can come inside torch.compile's tracing, which cannot trace the registry's lookup.
+_bn_backward, _bnaa_backward = _ops.batch_norm_backward, _ops.batch_norm_add_act_backward
 ACTS = {None: 0, "identity": 0, "relu": 1, "silu": 2}
 
 
@@ -79,10 +82,12 @@ def _bwd_elemt_fake(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count
     return _out_like(x)
 
 
-# The forward ops mutate the running stats, and a mutating custom op cannot carry a register_autograd formula,
-# so autograd goes through torch.autograd.Function (torch.compile traces it; the backward ops are functional).
-# The Functions take the form torch.func's transforms accept (forward without ctx, setup_context): they return
-# the saved statistics as non-differentiable outputs, which the wrappers drop.
+# The forward ops mutate the running stats, and a mutating custom op cannot carry a register_autograd formula.
+# Eager autograd runs the ops' C++ Autograd kernels (csrc/batch_norm/batch_norm_autograd.cpp: no Python on the
+# backward, the host cost of a training step); torch.compile's tracing and torch.func's transforms go through the
+# torch.autograd.Functions below, the same formula (the backward ops are functional). The Functions take the form
+# torch.func's transforms accept (forward without ctx, setup_context): they return the saved statistics as
+# non-differentiable outputs, which the wrappers drop.
 
 class _BatchNormFn(torch.autograd.Function):
     generate_vmap_rule = True
@@ -108,7 +113,7 @@ class _BatchNormFn(torch.autograd.Function):
         n = ctx.needs_input_grad
         mask = [n[0], weight is not None and n[1], ctx.has_bias and n[2]]
         g = grad_out
-        dx, dw, db = _ops.batch_norm_backward(g, x, weight, None, None, mean, invstd, ctx.training, ctx.eps, mask)
+        dx, dw, db = _bn_backward(g, x, weight, None, None, mean, invstd, ctx.training, ctx.eps, mask)
         return (dx if mask[0] else None, dw if mask[1] else None, db if mask[2] else None, None, None, None, None, None)
 
 
@@ -136,8 +141,7 @@ class _BatchNormAddActFn(torch.autograd.Function):
         n = ctx.needs_input_grad
         mask = [n[0], res is not None and n[1], weight is not None and n[2], bias is not None and n[3]]
         g = grad_out
-        dx, dr, dw, db = _ops.batch_norm_add_act_backward(g, x, res, weight, bias, mean, invstd, ctx.training,
-                                                          ctx.act, mask)
+        dx, dr, dw, db = _bnaa_backward(g, x, res, weight, bias, mean, invstd, ctx.training, ctx.act, mask)
         return (dx if mask[0] else None, dr if mask[1] else None, dw if mask[2] else None, db if mask[3] else None,
                 None, None, None, None, None, None)
 
@@ -252,10 +256,16 @@ def _verify_batch_size(input, training):
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {size}")
 
 
+def _python_autograd(*tensors) -> bool:
+    """Whether autograd must go through the Python Function: under torch.compile's tracing or a torch.func transform
+    (the forms those are tested in). Otherwise the op itself records autograd by its C++ kernel."""
+    return needs_autograd(*tensors) and (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active())
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     _verify_batch_size(input, training)
     args = (input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps))
-    if not needs_autograd(input, weight, bias):  # the op itself: Function.apply costs ~20 us of host time a call
+    if not _python_autograd(input, weight, bias):
         return _ops.batch_norm(*args)[0]
     return _BatchNormFn.apply(*args)[0]
 
@@ -268,7 +278,7 @@ def batch_norm_add_act(input, running_mean, running_var, weight=None, bias=None,
     _verify_batch_size(input, training)
     args = (input, residual, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps),
             ACTS[act])
-    if not needs_autograd(input, residual, weight, bias):
+    if not _python_autograd(input, residual, weight, bias):
         return _ops.batch_norm_add_act(*args)[0]
     return _BatchNormAddActFn.apply(*args)[0]
 

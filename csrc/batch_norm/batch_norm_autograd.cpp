@@ -1,0 +1,130 @@
+// batch_norm family: autograd of batch_norm and batch_norm_add_act in C++ (the Autograd dispatch key), so that an
+// eager training step runs no Python on the backward. The Python autograd.Functions (torch_dnn/ops/batch_norm.py)
+// stay for torch.compile's tracing and torch.func's transforms; both apply the same formula: the backward op of
+// the family (batch_norm_backward / batch_norm_add_act_backward) on the saved input and statistics.
+// Why in C++: on a device host whose CPU is slow, F.batch_norm's forward + backward through the Python Function
+// took 370 us a step against PyTorch's 211 (4x64x4x4 on an H100 host; the two ops alone 25 + 29 us): the
+// Function's forward and, on the autograd thread, its Python backward (benchmarks/NOTES.md, twenty-fifth session).
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "batch_norm/batch_norm_ops.h"
+
+namespace torch_dnn {
+namespace batch_norm {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using Tensor4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+at::Tensor or_undefined(const OptTensor& t) { return given(t) ? *t : at::Tensor(); }
+OptTensor or_none(const at::Tensor& t) { return t.defined() ? OptTensor(t) : c10::nullopt; }
+at::Tensor if_wanted(bool want, const at::Tensor& t) { return want ? t : at::Tensor(); }
+
+// needs_input_grad(i) numbers only the tensor arguments given to forward (an absent optional one has no edge): the
+// input is 0, the next given tensor 1, and so on. The backward's outputs are numbered by argument, given or not.
+bool needs_grad(AutogradContext* ctx, int edge) { return ctx->needs_input_grad(size_t(edge)); }
+
+// The family's ops, called below this key.
+template <class Sig>
+c10::TypedOperatorHandle<Sig> op_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& w, const OptTensor& b,
+                               const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps) {
+    static const auto op = op_handle<Tensor3(const at::Tensor&, const OptTensor&, const OptTensor&, const OptTensor&,
+                                             const OptTensor&, bool, double, double)>("torch_dnn::batch_norm");
+    at::Tensor y, mean, invstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(y, mean, invstd) = op.call(x, w, b, rm, rv, training, momentum, eps);
+    }
+    ctx->save_for_backward({x, or_undefined(w), mean, invstd});
+    ctx->saved_data["training"] = training;
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["has_bias"] = given(b);
+    ctx->mark_non_differentiable({mean, invstd});
+    ctx->set_materialize_grads(false);  // no zero tensors for the statistics' grads
+    return {y, mean, invstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(8);
+    if (!grads[0].defined()) return out;  // the output took no part in what is differentiated
+    static const auto op = op_handle<Tensor3(const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
+                                             const OptTensor&, const OptTensor&, const OptTensor&, bool, double,
+                                             std::array<bool, 3>)>("torch_dnn::batch_norm_backward");
+    const variable_list s = ctx->get_saved_variables();  // x, weight, mean, invstd
+    const bool has_w = s[1].defined();
+    const std::array<bool, 3> mask = {needs_grad(ctx, 0), has_w && needs_grad(ctx, 1),
+                                      ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 1 + has_w)};
+    const auto [dx, dw, db] = op.call(grads[0], s[0], or_none(s[1]), c10::nullopt, c10::nullopt, s[2], s[3],
+                                      ctx->saved_data["training"].toBool(), ctx->saved_data["eps"].toDouble(), mask);
+    out[0] = if_wanted(mask[0], dx);
+    out[1] = if_wanted(mask[1], dw);
+    out[2] = if_wanted(mask[2], db);
+    return out;
+  }
+};
+
+struct BatchNormAddActFn : torch::autograd::Function<BatchNormAddActFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& res, const OptTensor& w,
+                               const OptTensor& b, const OptTensor& rm, const OptTensor& rv, bool training,
+                               double momentum, double eps, int64_t act) {
+    static const auto op =
+        op_handle<Tensor3(const at::Tensor&, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
+                          const OptTensor&, bool, double, double, int64_t)>("torch_dnn::batch_norm_add_act");
+    at::Tensor y, mean, invstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(y, mean, invstd) = op.call(x, res, w, b, rm, rv, training, momentum, eps, act);
+    }
+    ctx->save_for_backward({x, or_undefined(res), or_undefined(w), or_undefined(b), mean, invstd});
+    ctx->saved_data["training"] = training;
+    ctx->saved_data["act"] = act;
+    ctx->mark_non_differentiable({mean, invstd});
+    ctx->set_materialize_grads(false);
+    return {y, mean, invstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(10);
+    if (!grads[0].defined()) return out;
+    static const auto op = op_handle<Tensor4(const at::Tensor&, const at::Tensor&, const OptTensor&, const OptTensor&,
+                                             const OptTensor&, const at::Tensor&, const at::Tensor&, bool, int64_t,
+                                             std::array<bool, 4>)>("torch_dnn::batch_norm_add_act_backward");
+    const variable_list s = ctx->get_saved_variables();  // x, residual, weight, bias, mean, invstd
+    const bool has_r = s[1].defined(), has_w = s[2].defined();
+    const std::array<bool, 4> mask = {needs_grad(ctx, 0), has_r && needs_grad(ctx, 1),
+                                      has_w && needs_grad(ctx, 1 + has_r),
+                                      s[3].defined() && needs_grad(ctx, 1 + has_r + has_w)};
+    const auto [dx, dr, dw, db] = op.call(grads[0], s[0], or_none(s[1]), or_none(s[2]), or_none(s[3]), s[4], s[5],
+                                          ctx->saved_data["training"].toBool(), ctx->saved_data["act"].toInt(), mask);
+    out[0] = if_wanted(mask[0], dx);
+    out[1] = if_wanted(mask[1], dr);
+    out[2] = if_wanted(mask[2], dw);
+    out[3] = if_wanted(mask[3], db);
+    return out;
+  }
+};
+
+Tensor3 as_tuple(const variable_list& v) { return {v[0], v[1], v[2]}; }
+
+}  // namespace
+}  // namespace batch_norm
+}  // namespace torch_dnn
+
+TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
+  using namespace torch_dnn::batch_norm;
+  m.impl("batch_norm", [](const at::Tensor& x, const OptTensor& w, const OptTensor& b, const OptTensor& rm,
+                          const OptTensor& rv, bool training, double momentum, double eps) {
+    return as_tuple(BatchNormFn::apply(x, w, b, rm, rv, training, momentum, eps));
+  });
+  m.impl("batch_norm_add_act", [](const at::Tensor& x, const OptTensor& res, const OptTensor& w, const OptTensor& b,
+                                  const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps,
+                                  int64_t act) {
+    return as_tuple(BatchNormAddActFn::apply(x, res, w, b, rm, rv, training, momentum, eps, act));
+  });
+}
