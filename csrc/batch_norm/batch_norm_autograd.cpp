@@ -27,6 +27,14 @@ at::Tensor if_wanted(bool want, const at::Tensor& t) { return want ? t : at::Ten
 // input is 0, the next given tensor 1, and so on. The backward's outputs are numbered by argument, given or not.
 bool needs_grad(AutogradContext* ctx, int edge) { return ctx->needs_input_grad(size_t(edge)); }
 
+// The running statistics a training call updated in place: their version counters move, as the ADInplaceOrView
+// layer (skipped below) would do, so that autograd still sees a saved copy of them go stale.
+void bump_running_stats(bool training, const OptTensor& rm, const OptTensor& rv) {
+  if (!training) return;
+  if (given(rm)) torch::autograd::impl::bump_version(*rm);
+  if (given(rv)) torch::autograd::impl::bump_version(*rv);
+}
+
 // The family's ops, called below this key.
 template <class Sig>
 c10::TypedOperatorHandle<Sig> op_handle(const char* name) {
@@ -43,6 +51,7 @@ struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
       at::AutoDispatchBelowADInplaceOrView below;
       std::tie(y, mean, invstd) = op.call(x, w, b, rm, rv, training, momentum, eps);
     }
+    bump_running_stats(training, rm, rv);
     ctx->save_for_backward({x, or_undefined(w), mean, invstd});
     ctx->saved_data["training"] = training;
     ctx->saved_data["eps"] = eps;
@@ -82,6 +91,7 @@ struct BatchNormAddActFn : torch::autograd::Function<BatchNormAddActFn> {
       at::AutoDispatchBelowADInplaceOrView below;
       std::tie(y, mean, invstd) = op.call(x, res, w, b, rm, rv, training, momentum, eps, act);
     }
+    bump_running_stats(training, rm, rv);
     ctx->save_for_backward({x, or_undefined(res), or_undefined(w), or_undefined(b), mean, invstd});
     ctx->saved_data["training"] = training;
     ctx->saved_data["act"] = act;
