@@ -153,7 +153,8 @@ def test_mm_tf32(M, N, K, mode, b_col_major, monkeypatch):
 def test_mm_tf32_rounded_copies(a_col_major, b_col_major, pad, monkeypatch):
     # The operand copies rounded to TF32 (tf32_round.cu) that also make an operand K-major: the 16-byte tile kernel
     # where the source allows (16-byte aligned, ld a multiple of 4 floats: transposed, or a strided copy with lds
-    # padded by 4), the scalar tile kernel otherwise (lds padded by 3 or 5) and under TORCH_DNN_TF32_ROUND_VEC=0; M, N, K leave partial 64-tiles at every edge.
+    # padded by 4), the scalar tile kernel otherwise (lds padded by 3 or 5) and under TORCH_DNN_TF32_ROUND_VEC=0;
+    # M, N, K leave partial 64-tiles at every edge.
     # Both kernels round the same elements the same way, so the products agree bit for bit; and with PyTorch by
     # the error rule.
     M, N, K = 200, 136, 332

@@ -139,7 +139,8 @@ struct CudaBackend {
   }
   // The training backward in one persistent kernel (launch_persist_backward): writes a.dw, a.db (those defined)
   // and dx; for batch_norm_add_act (res defined or act != 0) also dz = dy * act'(x * scale + shift + res), from
-  // which dx is computed (dz: d_residual or scratch; undefined for plain batch_norm). False: nothing done.
+  // which dx is computed (dz: d_residual or the activation's scratch; undefined: a scratch is made here, once the
+  // kernel is known to run). False: nothing done.
   static bool fused_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
                              const at::Tensor& shift, const at::Tensor& mean, int64_t act, BwdCoeffArgs& a,
                              const at::Tensor& dz, at::Tensor& dx) {
@@ -148,7 +149,7 @@ struct CudaBackend {
     const env::Scope knobs;
     const at::Tensor xd = dense_like(x), dyd = like(dy, xd), rd = like(res, xd), mu = stat(mean);
     const bool plain = act == 0 && !rd.defined();
-    if (!plain && (!dz.defined() || dz.strides() != xd.strides() || (act != 0 && scale.scalar_type() != at::kFloat)))
+    if (!plain && ((dz.defined() && dz.strides() != xd.strides()) || (act != 0 && scale.scalar_type() != at::kFloat)))
       return false;
     const PersistKind kind = plain ? PersistKind::Backward
                                    : (rd.defined() ? PersistKind::BackwardActRes : PersistKind::BackwardAct);
@@ -164,19 +165,20 @@ struct CudaBackend {
     p.count = a.count;
     p.dw = vec(a.dw);
     p.db = vec(a.db);
-    BwdActArgs act_args;
+    BwdActArgs act_args;  // plain batch_norm: the defaults
+    at::Tensor z, sc, sh;
     if (!plain) {
-      const at::Tensor sc = stat(scale), sh = stat(shift);
+      z = dz.defined() ? dz : at::empty_like(xd);
+      sc = stat(scale);
+      sh = stat(shift);
       act_args.res = cptr(rd);
       act_args.scale = act != 0 ? static_cast<const float*>(sc.const_data_ptr()) : nullptr;
       act_args.shift = act != 0 ? static_cast<const float*>(sh.const_data_ptr()) : nullptr;
       act_args.act = int(act);
-      act_args.dz = dz.data_ptr();
-      return launched(launch_persist_backward(plan, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
-                                              dx.data_ptr(), ws.data_ptr(), current_stream(), act_args));
+      act_args.dz = z.data_ptr();
     }
     return launched(launch_persist_backward(plan, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
-                                            dx.data_ptr(), ws.data_ptr(), current_stream()));
+                                            dx.data_ptr(), ws.data_ptr(), current_stream(), act_args));
   }
   static void stats(const at::Tensor& x, at::Tensor& mean, at::Tensor& m2) {
     c10::cuda::CUDAGuard guard(x.device());

@@ -1282,8 +1282,10 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
 
 // The geometry of a persistent launch over NT tensors a row (1 forward, 2 backward, 3 with a residual); false
 // when the device (before sm_90) or the shape does not fit it: the separate passes run then. Knobs
-// (benchmarks/NOTES.md): TORCH_DNN_BN_PERSIST=0 off; TORCH_DNN_BN_CACHE_KB caps a block's cached chunks; TORCH_DNN_BN_L2_MB sets the
-// share of the grid's last streamed chunks loaded with evict_last.
+// (benchmarks/NOTES.md): TORCH_DNN_BN_PERSIST=0 off; TORCH_DNN_BN_CACHE_KB caps a block's cached chunks;
+// TORCH_DNN_BN_L2_MB sets the share of the grid's last streamed chunks loaded with evict_last; TORCH_DNN_BN_RING /
+// TORCH_DNN_BN_CHUNK_KB the ring (launch_persist_forward reads the residual's two, TORCH_DNN_BN_RES_PREFETCH and
+// TORCH_DNN_BN_RES_AHEAD).
 template <typename T, auto Kernel>
 bool persist_geom(const BnShape& s, int NT, PersistGeom& g) {
   constexpr int V = kVec16<T>;

@@ -170,10 +170,8 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   // dz, the gradient at the activation's input: written for dres, else only when an activation needs it
   Tensor dz = mask[1] ? dres : (act != 0 ? out_like(x) : Tensor());
   // batch_norm_add_act's training backward in one kernel (dz, written to dres or scratch, then dx from it)
-  if (!plain && training && mask[0]) {
-    if (B::fused_backward(dy, x, res, scale, shift, mean, act, a, dz.defined() ? dz : out_like(x), dx))
-      return {dx, dres, dw, db};
-  }
+  if (!plain && training && mask[0] && B::fused_backward(dy, x, res, scale, shift, mean, act, a, dz, dx))
+    return {dx, dres, dw, db};
   a.sum_dz = at::empty({C}, sopt);
   a.sum_dz_xmu = at::empty({C}, sopt);
   B::reduce(dy, x, res, scale, shift, mean, act, dz, a.sum_dz, a.sum_dz_xmu);
