@@ -21,30 +21,34 @@ def _inp(shape, device, dtype=torch.float32):
 
 
 def _cases(device):
-    """(name, through the wrappers, through the dispatcher, inputs): ops of several families, with keyword-only
-    arguments, defaults left out, tuple results and integer (non-differentiable) results."""
+    """(name, through the wrappers, through the dispatcher, inputs, path): ops of several families, with keyword-only
+    arguments, defaults left out, tuple results and integer (non-differentiable) results. path: "direct" where the
+    wrappers apply the Python formula (Direct_<op>), "cpp" where the op's autograd is a C++ kernel that both reach."""
     x4 = _inp((2, 3, 8, 8), device)
     x2, w, b = _inp((5, 12), device), _inp((7, 12), device), _inp((7,), device)
     lw, lb = _inp((12,), device), _inp((12,), device)
     return [
-        ("linear", lambda x, w, b: F.linear(x, w, b), lambda x, w, b: ops.linear(x, w, b), (x2, w, b)),
+        ("bias_act", lambda x, b: F.bias_act(x, b, 1, "silu"), lambda x, b: ops.bias_act(x, b, 1, "silu"),
+         (x2, _inp((12,), device)), "direct"),
+        ("linear", lambda x, w, b: F.linear(x, w, b), lambda x, w, b: ops.linear(x, w, b), (x2, w, b), "cpp"),
         ("linear_act gelu", lambda x, w, b: F.linear_act(x, w, b, "gelu"),
-         lambda x, w, b: ops.linear_act(x, w, b, "gelu", save_preact=True)[0], (x2, w, b)),
-        ("relu", F.relu, ops.relu, (x2,)),
-        ("softmax", lambda x: F.softmax(x, 1), lambda x: ops.softmax(x, 1), (x2,)),
+         lambda x, w, b: ops.linear_act(x, w, b, "gelu", save_preact=True)[0], (x2, w, b), "cpp"),
+        ("relu", F.relu, ops.relu, (x2,), "cpp"),
+        ("gelu tanh", lambda x: F.gelu(x, approximate="tanh"), lambda x: ops.gelu(x, approximate="tanh"), (x2,), "cpp"),
+        ("softmax", lambda x: F.softmax(x, 1), lambda x: ops.softmax(x, 1), (x2,), "cpp"),
         ("layer_norm", lambda x, w, b: F.layer_norm(x, (12,), w, b),
-         lambda x, w, b: ops.layer_norm(x, [12], w, b, 1e-5)[0], (x2, lw, lb)),
+         lambda x, w, b: ops.layer_norm(x, [12], w, b, 1e-5)[0], (x2, lw, lb), "cpp"),
         ("max_pool2d indices", lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True)[0],
-         lambda x: ops.max_pool2d(x, [3, 3], [2, 2], [1, 1], [1, 1], False)[0], (x4,)),
+         lambda x: ops.max_pool2d(x, [3, 3], [2, 2], [1, 1], [1, 1], False)[0], (x4,), "cpp"),
     ]
 
 
 @pytest.mark.parametrize("device", devices())
 def test_direct_path_matches_dispatcher(device):
-    for name, ours, dispatched, inputs in _cases(device):
+    for name, ours, dispatched, inputs, path in _cases(device):
         y1 = ours(*inputs)
         y2 = dispatched(*inputs)
-        assert type(y1.grad_fn).__name__.startswith("Direct"), (name, type(y1.grad_fn).__name__)
+        assert type(y1.grad_fn).__name__.startswith("Direct") == (path == "direct"), (name, type(y1.grad_fn).__name__)
         assert not type(y2.grad_fn).__name__.startswith("Direct"), name
         torch.testing.assert_close(y1, y2, rtol=0, atol=0, msg=name)
         g = torch.randn_like(y1)
@@ -52,6 +56,91 @@ def test_direct_path_matches_dispatcher(device):
         d2 = torch.autograd.grad(y2, inputs, g)
         for a, c in zip(d1, d2):
             torch.testing.assert_close(a, c, rtol=0, atol=0, msg=name)
+
+
+def _present(*tensors):
+    return tuple(t for t in tensors if t is not None)
+
+
+def _cpp_cases(device):
+    """(name, call of the op, inputs, which outputs the loss uses): the ops whose autograd is a C++ kernel (typed:
+    csrc/<family>/*_autograd.cpp; the shared single-input kernel: csrc/common/single_input_autograd.cpp), with
+    parameters given and absent, the add_ forms' loss on the sum alone and on the normalized output alone (grads
+    the kernel gets undefined), backward ops that read the result, indices, keyword-only and default arguments."""
+    x2, r2 = _inp((5, 12), device), _inp((5, 12), device)
+    x4 = _inp((2, 4, 9, 9), device)
+    w, b = _inp((12,), device), _inp((12,), device)
+    w4, b4 = _inp((4,), device), _inp((4,), device)
+    mean, rstd = torch.randn(2, 2, device=device), torch.rand(2, 2, device=device) + 0.5
+    w7, b7, r7 = _inp((7, 12), device), _inp((7,), device), _inp((5, 7), device)
+    cases = []
+    for wb in ((w, b), (w, None), (None, b), (None, None)):
+        cases.append(("layer_norm", lambda op, x, wb=wb: op(x, [12], *wb, 1e-5), (x2, *_present(*wb)), (0,)))
+    for wt in (w, None):
+        cases.append(("rms_norm", lambda op, x, wt=wt: op(x, [12], wt, 1e-6), (x2, *_present(wt)), (0,)))
+        for used in ((0, 1), (0,), (1,)):
+            cases.append(("add_rms_norm", lambda op, x, wt=wt: op(x, r2, [12], wt, 1e-6), (x2, r2, *_present(wt)),
+                          used))
+    for used in ((0, 1), (0,), (1,)):
+        cases.append(("add_layer_norm", lambda op, x: op(x, r2, [12], w, b, 1e-5), (x2, r2, w, b), used))
+    for wb in ((w4, b4), (None, b4)):
+        cases.append(("group_norm", lambda op, x, wb=wb: op(x, 2, *wb, 1e-5), (x4, *_present(*wb)), (0,)))
+        cases.append(("group_norm_with_stats", lambda op, x, wb=wb: (op(x, 2, mean, rstd, *wb),),
+                      (x4, *_present(*wb)), (0,)))
+    one = lambda f: (lambda op, x: (f(op, x),))  # noqa: E731 (single-result ops as a tuple)
+    cases += [
+        ("relu", one(lambda op, x: op(x)), (x2,), (0,)),
+        ("hardtanh", one(lambda op, x: op(x, -0.5, 0.7)), (x2,), (0,)),
+        ("gelu", one(lambda op, x: op(x, approximate="tanh")), (x2,), (0,)),
+        ("softplus", one(lambda op, x: op(x)), (x2,), (0,)),  # defaults
+        ("sigmoid", one(lambda op, x: op(x)), (x2,), (0,)),  # reads the result
+        ("softmax", one(lambda op, x: op(x, 1)), (x2,), (0,)),
+        ("log_softmax", one(lambda op, x: op(x, 0, torch.float64)), (x2,), (0,)),  # dtype: the input's comes back
+        ("max_pool2d", lambda op, x: op(x, [3, 3], [2, 2], [1, 1], [1, 1], True), (x4,), (0,)),
+        ("avg_pool2d", one(lambda op, x: op(x, [3, 3], [2, 2], [1, 1], True, False, None)), (x4,), (0,)),
+        ("adaptive_avg_pool2d", one(lambda op, x: op(x, [4, 5])), (x4,), (0,)),
+        ("adaptive_max_pool1d", lambda op, x: op(x, [5]), (x2,), (0,)),
+        ("lp_pool1d", one(lambda op, x: op(x, 2.0, [3], [2], False)), (x2.abs().detach().requires_grad_(),), (0,)),
+        ("local_response_norm", one(lambda op, x: op(x, 3, 1e-3, 0.75, 1.0)), (x4,), (0,)),
+        ("mm", one(lambda op, x: op(x, w7.t())), (x2, w7), (0,)),
+        ("bmm", one(lambda op, x: op(x.view(1, 5, 12), w7.t()[None])), (x2, w7), (0,)),
+        ("linear", one(lambda op, x: op(x, w7, b7)), (x2, w7, b7), (0,)),
+        ("linear", one(lambda op, x: op(x, w7)), (x2, w7), (0,)),
+    ]
+    for save in (True, False):  # the pre-activation saved, or recomputed by the backward
+        for used in ((0,), (0, 1), (1,)):  # the loss on the pre-activation too: its grad joins act's derivative
+            cases.append(("linear_act", lambda op, x, save=save: op(x, w7, b7, "gelu", r7, save_preact=save),
+                          (x2, w7, b7, r7), used if save else (0,)))
+    cases.append(("linear_act", lambda op, x: op(x, w7, None, "leaky_relu", None, 0.2), (x2, w7), (0,)))
+    return cases
+
+
+@pytest.mark.parametrize("device", devices())
+def test_cpp_autograd_matches_formula(device):
+    """Ops whose autograd is a C++ kernel (which the wrappers reach: test_direct_path_matches_dispatcher): the kernel
+    gives what the op's Python formula (the one torch.func's transforms use) gives, bit for bit."""
+    from torch_dnn.ops._registry import _FORMULAS, _formula_functions
+
+    for name, call, inputs, used in _cpp_cases(device):
+        packet = getattr(ops, name)
+        backward, setup, cpp_kernel = _FORMULAS[name]
+        assert cpp_kernel, name
+        formula, _ = _formula_functions(packet.default._op, packet.default, packet.default._schema, backward, setup)
+        y_cpp, y_py = call(packet, inputs[0]), call(formula, inputs[0])
+        assert not type(y_cpp[0].grad_fn).__name__.startswith("Direct"), name
+        assert type(y_py[0].grad_fn).__name__.startswith("Direct"), name
+        for a, c in zip(y_cpp, y_py):
+            torch.testing.assert_close(a, c, rtol=0, atol=0, msg=name)
+        gs = [torch.randn_like(y_cpp[i]) for i in used]
+        d_cpp = torch.autograd.grad([y_cpp[i] for i in used], inputs, gs, allow_unused=True)
+        d_py = torch.autograd.grad([y_py[i] for i in used], inputs, gs, allow_unused=True)
+        for a, c, t in zip(d_cpp, d_py, inputs):
+            # a kernel that gets no gradient for the normalized output gives none to the parameters (PyTorch's
+            # graph has them unused); the Python formula, whose grads are materialized, gives zeros
+            a = torch.zeros_like(t) if a is None else a
+            c = torch.zeros_like(t) if c is None else c
+            assert a.dtype == c.dtype, name
+            torch.testing.assert_close(a, c, rtol=0, atol=0, msg=f"{name} used={used}")
 
 
 class _Recorder(TorchDispatchMode):

@@ -1,6 +1,7 @@
-// Activation family: schemas, and the CPU kernels' registration.
+// Activation family: schemas, the CPU kernels' registration and the activations' C++ autograd.
 #include "activation/activation_cpu.h"
 #include "activation/activation_ops.h"
+#include "common/single_input_autograd.h"
 
 TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
   // forward (names and defaults as torch.nn.functional)
@@ -51,4 +52,15 @@ TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
 
 TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {
   torch_dnn::activation::register_activation_impls<torch_dnn::activation::CpuBackend>(m);
+}
+
+// Autograd of the activations (not bias_act, which has two tensor arguments): the backward op reads the input, or
+// the result for sigmoid and tanh; the same formulas as torch_dnn/ops/activation.py's (kept for torch.func).
+TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
+  using namespace torch_dnn::autograd_kernel;
+  for (const char* name : {"relu", "relu6", "hardtanh", "leaky_relu", "elu", "gelu", "silu", "softplus", "mish",
+                           "hardswish", "hardsigmoid"}) {
+    register_single_input_autograd(m, name, {{Saved::Input}});
+  }
+  for (const char* name : {"sigmoid", "tanh"}) register_single_input_autograd(m, name, {{Saved::Output0}});
 }

@@ -5,27 +5,16 @@
 // Why in C++: on a device host whose CPU is slow, F.batch_norm's forward + backward through the Python Function
 // took 370 us a step against PyTorch's 211 (4x64x4x4 on an H100 host; the two ops alone 25 + 29 us): the
 // Function's forward and, on the autograd thread, its Python backward (benchmarks/NOTES.md, twenty-fifth session).
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/csrc/autograd/custom_function.h>
-
 #include "batch_norm/batch_norm_ops.h"
+#include "common/autograd_kernel.h"
 
 namespace torch_dnn {
 namespace batch_norm {
 namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
+using namespace torch_dnn::autograd_kernel;
 using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using Tensor4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-
-at::Tensor or_undefined(const OptTensor& t) { return given(t) ? *t : at::Tensor(); }
-OptTensor or_none(const at::Tensor& t) { return t.defined() ? OptTensor(t) : c10::nullopt; }
-at::Tensor if_wanted(bool want, const at::Tensor& t) { return want ? t : at::Tensor(); }
-
-// needs_input_grad(i) numbers only the tensor arguments given to forward (an absent optional one has no edge): the
-// input is 0, the next given tensor 1, and so on. The backward's outputs are numbered by argument, given or not.
-bool needs_grad(AutogradContext* ctx, int edge) { return ctx->needs_input_grad(size_t(edge)); }
 
 // The running statistics a training call updated in place: their version counters move, as the ADInplaceOrView
 // layer (skipped below) would do, so that autograd still sees a saved copy of them go stale.
@@ -33,12 +22,6 @@ void bump_running_stats(bool training, const OptTensor& rm, const OptTensor& rv)
   if (!training) return;
   if (given(rm)) torch::autograd::impl::bump_version(*rm);
   if (given(rv)) torch::autograd::impl::bump_version(*rv);
-}
-
-// The family's ops, called below this key.
-template <class Sig>
-c10::TypedOperatorHandle<Sig> op_handle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
 }
 
 struct BatchNormFn : torch::autograd::Function<BatchNormFn> {

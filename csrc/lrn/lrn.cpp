@@ -1,5 +1,6 @@
-// local_response_norm family: schemas, and the CPU kernels' registration. Its own family (not group_norm's):
+// local_response_norm family: schemas, the CPU kernels' registration and the C++ autograd. Its own family (not group_norm's):
 // a window across channels, no statistics, no parameters; it shares no kernel with the group norms.
+#include "common/single_input_autograd.h"
 #include "lrn/lrn_cpu.h"
 #include "lrn/lrn_ops.h"
 
@@ -11,4 +12,9 @@ TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
 
 TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {
   torch_dnn::lrn::register_lrn_impls<torch_dnn::lrn::CpuBackend>(m);
+}
+
+// Autograd (as torch_dnn/ops/lrn.py's formula): the backward op reads the input and the window's arguments.
+TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
+  torch_dnn::autograd_kernel::register_single_input_autograd(m, "local_response_norm", {{torch_dnn::autograd_kernel::Saved::Input}});
 }

@@ -1,4 +1,5 @@
-// Softmax family: schemas, and the CPU kernels' registration.
+// Softmax family: schemas, the CPU kernels' registration and the C++ autograd.
+#include "common/single_input_autograd.h"
 #include "softmax/softmax_cpu.h"
 #include "softmax/softmax_ops.h"
 
@@ -12,4 +13,12 @@ TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
 
 TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {
   torch_dnn::softmax::register_softmax_impls<torch_dnn::softmax::CpuBackend>(m);
+}
+
+// Autograd: the backward op reads the result, the dim and the input's dtype (as torch_dnn/ops/softmax.py's formula).
+TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
+  using namespace torch_dnn::autograd_kernel;
+  for (const char* name : {"softmax", "log_softmax"}) {
+    register_single_input_autograd(m, name, {{Saved::Output0}, /*n_args=*/1, /*input_dtype=*/true});
+  }
 }

@@ -64,14 +64,19 @@ def _any_requires_grad_py(*args, **kwargs) -> bool:
 _any_requires_grad = getattr(torch._C, "_any_requires_grad", _any_requires_grad_py)
 
 
-# op name -> (backward, setup_context): the formulas given to register_autograd, for _FunctionalOps' fast path
+# op name -> (backward, setup_context, cpp_kernel): the formulas given to register_autograd, for _FunctionalOps
 _FORMULAS: dict = {}
 
 
-def register_autograd(qualname: str, backward, setup_context) -> None:
-    """torch.library.register_autograd, and the formula kept for the functional wrappers' fast path."""
-    torch.library.register_autograd(qualname, backward, setup_context=setup_context)
-    _FORMULAS[qualname.split("::")[1]] = (backward, setup_context)
+def register_autograd(qualname: str, backward, setup_context, cpp_kernel: bool = False) -> None:
+    """torch.library.register_autograd, and the formula kept for the functional wrappers' fast path.
+
+    cpp_kernel: the family registers this op's autograd in C++ (the same formula, csrc/<family>/*_autograd.cpp),
+    which takes every call that reaches the Autograd key; the formula here is then kept only for torch.func's
+    transforms (the transform Function of _formula_functions)."""
+    if not cpp_kernel:
+        torch.library.register_autograd(qualname, backward, setup_context=setup_context)
+    _FORMULAS[qualname.split("::")[1]] = (backward, setup_context, cpp_kernel)
 
 
 _is_any_autocast_enabled = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
@@ -199,18 +204,23 @@ class _FunctionalOps:
 
             formula = _FORMULAS.get(name)
             direct = transform = None
+            cpp_kernel = formula is not None and formula[2]
             if formula is not None and packet.overloads() == ["default"]:
-                direct, transform = _formula_functions(overload, packet.default, packet.default._schema, *formula)
+                direct, transform = _formula_functions(overload, packet.default, packet.default._schema, *formula[:2])
+                if cpp_kernel:
+                    direct = None  # the dispatcher's C++ autograd kernel is the faster direct path
 
             def fn(*args, **kwargs):
                 # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
                 if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
                     return packet(*args, **kwargs)
                 if torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs):
-                    if direct is not None and _plain_call(args, kwargs):
-                        return direct(*args, **kwargs)
                     if transform is not None and _transform_call():
                         return transform(*args, **kwargs)
+                    if cpp_kernel:
+                        return overload(*args, **kwargs)
+                    if direct is not None and _plain_call(args, kwargs):
+                        return direct(*args, **kwargs)
                     return packet(*args, **kwargs)
                 with _below_autograd():
                     return overload(*args, **kwargs)

@@ -61,12 +61,12 @@ def _register(name: str, spec: _Spec) -> None:
         (saved,) = ctx.saved_tensors
         return (backward_op(grad, saved, *ctx.params, **ctx.kwparams),) + (None,) * (n_inputs - 1)
 
+    # the same formula is the C++ kernel of csrc/activation/activation.cpp (single_input_autograd)
     if spec.kwparams:
-        register_autograd(qual, backward, setup_context=setup_context)
+        register_autograd(qual, backward, setup_context=setup_context, cpp_kernel=True)
     else:
-        register_autograd(
-            qual, backward, setup_context=lambda ctx, inputs, output: setup_context(ctx, inputs, {}, output)
-        )
+        register_autograd(qual, backward, setup_context=lambda ctx, inputs, output: setup_context(ctx, inputs, {}, output),
+                          cpp_kernel=True)
 
 
 for _name, _spec in SPECS.items():

@@ -87,8 +87,10 @@ def _gn_stats_backward(ctx, grad_out):
             _param_grad(db, ctx.bias_dtype, mask[2]))
 
 
-register_autograd("torch_dnn::group_norm", _gn_backward, setup_context=_gn_setup)
-register_autograd("torch_dnn::group_norm_with_stats", _gn_stats_backward, setup_context=_gn_stats_setup)
+# the same formulas are the C++ kernels of csrc/group_norm/group_norm_autograd.cpp
+register_autograd("torch_dnn::group_norm", _gn_backward, setup_context=_gn_setup, cpp_kernel=True)
+register_autograd("torch_dnn::group_norm_with_stats", _gn_stats_backward, setup_context=_gn_stats_setup,
+                  cpp_kernel=True)
 torch.library.register_autocast("torch_dnn::group_norm", "cuda", torch.float32)
 torch.library.register_autocast("torch_dnn::group_norm_with_stats", "cuda", torch.float32)
 

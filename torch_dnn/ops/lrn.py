@@ -31,7 +31,7 @@ def _lrn_backward(ctx, grad):
     return (_ops.local_response_norm_backward(grad, x, *ctx.params),) + (None,) * len(ctx.params)
 
 
-register_autograd("torch_dnn::local_response_norm", _lrn_backward, setup_context=_lrn_setup)
+register_autograd("torch_dnn::local_response_norm", _lrn_backward, setup_context=_lrn_setup, cpp_kernel=True)  # lrn.cpp
 torch.library.register_autocast("torch_dnn::local_response_norm", "cuda", torch.float32)
 
 add_family("lrn", ["local_response_norm", "local_response_norm_backward"])

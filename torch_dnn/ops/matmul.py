@@ -83,8 +83,9 @@ def _bmm_backward(ctx, grad):
     return da, db
 
 
-register_autograd("torch_dnn::mm", _mm_backward, setup_context=_mm_setup)
-register_autograd("torch_dnn::bmm", _bmm_backward, setup_context=_mm_setup)
+# the formulas below are also the C++ kernels of csrc/matmul/matmul_autograd.cpp
+register_autograd("torch_dnn::mm", _mm_backward, setup_context=_mm_setup, cpp_kernel=True)
+register_autograd("torch_dnn::bmm", _bmm_backward, setup_context=_mm_setup, cpp_kernel=True)
 
 
 def _linear_setup(ctx, inputs, keyword_only_inputs, output):
@@ -101,7 +102,7 @@ def _linear_backward(ctx, grad):
     return dx if mask[0] else None, dw if mask[1] else None, db if mask[2] else None
 
 
-register_autograd("torch_dnn::linear", _linear_backward, setup_context=_linear_setup)
+register_autograd("torch_dnn::linear", _linear_backward, setup_context=_linear_setup, cpp_kernel=True)
 
 
 def _linear_act_setup(ctx, inputs, keyword_only_inputs, output):
@@ -133,7 +134,7 @@ def _linear_act_backward(ctx, grad, grad_preact):
     return (dx if mask[0] else None, dw if mask[1] else None, db if mask[2] else None, None, d_res, None, None)
 
 
-register_autograd("torch_dnn::linear_act", _linear_act_backward, setup_context=_linear_act_setup)
+register_autograd("torch_dnn::linear_act", _linear_act_backward, setup_context=_linear_act_setup, cpp_kernel=True)
 
 add_family("matmul", ["mm", "bmm", "linear", "linear_act", "linear_act_backward"])
 

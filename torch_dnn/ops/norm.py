@@ -179,7 +179,7 @@ for _name, _bwd, _setup in (
     ("add_layer_norm", _add_layer_norm_backward, _add_layer_norm_setup),
     ("add_rms_norm", _add_rms_norm_backward, _add_rms_norm_setup),
 ):
-    register_autograd(f"torch_dnn::{_name}", _bwd, setup_context=_setup)
+    register_autograd(f"torch_dnn::{_name}", _bwd, setup_context=_setup, cpp_kernel=True)  # norm_autograd.cpp
     torch.library.register_autocast(f"torch_dnn::{_name}", "cuda", torch.float32)
 
 add_family("norm", [

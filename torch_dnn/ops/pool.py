@@ -125,7 +125,7 @@ def _register_autograd(r):
                                   ("adaptive_avg_pool", adaptive_avg_pool, save_input),
                                   ("adaptive_max_pool", adaptive_max_pool, save_input_and_indices),
                                   ("lp_pool", lp_pool, save_input_and_output)):
-        register_autograd(f"torch_dnn::{kind}{r}d", backward, setup_context=setup)
+        register_autograd(f"torch_dnn::{kind}{r}d", backward, setup_context=setup, cpp_kernel=True)  # pool.cpp
 
 
 for _r in RANKS:

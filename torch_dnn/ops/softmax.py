@@ -30,7 +30,7 @@ def _register(name: str) -> None:
         (output,) = ctx.saved_tensors
         return backward_op(grad, output, ctx.dim, ctx.input_dtype), None, None
 
-    register_autograd(qual, backward, setup_context=setup_context)
+    register_autograd(qual, backward, setup_context=setup_context, cpp_kernel=True)  # csrc/softmax/softmax.cpp
     torch.library.register_autocast(qual, "cuda", torch.float32)
 
 

@@ -1,0 +1,44 @@
+// Shared pieces of the C++ autograd kernels (torch::autograd::Function at the Autograd dispatch key) that the
+// families register so that an eager training step runs no Python: on a device host's slow CPU the Python
+// autograd.Function around a small op cost 2-3x PyTorch's host time a step (benchmarks/NOTES.md, twenty-fifth and
+// twenty-sixth sessions). Each family keeps its Python formula for torch.func's transforms.
+#pragma once
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+namespace torch_dnn {
+namespace autograd_kernel {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+using OptionalTensor = c10::optional<at::Tensor>;
+
+inline bool is_given(const OptionalTensor& t) { return t.has_value() && t->defined(); }
+// save_for_backward takes tensors only: an absent optional one is saved as an undefined tensor, and back.
+inline at::Tensor or_undefined(const OptionalTensor& t) { return is_given(t) ? *t : at::Tensor(); }
+inline OptionalTensor or_none(const at::Tensor& t) { return t.defined() ? OptionalTensor(t) : c10::nullopt; }
+inline at::Tensor if_wanted(bool want, const at::Tensor& t) { return want ? t : at::Tensor(); }
+
+// needs_input_grad(i) numbers only the tensor arguments given to forward (an absent optional one has no edge): the
+// input is 0, the next given tensor 1, and so on. The backward's outputs are numbered by argument, given or not.
+inline bool needs_grad(AutogradContext* ctx, int edge) { return ctx->needs_input_grad(size_t(edge)); }
+
+// A wanted parameter's gradient in the parameter's dtype (the backward ops compute in the input's).
+inline at::Tensor param_grad(bool want, const at::Tensor& g, int64_t dtype) {
+  if (!want) return at::Tensor();
+  const auto t = static_cast<at::ScalarType>(dtype);
+  return g.scalar_type() != t ? g.to(t) : g;
+}
+inline int64_t dtype_of(const OptionalTensor& t) {
+  return static_cast<int64_t>(is_given(t) ? t->scalar_type() : at::ScalarType::Undefined);
+}
+
+// A family's op, called below the Autograd key by the kernels.
+template <class Sig>
+c10::TypedOperatorHandle<Sig> op_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
+}
+
+}  // namespace autograd_kernel
+}  // namespace torch_dnn

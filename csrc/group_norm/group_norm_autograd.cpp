@@ -1,0 +1,99 @@
+// group_norm family: autograd of group_norm and group_norm_with_stats in C++ (the Autograd dispatch key), so that an
+// eager training step runs no Python. The same formulas as torch_dnn/ops/group_norm.py's, which stay for torch.func's
+// transforms: group_norm_backward on the saved input and statistics; parameter grads cast to the parameter's dtype;
+// given statistics (instance_norm's running ones) are constants that get no gradient.
+#include "common/autograd_kernel.h"
+#include "group_norm/group_norm_ops.h"
+
+namespace torch_dnn {
+namespace group_norm {
+namespace {
+
+using namespace torch_dnn::autograd_kernel;
+using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using BackwardSig = Tensor3(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const OptTensor&, int64_t, bool, std::array<bool, 3>);
+
+void save(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
+          const OptTensor& w, const OptTensor& b, int64_t groups) {
+  ctx->save_for_backward({x, mean, rstd, or_undefined(w)});
+  ctx->saved_data["groups"] = groups;
+  ctx->saved_data["has_bias"] = given(b);
+  ctx->saved_data["w_dtype"] = dtype_of(w);
+  ctx->saved_data["b_dtype"] = dtype_of(b);
+}
+
+// dx, dw, db into the backward's outputs at x_at, w_at, w_at + 1; the weight's edge is first_param_edge.
+void backward_into(AutogradContext* ctx, const at::Tensor& grad, bool stats_given, int first_param_edge,
+                   variable_list& out, int w_at) {
+  static const auto op = op_handle<BackwardSig>("torch_dnn::group_norm_backward");
+  const variable_list s = ctx->get_saved_variables();  // x, mean, rstd, weight
+  const bool has_w = s[3].defined();
+  const std::array<bool, 3> mask = {
+      needs_grad(ctx, 0), has_w && needs_grad(ctx, first_param_edge),
+      ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, first_param_edge + has_w)};
+  const auto [dx, dw, db] =
+      op.call(grad, s[0], s[1], s[2], or_none(s[3]), ctx->saved_data["groups"].toInt(), stats_given, mask);
+  out[0] = if_wanted(mask[0], dx);
+  out[w_at] = param_grad(mask[1], dw, ctx->saved_data["w_dtype"].toInt());
+  out[w_at + 1] = param_grad(mask[2], db, ctx->saved_data["b_dtype"].toInt());
+}
+
+struct GroupNormFn : torch::autograd::Function<GroupNormFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t groups, const OptTensor& w,
+                               const OptTensor& b, double eps) {
+    static const auto op = op_handle<Tensor3(const at::Tensor&, int64_t, const OptTensor&, const OptTensor&,
+                                             double)>("torch_dnn::group_norm");
+    at::Tensor y, mean, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(y, mean, rstd) = op.call(x, groups, w, b, eps);
+    }
+    save(ctx, x, mean, rstd, w, b, groups);
+    ctx->mark_non_differentiable({mean, rstd});
+    ctx->set_materialize_grads(false);
+    return {y, mean, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(5);  // x, num_groups, weight, bias, eps
+    if (grads[0].defined()) backward_into(ctx, grads[0], false, 1, out, 2);
+    return out;
+  }
+};
+
+struct GroupNormWithStatsFn : torch::autograd::Function<GroupNormWithStatsFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t groups, const at::Tensor& mean,
+                               const at::Tensor& rstd, const OptTensor& w, const OptTensor& b) {
+    static const auto op = op_handle<at::Tensor(const at::Tensor&, int64_t, const at::Tensor&, const at::Tensor&,
+                                                const OptTensor&, const OptTensor&)>("torch_dnn::group_norm_with_stats");
+    at::Tensor y;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      y = op.call(x, groups, mean, rstd, w, b);
+    }
+    save(ctx, x, mean, rstd, w, b, groups);
+    ctx->set_materialize_grads(false);
+    return {y};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(6);  // x, num_groups, mean, rstd, weight, bias
+    if (grads[0].defined()) backward_into(ctx, grads[0], true, 3, out, 4);  // edges: x, mean, rstd, weight, bias
+    return out;
+  }
+};
+
+}  // namespace
+}  // namespace group_norm
+}  // namespace torch_dnn
+
+TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
+  using namespace torch_dnn::group_norm;
+  m.impl("group_norm", [](const at::Tensor& x, int64_t groups, const OptTensor& w, const OptTensor& b, double eps) {
+    const auto v = GroupNormFn::apply(x, groups, w, b, eps);
+    return Tensor3{v[0], v[1], v[2]};
+  });
+  m.impl("group_norm_with_stats", [](const at::Tensor& x, int64_t groups, const at::Tensor& mean,
+                                     const at::Tensor& rstd, const OptTensor& w, const OptTensor& b) {
+    return GroupNormWithStatsFn::apply(x, groups, mean, rstd, w, b)[0];
+  });
+}

@@ -1,0 +1,162 @@
+// Matmul family: autograd of mm, bmm, linear and linear_act in C++ (the Autograd dispatch key), so that an eager
+// training step runs no Python. The same formulas as torch_dnn/ops/matmul.py's, which stay for torch.func's
+// transforms: mm / bmm's gradients are mm / bmm with the other operand transposed (read in place); linear and
+// linear_act's are linear_act_backward (the activation's derivative fused into the gradient GEMMs), with the
+// pre-activation saved by the forward (save_preact) or recomputed here.
+#include "common/autograd_kernel.h"
+
+namespace torch_dnn {
+namespace matmul {
+namespace {
+
+using namespace torch_dnn::autograd_kernel;
+using OptTensor = OptionalTensor;
+using OptDouble = std::optional<double>;
+using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
+using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using MmSig = at::Tensor(const at::Tensor&, const at::Tensor&, bool);
+using LinearActSig = Tensor2(const at::Tensor&, const at::Tensor&, const OptTensor&, c10::string_view,
+                             const OptTensor&, OptDouble, OptDouble, bool, bool);
+using LinearActBackwardSig = Tensor3(const at::Tensor&, const at::Tensor&, const at::Tensor&, const OptTensor&,
+                                     c10::string_view, OptDouble, OptDouble, const OptTensor&, std::array<bool, 3>,
+                                     bool);
+
+bool needs_preact(c10::string_view act) { return act != "none" && act != "identity"; }
+
+const c10::TypedOperatorHandle<LinearActBackwardSig>& linear_act_backward_op() {
+  static const auto op = op_handle<LinearActBackwardSig>("torch_dnn::linear_act_backward");
+  return op;
+}
+
+// mm (batched = false) and bmm (true)
+struct MmFn : torch::autograd::Function<MmFn> {
+  static const c10::TypedOperatorHandle<MmSig>& op(bool batched) {
+    static const auto mm = op_handle<MmSig>("torch_dnn::mm");
+    static const auto bmm = op_handle<MmSig>("torch_dnn::bmm");
+    return batched ? bmm : mm;
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, bool tf32,
+                               bool batched) {
+    at::Tensor c;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      c = op(batched).call(a, b, tf32);
+    }
+    ctx->save_for_backward({a, b});
+    ctx->saved_data["tf32"] = tf32;
+    ctx->saved_data["batched"] = batched;
+    return {c};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(4);  // a, b, allow_tf32, batched
+    if (!grads[0].defined()) return out;
+    const variable_list s = ctx->get_saved_variables();
+    const bool tf32 = ctx->saved_data["tf32"].toBool(), batched = ctx->saved_data["batched"].toBool();
+    const auto& mm = op(batched);
+    if (needs_grad(ctx, 0)) out[0] = mm.call(grads[0], s[1].transpose(-2, -1), tf32);
+    if (needs_grad(ctx, 1)) out[1] = mm.call(s[0].transpose(-2, -1), grads[0], tf32);
+    return out;
+  }
+};
+
+struct LinearFn : torch::autograd::Function<LinearFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
+                               bool tf32) {
+    static const auto op =
+        op_handle<at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, bool)>("torch_dnn::linear");
+    at::Tensor y;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      y = op.call(x, w, b, tf32);
+    }
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["tf32"] = tf32;
+    ctx->saved_data["has_bias"] = is_given(b);
+    return {y};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(4);  // x, weight, bias, allow_tf32
+    if (!grads[0].defined()) return out;
+    const variable_list s = ctx->get_saved_variables();
+    const std::array<bool, 3> mask = {needs_grad(ctx, 0), needs_grad(ctx, 1),
+                                      ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 2)};
+    const auto [dx, dw, db] = linear_act_backward_op().call(grads[0], s[0], s[1], c10::nullopt, "none", c10::nullopt,
+                                                            c10::nullopt, c10::nullopt, mask,
+                                                            ctx->saved_data["tf32"].toBool());
+    out[0] = if_wanted(mask[0], dx);
+    out[1] = if_wanted(mask[1], dw);
+    out[2] = if_wanted(mask[2], db);
+    return out;
+  }
+};
+
+struct LinearActFn : torch::autograd::Function<LinearActFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
+                               c10::string_view act, const OptTensor& res, OptDouble act_a, OptDouble act_b,
+                               bool tf32, bool save_preact) {
+    static const auto op = op_handle<LinearActSig>("torch_dnn::linear_act");
+    at::Tensor y, pre;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(y, pre) = op.call(x, w, b, act, res, act_a, act_b, tf32, save_preact);
+    }
+    const bool saved_preact = save_preact && needs_preact(act);
+    ctx->save_for_backward({x, w, or_undefined(b), saved_preact ? pre : at::Tensor()});
+    ctx->saved_data["act"] = std::string(act);
+    ctx->saved_data["act_a"] = act_a;
+    ctx->saved_data["act_b"] = act_b;
+    ctx->saved_data["tf32"] = tf32;
+    ctx->saved_data["has_res"] = is_given(res);
+    ctx->set_materialize_grads(false);
+    return {y, pre};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(9);  // x, weight, bias, activation, residual, act_a, act_b, allow_tf32, save_preact
+    const variable_list s = ctx->get_saved_variables();  // x, weight, bias, preact
+    const at::Tensor &x = s[0], &w = s[1], &bias = s[2];
+    at::Tensor pre = s[3];
+    const bool has_bias = bias.defined(), tf32 = ctx->saved_data["tf32"].toBool();
+    const std::string act = ctx->saved_data["act"].toStringRef();
+    const std::array<bool, 3> mask = {needs_grad(ctx, 0), needs_grad(ctx, 1), has_bias && needs_grad(ctx, 2)};
+    at::Tensor grad = grads[0];
+    if (!grad.defined()) {
+      auto shape = x.sizes().vec();
+      shape.back() = w.size(0);
+      grad = at::zeros(shape, x.options());
+    }
+    if (ctx->saved_data["has_res"].toBool() && needs_grad(ctx, 2 + has_bias)) out[4] = grad;
+    if (!(mask[0] || mask[1] || mask[2])) return out;
+    const bool saved_preact = pre.defined();
+    if (needs_preact(act) && !saved_preact) {
+      // saved without the pre-activation (the op was called with save_preact=False): recompute it
+      static const auto op = op_handle<LinearActSig>("torch_dnn::linear_act");
+      pre = std::get<0>(op.call(x, w, or_none(bias), "none", c10::nullopt, c10::nullopt, c10::nullopt, tf32, false));
+    }
+    const OptTensor grad_preact = saved_preact ? or_none(grads[1]) : c10::nullopt;
+    const auto [dx, dw, db] = linear_act_backward_op().call(
+        grad, x, w, or_none(pre), act, ctx->saved_data["act_a"].toOptional<double>(),
+        ctx->saved_data["act_b"].toOptional<double>(), grad_preact, mask, tf32);
+    out[0] = if_wanted(mask[0], dx);
+    out[1] = if_wanted(mask[1], dw);
+    out[2] = if_wanted(mask[2], db);
+    return out;
+  }
+};
+
+}  // namespace
+}  // namespace matmul
+}  // namespace torch_dnn
+
+TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
+  using namespace torch_dnn::matmul;
+  m.impl("mm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) { return MmFn::apply(a, b, tf32, false)[0]; });
+  m.impl("bmm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) { return MmFn::apply(a, b, tf32, true)[0]; });
+  m.impl("linear", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, bool tf32) {
+    return LinearFn::apply(x, w, b, tf32)[0];
+  });
+  m.impl("linear_act", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, c10::string_view act,
+                          const OptTensor& res, OptDouble act_a, OptDouble act_b, bool tf32, bool save_preact) {
+    const auto v = LinearActFn::apply(x, w, b, act, res, act_a, act_b, tf32, save_preact);
+    return Tensor2{v[0], v[1]};
+  });
+}

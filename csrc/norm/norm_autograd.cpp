@@ -1,0 +1,200 @@
+// Norm family: autograd of layer_norm, rms_norm, add_layer_norm and add_rms_norm in C++ (the Autograd dispatch key),
+// so that an eager training step runs no Python. The same formulas as torch_dnn/ops/norm.py's, which stay for
+// torch.func's transforms: the family's backward op on the saved input (the sum for the add_ forms) and row
+// statistics; parameter grads cast to the parameter's dtype; the add_ forms give input and residual one gradient.
+// Why: a tiny layer_norm's forward + backward through the Python Function took 481 us a step on an H100 host
+// against PyTorch's 178 (benchmarks/results/h100-host-map-25.md).
+#include "common/autograd_kernel.h"
+#include "norm/norm_ops.h"
+
+namespace torch_dnn {
+namespace norm {
+namespace {
+
+using namespace torch_dnn::autograd_kernel;
+using Tensor2 = std::tuple<at::Tensor, at::Tensor>;
+using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using Tensor4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using Shape = at::IntArrayRef;
+
+// What every norm's context keeps besides tensors: the normalized shape and the parameters' dtypes.
+void save_params(AutogradContext* ctx, Shape shape, const OptTensor& w, const OptTensor& b) {
+  ctx->saved_data["shape"] = shape.vec();
+  ctx->saved_data["w_dtype"] = dtype_of(w);
+  ctx->saved_data["b_dtype"] = dtype_of(b);
+  ctx->saved_data["has_bias"] = given(b);
+}
+
+// The statistics are outputs that autograd does not differentiate; grads stay unmaterialized (no zero tensors).
+void mark_stats(AutogradContext* ctx, std::initializer_list<at::Tensor> stats) {
+  ctx->mark_non_differentiable(variable_list(stats));
+  ctx->set_materialize_grads(false);
+}
+
+std::vector<int64_t> saved_shape(AutogradContext* ctx) { return ctx->saved_data["shape"].toIntVector(); }
+int64_t saved_int(AutogradContext* ctx, const char* key) { return ctx->saved_data[key].toInt(); }
+
+struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, Shape shape, const OptTensor& w,
+                               const OptTensor& b, double eps) {
+    static const auto op = op_handle<Tensor3(const at::Tensor&, Shape, const OptTensor&, const OptTensor&, double)>(
+        "torch_dnn::layer_norm");
+    at::Tensor y, mean, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(y, mean, rstd) = op.call(x, shape, w, b, eps);
+    }
+    ctx->save_for_backward({x, mean, rstd, or_undefined(w)});
+    save_params(ctx, shape, w, b);
+    mark_stats(ctx, {mean, rstd});
+    return {y, mean, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(5);  // x, normalized_shape, weight, bias, eps
+    if (!grads[0].defined()) return out;
+    static const auto op = op_handle<Tensor3(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                             const at::Tensor&, const OptTensor&, Shape, std::array<bool, 3>)>(
+        "torch_dnn::layer_norm_backward");
+    const variable_list s = ctx->get_saved_variables();  // x, mean, rstd, weight
+    const bool has_w = s[3].defined();
+    const std::array<bool, 3> mask = {needs_grad(ctx, 0), has_w && needs_grad(ctx, 1),
+                                      ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 1 + has_w)};
+    const auto [dx, dw, db] = op.call(grads[0], s[0], s[1], s[2], or_none(s[3]), saved_shape(ctx), mask);
+    out[0] = if_wanted(mask[0], dx);
+    out[2] = param_grad(mask[1], dw, saved_int(ctx, "w_dtype"));
+    out[3] = param_grad(mask[2], db, saved_int(ctx, "b_dtype"));
+    return out;
+  }
+};
+
+struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, Shape shape, const OptTensor& w,
+                               double eps) {
+    static const auto op =
+        op_handle<Tensor2(const at::Tensor&, Shape, const OptTensor&, double)>("torch_dnn::rms_norm");
+    at::Tensor y, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(y, rstd) = op.call(x, shape, w, eps);
+    }
+    ctx->save_for_backward({x, rstd, or_undefined(w)});
+    save_params(ctx, shape, w, c10::nullopt);
+    mark_stats(ctx, {rstd});
+    return {y, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(4);  // x, normalized_shape, weight, eps
+    if (!grads[0].defined()) return out;
+    static const auto op = op_handle<Tensor2(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                             const OptTensor&, Shape, std::array<bool, 2>)>(
+        "torch_dnn::rms_norm_backward");
+    const variable_list s = ctx->get_saved_variables();  // x, rstd, weight
+    const std::array<bool, 2> mask = {needs_grad(ctx, 0), s[2].defined() && needs_grad(ctx, 1)};
+    const auto [dx, dw] = op.call(grads[0], s[0], s[1], or_none(s[2]), saved_shape(ctx), mask);
+    out[0] = if_wanted(mask[0], dx);
+    out[2] = param_grad(mask[1], dw, saved_int(ctx, "w_dtype"));
+    return out;
+  }
+};
+
+// add_ forms: grads are (sum, out, statistics...). A step that uses only the sum gives input and residual grad_sum.
+struct AddLayerNormFn : torch::autograd::Function<AddLayerNormFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& res, Shape shape,
+                               const OptTensor& w, const OptTensor& b, double eps) {
+    static const auto op = op_handle<Tensor4(const at::Tensor&, const at::Tensor&, Shape, const OptTensor&,
+                                             const OptTensor&, double)>("torch_dnn::add_layer_norm");
+    at::Tensor sum, y, mean, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(sum, y, mean, rstd) = op.call(x, res, shape, w, b, eps);
+    }
+    ctx->save_for_backward({sum, mean, rstd, or_undefined(w)});
+    save_params(ctx, shape, w, b);
+    mark_stats(ctx, {mean, rstd});
+    return {sum, y, mean, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(6);  // x, residual, normalized_shape, weight, bias, eps
+    const bool want_x = needs_grad(ctx, 0), want_res = needs_grad(ctx, 1);
+    if (!grads[1].defined()) {
+      out[0] = if_wanted(want_x, grads[0]);
+      out[1] = if_wanted(want_res, grads[0]);
+      return out;
+    }
+    static const auto op = op_handle<Tensor3(const at::Tensor&, const OptTensor&, const at::Tensor&,
+                                             const at::Tensor&, const at::Tensor&, const OptTensor&, Shape,
+                                             std::array<bool, 3>)>("torch_dnn::add_layer_norm_backward");
+    const variable_list s = ctx->get_saved_variables();  // sum, mean, rstd, weight
+    const bool has_w = s[3].defined();
+    const std::array<bool, 3> mask = {want_x || want_res, has_w && needs_grad(ctx, 2),
+                                      ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 2 + has_w)};
+    const auto [dx, dw, db] =
+        op.call(grads[1], or_none(grads[0]), s[0], s[1], s[2], or_none(s[3]), saved_shape(ctx), mask);
+    out[0] = if_wanted(want_x, dx);
+    out[1] = if_wanted(want_res, dx);
+    out[3] = param_grad(mask[1], dw, saved_int(ctx, "w_dtype"));
+    out[4] = param_grad(mask[2], db, saved_int(ctx, "b_dtype"));
+    return out;
+  }
+};
+
+struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& res, Shape shape,
+                               const OptTensor& w, double eps) {
+    static const auto op = op_handle<Tensor3(const at::Tensor&, const at::Tensor&, Shape, const OptTensor&,
+                                             double)>("torch_dnn::add_rms_norm");
+    at::Tensor sum, y, rstd;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      std::tie(sum, y, rstd) = op.call(x, res, shape, w, eps);
+    }
+    ctx->save_for_backward({sum, rstd, or_undefined(w)});
+    save_params(ctx, shape, w, c10::nullopt);
+    mark_stats(ctx, {rstd});
+    return {sum, y, rstd};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(5);  // x, residual, normalized_shape, weight, eps
+    const bool want_x = needs_grad(ctx, 0), want_res = needs_grad(ctx, 1);
+    if (!grads[1].defined()) {
+      out[0] = if_wanted(want_x, grads[0]);
+      out[1] = if_wanted(want_res, grads[0]);
+      return out;
+    }
+    static const auto op = op_handle<Tensor2(const at::Tensor&, const OptTensor&, const at::Tensor&,
+                                             const at::Tensor&, const OptTensor&, Shape, std::array<bool, 2>)>(
+        "torch_dnn::add_rms_norm_backward");
+    const variable_list s = ctx->get_saved_variables();  // sum, rstd, weight
+    const std::array<bool, 2> mask = {want_x || want_res, s[2].defined() && needs_grad(ctx, 2)};
+    const auto [dx, dw] = op.call(grads[1], or_none(grads[0]), s[0], s[1], or_none(s[2]), saved_shape(ctx), mask);
+    out[0] = if_wanted(want_x, dx);
+    out[1] = if_wanted(want_res, dx);
+    out[3] = param_grad(mask[1], dw, saved_int(ctx, "w_dtype"));
+    return out;
+  }
+};
+
+}  // namespace
+}  // namespace norm
+}  // namespace torch_dnn
+
+TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
+  using namespace torch_dnn::norm;
+  m.impl("layer_norm", [](const at::Tensor& x, Shape shape, const OptTensor& w, const OptTensor& b, double eps) {
+    const auto v = LayerNormFn::apply(x, shape, w, b, eps);
+    return Tensor3{v[0], v[1], v[2]};
+  });
+  m.impl("rms_norm", [](const at::Tensor& x, Shape shape, const OptTensor& w, double eps) {
+    const auto v = RmsNormFn::apply(x, shape, w, eps);
+    return Tensor2{v[0], v[1]};
+  });
+  m.impl("add_layer_norm", [](const at::Tensor& x, const at::Tensor& res, Shape shape, const OptTensor& w,
+                              const OptTensor& b, double eps) {
+    const auto v = AddLayerNormFn::apply(x, res, shape, w, b, eps);
+    return Tensor4{v[0], v[1], v[2], v[3]};
+  });
+  m.impl("add_rms_norm", [](const at::Tensor& x, const at::Tensor& res, Shape shape, const OptTensor& w, double eps) {
+    const auto v = AddRmsNormFn::apply(x, res, shape, w, eps);
+    return Tensor3{v[0], v[1], v[2]};
+  });
+}
