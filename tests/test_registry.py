@@ -1,9 +1,10 @@
-"""The functional wrappers' op handle (torch_dnn/ops/_registry.py): a call that records autograd applies the op's
-registered formula directly (an autograd.Function named Direct_<op>) and must give what the dispatcher's path
-(torch.library's autograd kernel, reached by calling torch.ops.torch_dnn.<op>) gives, bit for bit; where autocast,
-a dispatch mode would see the call first, the dispatcher's path is taken. Under torch.func transforms the wrappers
-apply the formula as a Function of the form functorch accepts (Transform_<op>; batch_norm's Functions are written
-that way): grad, jacrev and vmap over torch_dnn ops give PyTorch's results."""
+"""The functional wrappers' op handle (torch_dnn/ops/_registry.py): a call that records autograd reaches the op's
+C++ autograd kernel (every family but bias_act, whose registered formula is applied directly as an autograd.Function
+named Direct_<op>) and must give what the dispatcher's path (reached by calling torch.ops.torch_dnn.<op>) gives, bit
+for bit; each C++ kernel gives what the op's Python formula gives, bit for bit; where autocast, a dispatch mode would
+see the call first, the dispatcher's path is taken. Under torch.func transforms the wrappers apply the formula as a
+Function of the form functorch accepts (Transform_<op>; batch_norm's Functions are written that way): grad, jacrev
+and vmap over torch_dnn ops give PyTorch's results."""
 import warnings
 
 import pytest

@@ -181,15 +181,16 @@ class _FunctionalOps:
     """torch.ops.torch_dnn as the functional wrappers call it: the same ops, except that a call that records no
     autograd graph (grad mode off, or no tensor argument requires grad) dispatches below the Autograd key.
 
-    Why: each op's autograd formula is registered from Python (torch.library.register_autograd), so even a call
-    that needs no gradient goes C++ -> Python (autograd_impl) -> C++ again: about 5-10 us of host time per call,
-    which is the whole budget of a decode-sized GEMM or a small pooling kernel. Below the Autograd key the op's
-    result is the same (it would not have required grad anyway). A call that does record a graph applies the
-    op's registered formula as an autograd.Function from Python (_formula_functions) where nothing else would act
-    on the call first (_plain_call), instead of entering torch.library's autograd kernel through the
-    dispatcher; under a torch.func transform it applies the formula's transform Function. Neither shortcut is
-    taken for ops that mutate an argument (the autograd layer bumps their version counters), under forward-mode
-    AD, or while torch.compile traces (the plain op is what it should see)."""
+    Why: where an op's autograd formula is registered from Python (torch.library.register_autograd; now only
+    bias_act), even a call that needs no gradient goes C++ -> Python (autograd_impl) -> C++ again: about 5-10 us
+    of host time per call, which is the whole budget of a decode-sized GEMM or a small pooling kernel. Below the
+    Autograd key the op's result is the same (it would not have required grad anyway). A call that does record a
+    graph goes to the op's C++ autograd kernel where it has one (register_autograd(cpp_kernel=True): a direct call
+    of the op); otherwise it applies the op's registered formula as an autograd.Function from Python
+    (_formula_functions) where nothing else would act on the call first (_plain_call), instead of entering
+    torch.library's autograd kernel through the dispatcher. Under a torch.func transform it applies the formula's
+    transform Function. Neither shortcut is taken for ops that mutate an argument (the autograd layer bumps their
+    version counters), under forward-mode AD, or while torch.compile traces (the plain op is what it should see)."""
 
     def __getattr__(self, name):
         packet = getattr(torch.ops.torch_dnn, name)
