@@ -65,7 +65,7 @@ def _present(*tensors):
 
 def _cpp_cases(device):
     """(name, call of the op, inputs, which outputs the loss uses): the ops whose autograd is a C++ kernel (typed:
-    csrc/<family>/*_autograd.cpp; the shared single-input kernel: csrc/common/single_input_autograd.cpp), with
+    csrc/<family>/*_autograd.cpp; the shared single-input kernel: csrc/common/autograd_register.cpp), with
     parameters given and absent, the add_ forms' loss on the sum alone and on the normalized output alone (grads
     the kernel gets undefined), backward ops that read the result, indices, keyword-only and default arguments."""
     x2, r2 = _inp((5, 12), device), _inp((5, 12), device)
@@ -248,3 +248,45 @@ def test_torch_func_transforms(device):
             if not name.startswith("batch_norm"):  # batch statistics: a vmapped batch norm is not batch norm
                 torch.testing.assert_close(torch.func.vmap(lambda t: fn(F, t[None])[0])(x),
                                            torch.func.vmap(lambda t: fn(TF, t[None])[0])(x), msg=name)
+
+
+def _double_backward_cases(device):
+    """(name, step through torch_dnn, the same through PyTorch, inputs): ops of every family."""
+    import torch.nn.functional as TF
+
+    x2, w, b = _inp((5, 12), device, torch.float64), _inp((7, 12), device, torch.float64), _inp((7,), device, torch.float64)
+    x4 = _inp((2, 4, 6, 6), device, torch.float64)
+    return [
+        ("gelu", lambda f: f.gelu(x2), (x2,)),
+        ("softmax", lambda f: f.softmax(x2, 1), (x2,)),
+        ("layer_norm", lambda f: f.layer_norm(x2, (12,)), (x2,)),
+        ("max_pool2d", lambda f: f.max_pool2d(x4, 2), (x4,)),
+        ("group_norm", lambda f: f.group_norm(x4, 2), (x4,)),
+        ("batch_norm", lambda f: f.batch_norm(x4, None, None, training=True), (x4,)),
+        ("linear_act", lambda f: f.linear(x2, w, b), (x2, w, b)),
+        ("bias_act", lambda f: f.bias_act(x2, x2[0].detach(), 1, "silu") if f is F else TF.silu(x2 + x2[0].detach()),
+         (x2,)),
+    ]
+
+
+@pytest.mark.parametrize("device", devices())
+def test_double_backward_is_an_error(device):
+    """A gradient taken with create_graph=True is PyTorch's; differentiating it again through a backward op, which has
+    no derivative, raises an error that names the op (not PyTorch's warning and a silently missing term). mm's
+    gradient is mm, so its second derivative is PyTorch's."""
+    import torch.nn.functional as TF
+
+    for name, step, inputs in _double_backward_cases(device):
+        ours = torch.autograd.grad((step(F) ** 3).sum(), inputs, create_graph=True)
+        theirs = torch.autograd.grad((step(TF) ** 3).sum(), inputs, create_graph=True)
+        for a, c in zip(ours, theirs):
+            torch.testing.assert_close(a, c, msg=name)
+        with pytest.raises(RuntimeError, match=rf"derivative for torch_dnn::{name}\w*_backward is not implemented"):
+            torch.autograd.grad(sum(g.sum() for g in ours), inputs, allow_unused=True)
+    a, m = _inp((5, 12), device, torch.float64), _inp((12, 7), device, torch.float64)
+    results = []
+    for mm in (F.mm, torch.mm):
+        (ga,) = torch.autograd.grad((mm(a, m) ** 2).sum(), [a], create_graph=True)
+        results.append(torch.autograd.grad(ga.sum(), [a, m]))
+    for x, y in zip(*results):
+        torch.testing.assert_close(x, y)

@@ -1,7 +1,7 @@
 // Activation family: schemas, the CPU kernels' registration and the activations' C++ autograd.
 #include "activation/activation_cpu.h"
 #include "activation/activation_ops.h"
-#include "common/single_input_autograd.h"
+#include "common/autograd_register.h"
 
 TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
   // forward (names and defaults as torch.nn.functional)
@@ -63,4 +63,5 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
     register_single_input_autograd(m, name, {{Saved::Input}});
   }
   for (const char* name : {"sigmoid", "tanh"}) register_single_input_autograd(m, name, {{Saved::Output0}});
+  register_first_order_backward(m, {"bias_act_backward"});  // bias_act's formula is registered from Python
 }

@@ -7,6 +7,7 @@
 // Function's forward and, on the autograd thread, its Python backward (benchmarks/NOTES.md, twenty-fifth session).
 #include "batch_norm/batch_norm_ops.h"
 #include "common/autograd_kernel.h"
+#include "common/autograd_register.h"
 
 namespace torch_dnn {
 namespace batch_norm {
@@ -111,6 +112,7 @@ Tensor3 as_tuple(const variable_list& v) { return {v[0], v[1], v[2]}; }
 
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::batch_norm;
+  torch_dnn::autograd_kernel::register_first_order_backward(m, {"batch_norm_backward", "batch_norm_add_act_backward"});
   m.impl("batch_norm", [](const at::Tensor& x, const OptTensor& w, const OptTensor& b, const OptTensor& rm,
                           const OptTensor& rv, bool training, double momentum, double eps) {
     return as_tuple(BatchNormFn::apply(x, w, b, rm, rv, training, momentum, eps));

@@ -3,6 +3,7 @@
 // transforms: group_norm_backward on the saved input and statistics; parameter grads cast to the parameter's dtype;
 // given statistics (instance_norm's running ones) are constants that get no gradient.
 #include "common/autograd_kernel.h"
+#include "common/autograd_register.h"
 #include "group_norm/group_norm_ops.h"
 
 namespace torch_dnn {
@@ -88,6 +89,7 @@ struct GroupNormWithStatsFn : torch::autograd::Function<GroupNormWithStatsFn> {
 
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::group_norm;
+  torch_dnn::autograd_kernel::register_first_order_backward(m, {"group_norm_backward"});
   m.impl("group_norm", [](const at::Tensor& x, int64_t groups, const OptTensor& w, const OptTensor& b, double eps) {
     const auto v = GroupNormFn::apply(x, groups, w, b, eps);
     return Tensor3{v[0], v[1], v[2]};

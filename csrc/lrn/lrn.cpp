@@ -1,6 +1,6 @@
 // local_response_norm family: schemas, the CPU kernels' registration and the C++ autograd. Its own family (not group_norm's):
 // a window across channels, no statistics, no parameters; it shares no kernel with the group norms.
-#include "common/single_input_autograd.h"
+#include "common/autograd_register.h"
 #include "lrn/lrn_cpu.h"
 #include "lrn/lrn_ops.h"
 
@@ -16,5 +16,6 @@ TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {
 
 // Autograd (as torch_dnn/ops/lrn.py's formula): the backward op reads the input and the window's arguments.
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
-  torch_dnn::autograd_kernel::register_single_input_autograd(m, "local_response_norm", {{torch_dnn::autograd_kernel::Saved::Input}});
+  using namespace torch_dnn::autograd_kernel;
+  register_single_input_autograd(m, "local_response_norm", {{Saved::Input}});
 }

@@ -4,6 +4,7 @@
 // linear_act's are linear_act_backward (the activation's derivative fused into the gradient GEMMs), with the
 // pre-activation saved by the forward (save_preact) or recomputed here.
 #include "common/autograd_kernel.h"
+#include "common/autograd_register.h"
 
 namespace torch_dnn {
 namespace matmul {
@@ -149,6 +150,8 @@ struct LinearActFn : torch::autograd::Function<LinearActFn> {
 
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::matmul;
+  // mm / bmm's gradients are mm / bmm, which differentiate again; linear_act_backward has no derivative
+  torch_dnn::autograd_kernel::register_first_order_backward(m, {"linear_act_backward"});
   m.impl("mm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) { return MmFn::apply(a, b, tf32, false)[0]; });
   m.impl("bmm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) { return MmFn::apply(a, b, tf32, true)[0]; });
   m.impl("linear", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, bool tf32) {

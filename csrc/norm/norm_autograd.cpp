@@ -5,6 +5,7 @@
 // Why: a tiny layer_norm's forward + backward through the Python Function took 481 us a step on an H100 host
 // against PyTorch's 178 (benchmarks/results/h100-host-map-25.md).
 #include "common/autograd_kernel.h"
+#include "common/autograd_register.h"
 #include "norm/norm_ops.h"
 
 namespace torch_dnn {
@@ -180,6 +181,8 @@ struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
 
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::norm;
+  torch_dnn::autograd_kernel::register_first_order_backward(
+      m, {"layer_norm_backward", "rms_norm_backward", "add_layer_norm_backward", "add_rms_norm_backward"});
   m.impl("layer_norm", [](const at::Tensor& x, Shape shape, const OptTensor& w, const OptTensor& b, double eps) {
     const auto v = LayerNormFn::apply(x, shape, w, b, eps);
     return Tensor3{v[0], v[1], v[2]};

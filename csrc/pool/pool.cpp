@@ -1,5 +1,5 @@
 // Pooling family: schemas (pool_ops.h: define_pool_schemas), the CPU kernels' registration and the C++ autograd.
-#include "common/single_input_autograd.h"
+#include "common/autograd_register.h"
 #include "pool/pool_cpu.h"
 #include "pool/pool_ops.h"
 

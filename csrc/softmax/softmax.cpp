@@ -1,5 +1,5 @@
 // Softmax family: schemas, the CPU kernels' registration and the C++ autograd.
-#include "common/single_input_autograd.h"
+#include "common/autograd_register.h"
 #include "softmax/softmax_cpu.h"
 #include "softmax/softmax_ops.h"
 

@@ -61,7 +61,7 @@ def _register(name: str, spec: _Spec) -> None:
         (saved,) = ctx.saved_tensors
         return (backward_op(grad, saved, *ctx.params, **ctx.kwparams),) + (None,) * (n_inputs - 1)
 
-    # the same formula is the C++ kernel of csrc/activation/activation.cpp (single_input_autograd)
+    # the same formula is the C++ kernel of csrc/activation/activation.cpp (common/autograd_register.cpp)
     if spec.kwparams:
         register_autograd(qual, backward, setup_context=setup_context, cpp_kernel=True)
     else:

@@ -1,9 +1,10 @@
-// The shared autograd kernel of single-input ops (single_input_autograd.h): a boxed kernel, so that one piece of
-// code serves every signature. It runs the op below the Autograd key and records a torch::autograd::Function node
+// The boxed autograd kernels of autograd_register.h. The single-input kernel is boxed so that one piece of code
+// serves every signature. It runs the op below the Autograd key and records a torch::autograd::Function node
 // whose backward calls the op's backward op with the saved tensors and arguments.
-#include "common/single_input_autograd.h"
+#include "common/autograd_register.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
@@ -104,9 +105,15 @@ variable_list SingleInputFn::backward(AutogradContext* ctx, variable_list grads)
 
 }  // namespace
 
+void register_first_order_backward(torch::Library& m, std::initializer_list<const char*> names) {
+  for (const char* name : names) m.impl(name, torch::autograd::autogradNotImplementedFallback());
+}
+
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec) {
-  m.impl(name, torch::CppFunction::makeFromBoxedFunctor(
-                   std::make_unique<Kernel>(std::string("torch_dnn::") + name + "_backward", std::move(spec))));
+  const std::string backward = std::string(name) + "_backward";
+  m.impl(name, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>("torch_dnn::" + backward,
+                                                                                 std::move(spec))));
+  register_first_order_backward(m, {backward.c_str()});
 }
 
 }  // namespace autograd_kernel
