@@ -112,7 +112,10 @@ Tensor3 as_tuple(const variable_list& v) { return {v[0], v[1], v[2]}; }
 
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::batch_norm;
-  torch_dnn::autograd_kernel::register_first_order_backward(m, {"batch_norm_backward", "batch_norm_add_act_backward"});
+  // and SyncBatchNorm's pieces, which its Python autograd.Function composes (torch_dnn/nn/batch_norm.py)
+  torch_dnn::autograd_kernel::register_first_order_backward(
+      m, {"batch_norm_backward", "batch_norm_add_act_backward", "batch_norm_stats", "batch_norm_elemt",
+          "batch_norm_backward_reduce", "batch_norm_backward_elemt"});
   m.impl("batch_norm", [](const at::Tensor& x, const OptTensor& w, const OptTensor& b, const OptTensor& rm,
                           const OptTensor& rv, bool training, double momentum, double eps) {
     return as_tuple(BatchNormFn::apply(x, w, b, rm, rv, training, momentum, eps));
