@@ -63,5 +63,5 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
     register_single_input_autograd(m, name, {{Saved::Input}});
   }
   for (const char* name : {"sigmoid", "tanh"}) register_single_input_autograd(m, name, {{Saved::Output0}});
-  register_first_order_backward(m, {"bias_act_backward"});  // bias_act's formula is registered from Python
+  register_first_order_backward(m, {"bias_act_backward"});  // bias_act's own kernel: bias_act_autograd.cpp
 }

@@ -65,8 +65,9 @@ struct GroupNormFn : torch::autograd::Function<GroupNormFn> {
 struct GroupNormWithStatsFn : torch::autograd::Function<GroupNormWithStatsFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t groups, const at::Tensor& mean,
                                const at::Tensor& rstd, const OptTensor& w, const OptTensor& b) {
-    static const auto op = op_handle<at::Tensor(const at::Tensor&, int64_t, const at::Tensor&, const at::Tensor&,
-                                                const OptTensor&, const OptTensor&)>("torch_dnn::group_norm_with_stats");
+    using Sig = at::Tensor(const at::Tensor&, int64_t, const at::Tensor&, const at::Tensor&, const OptTensor&,
+                           const OptTensor&);
+    static const auto op = op_handle<Sig>("torch_dnn::group_norm_with_stats");
     at::Tensor y;
     {
       at::AutoDispatchBelowADInplaceOrView below;

@@ -64,16 +64,16 @@ def _any_requires_grad_py(*args, **kwargs) -> bool:
 _any_requires_grad = getattr(torch._C, "_any_requires_grad", _any_requires_grad_py)
 
 
-# op name -> (backward, setup_context, cpp_kernel): the formulas given to register_autograd, for _FunctionalOps
+# op name -> (backward, setup_context, cpp_kernel): the formulas given to register_autograd, for the transform Functions
 _FORMULAS: dict = {}
 
 
 def register_autograd(qualname: str, backward, setup_context, cpp_kernel: bool = False) -> None:
     """torch.library.register_autograd, and the formula kept for the functional wrappers' fast path.
 
-    cpp_kernel: the family registers this op's autograd in C++ (the same formula, csrc/<family>/*_autograd.cpp),
-    which takes every call that reaches the Autograd key; the formula here is then kept only for torch.func's
-    transforms (the transform Function of _formula_functions)."""
+    cpp_kernel: the family registers this op's autograd in C++ (the same formula: csrc/<family>/*_autograd.cpp or
+    common/autograd_register.cpp), which takes every call that reaches the Autograd key; the formula here is then
+    kept only for torch.func's transforms (_transform_function)."""
     if not cpp_kernel:
         torch.library.register_autograd(qualname, backward, setup_context=setup_context)
     _FORMULAS[qualname.split("::")[1]] = (backward, setup_context, cpp_kernel)
@@ -84,21 +84,15 @@ _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
-def _formula_functions(call, packet, schema, backward, setup_context):
-    """The op with its registered formula as two autograd.Functions, each behind a binder of the op's arguments
-    (defaults filled in, keyword-only ones passed as one dict), or (None, None) where the schema does not allow it
-    (tensors inside a list are invisible to autograd.Function):
-      direct     forward(ctx, ...) calling the op below autograd (`call`): what torch.library's autograd kernel
-                 does, without its round trip (the dispatcher's Autograd key calls into Python, which binds the
-                 arguments, applies the Function and calls the op again through the dispatcher: about 10 us of
-                 host time a call, 20 with the backward, on an H100 host's CPU). The caller makes sure that nothing
-                 between the Python call and the Autograd key would act on it (_plain_call).
-      transform  the form torch.func's transforms take (forward without ctx, setup_context, a generated vmap
-                 rule), calling the op through the dispatcher (`packet`): under a transform it runs one level
-                 down, where the op's own kernels (and, for vmap, the batching fallback) take it. torch.library's
-                 own kernel has forward(ctx, ...), which torch.func.grad, vjp, jacrev and vmap refuse."""
+def _transform_function(packet, schema, backward, setup_context):
+    """The op with its registered formula as an autograd.Function of the form torch.func's transforms take (forward
+    without ctx, setup_context, a generated vmap rule) behind a binder of the op's arguments (defaults filled in,
+    keyword-only ones passed as one dict), or None where the schema does not allow it (tensors inside a list are
+    invisible to autograd.Function). Its forward calls the op through the dispatcher (`packet`): under a transform
+    it runs one level down, where the op's own kernels (and, for vmap, the batching fallback) take it. The ops' own
+    autograd kernels (C++, or torch.library's from Python) are refused by torch.func.grad, vjp, jacrev and vmap."""
     if any(str(a.type).startswith("List[") and "Tensor" in str(a.type) for a in (*schema.arguments, *schema.returns)):
-        return None, None
+        return None
     positional = [a for a in schema.arguments if not a.kwarg_only]
     names = [a.name for a in positional]
     missing = object()
@@ -121,36 +115,26 @@ def _formula_functions(call, packet, schema, backward, setup_context):
             ctx.needs_input_grad = needs
         return (*result, None) if isinstance(result, tuple) else (result, None)
 
-    def direct_forward(ctx, *args):
-        with _below_autograd():
-            out = call(*args[:-1], **args[-1])
-        setup(ctx, args, out)
-        return out
-
-    def transform_forward(*args):
+    def forward(*args):
         return packet(*args[:-1], **args[-1])
 
     name = schema.name.split("::")[-1]
-    direct = type(f"Direct_{name}", (torch.autograd.Function,),
-                  {"forward": staticmethod(direct_forward), "backward": staticmethod(backward_)})
     transform = type(f"Transform_{name}", (torch.autograd.Function,),
-                     {"forward": staticmethod(transform_forward), "setup_context": staticmethod(setup),
+                     {"forward": staticmethod(forward), "setup_context": staticmethod(setup),
                       "backward": staticmethod(backward_), "generate_vmap_rule": True})
 
-    def binder(fn):
-        def apply(*args, **kwargs):
-            full = list(args)
-            for i in range(len(args), len(names)):
-                v = kwargs.pop(names[i], defaults[i])
-                if v is missing:
-                    raise TypeError(f"{schema.name}: missing argument '{names[i]}'")
-                full.append(v)
-            kw = dict(kw_defaults)
-            kw.update(kwargs)
-            return fn.apply(*full, kw)
-        return apply
+    def apply(*args, **kwargs):
+        full = list(args)
+        for i in range(len(args), len(names)):
+            v = kwargs.pop(names[i], defaults[i])
+            if v is missing:
+                raise TypeError(f"{schema.name}: missing argument '{names[i]}'")
+            full.append(v)
+        kw = dict(kw_defaults)
+        kw.update(kwargs)
+        return transform.apply(*full, kw)
 
-    return binder(direct), binder(transform)
+    return apply
 
 
 def _transform_call() -> bool:
@@ -179,18 +163,16 @@ def _plain_call(args, kwargs) -> bool:
 
 class _FunctionalOps:
     """torch.ops.torch_dnn as the functional wrappers call it: the same ops, except that a call that records no
-    autograd graph (grad mode off, or no tensor argument requires grad) dispatches below the Autograd key.
+    autograd graph (grad mode off, or no tensor argument requires grad) dispatches below the Autograd key, and a
+    call under a torch.func transform applies the op's formula as the transform Function (_transform_function).
 
-    Why: where an op's autograd formula is registered from Python (torch.library.register_autograd; now only
-    bias_act), even a call that needs no gradient goes C++ -> Python (autograd_impl) -> C++ again: about 5-10 us
-    of host time per call, which is the whole budget of a decode-sized GEMM or a small pooling kernel. Below the
-    Autograd key the op's result is the same (it would not have required grad anyway). A call that does record a
-    graph goes to the op's C++ autograd kernel where it has one (register_autograd(cpp_kernel=True): a direct call
-    of the op); otherwise it applies the op's registered formula as an autograd.Function from Python
-    (_formula_functions) where nothing else would act on the call first (_plain_call), instead of entering
-    torch.library's autograd kernel through the dispatcher. Under a torch.func transform it applies the formula's
-    transform Function. Neither shortcut is taken for ops that mutate an argument (the autograd layer bumps their
-    version counters), under forward-mode AD, or while torch.compile traces (the plain op is what it should see)."""
+    Why below the Autograd key: even the ops' C++ autograd kernels cost host time to enter and leave, and an op whose
+    formula is registered from Python (torch.library.register_autograd without a C++ kernel; none at present) would
+    go C++ -> Python (autograd_impl) -> C++ again: about 5-10 us of host time per call, which is the whole budget
+    of a decode-sized GEMM or a small pooling kernel. Below the Autograd key the op's result is the same (it would
+    not have required grad anyway). A call that records a graph calls the op, whose autograd kernel records it.
+    Neither shortcut is taken for ops that mutate an argument (the autograd layer bumps their version counters),
+    under forward-mode AD, or while torch.compile traces (the plain op is what it should see)."""
 
     def __getattr__(self, name):
         packet = getattr(torch.ops.torch_dnn, name)
@@ -204,12 +186,9 @@ class _FunctionalOps:
             overload = getattr(overload, "_op", overload)
 
             formula = _FORMULAS.get(name)
-            direct = transform = None
-            cpp_kernel = formula is not None and formula[2]
+            transform = None
             if formula is not None and packet.overloads() == ["default"]:
-                direct, transform = _formula_functions(overload, packet.default, packet.default._schema, *formula[:2])
-                if cpp_kernel:
-                    direct = None  # the dispatcher's C++ autograd kernel is the faster direct path
+                transform = _transform_function(packet.default, packet.default._schema, *formula[:2])
 
             def fn(*args, **kwargs):
                 # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
@@ -218,11 +197,7 @@ class _FunctionalOps:
                 if torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs):
                     if transform is not None and _transform_call():
                         return transform(*args, **kwargs)
-                    if cpp_kernel:
-                        return overload(*args, **kwargs)
-                    if direct is not None and _plain_call(args, kwargs):
-                        return direct(*args, **kwargs)
-                    return packet(*args, **kwargs)
+                    return overload(*args, **kwargs)
                 with _below_autograd():
                     return overload(*args, **kwargs)
             fn.__name__ = fn.__qualname__ = name

@@ -65,8 +65,8 @@ def _register(name: str, spec: _Spec) -> None:
     if spec.kwparams:
         register_autograd(qual, backward, setup_context=setup_context, cpp_kernel=True)
     else:
-        register_autograd(qual, backward, setup_context=lambda ctx, inputs, output: setup_context(ctx, inputs, {}, output),
-                          cpp_kernel=True)
+        register_autograd(qual, backward, cpp_kernel=True,
+                          setup_context=lambda ctx, inputs, output: setup_context(ctx, inputs, {}, output))
 
 
 for _name, _spec in SPECS.items():
@@ -105,7 +105,8 @@ def _bias_act_backward(ctx, grad):
     return dx, (dbias if want_bias else None), None, None
 
 
-register_autograd("torch_dnn::bias_act", _bias_act_backward, setup_context=_bias_act_setup)
+# the same formula is the C++ kernel of csrc/activation/bias_act_autograd.cpp
+register_autograd("torch_dnn::bias_act", _bias_act_backward, setup_context=_bias_act_setup, cpp_kernel=True)
 
 add_family(
     "activation",
