@@ -295,3 +295,31 @@ def test_double_backward_is_an_error(device):
         results.append(torch.autograd.grad(ga.sum(), [a, m]))
     for x, y in zip(*results):
         torch.testing.assert_close(x, y)
+
+
+def test_compile_gradients_match_eager():
+    """torch.compile traces the ops' C++ autograd kernels (AOTAutograd runs them on fake tensors): the compiled
+    module's gradients are the eager ones, bit for bit, for ops of every family."""
+    import torch_dnn.nn as tnn
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.rms, self.lin = tnn.LayerNorm(16), tnn.RMSNorm(16), tnn.Linear(16, 16)
+            self.gn = tnn.GroupNorm(2, 4)
+
+        def forward(self, x, img):
+            y = F.gelu(self.lin(self.rms(self.ln(x))))
+            y = F.softmax(y, -1) + F.log_softmax(y, 0)
+            z = F.max_pool2d(self.gn(img), 2) + F.avg_pool2d(img, 2)
+            return y.sum() + (F.bias_act(z, torch.ones(4), 1, "silu") ** 2).sum()
+
+    torch.manual_seed(0)
+    model = Model()
+    x, img = _inp((4, 16), "cpu"), _inp((2, 4, 6, 6), "cpu")
+    torch._dynamo.reset()
+    wrt = [x, img, *model.parameters()]
+    eager = torch.autograd.grad(model(x, img), wrt)
+    compiled = torch.autograd.grad(torch.compile(model, fullgraph=True, backend="aot_eager")(x, img), wrt)
+    for a, c in zip(eager, compiled):
+        torch.testing.assert_close(a, c, rtol=0, atol=0)
