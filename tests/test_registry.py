@@ -323,3 +323,18 @@ def test_compile_gradients_match_eager():
     compiled = torch.autograd.grad(torch.compile(model, fullgraph=True, backend="aot_eager")(x, img), wrt)
     for a, c in zip(eager, compiled):
         torch.testing.assert_close(a, c, rtol=0, atol=0)
+
+
+def test_every_op_has_an_autograd_kernel():
+    """Each op records autograd (a C++ kernel; for backward ops and SyncBatchNorm's pieces, an error when
+    differentiated) unless it is an in-place form (which the wrappers call only where no graph is recorded, or
+    through autograd.Functions): no op is left to PyTorch's fallback for custom ops, which warns and drops the
+    gradient."""
+    import torch_dnn.ops._registry as registry
+
+    names = [n for fam in registry.FAMILIES.values() for n in fam]
+    assert len(names) > 50
+    for name in names:
+        if name.endswith("_"):  # the in-place activations (relu_, ...)
+            continue
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"torch_dnn::{name}", "Autograd"), name

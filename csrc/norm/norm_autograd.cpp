@@ -98,7 +98,15 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
   }
 };
 
-// add_ forms: grads are (sum, out, statistics...). A step that uses only the sum gives input and residual grad_sum.
+// add_ forms: grads are (sum, out, statistics...). A step that used only the sum (no gradient reaches the normalized
+// output) gives input and residual grad_sum as it is.
+bool sum_only(AutogradContext* ctx, const variable_list& grads, variable_list& out) {
+  if (grads[1].defined()) return false;
+  out[0] = if_wanted(needs_grad(ctx, 0), grads[0]);
+  out[1] = if_wanted(needs_grad(ctx, 1), grads[0]);
+  return true;
+}
+
 struct AddLayerNormFn : torch::autograd::Function<AddLayerNormFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& res, Shape shape,
                                const OptTensor& w, const OptTensor& b, double eps) {
@@ -116,12 +124,8 @@ struct AddLayerNormFn : torch::autograd::Function<AddLayerNormFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     variable_list out(6);  // x, residual, normalized_shape, weight, bias, eps
+    if (sum_only(ctx, grads, out)) return out;
     const bool want_x = needs_grad(ctx, 0), want_res = needs_grad(ctx, 1);
-    if (!grads[1].defined()) {
-      out[0] = if_wanted(want_x, grads[0]);
-      out[1] = if_wanted(want_res, grads[0]);
-      return out;
-    }
     static const auto op = op_handle<Tensor3(const at::Tensor&, const OptTensor&, const at::Tensor&,
                                              const at::Tensor&, const at::Tensor&, const OptTensor&, Shape,
                                              std::array<bool, 3>)>("torch_dnn::add_layer_norm_backward");
@@ -156,12 +160,8 @@ struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     variable_list out(5);  // x, residual, normalized_shape, weight, eps
+    if (sum_only(ctx, grads, out)) return out;
     const bool want_x = needs_grad(ctx, 0), want_res = needs_grad(ctx, 1);
-    if (!grads[1].defined()) {
-      out[0] = if_wanted(want_x, grads[0]);
-      out[1] = if_wanted(want_res, grads[0]);
-      return out;
-    }
     static const auto op = op_handle<Tensor2(const at::Tensor&, const OptTensor&, const at::Tensor&,
                                              const at::Tensor&, const OptTensor&, Shape, std::array<bool, 2>)>(
         "torch_dnn::add_rms_norm_backward");
