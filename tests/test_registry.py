@@ -268,7 +268,8 @@ def _double_backward_cases(device):
         ("max_pool2d", lambda f: f.max_pool2d(x4, 2), (x4,)),
         ("group_norm", lambda f: f.group_norm(x4, 2), (x4,)),
         ("batch_norm", lambda f: f.batch_norm(x4, None, None, training=True), (x4,)),
-        ("linear_act", lambda f: f.linear(x2, w, b), (x2, w, b)),
+        ("linear_act", lambda f: f.linear_act(x2, w, b, "gelu") if f is F else TF.gelu(TF.linear(x2, w, b)),
+         (x2, w, b)),
         ("bias_act", lambda f: f.bias_act(x2, x2[0].detach(), 1, "silu") if f is F else TF.silu(x2 + x2[0].detach()),
          (x2,)),
     ]
@@ -276,9 +277,8 @@ def _double_backward_cases(device):
 
 @pytest.mark.parametrize("device", devices())
 def test_double_backward_is_an_error(device):
-    """A gradient taken with create_graph=True is PyTorch's; differentiating it again through a backward op, which has
-    no derivative, raises an error that names the op (not PyTorch's warning and a silently missing term). mm's
-    gradient is mm, so its second derivative is PyTorch's."""
+    """A gradient taken with create_graph=True is PyTorch's; differentiating it again through a backward op that has
+    no derivative raises an error that names the op (not PyTorch's warning and a silently missing term)."""
     import torch.nn.functional as TF
 
     for name, step, inputs in _double_backward_cases(device):
@@ -288,13 +288,41 @@ def test_double_backward_is_an_error(device):
             torch.testing.assert_close(a, c, msg=name)
         with pytest.raises(RuntimeError, match=rf"derivative for torch_dnn::{name}\w*_backward is not implemented"):
             torch.autograd.grad(sum(g.sum() for g in ours), inputs, allow_unused=True)
-    a, m = _inp((5, 12), device, torch.float64), _inp((12, 7), device, torch.float64)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_double_backward_where_supported(device):
+    """Second derivatives that work: mm (its gradient is mm), linear (under create_graph its gradient is computed as
+    mm's and a sum), and the piecewise-linear activations (their backward op is linear in grad: its own gradient).
+    gradgradcheck in float64, and a gradient penalty through Linear -> LeakyReLU -> Linear against PyTorch's."""
+    import torch.nn.functional as TF
+
+    d = torch.float64
+    x2, x3 = _inp((5, 12), device, d), _inp((2, 3, 12), device, d)
+    w, b, m = _inp((7, 12), device, d), _inp((7,), device, d), _inp((12, 7), device, d)
+    for name, fn, inputs in [
+        ("mm", F.mm, (x2, m)),
+        ("linear", F.linear, (x2, w, b)),
+        ("linear 3-D, no bias", F.linear, (x3, w)),
+        ("relu", F.relu, (x2,)),
+        ("relu6", lambda t: F.relu6(t * 4), (x2,)),
+        ("hardtanh", lambda t: F.hardtanh(t, -0.5, 0.7), (x2,)),
+        ("leaky_relu", lambda t: F.leaky_relu(t, 0.2), (x2,)),
+    ]:
+        assert torch.autograd.gradgradcheck(fn, inputs), name
+
+    critic = [_inp((16, 12), device, d), _inp((16,), device, d), _inp((1, 16), device, d), _inp((1,), device, d)]
+    samples = make_input((6, 12), d, device, low=-2, high=2).requires_grad_()
     results = []
-    for mm in (F.mm, torch.mm):
-        (ga,) = torch.autograd.grad((mm(a, m) ** 2).sum(), [a], create_graph=True)
-        results.append(torch.autograd.grad(ga.sum(), [a, m]))
-    for x, y in zip(*results):
-        torch.testing.assert_close(x, y)
+    for f in (F, TF):
+        out = f.linear(f.leaky_relu(f.linear(samples, critic[0], critic[1]), 0.2), critic[2], critic[3])
+        (g,) = torch.autograd.grad(out.sum(), [samples], create_graph=True)
+        penalty = ((g.norm(dim=1) - 1) ** 2).mean()
+        results.append(torch.autograd.grad(penalty, critic, allow_unused=True))
+    for a, c, p in zip(*results, critic):
+        # the first bias reaches the penalty only through leaky_relu's derivative, zero almost everywhere: PyTorch's
+        # graph carries those zeros, ours leaves it unused (None)
+        torch.testing.assert_close(*(torch.zeros_like(p) if t is None else t for t in (a, c)))
 
 
 def test_compile_gradients_match_eager():

@@ -58,8 +58,10 @@ TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {
 // the result for sigmoid and tanh; the same formulas as torch_dnn/ops/activation.py's (kept for torch.func).
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::autograd_kernel;
-  for (const char* name : {"relu", "relu6", "hardtanh", "leaky_relu", "elu", "gelu", "silu", "softplus", "mish",
-                           "hardswish", "hardsigmoid"}) {
+  for (const char* name : {"relu", "relu6", "hardtanh", "leaky_relu"}) {  // piecewise linear: double backward works
+    register_single_input_autograd(m, name, {{Saved::Input}, -1, false, /*backward_linear_in_grad=*/true});
+  }
+  for (const char* name : {"elu", "gelu", "silu", "softplus", "mish", "hardswish", "hardsigmoid"}) {
     register_single_input_autograd(m, name, {{Saved::Input}});
   }
   for (const char* name : {"sigmoid", "tanh"}) register_single_input_autograd(m, name, {{Saved::Output0}});

@@ -112,9 +112,17 @@ void register_first_order_backward(torch::Library& m, std::initializer_list<cons
 
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec) {
   const std::string backward = std::string(name) + "_backward";
+  const bool linear = spec.backward_linear_in_grad;
   m.impl(name, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>("torch_dnn::" + backward,
                                                                                  std::move(spec))));
-  register_first_order_backward(m, {backward.c_str()});
+  if (!linear) {
+    register_first_order_backward(m, {backward.c_str()});
+    return;
+  }
+  // backward(grad, input, args...) as a single-input op in grad: its backward is itself, called on the incoming
+  // gradient with the same input and arguments (kept with the arguments; input gets no gradient from it)
+  m.impl(backward.c_str(), torch::CppFunction::makeFromBoxedFunctor(
+                               std::make_unique<Kernel>("torch_dnn::" + backward, SingleInputSpec{{}, -1})));
 }
 
 }  // namespace autograd_kernel

@@ -24,10 +24,13 @@ struct SingleInputSpec {
   std::vector<Saved> saved;
   int n_args = -1;           // -1: every argument after the input
   bool input_dtype = false;  // pass the input's dtype last (softmax's backward casts its result to it)
+  // <op>_backward(grad, input, args...) is linear in grad and its derivative in input is zero almost everywhere (the
+  // piecewise-linear activations): its gradient is itself, so double backward (and any order) works.
+  bool backward_linear_in_grad = false;
 };
 
-// m.impl(name, ...) at the Autograd key: the op records `name`_backward as its gradient (which is registered as
-// register_first_order_backward's).
+// m.impl(name, ...) at the Autograd key: the op records `name`_backward as its gradient; `name`_backward is
+// registered as register_first_order_backward's, or as its own gradient (backward_linear_in_grad).
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec);
 
 // m.impl(name, ...) at the Autograd key for each backward op named: no derivative (an error if one is needed).

@@ -81,6 +81,20 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     const variable_list s = ctx->get_saved_variables();
     const std::array<bool, 3> mask = {needs_grad(ctx, 0), needs_grad(ctx, 1),
                                       ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 2)};
+    if (at::GradMode::is_enabled()) {
+      // create_graph: the gradients as mm's (differentiable: mm's gradient is mm) and a sum, so that they can be
+      // differentiated again (a gradient penalty through Linear); linear_act_backward has no derivative
+      const bool tf32 = ctx->saved_data["tf32"].toBool();
+      const at::Tensor& x = s[0];
+      const at::Tensor& w = s[1];
+      const int64_t rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
+      const at::Tensor g = grads[0].reshape({rows, w.size(0)});
+      const auto& mm = MmFn::op(false);
+      if (mask[0]) out[0] = mm.call(g, w, tf32).view(x.sizes());
+      if (mask[1]) out[1] = mm.call(g.t(), x.reshape({rows, x.size(-1)}), tf32);
+      if (mask[2]) out[2] = g.sum(0);
+      return out;
+    }
     const auto [dx, dw, db] = linear_act_backward_op().call(grads[0], s[0], s[1], c10::nullopt, "none", c10::nullopt,
                                                             c10::nullopt, c10::nullopt, mask,
                                                             ctx->saved_data["tf32"].toBool());
