@@ -366,3 +366,23 @@ def test_every_op_has_an_autograd_kernel():
         if name.endswith("_"):  # the in-place activations (relu_, ...)
             continue
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"torch_dnn::{name}", "Autograd"), name
+
+
+def test_first_call_under_compile():
+    """Every family op is resolved in the wrappers' handle at import, so a model compiled before any eager call
+    traces without a graph break (Dynamo cannot trace the handle's first lookup); checked in a fresh process."""
+    import os
+    import subprocess
+    import sys
+
+    from torch_dnn.ops._registry import FAMILIES, ops as handle
+
+    assert all(n in vars(handle) for fam in FAMILIES.values() for n in fam)
+    code = ("import torch, torch_dnn.nn as tnn\n"
+            "m = torch.nn.Sequential(tnn.Linear(16, 8), tnn.LayerNorm(8), tnn.GELU())\n"
+            "x = torch.randn(4, 16, requires_grad=True)\n"
+            "torch.compile(m, fullgraph=True, backend='aot_eager')(x).sum().backward()\n"
+            "assert x.grad is not None\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -9,7 +9,12 @@ FAMILIES: dict = {}
 
 
 def add_family(name: str, op_names) -> None:
+    """Records the family's ops and resolves each in `ops` now: a first lookup (_FunctionalOps.__getattr__) that
+    came inside torch.compile's tracing would break the graph (Dynamo cannot trace it), e.g. a model compiled
+    before any eager call."""
     FAMILIES[name] = list(op_names)
+    for op_name in op_names:
+        getattr(ops, op_name)
 
 
 def needs_autograd(*tensors) -> bool:

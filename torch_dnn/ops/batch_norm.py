@@ -7,9 +7,6 @@ import torch
 from torch_dnn.ops._registry import add_family, needs_autograd, ops
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
-# The Functions' backward ops, resolved now rather than at their first call: eager autograd no longer runs the
-# Functions, so that first call can come inside torch.compile's tracing, which cannot trace the registry's lookup.
-_bn_backward, _bnaa_backward = _ops.batch_norm_backward, _ops.batch_norm_add_act_backward
 ACTS = {None: 0, "identity": 0, "relu": 1, "silu": 2}
 
 
@@ -113,7 +110,7 @@ class _BatchNormFn(torch.autograd.Function):
         n = ctx.needs_input_grad
         mask = [n[0], weight is not None and n[1], ctx.has_bias and n[2]]
         g = grad_out
-        dx, dw, db = _bn_backward(g, x, weight, None, None, mean, invstd, ctx.training, ctx.eps, mask)
+        dx, dw, db = _ops.batch_norm_backward(g, x, weight, None, None, mean, invstd, ctx.training, ctx.eps, mask)
         return (dx if mask[0] else None, dw if mask[1] else None, db if mask[2] else None, None, None, None, None, None)
 
 
@@ -141,7 +138,8 @@ class _BatchNormAddActFn(torch.autograd.Function):
         n = ctx.needs_input_grad
         mask = [n[0], res is not None and n[1], weight is not None and n[2], bias is not None and n[3]]
         g = grad_out
-        dx, dr, dw, db = _bnaa_backward(g, x, res, weight, bias, mean, invstd, ctx.training, ctx.act, mask)
+        dx, dr, dw, db = _ops.batch_norm_add_act_backward(g, x, res, weight, bias, mean, invstd, ctx.training,
+                                                          ctx.act, mask)
         return (dx if mask[0] else None, dr if mask[1] else None, dw if mask[2] else None, db if mask[3] else None,
                 None, None, None, None, None, None)
 
