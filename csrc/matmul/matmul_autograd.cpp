@@ -3,6 +3,7 @@
 // transforms: mm / bmm's gradients are mm / bmm with the other operand transposed (read in place); linear and
 // linear_act's are linear_act_backward (the activation's derivative fused into the gradient GEMMs), with the
 // pre-activation saved by the forward (save_preact) or recomputed here.
+#include "activation/activation_ops.h"
 #include "common/autograd_kernel.h"
 #include "common/autograd_register.h"
 
@@ -22,7 +23,8 @@ using LinearActBackwardSig = Tensor3(const at::Tensor&, const at::Tensor&, const
                                      c10::string_view, OptDouble, OptDouble, const OptTensor&, std::array<bool, 3>,
                                      bool);
 
-bool needs_preact(c10::string_view act) { return act != "none" && act != "identity"; }
+// the activation's name as bias_act reads it (the forward has checked it)
+bool needs_preact(c10::string_view act) { return activation::bias_act_kind(act).first != activation::Act::Identity; }
 
 const c10::TypedOperatorHandle<LinearActBackwardSig>& linear_act_backward_op() {
   static const auto op = op_handle<LinearActBackwardSig>("torch_dnn::linear_act_backward");
