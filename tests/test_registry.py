@@ -2,8 +2,9 @@
 C++ autograd kernel, as a call of torch.ops.torch_dnn.<op> does, bit for bit; each C++ kernel gives what the op's
 Python formula gives, bit for bit; autocast and dispatch modes see the call. Under torch.func transforms the wrappers
 apply the formula as a Function of the form functorch accepts (Transform_<op>; batch_norm's Functions are written
-that way): grad, jacrev and vmap over torch_dnn ops give PyTorch's results. Backward ops have no derivative: a double
-backward raises an error that names the op."""
+that way): grad, jacrev and vmap over torch_dnn ops give PyTorch's results. Double backward: a gradient taken with
+create_graph=True is differentiable for every family (its first and second derivatives against PyTorch's); backward
+ops themselves have no derivative, so lp_pool's and local_response_norm's raise an error that names the op."""
 import warnings
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_dnn.functional as F
-from tests.utils import devices, make_input
+from tests.utils import assert_matches_torch, devices, make_input
 
 ops = torch.ops.torch_dnn
 
@@ -255,62 +256,136 @@ def test_torch_func_transforms(device):
                                            torch.func.vmap(lambda t: fn(TF, t[None])[0])(x), msg=name)
 
 
-def _double_backward_cases(device):
-    """(name, step through torch_dnn, the same through PyTorch, inputs): ops of every family."""
+def _second_order_cases(device, dtype):
+    """(name, fn(f, *inputs) through torch_dnn (f is F) or PyTorch (f is torch.nn.functional), inputs, how many of
+    them (the first) are differentiated; the rest are constants): ops of every family that has second derivatives."""
     import torch.nn.functional as TF
 
-    x2, w, b = (_inp(s, device, torch.float64) for s in ((5, 12), (7, 12), (7,)))
-    x4 = _inp((2, 4, 6, 6), device, torch.float64)
-    return [
-        ("gelu", lambda f: f.gelu(x2), (x2,)),
-        ("softmax", lambda f: f.softmax(x2, 1), (x2,)),
-        ("layer_norm", lambda f: f.layer_norm(x2, (12,)), (x2,)),
-        ("max_pool2d", lambda f: f.max_pool2d(x4, 2), (x4,)),
-        ("group_norm", lambda f: f.group_norm(x4, 2), (x4,)),
-        ("batch_norm", lambda f: f.batch_norm(x4, None, None, training=True), (x4,)),
-        ("linear_act", lambda f: f.linear_act(x2, w, b, "gelu") if f is F else TF.gelu(TF.linear(x2, w, b)),
-         (x2, w, b)),
-        ("bias_act", lambda f: f.bias_act(x2, x2[0].detach(), 1, "silu") if f is F else TF.silu(x2 + x2[0].detach()),
-         (x2,)),
+    def inp(*shape):
+        return _inp(shape, device, dtype)
+
+    def by(ours, theirs):
+        return lambda f, *t: ours(*t) if f is F else theirs(*t)
+
+    x2, x4, r2, r4 = inp(5, 12), inp(2, 4, 6, 6), inp(5, 12), inp(2, 4, 6, 6)
+    w, b, cw, cb, lw, lb = inp(12), inp(12), inp(4), inp(4), inp(7, 12), inp(7)
+    rm = make_input((4,), dtype, device, low=-1, high=1)
+    rv = make_input((4,), dtype, device, low=0.5, high=2)
+    one = [
+        ("relu", lambda f, x: f.relu(x)),
+        ("relu6", lambda f, x: f.relu6(x * 4)),
+        ("leaky_relu", lambda f, x: f.leaky_relu(x, 0.2)),
+        ("hardtanh", lambda f, x: f.hardtanh(x, -0.5, 0.7)),
+        ("elu", lambda f, x: f.elu(x, 0.7)),
+        ("gelu", lambda f, x: f.gelu(x)),
+        ("gelu tanh", lambda f, x: f.gelu(x, approximate="tanh")),
+        ("silu", lambda f, x: f.silu(x)),
+        ("mish", lambda f, x: f.mish(x)),
+        ("softplus", lambda f, x: f.softplus(x, 2.0, 3.0)),
+        ("sigmoid", lambda f, x: f.sigmoid(x)),
+        ("tanh", lambda f, x: f.tanh(x)),
+        ("hardswish", lambda f, x: f.hardswish(x * 3)),
+        ("hardsigmoid", lambda f, x: f.hardsigmoid(x * 3)),
+        ("softmax", lambda f, x: f.softmax(x, 1)),
+        ("log_softmax", lambda f, x: f.log_softmax(x, 0)),
+    ]
+    pool = [
+        ("max_pool2d", lambda f, x: f.max_pool2d(x, 3, 2, 1)),
+        ("avg_pool2d", lambda f, x: f.avg_pool2d(x, 3, 2, 1, count_include_pad=False)),
+        ("adaptive_avg_pool2d", lambda f, x: f.adaptive_avg_pool2d(x, (3, 2))),
+        ("adaptive_max_pool2d", lambda f, x: f.adaptive_max_pool2d(x, (3, 2))),
+        ("max_pool1d", lambda f, x: f.max_pool1d(x.flatten(2), 4)),
+        ("avg_pool3d", lambda f, x: f.avg_pool3d(x.unsqueeze(2), (1, 2, 2))),
+    ]
+    return [(n, fn, (x2,), 1) for n, fn in one] + [(n, fn, (x4,), 1) for n, fn in pool] + [
+        ("layer_norm", lambda f, x, w, b: f.layer_norm(x, (12,), w, b), (x2, w, b), 3),
+        ("rms_norm", lambda f, x, w: f.rms_norm(x, (12,), w), (x2, w), 2),
+        ("add_layer_norm", by(lambda x, r, w, b: sum(F.add_layer_norm(x, r, (12,), w, b)),
+                              lambda x, r, w, b: x + r + TF.layer_norm(x + r, (12,), w, b)), (x2, r2, w, b), 4),
+        ("add_rms_norm", by(lambda x, r, w: sum(F.add_rms_norm(x, r, (12,), w)),
+                            lambda x, r, w: x + r + TF.rms_norm(x + r, (12,), w)), (x2, r2, w), 3),
+        ("group_norm", lambda f, x, w, b: f.group_norm(x, 2, w, b), (x4, cw, cb), 3),
+        ("instance_norm", lambda f, x, w, b: f.instance_norm(x, weight=w, bias=b), (x4, cw, cb), 3),
+        ("instance_norm running stats", lambda f, x, w, b, m, v: f.instance_norm(x, m, v, w, b, use_input_stats=False),
+         (x4, cw, cb, rm, rv), 3),
+        ("batch_norm", lambda f, x, w, b: f.batch_norm(x, None, None, w, b, training=True), (x4, cw, cb), 3),
+        ("batch_norm channels_last", lambda f, x, w, b: f.batch_norm(
+            x.to(memory_format=torch.channels_last), None, None, w, b, training=True), (x4, cw, cb), 3),
+        ("batch_norm eval", lambda f, x, w, b, m, v: f.batch_norm(x, m, v, w, b), (x4, cw, cb, rm, rv), 3),
+        ("batch_norm_add_act", by(
+            lambda x, r, w, b: F.batch_norm_add_act(x, None, None, w, b, r, act="silu", training=True),
+            lambda x, r, w, b: TF.silu(TF.batch_norm(x, None, None, w, b, training=True) + r)), (x4, r4, cw, cb), 4),
+        ("mm", by(F.mm, torch.mm), (x2, inp(12, 7)), 2),
+        ("linear", lambda f, x, w, b: f.linear(x, w, b), (x2, lw, lb), 3),
+        ("linear 3-D, no bias", lambda f, x, w: f.linear(x, w), (inp(2, 3, 12), lw), 2),
+        ("linear_act gelu", by(lambda x, w, b: F.linear_act(x, w, b, "gelu"),
+                               lambda x, w, b: TF.gelu(TF.linear(x, w, b))), (x2, lw, lb), 3),
+        ("linear_act tanh + residual", by(lambda x, w, b, r: F.linear_act(x, w, b, "tanh", r[:, :7]),
+                                          lambda x, w, b, r: torch.tanh(TF.linear(x, w, b)) + r[:, :7]),
+         (x2, lw, lb, r2), 4),
+        ("bias_act silu", by(lambda x, b: F.bias_act(x, b, 1, "silu"), lambda x, b: TF.silu(x + b)), (x2, w), 2),
     ]
 
 
 @pytest.mark.parametrize("device", devices())
 def test_double_backward_is_an_error(device):
     """A gradient taken with create_graph=True is PyTorch's; differentiating it again through a backward op that has
-    no derivative raises an error that names the op (not PyTorch's warning and a silently missing term)."""
+    no derivative (lp_pool's, local_response_norm's) raises an error that names the op, not PyTorch's warning and a
+    silently missing term."""
     import torch.nn.functional as TF
 
-    for name, step, inputs in _double_backward_cases(device):
-        ours = torch.autograd.grad((step(F) ** 3).sum(), inputs, create_graph=True)
-        theirs = torch.autograd.grad((step(TF) ** 3).sum(), inputs, create_graph=True)
-        for a, c in zip(ours, theirs):
-            torch.testing.assert_close(a, c, msg=name)
-        with pytest.raises(RuntimeError, match=rf"derivative for torch_dnn::{name}\w*_backward is not implemented"):
-            torch.autograd.grad(sum(g.sum() for g in ours), inputs, allow_unused=True)
+    x4 = _inp((2, 4, 6, 6), device, torch.float64)
+    for name, step in [("lp_pool2d", lambda f: f.lp_pool2d(x4.abs() + 0.1, 2.0, 2)),
+                       ("local_response_norm", lambda f: f.local_response_norm(x4, 3))]:
+        (ours,) = torch.autograd.grad((step(F) ** 3).sum(), [x4], create_graph=True)
+        (theirs,) = torch.autograd.grad((step(TF) ** 3).sum(), [x4], create_graph=True)
+        torch.testing.assert_close(ours, theirs, msg=name)
+        with pytest.raises(RuntimeError, match=rf"derivative for torch_dnn::{name}_backward is not implemented"):
+            torch.autograd.grad(ours.sum(), [x4])
 
 
 @pytest.mark.parametrize("device", devices())
-def test_double_backward_where_supported(device):
-    """Second derivatives that work: mm (its gradient is mm), linear (under create_graph its gradient is computed as
-    mm's and a sum), and the piecewise-linear activations (their backward op is linear in grad: its own gradient).
-    gradgradcheck in float64, and a gradient penalty through Linear -> LeakyReLU -> Linear against PyTorch's."""
+def test_double_backward_gradgradcheck(device):
+    """Second derivatives of every family in float64: a gradient taken with grad mode on is computed from ATen ops
+    (or, for pooling, recorded as a map linear in grad whose gradient is its adjoint), and differentiates again."""
+    for name, fn, inputs, n in _second_order_cases(device, torch.float64):
+        consts = inputs[n:]
+        assert torch.autograd.gradgradcheck(lambda *t: fn(F, *t, *consts), inputs[:n]), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("device", devices())
+def test_double_backward_matches_torch(device, dtype):
+    """The first-order gradient taken with create_graph=True (of the output weighted by a random tensor), and its
+    gradient in the inputs and in the weights (the backward's grad_output), against PyTorch's in the same dtype, with
+    the error-ratio rule against float64."""
+    import torch.nn.functional as TF
+
+    def first_grads(fn, f, n):
+        def grads(*t):  # t: the differentiated inputs, the constants, the output's weights
+            (*args, weights) = t
+            gs = torch.autograd.grad((fn(f, *args) * weights).sum(), args[:n], create_graph=True)
+            return torch.cat([g.flatten() for g in gs])
+        return grads
+
+    for name, fn, inputs, n in _second_order_cases(device, dtype):
+        if dtype == torch.bfloat16 and "max_pool" in name:
+            continue  # ties in 16-bit windows: the argmax (and so the gradient) is either of them
+        if dtype == torch.bfloat16 and device == "cpu" and name == "avg_pool3d":
+            continue  # PyTorch's has no bfloat16 CPU kernel
+        if name == "hardsigmoid":
+            continue  # PyTorch's has no second derivative (aten::hardsigmoid_backward); gradgradcheck checks ours
+        weights = make_input(fn(TF, *inputs).shape, dtype, device, low=-1, high=1)
+        assert_matches_torch(first_grads(fn, F, n), first_grads(fn, TF, n), [*inputs, weights],
+                             grad_inputs=[*range(n), len(inputs)], name=name)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_gradient_penalty_matches_torch(device):
+    """A WGAN-GP style penalty through Linear -> LeakyReLU -> Linear against PyTorch's (float64)."""
     import torch.nn.functional as TF
 
     d = torch.float64
-    x2, x3 = _inp((5, 12), device, d), _inp((2, 3, 12), device, d)
-    w, b, m = _inp((7, 12), device, d), _inp((7,), device, d), _inp((12, 7), device, d)
-    for name, fn, inputs in [
-        ("mm", F.mm, (x2, m)),
-        ("linear", F.linear, (x2, w, b)),
-        ("linear 3-D, no bias", F.linear, (x3, w)),
-        ("relu", F.relu, (x2,)),
-        ("relu6", lambda t: F.relu6(t * 4), (x2,)),
-        ("hardtanh", lambda t: F.hardtanh(t, -0.5, 0.7), (x2,)),
-        ("leaky_relu", lambda t: F.leaky_relu(t, 0.2), (x2,)),
-    ]:
-        assert torch.autograd.gradgradcheck(fn, inputs), name
-
     critic = [_inp((16, 12), device, d), _inp((16,), device, d), _inp((1, 16), device, d), _inp((1,), device, d)]
     samples = make_input((6, 12), d, device, low=-2, high=2).requires_grad_()
     results = []

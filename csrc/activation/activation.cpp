@@ -1,5 +1,6 @@
 // Activation family: schemas, the CPU kernels' registration and the activations' C++ autograd.
 #include "activation/activation_cpu.h"
+#include "activation/activation_create_graph.h"
 #include "activation/activation_ops.h"
 #include "common/autograd_register.h"
 
@@ -55,15 +56,17 @@ TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {
 }
 
 // Autograd of the activations (not bias_act, which has two tensor arguments): the backward op reads the input, or
-// the result for sigmoid and tanh; the same formulas as torch_dnn/ops/activation.py's (kept for torch.func).
+// the result for sigmoid and tanh; the same formulas as torch_dnn/ops/activation.py's (kept for torch.func). With
+// grad mode on (double backward), the derivative as ATen ops (activation_create_graph.cpp).
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::autograd_kernel;
-  for (const char* name : {"relu", "relu6", "hardtanh", "leaky_relu"}) {  // piecewise linear: double backward works
-    register_single_input_autograd(m, name, {{Saved::Input}, -1, false, /*backward_linear_in_grad=*/true});
+  for (const char* name : {"relu", "relu6", "hardtanh", "leaky_relu", "elu", "gelu", "silu", "softplus", "mish",
+                           "hardswish", "hardsigmoid", "sigmoid", "tanh"}) {
+    const bool result = std::string(name) == "sigmoid" || std::string(name) == "tanh";
+    register_single_input_autograd(m, name,
+                                   {{result ? Saved::Output0 : Saved::Input}, -1, false,
+                                    torch_dnn::activation::activation_create_graph(name)});
+    register_first_order_backward(m, {(std::string(name) + "_backward").c_str()});
   }
-  for (const char* name : {"elu", "gelu", "silu", "softplus", "mish", "hardswish", "hardsigmoid"}) {
-    register_single_input_autograd(m, name, {{Saved::Input}});
-  }
-  for (const char* name : {"sigmoid", "tanh"}) register_single_input_autograd(m, name, {{Saved::Output0}});
   register_first_order_backward(m, {"bias_act_backward"});  // bias_act's own kernel: bias_act_autograd.cpp
 }

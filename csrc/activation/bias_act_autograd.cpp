@@ -1,13 +1,32 @@
 // Activation family: autograd of bias_act in C++ (the Autograd dispatch key), as torch_dnn/ops/activation.py's
 // formula (kept for torch.func's transforms): the backward recomputes input + bias inside bias_act_backward rather
 // than saving the pre-activation (one tensor saved instead of two; the recompute is free in a memory-bound kernel).
+// With grad mode on (create_graph=True) the gradients are ATen ops instead, so that they can be differentiated again.
+#include "activation/activation_create_graph.h"
+#include "activation/activation_ops.h"
 #include "common/autograd_kernel.h"
+#include "common/create_graph.h"
 
 namespace torch_dnn {
 namespace activation {
 namespace {
 
 using namespace torch_dnn::autograd_kernel;
+
+// create_graph: d pre = grad * act'(x + bias) as ATen ops (in float for 16-bit inputs); dx = d pre, dbias its sum
+// over every dim but `dim`, into out[0], out[1].
+void create_graph_grads(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& bias, int64_t dim,
+                        const std::string& act, std::array<bool, 2> mask, variable_list& out) {
+  using namespace create_graph;
+  const int64_t d = dim < 0 ? dim + x.dim() : dim;
+  std::vector<int64_t> per_channel(x.dim(), 1);
+  per_channel[d] = x.size(d);
+  const at::Tensor pre = bias.defined() ? opmath(x) + opmath(bias).view(per_channel) : x;
+  const auto [k, p] = bias_act_kind(act);
+  const at::Tensor d_pre = act_backward_differentiable_at_input(opmath(grad), pre, k, p);
+  if (mask[0]) out[0] = d_pre.to(x.scalar_type());
+  if (mask[1]) out[1] = sum_over(d_pre, dims_but(x.dim(), d)).to(bias.scalar_type());
+}
 
 struct BiasActFn : torch::autograd::Function<BiasActFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptionalTensor& bias, int64_t dim,
@@ -32,6 +51,11 @@ struct BiasActFn : torch::autograd::Function<BiasActFn> {
         "torch_dnn::bias_act_backward");
     const variable_list s = ctx->get_saved_variables();  // input, bias
     const bool want_bias = s[1].defined() && needs_grad(ctx, 1);
+    if (at::GradMode::is_enabled()) {
+      create_graph_grads(grads[0], s[0], s[1], ctx->saved_data["dim"].toInt(), ctx->saved_data["act"].toStringRef(),
+                         {needs_grad(ctx, 0), want_bias}, out);
+      return out;
+    }
     const auto [dx, dbias] = op.call(grads[0], s[0], or_none(s[1]), ctx->saved_data["dim"].toInt(),
                                      ctx->saved_data["act"].toStringRef(), want_bias);
     out[0] = if_wanted(needs_grad(ctx, 0), dx);

@@ -1,13 +1,17 @@
 // batch_norm family: autograd of batch_norm and batch_norm_add_act in C++ (the Autograd dispatch key), so that an
 // eager training step runs no Python on the backward. The Python autograd.Functions (torch_dnn/ops/batch_norm.py)
 // stay for torch.compile's tracing and torch.func's transforms; both apply the same formula: the backward op of
-// the family (batch_norm_backward / batch_norm_add_act_backward) on the saved input and statistics.
+// the family (batch_norm_backward / batch_norm_add_act_backward) on the saved input and statistics. With grad mode
+// on (create_graph=True) the gradients are ATen ops instead (create_graph_grads), so that they can be differentiated
+// again.
 // Why in C++: on a device host whose CPU is slow, F.batch_norm's forward + backward through the Python Function
 // took 370 us a step against PyTorch's 211 (4x64x4x4 on an H100 host; the two ops alone 25 + 29 us): the
 // Function's forward and, on the autograd thread, its Python backward (benchmarks/NOTES.md, twenty-fifth session).
+#include "activation/activation_create_graph.h"
 #include "batch_norm/batch_norm_ops.h"
 #include "common/autograd_kernel.h"
 #include "common/autograd_register.h"
+#include "common/create_graph.h"
 
 namespace torch_dnn {
 namespace batch_norm {
@@ -25,6 +29,39 @@ void bump_running_stats(bool training, const OptTensor& rm, const OptTensor& rv)
   if (given(rv)) torch::autograd::impl::bump_version(*rv);
 }
 
+// (dx, dres, dw, db) of act(batch_norm(x) + res) as ATen ops (common/create_graph.h): in training the statistics
+// recomputed from x over every dim but the channel's, in evaluation the saved (running) ones as constants; act 0
+// (none), 1 (relu) or 2 (silu); dw, db in float for 16-bit inputs.
+Tensor4 create_graph_grads(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& res, const at::Tensor& w,
+                           const at::Tensor& b, const at::Tensor& mean, const at::Tensor& invstd, bool training,
+                           double eps, int64_t act, std::array<bool, 4> mask) {
+  using namespace create_graph;
+  std::vector<int64_t> per_channel(x.dim(), 1);
+  per_channel[1] = x.size(1);
+  const std::vector<int64_t> dims = dims_but(x.dim(), 1);
+  const at::Tensor xf = opmath(x);
+  const at::Tensor fixed_rstd = training ? at::Tensor() : invstd.detach().view(per_channel);
+  const Normalized n = training ? normalize(xf, dims, true, eps)
+                                : Normalized{(xf - mean.detach().view(per_channel)) * fixed_rstd, fixed_rstd};
+  const at::Tensor wf = w.defined() ? opmath(w).view(per_channel) : at::Tensor();
+  at::Tensor dz = opmath(grad);  // at the activation's input
+  if (act != 0) {
+    at::Tensor z = wf.defined() ? n.xhat * wf : n.xhat;
+    if (b.defined()) z = z + opmath(b).view(per_channel);
+    if (res.defined()) z = z + opmath(res);
+    dz = activation::act_backward_differentiable_at_input(dz, z, act == 1 ? activation::Act::Relu : activation::Act::Silu, {});
+  }
+  at::Tensor dx, dres, dw, db;
+  if (mask[0]) {
+    const at::Tensor gx = wf.defined() ? dz * wf : dz;
+    dx = (training ? normalized_dx(gx, n, dims, true) : gx * n.rstd).to(x.scalar_type());
+  }
+  if (mask[1]) dres = dz.to(x.scalar_type());
+  if (mask[2]) dw = sum_over(dz * n.xhat, dims);
+  if (mask[3]) db = sum_over(dz, dims);
+  return {dx, dres, dw, db};
+}
+
 struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& w, const OptTensor& b,
                                const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps) {
@@ -40,6 +77,7 @@ struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
     ctx->saved_data["training"] = training;
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["has_bias"] = given(b);
+    ctx->saved_data["b_dtype"] = dtype_of(b);
     ctx->mark_non_differentiable({mean, invstd});
     ctx->set_materialize_grads(false);  // no zero tensors for the statistics' grads
     return {y, mean, invstd};
@@ -54,11 +92,19 @@ struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
     const bool has_w = s[1].defined();
     const std::array<bool, 3> mask = {needs_grad(ctx, 0), has_w && needs_grad(ctx, 1),
                                       ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 1 + has_w)};
-    const auto [dx, dw, db] = op.call(grads[0], s[0], or_none(s[1]), c10::nullopt, c10::nullopt, s[2], s[3],
-                                      ctx->saved_data["training"].toBool(), ctx->saved_data["eps"].toDouble(), mask);
+    const bool training = ctx->saved_data["training"].toBool();
+    const double eps = ctx->saved_data["eps"].toDouble();
+    at::Tensor dx, dw, db;
+    if (at::GradMode::is_enabled()) {
+      std::tie(dx, std::ignore, dw, db) = create_graph_grads(grads[0], s[0], at::Tensor(), s[1], at::Tensor(), s[2],
+                                                             s[3], training, eps, 0, {mask[0], false, mask[1], mask[2]});
+    } else {
+      std::tie(dx, dw, db) = op.call(grads[0], s[0], or_none(s[1]), c10::nullopt, c10::nullopt, s[2], s[3], training,
+                                     eps, mask);
+    }
     out[0] = if_wanted(mask[0], dx);
-    out[1] = if_wanted(mask[1], dw);
-    out[2] = if_wanted(mask[2], db);
+    out[1] = param_grad(mask[1], dw, dtype_of(or_none(s[1])));
+    out[2] = param_grad(mask[2], db, ctx->saved_data["b_dtype"].toInt());
     return out;
   }
 };
@@ -78,6 +124,7 @@ struct BatchNormAddActFn : torch::autograd::Function<BatchNormAddActFn> {
     bump_running_stats(training, rm, rv);
     ctx->save_for_backward({x, or_undefined(res), or_undefined(w), or_undefined(b), mean, invstd});
     ctx->saved_data["training"] = training;
+    ctx->saved_data["eps"] = eps;
     ctx->saved_data["act"] = act;
     ctx->mark_non_differentiable({mean, invstd});
     ctx->set_materialize_grads(false);
@@ -94,12 +141,17 @@ struct BatchNormAddActFn : torch::autograd::Function<BatchNormAddActFn> {
     const std::array<bool, 4> mask = {needs_grad(ctx, 0), has_r && needs_grad(ctx, 1),
                                       has_w && needs_grad(ctx, 1 + has_r),
                                       s[3].defined() && needs_grad(ctx, 1 + has_r + has_w)};
-    const auto [dx, dr, dw, db] = op.call(grads[0], s[0], or_none(s[1]), or_none(s[2]), or_none(s[3]), s[4], s[5],
-                                          ctx->saved_data["training"].toBool(), ctx->saved_data["act"].toInt(), mask);
+    const bool training = ctx->saved_data["training"].toBool();
+    const int64_t act = ctx->saved_data["act"].toInt();
+    const auto [dx, dr, dw, db] =
+        at::GradMode::is_enabled()
+            ? create_graph_grads(grads[0], s[0], s[1], s[2], s[3], s[4], s[5], training,
+                                 ctx->saved_data["eps"].toDouble(), act, mask)
+            : op.call(grads[0], s[0], or_none(s[1]), or_none(s[2]), or_none(s[3]), s[4], s[5], training, act, mask);
     out[0] = if_wanted(mask[0], dx);
     out[1] = if_wanted(mask[1], dr);
-    out[2] = if_wanted(mask[2], dw);
-    out[3] = if_wanted(mask[3], db);
+    out[2] = param_grad(mask[2], dw, dtype_of(or_none(s[2])));
+    out[3] = param_grad(mask[3], db, dtype_of(or_none(s[3])));
     return out;
   }
 };

@@ -1,6 +1,8 @@
 // The boxed autograd kernels of autograd_register.h. The single-input kernel is boxed so that one piece of code
 // serves every signature. It runs the op below the Autograd key and records a torch::autograd::Function node
-// whose backward calls the op's backward op with the saved tensors and arguments.
+// whose backward computes the input's gradient with a GradientFn: the op's backward op, called boxed with the saved
+// tensors and arguments, or (grad mode on) the spec's differentiable form: its formula, or the backward op recorded
+// as a node linear in grad (LinearInGradFn) whose gradient is the spec's adjoint.
 #include "common/autograd_register.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -30,16 +32,11 @@ struct SingleInputFn : torch::autograd::Function<SingleInputFn> {
 };
 
 struct Kernel final : c10::OperatorKernel {
-  explicit Kernel(std::string backward_name, SingleInputSpec spec)
-      : backward_name(std::move(backward_name)), spec(std::move(spec)) {}
-
-  // The backward op, looked up at the first call (its schema may be defined by a later translation unit).
-  const c10::OperatorHandle& backward_op() const {
-    std::call_once(once, [&] {
-      backward = c10::Dispatcher::singleton().findSchemaOrThrow(backward_name.c_str(), "");
-    });
-    return *backward;
-  }
+  Kernel(std::vector<Saved> saved, bool input_dtype, GradientFn gradient, GradientFn create_graph)
+      : saved(std::move(saved)),
+        input_dtype(input_dtype),
+        gradient(std::move(gradient)),
+        create_graph(std::move(create_graph)) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
     const size_t n_args = op.schema().arguments().size();
@@ -54,23 +51,20 @@ struct Kernel final : c10::OperatorKernel {
     for (const auto& t : outs) stack->emplace_back(t);
   }
 
-  std::string backward_name;
-  SingleInputSpec spec;
-  mutable std::once_flag once;
-  mutable std::optional<c10::OperatorHandle> backward;
+  std::vector<Saved> saved;
+  bool input_dtype;
+  GradientFn gradient, create_graph;
 };
 
 variable_list SingleInputFn::forward(AutogradContext* ctx, const at::Tensor& x, const Kernel* kernel,
                                      const c10::OperatorHandle* op, c10::DispatchKeySet keys,
                                      torch::jit::Stack* stack) {
-  const SingleInputSpec& spec = kernel->spec;
   const size_t n_args = op->schema().arguments().size();
   const size_t first = stack->size() - n_args + 1;  // the arguments after x
-  const size_t n_kept = spec.n_args < 0 ? n_args - 1 : size_t(spec.n_args);
   c10::impl::GenericList args(c10::AnyType::get());
-  args.reserve(n_kept + spec.input_dtype);
-  for (size_t i = 0; i < n_kept; ++i) args.push_back((*stack)[first + i]);
-  if (spec.input_dtype) args.push_back(c10::IValue(static_cast<int64_t>(x.scalar_type())));
+  args.reserve(n_args - 1 + kernel->input_dtype);
+  for (size_t i = first; i < stack->size(); ++i) args.push_back((*stack)[i]);
+  if (kernel->input_dtype) args.push_back(c10::IValue(static_cast<int64_t>(x.scalar_type())));
   {
     at::AutoDispatchBelowADInplaceOrView below;
     op->redispatchBoxed(keys & c10::after_autograd_keyset, stack);
@@ -80,7 +74,7 @@ variable_list SingleInputFn::forward(AutogradContext* ctx, const at::Tensor& x, 
   outs.reserve(n_out);
   for (size_t i = stack->size() - n_out; i < stack->size(); ++i) outs.push_back((*stack)[i].toTensor());
   variable_list saved;
-  for (Saved s : spec.saved) saved.push_back(s == Saved::Input ? x : outs[s == Saved::Output0 ? 0 : 1]);
+  for (Saved s : kernel->saved) saved.push_back(s == Saved::Input ? x : outs[s == Saved::Output0 ? 0 : 1]);
   ctx->save_for_backward(saved);
   for (size_t i = 1; i < n_out; ++i) {
     if (!at::isFloatingType(outs[i].scalar_type())) ctx->mark_non_differentiable({outs[i]});  // indices
@@ -95,34 +89,88 @@ variable_list SingleInputFn::backward(AutogradContext* ctx, variable_list grads)
   variable_list out(5);  // x, kernel, op, keys, stack
   if (!grads[0].defined()) return out;
   const auto* kernel = reinterpret_cast<const Kernel*>(ctx->saved_data["kernel"].toInt());
-  torch::jit::Stack stack;
-  stack.emplace_back(grads[0]);
-  for (auto& t : ctx->get_saved_variables()) stack.emplace_back(std::move(t));
-  for (const auto& a : ctx->saved_data["args"].toListRef()) stack.push_back(a);
-  kernel->backward_op().callBoxed(stack);
-  out[0] = stack[0].toTensor();
+  const bool differentiable = kernel->create_graph && at::GradMode::is_enabled();
+  out[0] = (differentiable ? kernel->create_graph : kernel->gradient)(grads[0], ctx->get_saved_variables(),
+                                                                       ctx->saved_data["args"].toListRef());
   return out;
 }
 
+// backward(grad) -> the backward op's result, linear in grad; its gradient is adjoint(gradient, saved, args).
+// forward(ctx, grad, backward, adjoint, saved, args): the GradientFns live as long as the kernels that hold them.
+struct LinearInGradFn : torch::autograd::Function<LinearInGradFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& grad, const GradientFn* backward,
+                               const GradientFn* adjoint, const variable_list& saved, c10::ArrayRef<c10::IValue> args) {
+    const at::Tensor dx = (*backward)(grad, saved, args);  // grad mode is off in a Function's forward
+    ctx->save_for_backward(saved);
+    c10::impl::GenericList kept(c10::AnyType::get());
+    for (const auto& a : args) kept.push_back(a);
+    ctx->saved_data["adjoint"] = reinterpret_cast<int64_t>(adjoint);
+    ctx->saved_data["args"] = std::move(kept);
+    return {dx};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(5);  // grad, backward, adjoint, saved, args
+    const auto* adjoint = reinterpret_cast<const GradientFn*>(ctx->saved_data["adjoint"].toInt());
+    if (grads[0].defined()) {
+      out[0] = (*adjoint)(grads[0], ctx->get_saved_variables(), ctx->saved_data["args"].toListRef());
+    }
+    return out;
+  }
+};
+
+// The create_graph form of a backward op linear in grad, from the op's call and its adjoint.
+GradientFn linear_in_grad(GradientFn backward, GradientFn adjoint) {
+  auto fns = std::make_shared<std::pair<GradientFn, GradientFn>>(std::move(backward), std::move(adjoint));
+  return [fns](const at::Tensor& grad, const std::vector<at::Tensor>& saved, c10::ArrayRef<c10::IValue> args) {
+    return LinearInGradFn::apply(grad, &fns->first, &fns->second, saved, args)[0];
+  };
+}
+
+// An op looked up at its first call (its schema may be defined by a later translation unit).
+struct LazyOp {
+  explicit LazyOp(std::string name) : name(std::move(name)) {}
+  const c10::OperatorHandle& get() {
+    std::call_once(once, [&] { handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), ""); });
+    return *handle;
+  }
+  std::string name;
+  std::once_flag once;
+  std::optional<c10::OperatorHandle> handle;
+};
+
+// The op `name` called with (grad, saved... (with_saved), the first n_args arguments (-1: all) [, the input dtype,
+// kept last]).
+GradientFn call_backward_op(const std::string& name, bool with_saved, int n_args, bool input_dtype) {
+  auto op = std::make_shared<LazyOp>("torch_dnn::" + name);
+  return [op, with_saved, n_args, input_dtype](const at::Tensor& grad, const std::vector<at::Tensor>& saved,
+                                               c10::ArrayRef<c10::IValue> args) {
+    torch::jit::Stack stack;
+    stack.emplace_back(grad);
+    if (with_saved) {
+      for (const auto& t : saved) stack.emplace_back(t);
+    }
+    const size_t n = args.size() - input_dtype;
+    for (size_t i = 0; i < (n_args < 0 ? n : size_t(n_args)); ++i) stack.push_back(args[i]);
+    if (input_dtype) stack.push_back(args.back());
+    op->get().callBoxed(stack);
+    return stack[0].toTensor();
+  };
+}
+
 }  // namespace
+
+GradientFn call_op(const char* name) { return call_backward_op(name, false, -1, false); }
 
 void register_first_order_backward(torch::Library& m, std::initializer_list<const char*> names) {
   for (const char* name : names) m.impl(name, torch::autograd::autogradNotImplementedFallback());
 }
 
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec) {
-  const std::string backward = std::string(name) + "_backward";
-  const bool linear = spec.backward_linear_in_grad;
-  m.impl(name, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>("torch_dnn::" + backward,
-                                                                                 std::move(spec))));
-  if (!linear) {
-    register_first_order_backward(m, {backward.c_str()});
-    return;
-  }
-  // backward(grad, input, args...) as a single-input op in grad: its backward is itself, called on the incoming
-  // gradient with the same input and arguments (kept with the arguments; input gets no gradient from it)
-  m.impl(backward.c_str(), torch::CppFunction::makeFromBoxedFunctor(
-                               std::make_unique<Kernel>("torch_dnn::" + backward, SingleInputSpec{{}, -1})));
+  TORCH_CHECK(!(spec.create_graph && spec.adjoint), "torch_dnn: ", name, ": a create_graph form or an adjoint, not both");
+  GradientFn backward = call_backward_op(std::string(name) + "_backward", true, spec.n_args, spec.input_dtype);
+  GradientFn create_graph = spec.adjoint ? linear_in_grad(backward, std::move(spec.adjoint)) : std::move(spec.create_graph);
+  m.impl(name, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(
+                   std::move(spec.saved), spec.input_dtype, std::move(backward), std::move(create_graph))));
 }
 
 }  // namespace autograd_kernel

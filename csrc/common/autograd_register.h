@@ -2,14 +2,17 @@
 // headers):
 // - register_single_input_autograd: the kernel shared by the ops of one differentiable tensor argument whose
 //   backward is one torch_dnn op that gives the input's gradient (activations, softmax, pooling, LRN), with a spec
-//   that says what the backward op reads;
-// - register_first_order_backward: the backward ops, which have no derivative of their own: differentiating
-//   through one (double backward: autograd.grad(..., create_graph=True) and a second backward) raises an error that
-//   names the op, instead of PyTorch's warning for custom ops without an autograd kernel and a gradient silently
-//   missing (zero). A create_graph=True backward that is not differentiated again still works.
+//   that says what the backward op reads and, optionally, how to compute the gradient so that it can be
+//   differentiated again;
+// - register_first_order_backward: the backward ops, which have no derivative of their own: differentiating through
+//   one raises an error that names the op, instead of PyTorch's warning for custom ops without an autograd kernel and
+//   a gradient silently missing (zero). (torch.func's transforms, which run the Python formulas, see this too.)
+// Double backward (autograd.grad(..., create_graph=True), then a second backward): a gradient computed with grad
+// mode on takes the spec's differentiable form where there is one, else the backward op.
 #pragma once
 #include <torch/library.h>
 
+#include <functional>
 #include <initializer_list>
 #include <vector>
 
@@ -20,18 +23,32 @@ namespace autograd_kernel {
 //   <op>_backward(grad_of_output_0, saved..., the forward's first `n_args` non-tensor arguments [, input dtype]).
 enum class Saved { Input, Output0, Output1 };
 
+// The input's gradient from the output's, the saved tensors (in the spec's order) and the forward's arguments
+// after the input (every one, then the input's dtype where the spec asks for it).
+using GradientFn = std::function<at::Tensor(const at::Tensor& grad, const std::vector<at::Tensor>& saved,
+                                            c10::ArrayRef<c10::IValue> args)>;
+
 struct SingleInputSpec {
   std::vector<Saved> saved;
-  int n_args = -1;           // -1: every argument after the input
+  int n_args = -1;           // how many of the forward's arguments the backward op takes; -1: every one
   bool input_dtype = false;  // pass the input's dtype last (softmax's backward casts its result to it)
-  // <op>_backward(grad, input, args...) is linear in grad and its derivative in input is zero almost everywhere (the
-  // piecewise-linear activations): its gradient is itself, so double backward (and any order) works.
-  bool backward_linear_in_grad = false;
+  // With grad mode on, at most one of:
+  // - create_graph: the gradient as differentiable ops (ATen's, or torch_dnn ops that have derivatives);
+  // - adjoint: the backward op is linear in grad and its derivative in the input is zero (almost everywhere:
+  //   pooling): it is recorded as a node whose gradient is this adjoint map (the forward's arguments as above),
+  //   itself differentiable.
+  // Neither: the backward op, an error to differentiate.
+  GradientFn create_graph = nullptr;
+  GradientFn adjoint = nullptr;
 };
 
-// m.impl(name, ...) at the Autograd key: the op records `name`_backward as its gradient; `name`_backward is
-// registered as register_first_order_backward's, or as its own gradient (backward_linear_in_grad).
+// m.impl(name, ...) at the Autograd key: the op records `name`_backward as its gradient. The family registers
+// `name`_backward with register_first_order_backward.
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec);
+
+// A GradientFn that calls the torch_dnn op `name` with (grad, args...), no saved tensors: average pooling's adjoint,
+// its forward.
+GradientFn call_op(const char* name);
 
 // m.impl(name, ...) at the Autograd key for each backward op named: no derivative (an error if one is needed).
 void register_first_order_backward(torch::Library& m, std::initializer_list<const char*> names);

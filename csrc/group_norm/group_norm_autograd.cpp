@@ -1,9 +1,12 @@
 // group_norm family: autograd of group_norm and group_norm_with_stats in C++ (the Autograd dispatch key), so that an
 // eager training step runs no Python. The same formulas as torch_dnn/ops/group_norm.py's, which stay for torch.func's
 // transforms: group_norm_backward on the saved input and statistics; parameter grads cast to the parameter's dtype;
-// given statistics (instance_norm's running ones) are constants that get no gradient.
+// given statistics (instance_norm's running ones) are constants that get no gradient. With grad mode on
+// (create_graph=True) the gradients are ATen ops instead (create_graph_grads), so that they can be differentiated
+// again.
 #include "common/autograd_kernel.h"
 #include "common/autograd_register.h"
+#include "common/create_graph.h"
 #include "group_norm/group_norm_ops.h"
 
 namespace torch_dnn {
@@ -16,12 +19,37 @@ using BackwardSig = Tensor3(const at::Tensor&, const at::Tensor&, const at::Tens
                             const OptTensor&, int64_t, bool, std::array<bool, 3>);
 
 void save(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
-          const OptTensor& w, const OptTensor& b, int64_t groups) {
+          const OptTensor& w, const OptTensor& b, int64_t groups, double eps) {
   ctx->save_for_backward({x, mean, rstd, or_undefined(w)});
   ctx->saved_data["groups"] = groups;
+  ctx->saved_data["eps"] = eps;
   ctx->saved_data["has_bias"] = given(b);
   ctx->saved_data["w_dtype"] = dtype_of(w);
   ctx->saved_data["b_dtype"] = dtype_of(b);
+}
+
+// (dx, dw, db) as ATen ops (common/create_graph.h) from the saved x, mean, rstd, weight: the statistics recomputed
+// from x over each (n, group), or the given ones as constants; dw, db in float for 16-bit inputs (param_grad casts).
+Tensor3 create_graph_grads(AutogradContext* ctx, const at::Tensor& grad, const variable_list& s, bool stats_given,
+                           std::array<bool, 3> mask) {
+  using namespace create_graph;
+  const at::Tensor &x = s[0], &w = s[3];
+  const int64_t N = x.size(0), groups = ctx->saved_data["groups"].toInt();
+  const at::Tensor g = opmath(grad), xg = opmath(x).reshape({N, groups, -1});
+  const Normalized n = stats_given ? Normalized{(xg - s[1].detach().view({N, groups, 1})) * s[2].detach().view({N, groups, 1}),
+                                                s[2].detach().view({N, groups, 1})}
+                                   : normalize(xg, {2}, true, ctx->saved_data["eps"].toDouble());
+  std::vector<int64_t> per_channel(x.dim(), 1);  // the weight's shape against x
+  per_channel[1] = x.size(1);
+  at::Tensor dx, dw, db;
+  if (mask[0]) {
+    const at::Tensor gx = (w.defined() ? g * opmath(w).view(per_channel) : g).reshape({N, groups, -1});
+    dx = (stats_given ? gx * n.rstd : normalized_dx(gx, n, {2}, true)).view(x.sizes()).to(x.scalar_type());
+  }
+  const std::vector<int64_t> dims = dims_but(x.dim(), 1);
+  if (mask[1]) dw = sum_over(g * n.xhat.view(x.sizes()), dims);
+  if (mask[2]) db = sum_over(g, dims);
+  return {dx, dw, db};
 }
 
 // dx, dw, db into the backward's outputs at x_at, w_at, w_at + 1; the weight's edge is first_param_edge.
@@ -34,7 +62,9 @@ void backward_into(AutogradContext* ctx, const at::Tensor& grad, bool stats_give
       needs_grad(ctx, 0), has_w && needs_grad(ctx, first_param_edge),
       ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, first_param_edge + has_w)};
   const auto [dx, dw, db] =
-      op.call(grad, s[0], s[1], s[2], or_none(s[3]), ctx->saved_data["groups"].toInt(), stats_given, mask);
+      at::GradMode::is_enabled()
+          ? create_graph_grads(ctx, grad, s, stats_given, mask)
+          : op.call(grad, s[0], s[1], s[2], or_none(s[3]), ctx->saved_data["groups"].toInt(), stats_given, mask);
   out[0] = if_wanted(mask[0], dx);
   out[w_at] = param_grad(mask[1], dw, ctx->saved_data["w_dtype"].toInt());
   out[w_at + 1] = param_grad(mask[2], db, ctx->saved_data["b_dtype"].toInt());
@@ -50,7 +80,7 @@ struct GroupNormFn : torch::autograd::Function<GroupNormFn> {
       at::AutoDispatchBelowADInplaceOrView below;
       std::tie(y, mean, rstd) = op.call(x, groups, w, b, eps);
     }
-    save(ctx, x, mean, rstd, w, b, groups);
+    save(ctx, x, mean, rstd, w, b, groups, eps);
     ctx->mark_non_differentiable({mean, rstd});
     ctx->set_materialize_grads(false);
     return {y, mean, rstd};
@@ -73,7 +103,7 @@ struct GroupNormWithStatsFn : torch::autograd::Function<GroupNormWithStatsFn> {
       at::AutoDispatchBelowADInplaceOrView below;
       y = op.call(x, groups, mean, rstd, w, b);
     }
-    save(ctx, x, mean, rstd, w, b, groups);
+    save(ctx, x, mean, rstd, w, b, groups, 0.0);  // eps unused: the statistics are given
     ctx->set_materialize_grads(false);
     return {y};
   }

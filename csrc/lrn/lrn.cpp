@@ -18,4 +18,5 @@ TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::autograd_kernel;
   register_single_input_autograd(m, "local_response_norm", {{Saved::Input}});
+  register_first_order_backward(m, {"local_response_norm_backward"});  // no double backward
 }

@@ -2,10 +2,14 @@
 // training step runs no Python. The same formulas as torch_dnn/ops/matmul.py's, which stay for torch.func's
 // transforms: mm / bmm's gradients are mm / bmm with the other operand transposed (read in place); linear and
 // linear_act's are linear_act_backward (the activation's derivative fused into the gradient GEMMs), with the
-// pre-activation saved by the forward (save_preact) or recomputed here.
-#include "activation/activation_ops.h"
+// pre-activation saved by the forward (save_preact) or recomputed here. With grad mode on (create_graph=True),
+// linear and linear_act's gradients are mm's and a sum (after the activation's derivative as ATen ops), so that they
+// can be differentiated again.
+#include "activation/activation_create_graph.h"
 #include "common/autograd_kernel.h"
 #include "common/autograd_register.h"
+#include "common/create_graph.h"
+#include "matmul/matmul_ops.h"
 
 namespace torch_dnn {
 namespace matmul {
@@ -62,6 +66,18 @@ struct MmFn : torch::autograd::Function<MmFn> {
   }
 };
 
+// create_graph: linear's gradients from g (the gradient at x @ w.T + b) as mm's (differentiable: mm's gradient is mm)
+// and a sum, into out[0..2]; linear_act_backward has no derivative.
+void linear_create_graph(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& w, bool tf32,
+                         std::array<bool, 3> mask, variable_list& out) {
+  const int64_t rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
+  const at::Tensor g = grad.reshape({rows, w.size(0)});
+  const auto& mm = MmFn::op(false);
+  if (mask[0]) out[0] = mm.call(g, w, tf32).view(x.sizes());
+  if (mask[1]) out[1] = mm.call(g.t(), x.reshape({rows, x.size(-1)}), tf32);
+  if (mask[2]) out[2] = g.sum(0);
+}
+
 struct LinearFn : torch::autograd::Function<LinearFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
                                bool tf32) {
@@ -83,18 +99,8 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
     const variable_list s = ctx->get_saved_variables();
     const std::array<bool, 3> mask = {needs_grad(ctx, 0), needs_grad(ctx, 1),
                                       ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 2)};
-    if (at::GradMode::is_enabled()) {
-      // create_graph: the gradients as mm's (differentiable: mm's gradient is mm) and a sum, so that they can be
-      // differentiated again (a gradient penalty through Linear); linear_act_backward has no derivative
-      const bool tf32 = ctx->saved_data["tf32"].toBool();
-      const at::Tensor& x = s[0];
-      const at::Tensor& w = s[1];
-      const int64_t rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
-      const at::Tensor g = grads[0].reshape({rows, w.size(0)});
-      const auto& mm = MmFn::op(false);
-      if (mask[0]) out[0] = mm.call(g, w, tf32).view(x.sizes());
-      if (mask[1]) out[1] = mm.call(g.t(), x.reshape({rows, x.size(-1)}), tf32);
-      if (mask[2]) out[2] = g.sum(0);
+    if (at::GradMode::is_enabled()) {  // create_graph (a gradient penalty through Linear)
+      linear_create_graph(grads[0], s[0], s[1], ctx->saved_data["tf32"].toBool(), mask, out);
       return out;
     }
     const auto [dx, dw, db] = linear_act_backward_op().call(grads[0], s[0], s[1], c10::nullopt, "none", c10::nullopt,
@@ -144,6 +150,20 @@ struct LinearActFn : torch::autograd::Function<LinearActFn> {
     if (ctx->saved_data["has_res"].toBool() && needs_grad(ctx, 2 + has_bias)) out[4] = grad;
     if (!(mask[0] || mask[1] || mask[2])) return out;
     const bool saved_preact = pre.defined();
+    if (at::GradMode::is_enabled()) {
+      // create_graph: the pre-activation again through linear (differentiable), the activation's derivative as ATen
+      // ops, then linear's create_graph gradients
+      const auto [k, p] = linear_act_kind(act, ctx->saved_data["act_a"].toOptional<double>(),
+                                          ctx->saved_data["act_b"].toOptional<double>());
+      at::Tensor d_pre = grad;
+      if (k != activation::Act::Identity) {
+        const at::Tensor pre_d = LinearFn::apply(x, w, or_none(bias), tf32)[0];
+        d_pre = activation::act_backward_differentiable_at_input(create_graph::opmath(grad), pre_d, k, p);
+      }
+      if (saved_preact && grads[1].defined()) d_pre = d_pre + grads[1];
+      linear_create_graph(d_pre.to(x.scalar_type()), x, w, tf32, mask, out);
+      return out;
+    }
     if (needs_preact(act) && !saved_preact) {
       // saved without the pre-activation (the op was called with save_preact=False): recompute it
       static const auto op = op_handle<LinearActSig>("torch_dnn::linear_act");

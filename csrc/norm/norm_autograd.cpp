@@ -2,10 +2,13 @@
 // so that an eager training step runs no Python. The same formulas as torch_dnn/ops/norm.py's, which stay for
 // torch.func's transforms: the family's backward op on the saved input (the sum for the add_ forms) and row
 // statistics; parameter grads cast to the parameter's dtype; the add_ forms give input and residual one gradient.
+// With grad mode on (create_graph=True) the gradients are ATen ops instead (norm_create_graph), so that they can be
+// differentiated again.
 // Why: a tiny layer_norm's forward + backward through the Python Function took 481 us a step on an H100 host
 // against PyTorch's 178 (benchmarks/results/h100-host-map-25.md).
 #include "common/autograd_kernel.h"
 #include "common/autograd_register.h"
+#include "common/create_graph.h"
 #include "norm/norm_ops.h"
 
 namespace torch_dnn {
@@ -18,9 +21,10 @@ using Tensor3 = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using Tensor4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using Shape = at::IntArrayRef;
 
-// What every norm's context keeps besides tensors: the normalized shape and the parameters' dtypes.
-void save_params(AutogradContext* ctx, Shape shape, const OptTensor& w, const OptTensor& b) {
+// What every norm's context keeps besides tensors: the normalized shape, eps and the parameters' dtypes.
+void save_params(AutogradContext* ctx, Shape shape, const OptTensor& w, const OptTensor& b, double eps) {
   ctx->saved_data["shape"] = shape.vec();
+  ctx->saved_data["eps"] = eps;
   ctx->saved_data["w_dtype"] = dtype_of(w);
   ctx->saved_data["b_dtype"] = dtype_of(b);
   ctx->saved_data["has_bias"] = given(b);
@@ -34,6 +38,29 @@ void mark_stats(AutogradContext* ctx, std::initializer_list<at::Tensor> stats) {
 
 std::vector<int64_t> saved_shape(AutogradContext* ctx) { return ctx->saved_data["shape"].toIntVector(); }
 int64_t saved_int(AutogradContext* ctx, const char* key) { return ctx->saved_data[key].toInt(); }
+Tensor2 first_two(const Tensor3& t) { return {std::get<0>(t), std::get<1>(t)}; }
+
+// (dx, dw, db) of layer_norm (centered) or rms_norm as ATen ops (common/create_graph.h), for a backward with grad
+// mode on: the statistics recomputed from x so that their derivatives are in the graph; dw, db in float for 16-bit
+// inputs (param_grad casts them); grad_sum (the add_ forms, undefined if none) added to dx.
+Tensor3 norm_create_graph(AutogradContext* ctx, const at::Tensor& grad, const at::Tensor& grad_sum,
+                          const at::Tensor& x, const at::Tensor& w, bool centered, std::array<bool, 3> mask) {
+  using namespace create_graph;
+  const int64_t first = x.dim() - int64_t(saved_shape(ctx).size());
+  std::vector<int64_t> rows, dims;  // the leading dims, and the normalized ones
+  for (int64_t d = 0; d < x.dim(); ++d) (d < first ? rows : dims).push_back(d);
+  const at::Tensor g = opmath(grad);
+  const Normalized n = normalize(opmath(x), dims, centered, ctx->saved_data["eps"].toDouble());
+  at::Tensor dx, dw, db;
+  if (mask[0]) {
+    dx = normalized_dx(w.defined() ? g * opmath(w) : g, n, dims, centered);
+    if (grad_sum.defined()) dx = dx + grad_sum;
+    dx = dx.to(x.scalar_type());
+  }
+  if (mask[1]) dw = sum_over(g * n.xhat, rows);
+  if (mask[2]) db = sum_over(g, rows);
+  return {dx, dw, db};
+}
 
 struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, Shape shape, const OptTensor& w,
@@ -46,7 +73,7 @@ struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
       std::tie(y, mean, rstd) = op.call(x, shape, w, b, eps);
     }
     ctx->save_for_backward({x, mean, rstd, or_undefined(w)});
-    save_params(ctx, shape, w, b);
+    save_params(ctx, shape, w, b, eps);
     mark_stats(ctx, {mean, rstd});
     return {y, mean, rstd};
   }
@@ -60,7 +87,9 @@ struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
     const bool has_w = s[3].defined();
     const std::array<bool, 3> mask = {needs_grad(ctx, 0), has_w && needs_grad(ctx, 1),
                                       ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 1 + has_w)};
-    const auto [dx, dw, db] = op.call(grads[0], s[0], s[1], s[2], or_none(s[3]), saved_shape(ctx), mask);
+    const auto [dx, dw, db] = at::GradMode::is_enabled()
+                                  ? norm_create_graph(ctx, grads[0], at::Tensor(), s[0], s[3], true, mask)
+                                  : op.call(grads[0], s[0], s[1], s[2], or_none(s[3]), saved_shape(ctx), mask);
     out[0] = if_wanted(mask[0], dx);
     out[2] = param_grad(mask[1], dw, saved_int(ctx, "w_dtype"));
     out[3] = param_grad(mask[2], db, saved_int(ctx, "b_dtype"));
@@ -79,7 +108,7 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
       std::tie(y, rstd) = op.call(x, shape, w, eps);
     }
     ctx->save_for_backward({x, rstd, or_undefined(w)});
-    save_params(ctx, shape, w, c10::nullopt);
+    save_params(ctx, shape, w, c10::nullopt, eps);
     mark_stats(ctx, {rstd});
     return {y, rstd};
   }
@@ -91,7 +120,10 @@ struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
         "torch_dnn::rms_norm_backward");
     const variable_list s = ctx->get_saved_variables();  // x, rstd, weight
     const std::array<bool, 2> mask = {needs_grad(ctx, 0), s[2].defined() && needs_grad(ctx, 1)};
-    const auto [dx, dw] = op.call(grads[0], s[0], s[1], or_none(s[2]), saved_shape(ctx), mask);
+    const auto [dx, dw] =
+        at::GradMode::is_enabled()
+            ? first_two(norm_create_graph(ctx, grads[0], at::Tensor(), s[0], s[2], false, {mask[0], mask[1], false}))
+            : op.call(grads[0], s[0], s[1], or_none(s[2]), saved_shape(ctx), mask);
     out[0] = if_wanted(mask[0], dx);
     out[2] = param_grad(mask[1], dw, saved_int(ctx, "w_dtype"));
     return out;
@@ -118,7 +150,7 @@ struct AddLayerNormFn : torch::autograd::Function<AddLayerNormFn> {
       std::tie(sum, y, mean, rstd) = op.call(x, res, shape, w, b, eps);
     }
     ctx->save_for_backward({sum, mean, rstd, or_undefined(w)});
-    save_params(ctx, shape, w, b);
+    save_params(ctx, shape, w, b, eps);
     mark_stats(ctx, {mean, rstd});
     return {sum, y, mean, rstd};
   }
@@ -134,7 +166,9 @@ struct AddLayerNormFn : torch::autograd::Function<AddLayerNormFn> {
     const std::array<bool, 3> mask = {want_x || want_res, has_w && needs_grad(ctx, 2),
                                       ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 2 + has_w)};
     const auto [dx, dw, db] =
-        op.call(grads[1], or_none(grads[0]), s[0], s[1], s[2], or_none(s[3]), saved_shape(ctx), mask);
+        at::GradMode::is_enabled()
+            ? norm_create_graph(ctx, grads[1], grads[0], s[0], s[3], true, mask)
+            : op.call(grads[1], or_none(grads[0]), s[0], s[1], s[2], or_none(s[3]), saved_shape(ctx), mask);
     out[0] = if_wanted(want_x, dx);
     out[1] = if_wanted(want_res, dx);
     out[3] = param_grad(mask[1], dw, saved_int(ctx, "w_dtype"));
@@ -154,7 +188,7 @@ struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
       std::tie(sum, y, rstd) = op.call(x, res, shape, w, eps);
     }
     ctx->save_for_backward({sum, rstd, or_undefined(w)});
-    save_params(ctx, shape, w, c10::nullopt);
+    save_params(ctx, shape, w, c10::nullopt, eps);
     mark_stats(ctx, {rstd});
     return {sum, y, rstd};
   }
@@ -167,7 +201,10 @@ struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
         "torch_dnn::add_rms_norm_backward");
     const variable_list s = ctx->get_saved_variables();  // sum, rstd, weight
     const std::array<bool, 2> mask = {want_x || want_res, s[2].defined() && needs_grad(ctx, 2)};
-    const auto [dx, dw] = op.call(grads[1], or_none(grads[0]), s[0], s[1], or_none(s[2]), saved_shape(ctx), mask);
+    const auto [dx, dw] =
+        at::GradMode::is_enabled()
+            ? first_two(norm_create_graph(ctx, grads[1], grads[0], s[0], s[2], false, {mask[0], mask[1], false}))
+            : op.call(grads[1], or_none(grads[0]), s[0], s[1], or_none(s[2]), saved_shape(ctx), mask);
     out[0] = if_wanted(want_x, dx);
     out[1] = if_wanted(want_res, dx);
     out[3] = param_grad(mask[1], dw, saved_int(ctx, "w_dtype"));
