@@ -409,12 +409,12 @@ def test_compile_gradients_match_eager():
         def __init__(self):
             super().__init__()
             self.ln, self.rms, self.lin = tnn.LayerNorm(16), tnn.RMSNorm(16), tnn.Linear(16, 16)
-            self.gn = tnn.GroupNorm(2, 4)
+            self.gn, self.bn = tnn.GroupNorm(2, 4), tnn.BatchNorm2d(4)
 
         def forward(self, x, img):
             y = F.gelu(self.lin(self.rms(self.ln(x))))
             y = F.softmax(y, -1) + F.log_softmax(y, 0)
-            z = F.max_pool2d(self.gn(img), 2) + F.avg_pool2d(img, 2)
+            z = F.max_pool2d(self.gn(img), 2) + F.avg_pool2d(self.bn(img), 2)
             return y.sum() + (F.bias_act(z, torch.ones(4), 1, "silu") ** 2).sum()
 
     torch.manual_seed(0)

@@ -80,8 +80,8 @@ def _bwd_elemt_fake(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count
 
 
 # The forward ops mutate the running stats, and a mutating custom op cannot carry a register_autograd formula.
-# Eager autograd runs the ops' C++ Autograd kernels (csrc/batch_norm/batch_norm_autograd.cpp: no Python on the
-# backward, the host cost of a training step); torch.compile's tracing and torch.func's transforms go through the
+# Eager autograd and torch.compile's tracing run the ops' C++ Autograd kernels (csrc/batch_norm/batch_norm_autograd.cpp:
+# no Python on the backward, the host cost of a training step); torch.func's transforms go through the
 # torch.autograd.Functions below, the same formula (the backward ops are functional). The Functions take the form
 # torch.func's transforms accept (forward without ctx, setup_context): they return the saved statistics as
 # non-differentiable outputs, which the wrappers drop.
@@ -255,9 +255,10 @@ def _verify_batch_size(input, training):
 
 
 def _python_autograd(*tensors) -> bool:
-    """Whether autograd must go through the Python Function: under torch.compile's tracing or a torch.func transform
-    (the forms those are tested in). Otherwise the op itself records autograd by its C++ kernel."""
-    return needs_autograd(*tensors) and (torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active())
+    """Whether autograd must go through the Python Function: under a torch.func transform (functorch refuses C++
+    autograd Functions). Otherwise, eager or under torch.compile's tracing, the op itself records autograd by its C++
+    kernel (AOTAutograd traces it, running-statistics mutation included)."""
+    return needs_autograd(*tensors) and torch._C._are_functorch_transforms_active()
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
