@@ -44,7 +44,9 @@ int64_t dtype_size(DType t) {
 }
 
 // Split-K when the output tiles cannot fill the GPU (skinny M or N) and K is long: enough splits to give
-// every SM a CTA, each split at least 4 K-tiles, at most 16.
+// every SM a CTA, each split at least 4 K-tiles, at most 16. The SIMT kernel (one CTA an SM: its registers) takes
+// as many splits as fit one wave (64 tiles: 2 splits, 128 CTAs, not 3 and a second wave a third full), each split a
+// whole number of its 16-deep float K steps.
 Plan make_plan(const GemmArgs& a) {
   Plan p;
   const bool tc = a.dtype == DType::Float16 || a.dtype == DType::BFloat16 || (a.dtype == DType::Float32 && a.allow_tf32);
@@ -57,11 +59,12 @@ Plan make_plan(const GemmArgs& a) {
   const int64_t sms = sm_count();
   int64_t splits = 1;
   if (tiles < sms && ktiles >= 8) {
-    splits = cdiv(sms, tiles);
+    splits = tc ? cdiv(sms, tiles) : sms / tiles;
     splits = std::min<int64_t>({splits, ktiles / 4, 16});
     splits = std::max<int64_t>(splits, 1);
   }
   p.kt_per_split = splits > 1 ? cdiv(ktiles, splits) : ktiles;
+  if (!tc && splits > 1) p.kt_per_split += p.kt_per_split % 2;  // whole 16-deep steps (p.bk is 8)
   p.splits = int(splits > 1 ? cdiv(ktiles, p.kt_per_split) : 1);
   return p;
 }
@@ -138,13 +141,19 @@ cudaError_t run_mma(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t st
   return reduce_splits<T>(a, pl, static_cast<const float*>(ws), stream);
 }
 
+template <typename T, int BK>
+void launch_simt(const simt::Params<T>& p, bool ak, bool bk, dim3 grid, cudaStream_t stream) {
+  if (ak && bk) simt::gemm_kernel<T, true, true, BK><<<grid, simt::kThreads, 0, stream>>>(p);
+  else if (ak) simt::gemm_kernel<T, true, false, BK><<<grid, simt::kThreads, 0, stream>>>(p);
+  else if (bk) simt::gemm_kernel<T, false, true, BK><<<grid, simt::kThreads, 0, stream>>>(p);
+  else simt::gemm_kernel<T, false, false, BK><<<grid, simt::kThreads, 0, stream>>>(p);
+}
+
 template <typename T>
 cudaError_t run_simt(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t stream) {
   simt::Params<T> p;
   p.A = make_operand<T>(a.A);
   p.B = make_operand<T>(a.B);
-  p.a_kmajor = !a.A.col_major;
-  p.b_kmajor = a.B.col_major;
   p.M = a.M, p.N = a.N, p.K = a.K, p.batch = a.batch;
   p.tiles_m = cdiv(a.M, pl.bm);
   p.tiles_n = cdiv(a.N, pl.bn);
@@ -153,7 +162,9 @@ cudaError_t run_simt(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t s
   p.ws = static_cast<acc_t<T>*>(ws);
   p.e = make_epi<T>(a);
   const dim3 grid(unsigned(p.tiles_m * p.tiles_n), 1, grid_z(a.batch * pl.splits));
-  simt::gemm_kernel<T><<<grid, simt::kThreads, 0, stream>>>(p);
+  const bool ak = !a.A.col_major, bk = a.B.col_major;
+  if constexpr (sizeof(T) == 4) launch_simt<T, 16>(p, ak, bk, grid, stream);
+  else launch_simt<T, 8>(p, ak, bk, grid, stream);  // double: a 16-deep step would pass 48 KB of shared memory
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || pl.splits == 1) return err;
   return reduce_splits<T>(a, pl, static_cast<const acc_t<T>*>(ws), stream);

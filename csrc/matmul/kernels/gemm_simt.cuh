@@ -1,26 +1,34 @@
 // The SIMT GEMM: true float32 (FFMA, as PyTorch computes float32 with TF32 off) and float64 (DFMA).
 //
-// CTA tile 128 x 128 x 8, 256 threads, 8 x 8 outputs per thread (rows ty*4 + {0..3} and 64 + ty*4 + {0..3},
-// the same for columns), double-buffered shared memory fed through registers (the next tile's loads are in
-// flight while the current one is multiplied), one barrier per K step. Any layout and alignment: each
-// thread loads 4 elements of A and of B per K step, walking whichever dimension is contiguous in memory.
+// CTA tile 128 x 128, K step 16 (float; 8 for double), 256 threads, 8 x 8 outputs per thread (rows ty*4 + {0..3} and
+// 64 + ty*4 + {0..3}, the same for columns), double-buffered shared memory fed through registers (the next step's
+// loads are in flight while the current one is multiplied), one barrier per K step. Each thread loads its share of A
+// and of B per K step as 16-byte vectors through pointers that step along K, where the block's tile lies inside M
+// and N and the operands are 16-byte aligned; element by element with bounds checks otherwise (edge tiles, a
+// partial last K step, any layout or alignment). The operand layouts are template parameters. On the H100 (float,
+// benchmarks/NOTES.md, twenty-seventh session) the kernel this replaced (run-time layouts: every load a branch; K
+// step 8) reached 24 TFLOP/s at 4096^3; the layouts as template parameters with vector loads 37-39, the 16-deep
+// step 42, against cuBLAS's 51 (the kernel is one CTA an SM: 200-250 registers; bounding them to 128 for two
+// spilled and was slower).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "common/cuda/vec.cuh"
 #include "matmul/kernels/gemm_common.cuh"
 
 namespace torch_dnn {
 namespace matmul {
 namespace simt {
 
-constexpr int kBM = 128, kBN = 128, kBK = 8, kThreads = 256, kLds = kBM + 4;
+constexpr int kBM = 128, kBN = 128, kThreads = 256, kLds = kBM + 4;
+constexpr int kBK = 8;  // the split-K plan's unit of K (make_plan); the kernel's own step is its template argument
 
 template <typename T>
 struct Params {
-  Operand<T> A, B;           // element (m, k) of A at p[m * ld + k] (a_kmajor) or p[k * ld + m]; (k, n) of B
-  bool a_kmajor, b_kmajor;   // at p[n * ld + k] (b_kmajor) or p[k * ld + n]
+  Operand<T> A, B;  // element (m, k) of A at p[m * ld + k] (k-major) or p[k * ld + m]; (k, n) of B at p[n * ld + k]
+                    // (k-major) or p[k * ld + n]: the kernel's AK / BK
   int64_t M, N, K, batch;
   int64_t tiles_m, tiles_n;
   int splits, kt_per_split;
@@ -28,51 +36,124 @@ struct Params {
   Epi<T> e;
 };
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) gemm_kernel(const Params<T> p) {
+// One operand's 128 x BK tile per K step: rows r (m of A, n of B) by k. KMAJOR: element (r, k) at p[r * ld + k],
+// else at p[k * ld + r]. Thread tid covers elements tid + 256 i (scalar) or vectors tid + 256 j (kVec16 elements
+// along the contiguous dimension): E elements a thread either way.
+template <typename T, bool KMAJOR, int BK>
+struct TileLoader {
   using A = acc_t<T>;
-  __shared__ A As[2][kBK][kLds];
-  __shared__ A Bs[2][kBK][kLds];
+  static constexpr int V = kVec16<T>, E = kBM * BK / kThreads, L = E / V;
+  static_assert(L * V == E, "whole vectors a thread");
+  // Positions are recomputed from tid where used (a few integer ops a K step) rather than kept in registers.
+  static __device__ int srow(int tid, int i) { return KMAJOR ? (tid + i * kThreads) / BK : (tid + i * kThreads) % kBM; }
+  static __device__ int sk(int tid, int i) { return KMAJOR ? (tid + i * kThreads) % BK : (tid + i * kThreads) / kBM; }
+  static __device__ int vrow(int tid, int j) {
+    return KMAJOR ? (tid + j * kThreads) / (BK / V) : ((tid + j * kThreads) % (kBM / V)) * V;
+  }
+  static __device__ int vk(int tid, int j) {
+    return KMAJOR ? ((tid + j * kThreads) % (BK / V)) * V : (tid + j * kThreads) / (kBM / V);
+  }
+  A reg[E];
+
+  // the tile at rows r0.., k0.. of a matrix with `rows` rows, columns below k_end, bounds checked
+  __device__ void fetch_scalar(int tid, const T* g, int64_t ld, int64_t r0, int64_t rows, int64_t k0, int64_t k_end) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+      const int64_t r = r0 + srow(tid, i), k = k0 + sk(tid, i);
+      reg[i] = (r < rows && k < k_end) ? to_acc<A>(g[KMAJOR ? r * ld + k : k * ld + r]) : A(0);
+    }
+  }
+  __device__ void stash_scalar(int tid, A (*S)[kLds]) const {
+#pragma unroll
+    for (int i = 0; i < E; ++i) S[sk(tid, i)][srow(tid, i)] = reg[i];
+  }
+  // the vector path: vector j's address at k = 0; a K step moves it by step()
+  static __device__ const T* vec_base(int tid, const T* g, int64_t ld, int64_t r0, int j) {
+    return KMAJOR ? g + (r0 + vrow(tid, j)) * ld + vk(tid, j) : g + int64_t(vk(tid, j)) * ld + r0 + vrow(tid, j);
+  }
+  static __device__ int64_t step(int64_t ld) { return KMAJOR ? BK : BK * ld; }
+  static __device__ int64_t offset(int64_t k, int64_t ld) { return KMAJOR ? k : k * ld; }
+  __device__ void fetch_vec(const T* const* ptr) {
+#pragma unroll
+    for (int j = 0; j < L; ++j) {
+      const Vec<T, V> v = load_vec<T, V>(ptr[j]);
+#pragma unroll
+      for (int i = 0; i < V; ++i) reg[j * V + i] = v.v[i];
+    }
+  }
+  __device__ void stash_vec(int tid, A (*S)[kLds]) const {
+#pragma unroll
+    for (int j = 0; j < L; ++j) {
+      if constexpr (KMAJOR) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) S[vk(tid, j) + i][vrow(tid, j)] = reg[j * V + i];
+      } else {
+        Vec<A, V> v;
+#pragma unroll
+        for (int i = 0; i < V; ++i) v.v[i] = reg[j * V + i];
+        *reinterpret_cast<Vec<A, V>*>(&S[vk(tid, j)][vrow(tid, j)]) = v;
+      }
+    }
+  }
+};
+
+// AK: A is k-major (element (m, k) at m * ld + k); BKM: B is k-major (element (k, n) at n * ld + k). BK: the K step
+// (16 for float: half the barriers of 8; shared memory limits double to 8). The split-K plan counts K in steps of
+// kBK (8): split s covers K [s * kt_per_split * 8, ...), which the kernel walks BK at a time.
+template <typename T, bool AK, bool BKM, int BK>
+__global__ void __launch_bounds__(kThreads) gemm_kernel(const Params<T> p) {
+  static_assert(std::is_same_v<T, acc_t<T>>, "float and double only");
+  using A = acc_t<T>;
+  using LA = TileLoader<T, AK, BK>;
+  using LB = TileLoader<T, BKM, BK>;
+  __shared__ alignas(16) A As[2][BK][kLds];
+  __shared__ alignas(16) A Bs[2][BK][kLds];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int64_t tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
   const int64_t m0 = tm * kBM, n0 = tn * kBN;
-  const int64_t ktiles = (p.K + kBK - 1) / kBK;
-
-  // which element of the tile each of this thread's 4 loads covers (fixed over K)
-  int am[4], ak[4], bn[4], bk[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int e = tid + i * kThreads;
-    if (p.a_kmajor) ak[i] = e % kBK, am[i] = e / kBK;
-    else am[i] = e % kBM, ak[i] = e / kBM;
-    if (p.b_kmajor) bk[i] = e % kBK, bn[i] = e / kBK;
-    else bn[i] = e % kBN, bk[i] = e / kBN;
-  }
+  // 16-byte loads where the block's tile is inside M and N (a partial last K step goes element by element)
+  const bool vec = p.A.vec && p.B.vec && m0 + kBM <= p.M && n0 + kBN <= p.N;
+  LA la;
+  LB lb;
 
   for (int64_t z = blockIdx.z; z < p.batch * p.splits; z += gridDim.z) {
     const int64_t b = z / p.splits, s = z % p.splits;
-    const int64_t kt0 = s * p.kt_per_split;
-    const int64_t kt1 = kt0 + p.kt_per_split < ktiles ? kt0 + p.kt_per_split : ktiles;
-    const int nk = int(kt1 > kt0 ? kt1 - kt0 : 0);
+    const int64_t k_begin = s * p.kt_per_split * kBK;
+    const int64_t k_end = k_begin + p.kt_per_split * kBK < p.K ? k_begin + p.kt_per_split * kBK : p.K;
+    const int nk = int(k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0);
     const T* gA = p.A.p + b * p.A.bs;
     const T* gB = p.B.p + b * p.B.bs;
+    const T* pa[LA::L];
+    const T* pb[LB::L];
+#pragma unroll
+    for (int j = 0; j < LA::L; ++j) pa[j] = LA::vec_base(tid, gA, p.A.ld, m0, j) + LA::offset(k_begin, p.A.ld);
+#pragma unroll
+    for (int j = 0; j < LB::L; ++j) pb[j] = LB::vec_base(tid, gB, p.B.ld, n0, j) + LB::offset(k_begin, p.B.ld);
 
-    A ra[4], rb[4];
-    auto fetch = [&](int64_t kt) {
-      const int64_t k0 = kt * kBK;
+    // K step `it` into registers (vectors: through pa / pb, which then move to the next step); whether it went
+    // through the vector path
+    auto fetch = [&](int it) {
+      const int64_t k0 = k_begin + int64_t(it) * BK;
+      if (vec && k0 + BK <= k_end) {
+        la.fetch_vec(pa);
+        lb.fetch_vec(pb);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t m = m0 + am[i], k = k0 + ak[i];
-        ra[i] = (m < p.M && k < p.K) ? to_acc<A>(gA[p.a_kmajor ? m * p.A.ld + k : k * p.A.ld + m]) : A(0);
-        const int64_t n = n0 + bn[i], kb = k0 + bk[i];
-        rb[i] = (n < p.N && kb < p.K) ? to_acc<A>(gB[p.b_kmajor ? n * p.B.ld + kb : kb * p.B.ld + n]) : A(0);
+        for (int j = 0; j < LA::L; ++j) pa[j] += LA::step(p.A.ld);
+#pragma unroll
+        for (int j = 0; j < LB::L; ++j) pb[j] += LB::step(p.B.ld);
+        return true;
       }
+      la.fetch_scalar(tid, gA, p.A.ld, m0, p.M, k0, k_end);
+      lb.fetch_scalar(tid, gB, p.B.ld, n0, p.N, k0, k_end);
+      return false;
     };
-    auto stash = [&](int buf) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        As[buf][ak[i]][am[i]] = ra[i];
-        Bs[buf][bk[i]][bn[i]] = rb[i];
+    auto stash = [&](int buf, bool as_vec) {
+      if (as_vec) {
+        la.stash_vec(tid, As[buf]);
+        lb.stash_vec(tid, Bs[buf]);
+      } else {
+        la.stash_scalar(tid, As[buf]);
+        lb.stash_scalar(tid, Bs[buf]);
       }
     };
 
@@ -82,17 +163,14 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const Params<T> p) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[i][j] = A(0);
 
-    if (nk > 0) {
-      fetch(kt0);
-      stash(0);
-    }
+    if (nk > 0) stash(0, fetch(0));
     __syncthreads();
 #pragma unroll 1
     for (int it = 0; it < nk; ++it) {
       const int buf = it & 1;
-      if (it + 1 < nk) fetch(kt0 + it + 1);
+      const bool next_vec = it + 1 < nk ? fetch(it + 1) : false;
 #pragma unroll
-      for (int k = 0; k < kBK; ++k) {
+      for (int k = 0; k < BK; ++k) {
         A a[8], bv[8];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -106,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const Params<T> p) {
 #pragma unroll
           for (int j = 0; j < 8; ++j) acc[i][j] = fma(a[i], bv[j], acc[i][j]);
       }
-      if (it + 1 < nk) stash(buf ^ 1);
+      if (it + 1 < nk) stash(buf ^ 1, next_vec);
       __syncthreads();
     }
 
