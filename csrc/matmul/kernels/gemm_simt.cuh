@@ -3,9 +3,9 @@
 // CTA tile 128 x 128, K step 16 (float; 8 for double), 256 threads, 8 x 8 outputs per thread (rows ty*4 + {0..3} and
 // 64 + ty*4 + {0..3}, the same for columns), double-buffered shared memory fed through registers (the next step's
 // loads are in flight while the current one is multiplied), one barrier per K step. Each thread loads its share of A
-// and of B per K step as 16-byte vectors through pointers that step along K, where the block's tile lies inside M
-// and N and the operands are 16-byte aligned; element by element with bounds checks otherwise (edge tiles, a
-// partial last K step, any layout or alignment). The operand layouts are template parameters. On the H100 (float,
+// and of B per K step as 16-byte vectors through pointers that step along K where the operands are 16-byte aligned
+// (rows past M or N read as zeros); element by element with bounds checks otherwise (a partial last K step, any
+// layout or alignment). The operand layouts are template parameters. On the H100 (float,
 // benchmarks/NOTES.md, twenty-seventh session) the kernel this replaced (run-time layouts: every load a branch; K
 // step 8) reached 24 TFLOP/s at 4096^3; the layouts as template parameters with vector loads 37-39, the 16-deep
 // step 42, against cuBLAS's 51 (the kernel is one CTA an SM: 200-250 registers; bounding them to 128 for two
@@ -73,12 +73,22 @@ struct TileLoader {
   }
   static __device__ int64_t step(int64_t ld) { return KMAJOR ? BK : BK * ld; }
   static __device__ int64_t offset(int64_t k, int64_t ld) { return KMAJOR ? k : k * ld; }
-  __device__ void fetch_vec(const T* const* ptr) {
+  // rows at or past `rows` (an edge tile) read as zeros: a k-major vector lies in one row; another covers V rows,
+  // element by element where it straddles the edge
+  // (double takes vectors only for interior tiles: the edge code costs it a spill)
+  static constexpr bool kEdgeVec = sizeof(T) == 4;
+  __device__ void fetch_vec(int tid, const T* const* ptr, int64_t r0, int64_t rows) {
 #pragma unroll
     for (int j = 0; j < L; ++j) {
-      const Vec<T, V> v = load_vec<T, V>(ptr[j]);
+      const int64_t r = r0 + vrow(tid, j);
+      if (!kEdgeVec || (KMAJOR ? r < rows : r + V <= rows)) {
+        const Vec<T, V> v = load_vec<T, V>(ptr[j]);
 #pragma unroll
-      for (int i = 0; i < V; ++i) reg[j * V + i] = v.v[i];
+        for (int i = 0; i < V; ++i) reg[j * V + i] = v.v[i];
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) reg[j * V + i] = (!KMAJOR && r + i < rows) ? ptr[j][i] : A(0);
+      }
     }
   }
   __device__ void stash_vec(int tid, A (*S)[kLds]) const {
@@ -111,8 +121,8 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const Params<T> p) {
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int64_t tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
   const int64_t m0 = tm * kBM, n0 = tn * kBN;
-  // 16-byte loads where the block's tile is inside M and N (a partial last K step goes element by element)
-  const bool vec = p.A.vec && p.B.vec && m0 + kBM <= p.M && n0 + kBN <= p.N;
+  // 16-byte loads where both operands are aligned (a partial last K step goes element by element)
+  const bool vec = p.A.vec && p.B.vec && (LA::kEdgeVec || (m0 + kBM <= p.M && n0 + kBN <= p.N));
   LA la;
   LB lb;
 
@@ -135,8 +145,8 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const Params<T> p) {
     auto fetch = [&](int it) {
       const int64_t k0 = k_begin + int64_t(it) * BK;
       if (vec && k0 + BK <= k_end) {
-        la.fetch_vec(pa);
-        lb.fetch_vec(pb);
+        la.fetch_vec(tid, pa, m0, p.M);
+        lb.fetch_vec(tid, pb, n0, p.N);
 #pragma unroll
         for (int j = 0; j < LA::L; ++j) pa[j] += LA::step(p.A.ld);
 #pragma unroll
