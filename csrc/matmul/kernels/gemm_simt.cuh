@@ -4,8 +4,8 @@
 // 64 + ty*4 + {0..3}, the same for columns), double-buffered shared memory fed through registers (the next step's
 // loads are in flight while the current one is multiplied), one barrier per K step. Each thread loads its share of A
 // and of B per K step as 16-byte vectors through pointers that step along K where the operands are 16-byte aligned
-// (rows past M or N read as zeros); element by element with bounds checks otherwise (a partial last K step, any
-// layout or alignment). The operand layouts are template parameters. On the H100 (float,
+// (in edge tiles too for k-major float operands: rows past M or N read as zeros); element by element with bounds
+// checks otherwise (a partial last K step, any layout or alignment). The operand layouts are template parameters. On the H100 (float,
 // benchmarks/NOTES.md, twenty-seventh session) the kernel this replaced (run-time layouts: every load a branch; K
 // step 8) reached 24 TFLOP/s at 4096^3; the layouts as template parameters with vector loads 37-39, the 16-deep
 // step 42, against cuBLAS's 51 (the kernel is one CTA an SM: 200-250 registers; bounding them to 128 for two
@@ -75,8 +75,10 @@ struct TileLoader {
   static __device__ int64_t offset(int64_t k, int64_t ld) { return KMAJOR ? k : k * ld; }
   // rows at or past `rows` (an edge tile) read as zeros: a k-major vector lies in one row; another covers V rows,
   // element by element where it straddles the edge
-  // (double takes vectors only for interior tiles: the edge code costs it a spill)
-  static constexpr bool kEdgeVec = sizeof(T) == 4;
+  // Float k-major operands only: the edge code cost double a spill, and the straddling case of the other layout
+  // cost float 7-12% in interior tiles (H100, twenty-seventh session, call 6: 253-255 registers); those take vectors
+  // in interior tiles only.
+  static constexpr bool kEdgeVec = sizeof(T) == 4 && KMAJOR;
   __device__ void fetch_vec(int tid, const T* const* ptr, int64_t r0, int64_t rows) {
 #pragma unroll
     for (int j = 0; j < L; ++j) {
@@ -121,8 +123,9 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(const Params<T> p) {
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int64_t tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
   const int64_t m0 = tm * kBM, n0 = tn * kBN;
-  // 16-byte loads where both operands are aligned (a partial last K step goes element by element)
-  const bool vec = p.A.vec && p.B.vec && (LA::kEdgeVec || (m0 + kBM <= p.M && n0 + kBN <= p.N));
+  // 16-byte loads where both operands are aligned and the tile is inside M and N, or past them in a k-major operand
+  // (a partial last K step goes element by element)
+  const bool vec = p.A.vec && p.B.vec && (LA::kEdgeVec || m0 + kBM <= p.M) && (LB::kEdgeVec || n0 + kBN <= p.N);
   LA la;
   LB lb;
 
