@@ -49,7 +49,8 @@ Tensor4 create_graph_grads(const at::Tensor& grad, const at::Tensor& x, const at
     at::Tensor z = wf.defined() ? n.xhat * wf : n.xhat;
     if (b.defined()) z = z + opmath(b).view(per_channel);
     if (res.defined()) z = z + opmath(res);
-    dz = activation::act_backward_differentiable_at_input(dz, z, act == 1 ? activation::Act::Relu : activation::Act::Silu, {});
+    const activation::Act k = act == 1 ? activation::Act::Relu : activation::Act::Silu;
+    dz = activation::act_backward_differentiable_at_input(dz, z, k, {});
   }
   at::Tensor dx, dres, dw, db;
   if (mask[0]) {
@@ -96,8 +97,9 @@ struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
     const double eps = ctx->saved_data["eps"].toDouble();
     at::Tensor dx, dw, db;
     if (at::GradMode::is_enabled()) {
-      std::tie(dx, std::ignore, dw, db) = create_graph_grads(grads[0], s[0], at::Tensor(), s[1], at::Tensor(), s[2],
-                                                             s[3], training, eps, 0, {mask[0], false, mask[1], mask[2]});
+      std::tie(dx, std::ignore, dw, db) =
+          create_graph_grads(grads[0], s[0], at::Tensor(), s[1], at::Tensor(), s[2], s[3], training, eps, 0,
+                             {mask[0], false, mask[1], mask[2]});
     } else {
       std::tie(dx, dw, db) = op.call(grads[0], s[0], or_none(s[1]), c10::nullopt, c10::nullopt, s[2], s[3], training,
                                      eps, mask);

@@ -166,9 +166,11 @@ void register_first_order_backward(torch::Library& m, std::initializer_list<cons
 }
 
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec) {
-  TORCH_CHECK(!(spec.create_graph && spec.adjoint), "torch_dnn: ", name, ": a create_graph form or an adjoint, not both");
+  TORCH_CHECK(!(spec.create_graph && spec.adjoint), "torch_dnn: ", name,
+              ": a create_graph form or an adjoint, not both");
   GradientFn backward = call_backward_op(std::string(name) + "_backward", true, spec.n_args, spec.input_dtype);
-  GradientFn create_graph = spec.adjoint ? linear_in_grad(backward, std::move(spec.adjoint)) : std::move(spec.create_graph);
+  GradientFn create_graph =
+      spec.adjoint ? linear_in_grad(backward, std::move(spec.adjoint)) : std::move(spec.create_graph);
   m.impl(name, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(
                    std::move(spec.saved), spec.input_dtype, std::move(backward), std::move(create_graph))));
 }

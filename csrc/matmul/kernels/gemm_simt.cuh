@@ -5,11 +5,11 @@
 // loads are in flight while the current one is multiplied), one barrier per K step. Each thread loads its share of A
 // and of B per K step as 16-byte vectors through pointers that step along K where the operands are 16-byte aligned
 // (in edge tiles too for k-major float operands: rows past M or N read as zeros); element by element with bounds
-// checks otherwise (a partial last K step, any layout or alignment). The operand layouts are template parameters. On the H100 (float,
-// benchmarks/NOTES.md, twenty-seventh session) the kernel this replaced (run-time layouts: every load a branch; K
-// step 8) reached 24 TFLOP/s at 4096^3; the layouts as template parameters with vector loads 37-39, the 16-deep
-// step 42, against cuBLAS's 51 (the kernel is one CTA an SM: 200-250 registers; bounding them to 128 for two
-// spilled and was slower).
+// checks otherwise (a partial last K step, any layout or alignment). The operand layouts are template parameters.
+// On the H100 (float, benchmarks/NOTES.md, twenty-seventh session) the kernel this replaced (run-time layouts: every
+// load a branch; K step 8) reached 24 TFLOP/s at 4096^3; the layouts as template parameters with vector loads 37-39,
+// the 16-deep step 42, against cuBLAS's 51 (the kernel is one CTA an SM: 200-250 registers; bounding them to 128 for
+// two spilled and was slower).
 #pragma once
 #include <cuda_runtime.h>
 
