@@ -6,6 +6,7 @@
 #include "common/autograd_register.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/utils.h>
@@ -160,6 +161,15 @@ GradientFn call_backward_op(const std::string& name, bool with_saved, int n_args
 }  // namespace
 
 GradientFn call_op(const char* name) { return call_backward_op(name, false, -1, false); }
+
+GradientFn by_recompute(std::function<at::Tensor(const at::Tensor& x, c10::ArrayRef<c10::IValue> args)> forward) {
+  return [forward = std::move(forward)](const at::Tensor& grad, const std::vector<at::Tensor>& saved,
+                                        c10::ArrayRef<c10::IValue> args) {
+    const at::Tensor& x = saved[0];
+    const at::Tensor y = forward(x, args);  // grad mode is on: recorded from x
+    return torch::autograd::grad({y}, {x}, {grad}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+  };
+}
 
 void register_first_order_backward(torch::Library& m, std::initializer_list<const char*> names) {
   for (const char* name : names) m.impl(name, torch::autograd::autogradNotImplementedFallback());

@@ -50,6 +50,11 @@ void register_single_input_autograd(torch::Library& m, const char* name, SingleI
 // its forward.
 GradientFn call_op(const char* name);
 
+// A create_graph form from a recomputation of the forward as differentiable ops, `forward`(input, the forward's
+// arguments after it): the gradient through autograd (create_graph), for ops whose derivative is simpler to get
+// from a composition than to write out (lp_pool, local_response_norm). The input is the first saved tensor.
+GradientFn by_recompute(std::function<at::Tensor(const at::Tensor& x, c10::ArrayRef<c10::IValue> args)> forward);
+
 // m.impl(name, ...) at the Autograd key for each backward op named: no derivative (an error if one is needed).
 void register_first_order_backward(torch::Library& m, std::initializer_list<const char*> names);
 

@@ -1,4 +1,5 @@
 // Pooling family: schemas (pool_ops.h: define_pool_schemas), the CPU kernels' registration and the C++ autograd.
+#include "common/autograd_kernel.h"
 #include "common/autograd_register.h"
 #include "pool/pool_cpu.h"
 #include "pool/pool_ops.h"
@@ -26,6 +27,19 @@ GradientFn gather_at_indices(int64_t rank) {
   };
 }
 
+// lp_pool recomputed as PyTorch composes it, through our average pooling (differentiable to any order):
+// (sign(a) relu(|a|) * kernel numel)^(1/p), a = avg_pool(x^p). Arguments (norm_type, kernel_size, stride, ceil_mode).
+at::Tensor lp_pool_composite(const std::string& avg_pool, const at::Tensor& x, c10::ArrayRef<c10::IValue> args) {
+  const double p = args[0].toDouble();
+  const std::vector<int64_t> kernel = args[1].toIntVector(), stride = args[2].toIntVector();
+  const std::vector<int64_t> zeros(kernel.size(), 0);
+  using Sig = at::Tensor(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool,
+                         std::optional<int64_t>);
+  const auto op = autograd_kernel::op_handle<Sig>(avg_pool.c_str());
+  const at::Tensor a = op.call(x.pow(p), kernel, stride, zeros, args[3].toBool(), true, std::nullopt);
+  return (at::sign(a) * at::relu(a.abs()) * double(c10::multiply_integers(kernel))).pow(1.0 / p);
+}
+
 }  // namespace
 }  // namespace pool
 }  // namespace torch_dnn
@@ -33,7 +47,7 @@ GradientFn gather_at_indices(int64_t rank) {
 // Autograd (as torch_dnn/ops/pool.py's formulas): the backward ops read the input, and the indices (max), or the
 // output (lp); the adaptive forms' backward ops take no arguments besides. Double backward: the max and average
 // backward ops are linear in grad and constant in the input (almost everywhere); their adjoints are a gather at the
-// indices and the average forward. lp_pool has none.
+// indices and the average forward; lp_pool's gradient comes from its recomputation through the average forward.
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::autograd_kernel;
   using namespace torch_dnn::pool;
@@ -48,7 +62,13 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
         {{Saved::Input}, /*n_args=*/0, false, nullptr, call_op(("adaptive_avg_pool" + d).c_str())});
     register_single_input_autograd(m, ("adaptive_max_pool" + d).c_str(),
                                    {{Saved::Input, Saved::Output1}, 0, false, nullptr, gather_at_indices(rank)});
-    register_single_input_autograd(m, ("lp_pool" + d).c_str(), {{Saved::Input, Saved::Output0}});
+    const std::string avg = "torch_dnn::avg_pool" + d;
+    register_single_input_autograd(
+        m, ("lp_pool" + d).c_str(),
+        {{Saved::Input, Saved::Output0}, -1, false,
+         by_recompute([avg](const at::Tensor& x, c10::ArrayRef<c10::IValue> args) {
+           return lp_pool_composite(avg, x, args);
+         })});
     for (const char* op : {"max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "lp_pool"}) {
       register_first_order_backward(m, {(op + d + "_backward").c_str()});
     }
