@@ -258,7 +258,7 @@ def test_torch_func_transforms(device):
 
 def _second_order_cases(device, dtype):
     """(name, fn(f, *inputs) through torch_dnn (f is F) or PyTorch (f is torch.nn.functional), inputs, how many of
-    them (the first) are differentiated; the rest are constants): ops of every family that has second derivatives."""
+    them (the first) are differentiated; the rest are constants): ops of every family."""
     import torch.nn.functional as TF
 
     def inp(*shape):
@@ -346,7 +346,8 @@ def test_double_backward_is_an_error(device):
 @pytest.mark.parametrize("device", devices())
 def test_double_backward_gradgradcheck(device):
     """Second derivatives of every family in float64: a gradient taken with grad mode on is computed from ATen ops
-    (or, for pooling, recorded as a map linear in grad whose gradient is its adjoint), and differentiates again."""
+    (max / average pooling: recorded as a map linear in grad whose gradient is its adjoint; lp_pool and LRN: through
+    a recomputation of the op), and differentiates again."""
     for name, fn, inputs, n in _second_order_cases(device, torch.float64):
         consts = inputs[n:]
         assert torch.autograd.gradgradcheck(lambda *t: fn(F, *t, *consts), inputs[:n]), name
