@@ -77,7 +77,6 @@ struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
     ctx->save_for_backward({x, or_undefined(w), mean, invstd});
     ctx->saved_data["training"] = training;
     ctx->saved_data["eps"] = eps;
-    ctx->saved_data["has_bias"] = given(b);
     ctx->saved_data["b_dtype"] = dtype_of(b);
     ctx->mark_non_differentiable({mean, invstd});
     ctx->set_materialize_grads(false);  // no zero tensors for the statistics' grads
@@ -92,7 +91,7 @@ struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
     const variable_list s = ctx->get_saved_variables();  // x, weight, mean, invstd
     const bool has_w = s[1].defined();
     const std::array<bool, 3> mask = {needs_grad(ctx, 0), has_w && needs_grad(ctx, 1),
-                                      ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 1 + has_w)};
+                                      given_param(ctx, "b_dtype") && needs_grad(ctx, 1 + has_w)};
     const bool training = ctx->saved_data["training"].toBool();
     const double eps = ctx->saved_data["eps"].toDouble();
     at::Tensor dx, dw, db;

@@ -33,6 +33,10 @@ inline at::Tensor param_grad(bool want, const at::Tensor& g, int64_t dtype) {
 inline int64_t dtype_of(const OptionalTensor& t) {
   return static_cast<int64_t>(is_given(t) ? t->scalar_type() : at::ScalarType::Undefined);
 }
+// Whether the parameter whose dtype_of was saved under `key` was given (the dtype says it; no second entry).
+inline bool given_param(AutogradContext* ctx, const char* key) {
+  return ctx->saved_data[key].toInt() != static_cast<int64_t>(at::ScalarType::Undefined);
+}
 
 // A family's op, called below the Autograd key by the kernels.
 template <class Sig>

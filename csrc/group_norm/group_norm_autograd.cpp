@@ -23,7 +23,6 @@ void save(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& mean, con
   ctx->save_for_backward({x, mean, rstd, or_undefined(w)});
   ctx->saved_data["groups"] = groups;
   ctx->saved_data["eps"] = eps;
-  ctx->saved_data["has_bias"] = given(b);
   ctx->saved_data["w_dtype"] = dtype_of(w);
   ctx->saved_data["b_dtype"] = dtype_of(b);
 }
@@ -64,7 +63,7 @@ void backward_into(AutogradContext* ctx, const at::Tensor& grad, bool stats_give
   const bool has_w = s[3].defined();
   const std::array<bool, 3> mask = {
       needs_grad(ctx, 0), has_w && needs_grad(ctx, first_param_edge),
-      ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, first_param_edge + has_w)};
+      given_param(ctx, "b_dtype") && needs_grad(ctx, first_param_edge + has_w)};
   const auto [dx, dw, db] =
       at::GradMode::is_enabled()
           ? create_graph_grads(ctx, grad, s, stats_given, mask)

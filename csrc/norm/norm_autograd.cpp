@@ -27,7 +27,6 @@ void save_params(AutogradContext* ctx, Shape shape, const OptTensor& w, const Op
   ctx->saved_data["eps"] = eps;
   ctx->saved_data["w_dtype"] = dtype_of(w);
   ctx->saved_data["b_dtype"] = dtype_of(b);
-  ctx->saved_data["has_bias"] = given(b);
 }
 
 // The statistics are outputs that autograd does not differentiate; grads stay unmaterialized (no zero tensors).
@@ -86,7 +85,7 @@ struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
     const variable_list s = ctx->get_saved_variables();  // x, mean, rstd, weight
     const bool has_w = s[3].defined();
     const std::array<bool, 3> mask = {needs_grad(ctx, 0), has_w && needs_grad(ctx, 1),
-                                      ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 1 + has_w)};
+                                      given_param(ctx, "b_dtype") && needs_grad(ctx, 1 + has_w)};
     const auto [dx, dw, db] = at::GradMode::is_enabled()
                                   ? norm_create_graph(ctx, grads[0], at::Tensor(), s[0], s[3], true, mask)
                                   : op.call(grads[0], s[0], s[1], s[2], or_none(s[3]), saved_shape(ctx), mask);
@@ -164,7 +163,7 @@ struct AddLayerNormFn : torch::autograd::Function<AddLayerNormFn> {
     const variable_list s = ctx->get_saved_variables();  // sum, mean, rstd, weight
     const bool has_w = s[3].defined();
     const std::array<bool, 3> mask = {want_x || want_res, has_w && needs_grad(ctx, 2),
-                                      ctx->saved_data["has_bias"].toBool() && needs_grad(ctx, 2 + has_w)};
+                                      given_param(ctx, "b_dtype") && needs_grad(ctx, 2 + has_w)};
     const auto [dx, dw, db] =
         at::GradMode::is_enabled()
             ? norm_create_graph(ctx, grads[1], grads[0], s[0], s[3], true, mask)
