@@ -1,4 +1,5 @@
-"""Per-kernel GPU times of one step, from torch.profiler: `python scripts/profile_kernels.py batch_norm|norm|skinny|linear_bwd`.
+"""Per-kernel GPU times of one step, from torch.profiler:
+`python scripts/profile_kernels.py batch_norm|norm|skinny|linear_fwd|linear_bwd`.
 Prints each kernel's name, calls and mean microseconds per step, for torch_dnn and the eager peer, and the
 GPU's span per step (kernels plus the idle gaps between them, back-to-back steps)."""
 import sys
@@ -111,6 +112,22 @@ def linear_bwd_steps():
             "linear_act bwd eager": eager}
 
 
+def linear_fwd_steps():
+    """linear + bias + gelu forward at 16384x4096 -> 16384 bf16 per kernel: our fused kernel and our plain linear
+    (what the epilogue costs), eager's addmm + gelu, torch.compile's kernels."""
+    m, k, n = 16384, 4096, 16384
+    x = torch.empty(m, k, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+    w = torch.empty(n, k, device="cuda", dtype=torch.bfloat16).uniform_(-0.05, 0.05)
+    b = torch.empty(n, device="cuda", dtype=torch.bfloat16).uniform_(-1, 1)
+
+    def eager():
+        return TF.gelu(TF.linear(x, w, b))
+    compiled = torch.compile(eager, dynamic=False)
+    return {"linear+gelu fwd torch_dnn": lambda: F.linear_act(x, w, b, "gelu"),
+            "linear fwd torch_dnn (no activation)": lambda: F.linear(x, w, b),
+            "linear+gelu fwd eager": eager, "linear+gelu fwd compile": compiled}
+
+
 def report(name, fn, steps=20):
     for _ in range(3):
         fn()
@@ -136,7 +153,7 @@ def report(name, fn, steps=20):
 
 if __name__ == "__main__":
     fams = {"batch_norm": lambda: {**bn_steps("NHWC"), **bn_steps("NCHW")}, "norm": norm_steps, "skinny": skinny_steps,
-            "linear_bwd": linear_bwd_steps}
+            "linear_fwd": linear_fwd_steps, "linear_bwd": linear_bwd_steps}
     for fam in sys.argv[1:] or list(fams):
         for name, fn in fams[fam]().items():
             report(name, fn)
