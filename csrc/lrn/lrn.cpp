@@ -1,9 +1,9 @@
 // local_response_norm family: schemas, the CPU kernels' registration and the C++ autograd. Its own family (not group_norm's):
 // a window across channels, no statistics, no parameters; it shares no kernel with the group norms.
-#include "common/autograd_kernel.h"
 #include "common/autograd_register.h"
 #include "lrn/lrn_cpu.h"
 #include "lrn/lrn_ops.h"
+#include "pool/pool_call.h"
 
 TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
   m.def("local_response_norm(Tensor input, int size, float alpha, float beta, float k) -> Tensor");
@@ -25,18 +25,14 @@ namespace {
 at::Tensor composite(const at::Tensor& x, c10::ArrayRef<c10::IValue> args) {
   const int64_t size = args[0].toInt();
   const double alpha = args[1].toDouble(), beta = args[2].toDouble(), k = args[3].toDouble();
-  using Sig = at::Tensor(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool,
-                         std::optional<int64_t>);
   at::Tensor div;
   if (x.dim() == 3) {  // (N, C, L) as (N, 1, C, L), a (size, 1) window
-    static const auto avg = autograd_kernel::op_handle<Sig>("torch_dnn::avg_pool2d");
     const at::Tensor sq = at::constant_pad_nd(x.square().unsqueeze(1), {0, 0, size / 2, (size - 1) / 2});
-    div = avg.call(sq, {size, 1}, {1, 1}, {0, 0}, false, true, std::nullopt).squeeze(1);
+    div = pool::call_avg_pool(sq, {size, 1}, {1, 1}, false).squeeze(1);
   } else {  // (N, C, *) as (N, 1, C, H, rest), a (size, 1, 1) window
-    static const auto avg = autograd_kernel::op_handle<Sig>("torch_dnn::avg_pool3d");
     const at::Tensor sq = x.square().reshape({x.size(0), 1, x.size(1), x.size(2), -1});
     const at::Tensor padded = at::constant_pad_nd(sq, {0, 0, 0, 0, size / 2, (size - 1) / 2});
-    div = avg.call(padded, {size, 1, 1}, {1, 1, 1}, {0, 0, 0}, false, true, std::nullopt).squeeze(1).reshape(x.sizes());
+    div = pool::call_avg_pool(padded, {size, 1, 1}, {1, 1, 1}, false).squeeze(1).reshape(x.sizes());
   }
   return x / (div * alpha + k).pow(beta);
 }

@@ -1,6 +1,7 @@
 // Pooling family: schemas (pool_ops.h: define_pool_schemas), the CPU kernels' registration and the C++ autograd.
 #include "common/autograd_kernel.h"
 #include "common/autograd_register.h"
+#include "pool/pool_call.h"
 #include "pool/pool_cpu.h"
 #include "pool/pool_ops.h"
 
@@ -29,18 +30,28 @@ GradientFn gather_at_indices(int64_t rank) {
 
 // lp_pool recomputed as PyTorch composes it, through our average pooling (differentiable to any order):
 // (sign(a) relu(|a|) * kernel numel)^(1/p), a = avg_pool(x^p). Arguments (norm_type, kernel_size, stride, ceil_mode).
-at::Tensor lp_pool_composite(const std::string& avg_pool, const at::Tensor& x, c10::ArrayRef<c10::IValue> args) {
+at::Tensor lp_pool_composite(const at::Tensor& x, c10::ArrayRef<c10::IValue> args) {
   const double p = args[0].toDouble();
   const std::vector<int64_t> kernel = args[1].toIntVector(), stride = args[2].toIntVector();
-  const std::vector<int64_t> zeros(kernel.size(), 0);
-  using Sig = at::Tensor(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool,
-                         std::optional<int64_t>);
-  const auto op = autograd_kernel::op_handle<Sig>(avg_pool.c_str());
-  const at::Tensor a = op.call(x.pow(p), kernel, stride, zeros, args[3].toBool(), true, std::nullopt);
+  const at::Tensor a = call_avg_pool(x.pow(p), kernel, stride, args[3].toBool());
   return (at::sign(a) * at::relu(a.abs()) * double(c10::multiply_integers(kernel))).pow(1.0 / p);
 }
 
 }  // namespace
+
+at::Tensor call_avg_pool(const at::Tensor& x, at::IntArrayRef kernel, at::IntArrayRef stride, bool ceil_mode) {
+  using Sig = at::Tensor(const at::Tensor&, at::IntArrayRef, at::IntArrayRef, at::IntArrayRef, bool, bool,
+                         std::optional<int64_t>);
+  using autograd_kernel::op_handle;
+  static const c10::TypedOperatorHandle<Sig> ops[3] = {op_handle<Sig>("torch_dnn::avg_pool1d"),
+                                                        op_handle<Sig>("torch_dnn::avg_pool2d"),
+                                                        op_handle<Sig>("torch_dnn::avg_pool3d")};
+  const size_t rank = kernel.size();
+  TORCH_CHECK(rank >= 1 && rank <= 3, "torch_dnn: call_avg_pool: a kernel of 1 to 3 dims, got ", rank);
+  const std::vector<int64_t> zeros(rank, 0);
+  return ops[rank - 1].call(x, kernel, stride, zeros, ceil_mode, /*count_include_pad=*/true, std::nullopt);
+}
+
 }  // namespace pool
 }  // namespace torch_dnn
 
@@ -62,13 +73,8 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
         {{Saved::Input}, /*n_args=*/0, false, nullptr, call_op(("adaptive_avg_pool" + d).c_str())});
     register_single_input_autograd(m, ("adaptive_max_pool" + d).c_str(),
                                    {{Saved::Input, Saved::Output1}, 0, false, nullptr, gather_at_indices(rank)});
-    const std::string avg = "torch_dnn::avg_pool" + d;
-    register_single_input_autograd(
-        m, ("lp_pool" + d).c_str(),
-        {{Saved::Input, Saved::Output0}, -1, false,
-         by_recompute([avg](const at::Tensor& x, c10::ArrayRef<c10::IValue> args) {
-           return lp_pool_composite(avg, x, args);
-         })});
+    register_single_input_autograd(m, ("lp_pool" + d).c_str(),
+                                   {{Saved::Input, Saved::Output0}, -1, false, by_recompute(lp_pool_composite)});
     for (const char* op : {"max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "lp_pool"}) {
       register_first_order_backward(m, {(op + d + "_backward").c_str()});
     }
