@@ -40,9 +40,8 @@ Tensor4 create_graph_grads(const at::Tensor& grad, const at::Tensor& x, const at
   per_channel[1] = x.size(1);
   const std::vector<int64_t> dims = dims_but(x.dim(), 1);
   const at::Tensor xf = opmath(x);
-  const at::Tensor fixed_rstd = training ? at::Tensor() : invstd.detach().view(per_channel);
   const Normalized n = training ? normalize(xf, dims, true, eps)
-                                : Normalized{(xf - mean.detach().view(per_channel)) * fixed_rstd, fixed_rstd};
+                                : normalize_with(xf, mean.view(per_channel), invstd.view(per_channel));
   const at::Tensor wf = w.defined() ? opmath(w).view(per_channel) : at::Tensor();
   at::Tensor dz = opmath(grad);  // at the activation's input
   if (act != 0) {

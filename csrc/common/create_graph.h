@@ -36,6 +36,13 @@ inline Normalized normalize(const at::Tensor& x, at::IntArrayRef dims, bool cent
   return {xc * rstd, rstd};
 }
 
+// xhat = (x - mean) * rstd with given statistics (running ones, or instance_norm's given ones): constants that get no
+// gradient; mean and rstd already shaped to broadcast against x.
+inline Normalized normalize_with(const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd) {
+  const at::Tensor r = rstd.detach();
+  return {(x - mean.detach()) * r, r};
+}
+
 // dL/dx through xhat = normalize(x) from gx = dL/dxhat.
 inline at::Tensor normalized_dx(const at::Tensor& gx, const Normalized& n, at::IntArrayRef dims, bool centered) {
   at::Tensor d = gx - n.xhat * (gx * n.xhat).mean(dims, true);

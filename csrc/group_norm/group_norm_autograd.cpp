@@ -35,13 +35,9 @@ Tensor3 create_graph_grads(AutogradContext* ctx, const at::Tensor& grad, const v
   const at::Tensor &x = s[0], &w = s[3];
   const int64_t N = x.size(0), groups = ctx->saved_data["groups"].toInt();
   const at::Tensor g = opmath(grad), xg = opmath(x).reshape({N, groups, -1});
-  Normalized n;
-  if (stats_given) {  // constants (instance_norm's running statistics)
-    const at::Tensor rstd = s[2].detach().view({N, groups, 1});
-    n = {(xg - s[1].detach().view({N, groups, 1})) * rstd, rstd};
-  } else {
-    n = normalize(xg, {2}, true, ctx->saved_data["eps"].toDouble());
-  }
+  const Normalized n = stats_given  // constants (instance_norm's running statistics)
+                           ? normalize_with(xg, s[1].view({N, groups, 1}), s[2].view({N, groups, 1}))
+                           : normalize(xg, {2}, true, ctx->saved_data["eps"].toDouble());
   std::vector<int64_t> per_channel(x.dim(), 1);  // the weight's shape against x
   per_channel[1] = x.size(1);
   at::Tensor dx, dw, db;
