@@ -129,13 +129,26 @@ print(
     file=sys.stderr,
 )
 
+class KeptBuildExtension(BuildExtension.with_options(use_ninja=True)):
+    """Objects go to one kept folder (build/temp.<platform>), also under `pip install -e .`, whose editable build
+    would compile into a throwaway folder: a second install (the README's test command after the main job) then
+    finds every object current in ninja's incremental build and only links."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        from sysconfig import get_platform
+
+        tag = f"temp.{get_platform()}-{sys.implementation.cache_tag}"
+        self.build_temp = os.path.join(ROOT, "build", tag)
+
+
 setup(
     name="torch_dnn",
     version="0.1.0",
     description="cuDNN-class deep-learning primitives as a PyTorch operator plugin",
     packages=find_packages(include=["torch_dnn", "torch_dnn.*"]),
     ext_modules=[ext],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": KeptBuildExtension},
     options={"bdist_wheel": {"py_limited_api": "cp39"}},
     python_requires=">=3.9",
     install_requires=["torch"],
