@@ -341,7 +341,7 @@ def test_cuda_training_paths(monkeypatch, knobs, dtype):
             _compare(outs["ours"][i], outs["peer"][i], outs["ref"][i], f"{what} {shape} {dtype} {knobs}")
         r = _input(shape, dtype, "cuda", "channels_last" if len(shape) == 4 else "contiguous", -2, 2)
         # keep bn(x) + r off relu's kink: where it lies within rounding of 0 the mask is decided by the last bit
-        # (scripts/probe_bn_kink.py on the H100: 1 float32 (4096, 40) trial in 400 had one element at z = 9.4e-9,
+        # (research/batch_norm/probe_bn_kink.py on the H100: 1 float32 (4096, 40) trial in 400 had one element at z = 9.4e-9,
         # PyTorch's float32 rounding on the right side of 0, ours on the wrong one)
         with torch.no_grad():
             z = TF.batch_norm(x.double(), None, None, w.double(), b.double(), True) + r.double()

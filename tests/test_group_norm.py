@@ -81,7 +81,7 @@ def _params(c, dtype, device, weight=True, bias=True):
 
 def _torch_group_norm(x, G, w, b):
     # PyTorch 2.11's CUDA group_norm backward raises "tensor does not have a device" for float64 with a bias
-    # and no weight (seen on the H100 with scripts/probe_gn_peer.py); an explicit weight of ones is the same
+    # and no weight (seen on the H100 with research/group_norm/probe_gn_peer.py); an explicit weight of ones is the same
     # function and sidesteps it
     if w is None and b is not None and x.is_cuda:
         w = torch.ones_like(b)
