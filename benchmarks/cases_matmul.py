@@ -53,7 +53,7 @@ def _ours(fn, pingpong=False):
 # turns (4 rounds, the odd ones in reverse order, each turn after 150 ms of its own calls) instead of one after
 # another (harness.Case.rounds). With 3 rounds in one order, each impl always followed the same one: the
 # linear+gelu backward's torch_dnn turn followed compile's, eager's the slow portable-path impl's, and the row
-# read 0.95x where alternating probes and the per-kernel profile gave 1.02-1.04x (benchmarks/NOTES.md).
+# read 0.95x where alternating probes and the per-kernel profile gave 1.02-1.04x (docs/benchmarking.md).
 _TAKE_TURNS = {"rounds": 4, "warmup_ms": 150.0}
 
 

@@ -42,7 +42,7 @@ class Case:
     # > 1: the impls take turns, `rounds` times (odd rounds in reverse order), each turn after `warmup_ms` of
     # calls. For compute-bound cases at the H100's power cap the SM clock depends on what ran just before: timed
     # one after another, an impl that follows a slow, cool kernel runs at a higher clock than one that follows a
-    # hot one (benchmarks/NOTES.md).
+    # hot one (docs/benchmarking.md).
     rounds: int = 1
     warmup_ms: float = 0.0
     # True: time GPU work only, by replaying a CUDA graph of GRAPH_CALLS calls (for cases whose kernels are

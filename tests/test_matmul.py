@@ -32,8 +32,8 @@ ACTS = ["none", "relu", "relu6", "leaky_relu", "elu", "gelu", "gelu_tanh", "silu
 
 # Where these activations' derivatives jump. A pre-activation whose exact value and 16-bit rounding (ours or
 # PyTorch's) lie on different sides of a jump moves a whole row of d_input by the jump: which side's rounding
-# met the larger upstream gradient then decides the error ratio (a flake seen on the H100, benchmarks/NOTES.md,
-# fifteenth session). The tests give those few outputs a zero upstream gradient.
+# met the larger upstream gradient then decides the error ratio (a flake seen on the H100). The tests give those
+# few outputs a zero upstream gradient.
 KINKS = {"relu": (0.0,), "leaky_relu": (0.0,), "relu6": (0.0, 6.0), "hardswish": (-3.0, 3.0),
          "hardsigmoid": (-3.0, 3.0)}
 

@@ -748,7 +748,7 @@ def test_cuda_global_average_paths(dtype, monkeypatch):
 @pytest.mark.cuda
 def test_cuda_past_2_31_elements_channels_last_bands():
     # the channels-last row bands (pool_band.cuh): 64-bit slice offsets, forward and backward, max and avg;
-    # references in NCHW (PyTorch's channels-last avg_pool backward has its own bug, NOTES.md)
+    # references in NCHW (PyTorch's channels-last avg_pool backward has its own bug, pytorch#188344)
     x = torch.empty((38000, 64, 30, 30), dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
     x = x.contiguous(memory_format=torch.channels_last)
     assert x.numel() > 2**31
