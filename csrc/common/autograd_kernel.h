@@ -1,7 +1,7 @@
 // Shared pieces of the C++ autograd kernels (torch::autograd::Function at the Autograd dispatch key) that the
 // families register so that an eager training step runs no Python: on a device host's slow CPU the Python
-// autograd.Function around a small op cost 2-3x PyTorch's host time a step (benchmarks/NOTES.md, twenty-fifth and
-// twenty-sixth sessions). Each family keeps its Python formula for torch.func's transforms.
+// autograd.Function around a small op cost several times PyTorch's host time a step (research/host/README.md).
+// Each family keeps its Python formula for torch.func's transforms.
 #pragma once
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/custom_function.h>

@@ -4,8 +4,8 @@
 // statistics; parameter grads cast to the parameter's dtype; the add_ forms give input and residual one gradient.
 // With grad mode on (create_graph=True) the gradients are ATen ops instead (norm_create_graph), so that they can be
 // differentiated again.
-// Why: a tiny layer_norm's forward + backward through the Python Function took 481 us a step on an H100 host
-// against PyTorch's 178 (benchmarks/results/h100-host-map-25.md).
+// Why: a tiny layer_norm's forward + backward through the Python Function took several times PyTorch's host time
+// (research/host/README.md).
 #include "common/autograd_kernel.h"
 #include "common/autograd_register.h"
 #include "common/create_graph.h"

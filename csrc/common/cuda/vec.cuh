@@ -30,22 +30,20 @@ __device__ __forceinline__ Vec<T, N> load_vec_stream(const T* p) {
 }
 // Where a thread stores several vectors of a row, its column index belongs in 32 bits, widened only where it meets
 // the 64-bit row offset (`y + r * N + idx * V` with `int idx`): computed in 64 bits (`int64_t(k) * blockDim.x +
-// threadIdx.x`), NVVM stores some of the vectors element by element, fp32's too (scripts/ptx_store_survey.py
-// lists each kernel's stores). Measured, not assumed: on the H100 this gained 5% in the fp32 layer_norm and
-// softmax forwards and 2% in bf16 layer_norm (nineteenth session), 3% in softmax's block kernels and 3-12% in
-// norm's backward (twentieth), but whole-vector stores made the softmax two-pass kernels slower, and in
-// batch_norm's persistent kernels a 32-bit row index split the stores it had kept whole: check the SASS after
-// any index change (benchmarks/NOTES.md).
+// threadIdx.x`), NVVM stores some of the vectors element by element, fp32's too (research/codegen/
+// ptx_store_survey.py lists each kernel's stores). Not a law: whole-vector stores made the softmax two-pass
+// kernels slower, and in batch_norm's persistent kernels a 32-bit row index split the stores it had kept whole:
+// check the SASS and measure after any index change (docs/benchmarking.md, "Code generation checks").
 template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 // One st.global.v4 for a 16-byte vector in global memory, and a memory barrier to the compiler: no later load
 // moves above it. Its one user is bias_act's backward ("last"), where that ordering is what counts: with a 32-bit
-// column index a plain store_vec is whole-vector too, but ptxas then schedules the row loop in up to 121
-// registers instead of 79 (bf16 gelu) and it measured 1-1.5% slower on the H100 (benchmarks/NOTES.md, twentieth
-// session). Elsewhere a 32-bit column index with store_vec is the fix for split stores (softmax's block kernels
-// measured 3% faster that way than with this asm). Vectors of another size take store_vec.
+// column index a plain store_vec is whole-vector too, but ptxas then schedules the row loop in far more
+// registers and it measured slower (docs/activation.md). Elsewhere a 32-bit column index with store_vec is the fix
+// for split stores (softmax's block kernels measured faster that way than with this asm). Vectors of another size
+// take store_vec.
 template <typename T, int N>
 __device__ __forceinline__ void store_vec_global_v4(T* p, const Vec<T, N>& v) {
   if constexpr (sizeof(Vec<T, N>) == 16) {
@@ -88,8 +86,8 @@ __device__ __forceinline__ void store_acc(T* p, const A (&in)[V]) {
 // Element j of a vector in the accumulation type. bf16 is read from the vector's 32-bit words (the low element
 // shifted up, the high one masked: exact), which keeps a vector held in registers two elements a register:
 // conversions that take a 16-bit value (cuda_bf16's, inline asm) let ptxas unpack the vector into one element a
-// register (the bf16 norm forward: 64 registers and spills against 55 without; benchmarks/NOTES.md, seventeenth
-// session). fp16's conversion reads either half of a packed register and needs no such care.
+// register (the bf16 norm forward spilled; docs/norm.md). fp16's conversion reads either half of a packed
+// register and needs no such care.
 template <typename A, typename T, int V>
 __device__ __forceinline__ A vec_elem(const Vec<T, V>& v, int j) {
   if constexpr (V % 2 == 0 && std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float>) {

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
       // NCHW: the per-channel sums are taken while loading. Item (d, sp) = vectors sp * 32 + lane (step SP * 32)
       // of channel row d, two of x and of dy in flight a lane; the write pass walks the same items, so each
       // thread reads back only what it stored (the separate sum pass re-read shared memory as 2-byte elements
-      // after one vector a thread in flight: the backward's smem plan ran at 71% of copy on the H100)
+      // after one vector a thread in flight, which left the load phase latency-bound)
       const unsigned step = unsigned(SP) * 32;
       for (unsigned it = warp; it < D * unsigned(SP); it += nwarps) {
         const unsigned d = it / unsigned(SP), sp = it - d * unsigned(SP);
@@ -200,11 +200,11 @@ __global__ void __launch_bounds__(kSmemThreads) gn_smem_bwd(GnParams<T> p, GnBwd
 // NCHW groups whose x and dy fit in shared memory, on sm_90: thread 0 copies the group's x and dy (contiguous in
 // NCHW) into shared memory by two 1-D bulk copies (the whole group in flight for two instructions), then the block
 // sums and writes dx from there as gn_smem_bwd does. bufs = 1 (the default): a block a group, two blocks an SM,
-// each one's loads overlapping the other's sums and stores; H100, 64x256x56x56 bf16: 0.1196 ms (86% of copy)
-// against gn_smem_bwd's 0.1302 (its loads: two vectors a lane in flight). bufs = 2 (TORCH_DNN_GN_BULK_BUFS=2): one
-// persistent block an SM walking groups ng = blockIdx.x, + gridDim.x, ... with the NEXT group's copies in flight
-// in the other half of a double buffer while it works on the current one: 0.1249-0.1260 (the SM's one block
-// waits at every group's barriers with nothing else to run). Dynamic shared memory: bufs halves of
+// each one's loads overlapping the other's sums and stores (faster than gn_smem_bwd, whose loads keep two vectors
+// a lane in flight: docs/group_norm.md). bufs = 2 (TORCH_DNN_GN_BULK_BUFS=2): one persistent block an SM walking
+// groups ng = blockIdx.x, + gridDim.x, ... with the NEXT group's copies in flight in the other half of a double
+// buffer while it works on the current one; slower, since the SM's one block waits at every group's barriers
+// with nothing else to run. Dynamic shared memory: bufs halves of
 // bulk_bwd_half() bytes (x, then dy), then the (channel, slice) sums [D * SP][2] and channel totals [D][2].
 template <typename T>
 __host__ __device__ inline size_t bulk_bwd_half(int64_t L) { return (size_t(L) * 2 * sizeof(T) + 127) / 128 * 128; }
@@ -503,8 +503,8 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
     gn_smem_bwd_cl_small<T><<<unsigned(grid), threads, size_t(cl_small_smem), stream>>>(p, w);
   } else if (!stats_given && !(!p.cl && smem_fits && gn_plan() == GnPlan::Auto) &&
              try_cluster_bwd(p, w.P, w.Q, vec, stream)) {
-    // (NCHW groups that fit gn_smem_bwd take it by default: 0.1297 ms against the K = 2 cluster plan's 0.1330 on
-    // the H100, 64x256x56x56 bf16 G = 32, once its sums were fused into the loads)
+    // (NCHW groups that fit shared memory take the per-(n, group) kernels below by default, gn_bulk_bwd on sm_90:
+    // both measured faster than the K = 2 cluster plan; docs/group_norm.md)
   } else if (!stats_given && try_bulk_bwd(p, w, vec, stream)) {
   } else if (!stats_given && smem_fits) {
     if (vec) launch_smem_bwd<T, V>(p, w, stream);

@@ -69,7 +69,7 @@ inline ChunkPlan chunk_plan(int64_t NG, int64_t L) {
 // The backward's per-channel sums over one x / dy vector pair: pc += dy (x - mean), qc += dy (every backward
 // kernel takes them in this order, so that their results agree bitwise). The vectors are taken by value: with
 // references into shared memory, ptxas read each 2-byte element by its own LDS.U16 (16 a pair instead of two
-// LDS.128), which cost the bulk and cluster backwards 7-13% on the H100 (twenty-fourth session).
+// LDS.128), which made the bulk and cluster backwards measurably slower (docs/group_norm.md).
 template <typename T, int V, typename A>
 __device__ __forceinline__ void add_dy_sums(const Vec<T, V> xv, const Vec<T, V> gv, A m, A& pc, A& qc) {
 #pragma unroll

@@ -50,7 +50,7 @@ size_t smem_fwd_bytes(int64_t L, int64_t D) {
 // vec_div divides a group-local vector index by the vectors of one row of the group: S / V (NCHW: the
 // quotient is the channel) or D / V (channels-last: the quotient is the spatial row, the remainder the
 // channel vector). The loads keep kLoads vectors in flight a thread (one at a time left the load phase
-// latency-bound: ~12 dependent DRAM round trips a group, H100 ncu); the write pass reads each channel's
+// latency-bound: a dozen dependent DRAM round trips a group); the write pass reads each channel's
 // (scale, shift) from shared memory, one FMA an element, instead of a division and two global loads a vector.
 // 256 threads and 4 blocks an SM (shared memory allows no more for 50 KB groups) give 64 registers: the loads
 // in flight spilled at 512 threads' 32.

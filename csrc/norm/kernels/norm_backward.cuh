@@ -347,9 +347,9 @@ int64_t staged_bwd_grid(int64_t rows, int threads) {
   const int avail = allow_max_dynamic_smem<norm_staged_bwd<T, RMS>>();
   int per_sm = avail >= 0 && bytes <= avail ? resident_per_sm<norm_staged_bwd<T, RMS>>(threads, size_t(bytes)) : 0;
   if (per_sm <= 0) return 0;
-  // The cap: TORCH_DNN_NORM_BWD_BLOCKS when set; else two for float rows (H100, 32768x4096: layer_norm 0.5929 ->
-  // 0.5693 ms, rms_norm 0.5874 -> 0.5683; 16K rows already fit two; 16-bit rows lose 7% at 4K with two:
-  // benchmarks/NOTES.md, twentieth session), none for the others.
+  // The cap: TORCH_DNN_NORM_BWD_BLOCKS when set; else two for float rows (fewer partial rows, and the prefetch keeps
+  // enough bytes in flight: faster at 4K; 16K rows fit two anyway), none for the others (16-bit rows at 4K are
+  // slower with two; docs/norm.md).
   const int knob = bwd_blocks_cap(), cap = knob > 0 ? knob : std::is_same_v<T, float> ? 2 : 0;
   if (cap > 0) per_sm = std::min(per_sm, cap);
   return balanced_grid(rows, int64_t(sm_count()) * per_sm);

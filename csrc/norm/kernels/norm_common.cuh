@@ -91,34 +91,30 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //   TORCH_DNN_NORM_FWD=staged          block-plan rows: the staged forward (next row streamed into shared
 //                                      memory by cp.async during this row's reduction), persistent; =block not
 //   (unset: the measured defaults below)
-//   TORCH_DNN_NORM_BWD=block           backward: the earlier register kernel (pass 2 re-reads x and dy
-//                                      through L1) and two column-sum launches, instead of the staged kernel
+//   TORCH_DNN_NORM_BWD=block           backward: the register kernel (pass 2 re-reads x and dy through L1)
+//                                      and two column-sum launches, instead of the staged kernel
 //   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows;
 //                                      unset: two for float rows, the occupancy limit for the others)
-// The block forward's defaults, from the H100 (32768x4096 and 8192x16384; benchmarks/NOTES.md): one reduction
-// and a block per row (LayerNorm fp32 99.3% of copy against 95.9%, RMSNorm bf16 96-97% against 93.5%; LayerNorm
-// bf16, since its stores are whole vectors, 0.1849 / 0.1874 ms against 0.1890 / 0.1903 for the two-pass
-// statistics and the 4-wave grid, nineteenth session), except fp16 LayerNorm (below). bf16 rows are
-// read as packed words (elem_acc), and every row length takes the block kernel. Each knob, when set, forces its
-// choice:
+// The block forward's defaults, measured (docs/norm.md): one reduction and a block per row, except fp16 LayerNorm
+// (below). bf16 rows are read as packed words (elem_acc), and every row length takes the block kernel. Each knob,
+// when set, forces its choice:
 //   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block,
 //   TORCH_DNN_NORM_FWD_CVT=shift|asm (bf16 block forward: elements taken from the packed words, or one by one
 //   through cuda_bf16's conversion)
-// Unset, both knobs below give fp16 LayerNorm the two-pass statistics and the 4-wave grid (8192x16384: 0.2007 ms
-// against 0.2069 with one reduction and a block per row, nineteenth session), every other row the latter.
+// Unset, both knobs below give fp16 LayerNorm the two-pass statistics and the 4-wave grid (faster for it than one
+// reduction and a block per row), every other row the latter.
 inline bool fwd_twopass_stats(bool fp16_layer_norm) {
   return env::choice("TORCH_DNN_NORM_FWD_STATS", "twopass", "fused", fp16_layer_norm);
 }
 // The staged kernel only when asked for: with the bf16 rows read as packed words the block kernel is faster on
-// every row measured (H200, seventeenth session: bf16 8192x16384 0.1477 ms against 0.1859 staged; fp16 0.1474
-// against 0.1753; benchmarks/NOTES.md).
+// every row measured, fp16 and rows without affine included (docs/norm.md).
 inline bool fwd_staged() { return env::choice("TORCH_DNN_NORM_FWD", "staged", "block", false); }
 inline bool fwd_grid_waves(bool fp16_layer_norm) {
   return env::choice("TORCH_DNN_NORM_FWD_GRID", "waves", "rows", fp16_layer_norm);
 }
-// bf16 block forward: elements taken from the vectors' 32-bit words (elem_acc), stores converted in pairs. H200
-// (seventeenth session): LayerNorm 8192x16384 0.1477 ms against 0.1774 with the one-by-one conversion, 32768x4096
-// 0.1361 against 0.1521. (Before the packed reads, the shift alone made LayerNorm 12-23% slower on the H100.)
+// bf16 block forward: elements taken from the vectors' 32-bit words (elem_acc), stores converted in pairs, so that
+// ptxas keeps the held row two elements a register; the one-by-one conversion let it unpack the row into one
+// element a register (spills; docs/norm.md).
 inline bool fwd_shift_cvt() { return env::choice("TORCH_DNN_NORM_FWD_CVT", "shift", "asm", true); }
 inline bool bwd_old_block() { return env::is("TORCH_DNN_NORM_BWD", "block"); }
 inline int bwd_blocks_cap() {
@@ -242,8 +238,8 @@ __device__ __forceinline__ MeanM2<A> block_reduce_meanm2_uniform(MeanM2<A> s, A*
 }
 
 // A 16-bit input as a float: with SHIFT, bf16 by a shift (exact, NaN payloads kept) instead of cuda_bf16.hpp's
-// inline asm; a vector's elements go through elem_acc below. Library-wide (to_acc) the shift moved bf16 pooling
-// kernels' spills (benchmarks/NOTES.md, sixteenth session), so it stays a norm-local choice.
+// inline asm; a vector's elements go through elem_acc below. Library-wide (to_acc) the shift added spills to bf16
+// pooling kernels (docs/activation.md), so it stays a norm-local choice.
 template <bool SHIFT, typename A, typename T>
 __device__ __forceinline__ A in_acc(T v) {
   if constexpr (SHIFT && std::is_same_v<T, __nv_bfloat16> && std::is_same_v<A, float>)

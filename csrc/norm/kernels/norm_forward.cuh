@@ -349,7 +349,7 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
         }
       }
       // rows: a block per row, the block scheduler balances the end (a persistent block of ~4 rows left
-      // up to 4 rows' time as a tail); waves: the persistent grid of 4 waves (the earlier default)
+      // up to 4 rows' time as a tail); waves: the persistent grid of 4 waves (fp16 LayerNorm's default)
       const unsigned grid = fwd_grid_waves(kFp16LayerNorm) ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
                                              : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
       if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // (half converts without inline asm)

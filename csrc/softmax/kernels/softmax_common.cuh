@@ -125,7 +125,7 @@ inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned, int reg_e
   const char* forced = forced_plan();
   // A row in registers with as few threads as hold it: many rows per SM keep loads in flight while other
   // rows sit in their block reductions. Past 256 threads a row, too few rows fit on an SM and the
-  // persistent two-pass plan measured faster (benchmarks/NOTES.md).
+  // persistent two-pass plan measured faster (docs/softmax.md).
   const bool fits_regs = p.vec && s.dim <= int64_t(256) * reg_elems;
   if (fits_regs && (!forced || std::strcmp(forced, "regs") == 0)) {
     p.plan = Plan::BlockRegs;

@@ -1,6 +1,7 @@
 // softmax / log_softmax forward kernels. Ti: input type, To: output type, A: accumulation type.
 //   softmax_warp_fwd      rows <= 1024: `width` lanes per row, the row in registers (<= 32 values a lane)
-//   softmax_block_fwd     rows <= 8K / 32K elements: a block per row, the row in registers
+//   softmax_block_fwd     rows <= 256 x kFwdRegElems (10K 16-bit, 8K float, 2K double elements): a block per
+//                         row, the row in registers
 //   softmax_twopass_fwd   longer rows: a block per row; pass 1 running (max, sum), pass 2 re-reads and writes
 //   softmax_split_*       long rows, few of them: several blocks per row, statistics merged through workspace
 //   softmax_spatial_fwd   softmax over a dim that is not innermost: a thread per (outer, inner) column
