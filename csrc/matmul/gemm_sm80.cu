@@ -207,8 +207,7 @@ struct SkinnyPlan {
 };
 
 // TORCH_DNN_GEMM_SKINNY_STAGES=4|8: the pipeline depth (read at every call, for the A/B). 8 by default: one
-// CTA per SM streaming longer K ranges won 5 of 6 H100 shapes in graph replay (M=16, K=N=16384: 188 against
-// 200 us, cuBLAS 184; M=64, K=N=4096: 26 against 33 us) and lost M=1, K=N=4096 (19.0 against 17.5 us).
+// CTA per SM streaming longer K ranges won all but one of the decode shapes measured (docs/matmul.md).
 int skinny_stages() {
   return env::is("TORCH_DNN_GEMM_SKINNY_STAGES", "4") ? 4 : 8;
 }
@@ -236,8 +235,8 @@ void set_splits(SkinnyPlan* pl, int64_t tiles_n, int64_t ktiles, int64_t slots, 
 
 // Whether the skinny kernel takes the problem, and how: x rows rounded up to 16/32/64, the K splits of
 // set_splits, met in a cluster (at most 8) on sm_90 where the grid leaves a quarter of the slots free; a grid
-// of clusters that fills every slot packed worse than free CTAs on the H100 (M=1, K=N=16384: 384 CTAs in 396
-// slots took 225 us in clusters of 3, 198 us with the counter; K=N=4096, 256 CTAs: 17.3 against 20.9 us).
+// of clusters that fills every slot packed worse than free CTAs (the scheduler leaves slots a cluster cannot use),
+// so there the counter reduction is used.
 bool skinny_plan(const GemmArgs& a, SkinnyPlan* pl) {
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
   if (a.batch != 1 || a.M < 1 || a.M > skinny::kMaxRows || a.N < 1 || a.K < 1) return false;
@@ -325,9 +324,8 @@ cudaError_t run_skinny(const GemmArgs& a, const SkinnyPlan& pl, void* ws, cudaSt
 }  // namespace
 
 bool gemm_skinny_applies(const GemmArgs& a, bool hopper_skinny) {
-  // H100 graph replay (benchmarks/NOTES.md, ninth session): the Hopper kernels won everywhere since M <= 16
-  // has its 16-wide swap-AB tile (K = N = 16384: M = 1 185.1 us against 186.7 here, M = 16 185.4 / 190.0;
-  // K = N = 4096: 16.7 / 19.0 and 16.3 / 19.5), so this kernel serves only GPUs without them, unless forced
+  // The Hopper skinny kernels measured faster on every decode shape (docs/matmul.md), so this kernel serves only
+  // GPUs without them, unless forced
   if (hopper_skinny && skinny_mode() == SkinnyMode::Auto) return false;
   SkinnyPlan pl;
   return skinny_plan(a, &pl);

@@ -4,7 +4,7 @@
 // kernels' bodies exist only in the sm_90a device code (CUTLASS's own arch guards), and gemm_sm90_plan
 // says no on any other device or when the build has no sm_90a code.
 //
-// Instantiations (13), see benchmarks/NOTES.md "Hopper GEMM":
+// Instantiations (13; docs/matmul.md says which problems take which):
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent     "big"
 //   bf16, fp16  A K-major, B K-major             128x128x64, cluster 1x1, stream-K      "skinny / few tiles"
@@ -83,14 +83,14 @@ bool skinny_enabled() {
   return !env::is("TORCH_DNN_SM90_SKINNY", "0");
 }
 
-// TF32 tile: 128x256x32 unless TORCH_DNN_SM90_TF32_TILE=mid (H100, 8192^3 on rounded copies: 339 TFLOP/s
-// against 278 for 128x128x32; cuBLAS 390 in that run). Problems that store preact keep 128x128x32.
+// TF32 tile: 128x256x32 unless TORCH_DNN_SM90_TF32_TILE=mid (the wider tile measured faster on rounded copies;
+// docs/matmul.md). Problems that store preact keep 128x128x32.
 bool prefer_tf32_wide() {
   return !env::is("TORCH_DNN_SM90_TF32_TILE", "mid");
 }
 
 // TORCH_DNN_SM90_KERNEL=pingpong: bf16 K-major x K-major problems that would take TnBigPlain take the ping-pong
-// kernel instead (to compare the two on the device; see benchmarks/NOTES.md).
+// kernel instead (to compare the two on the device; docs/matmul.md says why cooperative is the default).
 // Read at every call, as TORCH_DNN_GEMM_PATH is, so that one benchmark process can compare both kernels.
 bool prefer_pingpong() {
   return env::is("TORCH_DNN_SM90_KERNEL", "pingpong");
@@ -164,7 +164,7 @@ Sm90Plan gemm_sm90_plan(const GemmArgs& a) {
   Sm90Plan p;
   if (!device_info().sm90) return p;
   // TF32 only with a pre-rounded operand (tf32_rounded, see round_to_tf32): wgmma truncates fp32 operands to
-  // TF32, which gave 2.7x cuBLAS's TF32 error on the H100, past the error-ratio rule.
+  // TF32, which gives several times cuBLAS's TF32 error, past the error-ratio rule.
   if (a.dtype == DType::Float32 && !a.tf32_rounded) return p;
   const Kind k = choose(a);
   if (k == Kind::None || !operands_fit(a)) return p;

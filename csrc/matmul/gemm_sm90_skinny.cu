@@ -9,9 +9,8 @@
 //   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
 //     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
 //   Mid12: Narrow's arrangement on 128x128 tiles.
-//   Tried and dropped (benchmarks/NOTES.md, fifteenth session): Narrow in 2x2 / 1x4 clusters, with K tiles of 128,
-//   or without a cluster; Mid12 with K tiles of 128. None was faster at M = 256, K = N = 4096 / 8192.
-//   And a kernel of our own in nvjet's arrangement (benchmarks/experiments/skinny_k2): level with Narrow.
+//   Tried and dropped (docs/matmul.md): Narrow in 2x2 / 1x4 clusters, with K tiles of 128, or without a cluster;
+//   Mid12 with K tiles of 128; a kernel of our own in nvjet's arrangement. None was faster than these.
 // Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64x64; M <= 128 Narrow (Swap64x64 where its tiles make one
 // full wave and Narrow's half of one); M > 128 Swap256 where its tiles
 // fill 3/4 of the SMs, else Mid12 where its tiles do, else Narrow (Swap64 only when forced).
@@ -19,7 +18,7 @@
 // batch index walks K (each operand's batch stride is the K range; TMA zero-fills past each range's end), writing
 // float partials [split][M][N]; a second kernel sums them in split order (deterministic) and applies the
 // epilogue. CUTLASS's own stream-K split-K adds the splits into the workspace in a turnstile (each waits for the
-// one before): on the H100 every split made it slower (benchmarks/NOTES.md).
+// one before): every split made it slower (docs/matmul.md).
 // Instantiations (20 = 10 x bf16, fp16): Swap16, Swap64, Swap64x64 and Narrow each with output T (whole K) or
 // float (a split's partial), Swap256 and Mid12 with output T.
 // See gemm_sm90.cu for NDEBUG.
@@ -45,8 +44,8 @@ using Swap64x64 = Sm90Gemm<T, RowM, ColM, ED, Shape<_64, _64, _64>, C21, Persist
 template <class T, class ED>
 using Narrow = Sm90Gemm<T, RowM, ColM, ED, Shape<_128, _64, _64>, C12, Persistent, false>;
 // Narrow's arrangement on 128 weight rows a tile: each warpgroup's m64n128 MMA needs 3/4 of the smem bytes a FLOP
-// of m64n64, on half the CTAs: for M > 128 where those fill the SMs (M = 256, K = N = 8192: 60.5 us against
-// Narrow's 72.4, cuBLAS 55.4).
+// of m64n64, on half the CTAs: for M > 128 where those fill the SMs (there the MMAs take as long as the weight's
+// stream).
 template <class T>
 using Mid12 = Sm90Gemm<T, RowM, ColM, T, Shape<_128, _128, _64>, C12, Persistent, false>;
 
@@ -57,20 +56,14 @@ struct SkinnyShape {
   int64_t tiles;  // CTAs of one K range, cluster padding included
 };
 
-// H100 graph replay, M = 256, K = N = 4096 (benchmarks/NOTES.md): Swap256 with 4 K splits 30.2 us, Swap64 (4 x 32
-// tiles) 24.1, the same in 1x2 clusters sharing the weight tile 48.9, cuBLAS (128x64 tiles, 1x2) 18.2.
+// Why each (the measurements: docs/matmul.md):
 // M <= 16 takes a 16-wide tile: on the 64-wide one, 3/4 of each MMA multiplies the zeros TMA fills in for
-// missing rows of x, ~9 us of tensor-core time a 128x64x4096 tile (cuBLAS: 128x16 tiles, 11 stages).
-// 16 < M <= 64 takes 64-row weight tiles (Swap64x64): at M = 64, K = N = 4096, Swap64's 32 CTAs each stream 1 MB
-// and spend ~9 us in MMAs: 19.3 us against 16.1 for Swap64x64 (cuBLAS 14.7); with more tiles than SMs (K = N =
-// 16384, each CTA's two warpgroups taking turns over several tiles) 184.8 against 187.2 (cuBLAS 191.4), M = 40
-// 182.5 against 186.2 (187.2) (tenth session; test_linear_act_skinny_many_tiles covers that path).
-// 64 < M <= 128 takes Narrow (one row tile of x, shared by each 1x2 pair): M = 128, K = N = 16384 190.6 us against
-// Swap256's 255.8 (cuBLAS 194.1); 8192 51.6 (50.1). Except where Narrow's tiles fill at most half the SMs and
-// Swap64x64's (two x tiles of 64) one wave: there Narrow leaves half the SMs idle. H100 graph replay, K = N = 4096
-// (twenty-first session): M = 128 / 100 / 72: Swap64x64 17.5 / 20.3 / 22.2 us against Narrow 20.0 / 21.3 / 23.5
-// (cuBLAS 15.5 / 15.1 / 14.7), and with the overlapped halves below 17.6 / 17.7 / 17.5 (M = 65: 17.4-17.8 against
-// Narrow's 24.5, cuBLAS 15.1); at 8192, two waves of Swap64x64, Narrow 51.6 against 59.9.
+// missing rows of x, about the whole time budget of a short weight's stream (cuBLAS: 128x16 tiles, 11 stages).
+// 16 < M <= 64 takes 64-row weight tiles (Swap64x64): with 128-row tiles a short weight (K = N = 4096) gives only
+// 32 CTAs, each streaming 1 MB and spending most of its time in MMAs; with more tiles than SMs each CTA's two
+// warpgroups take turns over several tiles (test_linear_act_skinny_many_tiles covers that path).
+// 64 < M <= 128 takes Narrow (one row tile of x, shared by each 1x2 pair), except where Narrow's tiles fill at most
+// half the SMs and Swap64x64's (two x tiles of 64) one wave: there Narrow leaves half the SMs idle.
 // TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow|mid12 forces one (a measurement knob, read at
 // every call).
 SkinnyShape skinny_shape(const GemmArgs& a) {
@@ -118,13 +111,12 @@ GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return swaps(sh) ?
 
 // Two row tiles of x, the second partly past row M (Narrow and Mid12 with 128 < M < 256; Swap64x64, whose x tiles
 // are 64 wide, with 64 < M < 128) run as a batch of two problems of one whole tile each, over rows [0, T) and
-// [M - T, M): every TMA box of x then lies inside x. A box partly out of bounds is slow to fill: on the H100
-// (benchmarks/experiments/skinny_k2, twenty-first session) the same kernel at K = N = 4096 took 28.1 / 33.1 / 36.0 us
-// at M = 200 / 160 / 136 against 20.4-20.7 with x's map over whole row tiles (M = 256: 21.0; cuBLAS 16.4-18.9).
+// [M - T, M): every TMA box of x then lies inside x. A box partly out of bounds is slow to fill, the slower the more
+// of its rows lie past M (docs/matmul.md).
 // Rows [M - T, T) are computed by both halves and stored twice, with the same bits (the same data and
 // instructions). Only where all tiles run in one wave: the persistent scheduler walks the batch last, so with more
-// tiles than SMs the second half reads the weight again after the first (Mid12, M = 200, K = N = 16384: 378 us
-// against 245 at M = 256), where in one wave both halves ask for each weight tile at the same time. Not where D is
+// tiles than SMs the second half reads the weight again after the first, where in one wave both halves ask for each
+// weight tile at the same time. Not where D is
 // the residual (the second half would read rows the first has written). TORCH_DNN_SM90_SKINNY_OVERLAP=0 turns it
 // off (a measurement knob, read at every call).
 int overlap_tile(const GemmArgs& a, const SkinnyShape& sh) {  // T, or 0: no overlapped halves
@@ -152,10 +144,8 @@ GemmArgs whole_k_args(const GemmArgs& a, const SkinnyShape& sh) {
 }
 
 // K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
-// each at least 4096 long and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule). Graph replay
-// at K = N = 4096 (32 weight tiles) on the H100 (benchmarks/NOTES.md, ninth session): Swap16 one CTA a tile
-// 16.7 / 16.3 us at M = 1 / 16 against 16.9 / 17.7 with 4 splits (cuBLAS 16.4 / 16.6), Swap64x64 at M = 64 16.1
-// against 18.8; one launch and workspace less on the host.
+// each at least 4096 long and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule). Shorter ranges
+// measured no faster than one CTA a tile (docs/matmul.md), and one range saves a launch and a workspace on the host.
 // TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
   if (sh.k == SkinnyKernel::Swap256 || sh.k == SkinnyKernel::Mid12) return 1;

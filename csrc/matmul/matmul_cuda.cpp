@@ -64,9 +64,9 @@ bool device_is_sm90(const at::Tensor& like) {
 }
 
 // TORCH_DNN_SM90_TF32 (read at every call): float32 with TF32 allowed takes the Hopper path on operand copies
-// rounded to TF32: =round, the default (both operands rounded: cuBLAS's error; H100 8192^3: 278 TFLOP/s
-// against 90 on the portable path), =round1 (only an operand that must be copied anyway to become K-major,
-// else the smaller one: ~1.6x cuBLAS's error, one pass less; 283 TFLOP/s), =off (the portable path).
+// rounded to TF32: =round, the default (both operands rounded: cuBLAS's error, and several times the portable
+// path's speed), =round1 (only an operand that must be copied anyway to become K-major, else the smaller one:
+// ~1.6x cuBLAS's error, one pass less), =off (the portable path).
 // TORCH_DNN_GEMM_PATH=sm90 never takes =off.
 enum class Tf32Mode { Off, Both, One };
 Tf32Mode sm90_tf32_mode(bool forced) {

@@ -1,8 +1,8 @@
 // Float32 -> TF32 rounding (round to nearest, ties away: cvt.rna, as cuBLAS and the portable path's fragment
 // loads do) into a float buffer, for the Hopper TF32 GEMM: wgmma reads fp32 operands from shared memory and
-// truncates them to TF32, which gave 2.7x cuBLAS's TF32 error on the H100 (2.6x in CPU emulation,
-// scripts/tf32_rounding_probe.py). One operand rounded in advance brings the error to ~1.6x (emulation), both
-// to cuBLAS's. The transposing form also turns an M- or N-major operand into the K-major one the kernel takes.
+// truncates them to TF32, which gives several times cuBLAS's TF32 error, past the error-ratio rule (CPU emulation:
+// research/gemm/tf32_rounding_probe.py). One operand rounded in advance brings the error to ~1.6x, both to
+// cuBLAS's. The transposing form also turns an M- or N-major operand into the K-major one the kernel takes.
 #include "common/cuda/device.cuh"
 #include "common/env.h"
 #include "matmul/gemm_kernels.h"
@@ -62,8 +62,8 @@ __global__ void round_tf32_2d(const float* __restrict__ src, int64_t ld, int64_t
 // rows of a multiple of 4 floats (the GEMM's case: TMA wants K-major rows of 16 bytes anyway): a 64 x 64 tile,
 // 256 threads, a pass 16 tile rows of 16 vectors. A warp takes 4 rows x 8 vectors, so that with the tile's rows
 // padded by one float (row stride = 1 bank) both its row accesses (bank r + 4v + j) and its column reads (bank
-// 4v + j + c) hit 32 distinct banks. H100, 8192^2 transposed: 2.87 TB/s against the scalar kernel's 2.09 (the
-// TF32 mm at 8192^3 2.5% faster; benchmarks/results/h100-matmul-24.md).
+// 4v + j + c) hit 32 distinct banks. Near the copy ceiling where the scalar kernel is well short of it
+// (docs/matmul.md).
 constexpr int kVecTile = 64;
 __global__ void __launch_bounds__(256) round_tf32_2d_vec(const float* __restrict__ src, int64_t ld, int64_t R,
                                                          int64_t C, bool transpose, float* __restrict__ dst) {

@@ -6,10 +6,9 @@
 // and of B per K step as 16-byte vectors through pointers that step along K where the operands are 16-byte aligned
 // (in edge tiles too for k-major float operands: rows past M or N read as zeros); element by element with bounds
 // checks otherwise (a partial last K step, any layout or alignment). The operand layouts are template parameters.
-// On the H100 (float, benchmarks/NOTES.md, twenty-seventh session) the kernel this replaced (run-time layouts: every
-// load a branch; K step 8) reached 24 TFLOP/s at 4096^3; the layouts as template parameters with vector loads 37-39,
-// the 16-deep step 42, against cuBLAS's 51 (the kernel is one CTA an SM: 200-250 registers; bounding them to 128 for
-// two spilled and was slower).
+// Layouts as template parameters because run-time layouts made every load a branch; the 16-deep step halves the
+// barriers. The kernel is one CTA an SM (200-250 registers): bounding them to 128 for two spilled and was slower
+// (docs/matmul.md).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -76,8 +75,8 @@ struct TileLoader {
   // rows at or past `rows` (an edge tile) read as zeros: a k-major vector lies in one row; another covers V rows,
   // element by element where it straddles the edge
   // Float k-major operands only: the edge code cost double a spill, and the straddling case of the other layout
-  // cost float 7-12% in interior tiles (H100, twenty-seventh session, call 6: 253-255 registers); those take vectors
-  // in interior tiles only.
+  // pushed the kernels that have one to 253-255 registers and slowed their interior tiles; those take vectors in
+  // interior tiles only.
   static constexpr bool kEdgeVec = sizeof(T) == 4 && KMAJOR;
   __device__ void fetch_vec(int tid, const T* const* ptr, int64_t r0, int64_t rows) {
 #pragma unroll

@@ -153,9 +153,9 @@ inline int sm_count_or_h100() { return device_info().sm_count > 0 ? device_info(
 
 // Raster swizzle and order of the persistent scheduler (tuning knobs, read at every call like the others:
 // TORCH_DNN_SM90_SWIZZLE=1,2,4,8; TORCH_DNN_SM90_RASTER=m|n, default CUTLASS's heuristic). Swizzle 8 is the
-// default: on the H100 (scripts/sweep_sm90.py) it took 16384x16384x4096 bf16 from 0.92x to 1.03x cuBLAS and
-// linear+bias+gelu there from 0.99x to 1.11x eager (consecutive tiles share A and B panels in L2), and was
-// within 4% of the best setting on every other shape.
+// default: with A and B panels larger than the L2, consecutive tiles then share panels instead of re-reading B
+// from DRAM each wave; it closed the gap to cuBLAS at 16384x16384x4096 and was near the best setting on every other
+// shape (scripts/sweep_sm90.py; docs/matmul.md).
 inline int swizzle() {
   const int v = env::get_int("TORCH_DNN_SM90_SWIZZLE", 8);
   return (v == 1 || v == 2 || v == 4 || v == 8) ? v : 8;
