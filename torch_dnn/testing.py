@@ -22,7 +22,7 @@ GRAD_FACTOR = 3.0
 
 def error_floor(dtype: torch.dtype) -> float:
     """The smallest error the rule holds an op to in `dtype`: FLOOR, or half an ulp (relative) of the dtype.
-    Example (tenth session, test_batch_norm on the CPU, float16, 24 elements): the exact gradient -1.21986 lies
+    Example (test_batch_norm on the CPU, float16, 24 elements): the exact gradient -1.21986 lies
     0.14 ulp from one float16 neighbour and 0.86 from the other; PyTorch's composite landed on the near one (error
     1.5e-4 of the tensor's max), ours on the far one (6.9e-4), a 4.5x ratio, where over 600 such random cases our
     error's median ratio to PyTorch's was 0.84-1.00."""

@@ -48,12 +48,10 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
                                                                      ind, a, pg);
         return true;
       };
-      // column strips for 3x3/2 (TORCH_DNN_POOL_PAD_STRIP=0: not): on the H100 (64x64x112x112 bf16) avg 0.0643 ->
-      // 0.0593 ms, max 0.0986 -> 0.0962 against the pairs and the single outputs (ncu: 21-22% fewer instructions;
-      // these kernels are issue-bound)
+      // column strips for 3x3/2 (TORCH_DNN_POOL_PAD_STRIP=0: not): a fifth fewer instructions than the pairs and
+      // the single outputs, and these kernels are issue-bound (docs/pool.md)
       const bool strip = a.sh == 2 && a.sw == 2 && !pad_nostrip();
-      // pairs for avg only: avg 3x3/2 went 0.0637 -> 0.0614 ms with them and max 0.0982 -> 0.1196 ms (its
-      // per-tap argmax keeps both outputs' state live)
+      // pairs for avg only: they made avg faster and max slower (its per-tap argmax keeps both outputs' state live)
       const bool pair = OP == Op::Avg && a.sw == 2 && !pad_single();
       auto go_v = [&](auto v) {
         if (strip) return go_pad(v, int_c<kPadStrip>{});
@@ -144,8 +142,7 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         constexpr int VV = decltype(vec)::value;
         const int64_t G = s.C / VV;
         if (global_cl_columns(s.N * G) && G < (int64_t(1) << 31)) {  // a thread a column
-          // rows in flight a thread: 7 (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 8 for A/B runs; 7 measured 0.0199-0.0200
-          // ms against 8's 0.0202 in three runs at 256x2048x7x7 bf16 on the H100)
+          // rows in flight a thread: 7, the fastest measured (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 8 for A/B runs)
           const int u = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_U", 7);
           const unsigned grid = grid_for(s.N * G, kThreads);
           const FastDivmod32 by_g{uint32_t(G)};
@@ -161,7 +158,7 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         int groups = 32;
         while (groups > 1 && groups / 2 >= G) groups /= 2;
         const int64_t blocks = s.N * ((G + groups - 1) / groups);
-        // rows in flight a lane: 4 (TORCH_DNN_POOL_GLOBAL_U=8 for A/B runs: 128 registers, slower on the H100)
+        // rows in flight a lane: 4 (TORCH_DNN_POOL_GLOBAL_U=8 for A/B runs: 128 registers, slower)
         if (env::get_int("TORCH_DNN_POOL_GLOBAL_U", 4) == 8)
           launch(global_avg_cl<T, VV, 8>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
         else
@@ -177,7 +174,7 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         const size_t smem = size_t(PB) * P * sizeof(T);
         const unsigned grid = grid_for((planes + PB - 1) / PB, 1);
         // registers unbounded (48 at 7x7 bf16: 5 blocks an SM); TORCH_DNN_POOL_GLOBAL_MINB=8 asks for 8 (32
-        // registers). On the H100 at 256x2048x7x7 bf16: 0.0199 ms against 0.0202 (and 6 blocks: 0.0200)
+        // registers), which measured no faster (docs/pool.md)
         const bool minb8 = env::get_int("TORCH_DNN_POOL_GLOBAL_MINB", 1) == 8;
         if (!aligned16(x))
           launch_smem(global_avg_nc_chunk<T, 1, PB, 1>, grid, kThreads, smem, stream, xp, yp, planes, int(P));

@@ -173,8 +173,8 @@ class _FunctionalOps:
 
     Why below the Autograd key: even the ops' C++ autograd kernels cost host time to enter and leave, and an op whose
     formula is registered from Python (torch.library.register_autograd without a C++ kernel; none at present) would
-    go C++ -> Python (autograd_impl) -> C++ again: about 5-10 us of host time per call, which is the whole budget
-    of a decode-sized GEMM or a small pooling kernel. Below the Autograd key the op's result is the same (it would
+    go C++ -> Python (autograd_impl) -> C++ again: host time per call comparable to the whole GPU time of a
+    decode-sized GEMM or a small pooling kernel. Below the Autograd key the op's result is the same (it would
     not have required grad anyway). A call that records a graph calls the op, whose autograd kernel records it.
     Neither shortcut is taken for ops that mutate an argument (the autograd layer bumps their version counters),
     under forward-mode AD, or while torch.compile traces (the plain op is what it should see)."""

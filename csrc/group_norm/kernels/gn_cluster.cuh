@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_bwd(GnParams<T>
 //                 fits one CTA tile (forward) or shared memory (backward, run_backward), clusters beyond that
 //                 (the per-(n, group) kernels measured faster there: docs/group_norm.md)
 //   cluster       the cluster plan wherever it applies
-//   smem          the per-(n, group) kernels (the plan before clusters) wherever they apply
+//   smem          the per-(n, group) kernels wherever they apply
 // TORCH_DNN_GN_CLUSTER_MAX (1..16, default 16) caps the cluster size (a power of two up to it);
 // TORCH_DNN_GN_TILE_KB (default 50: 4 CTAs an SM) is the CTA tile budget that sets it.
 enum class GnPlan { Auto, Cluster, Smem };

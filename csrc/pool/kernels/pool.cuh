@@ -200,7 +200,7 @@ __device__ __forceinline__ void fwd_one(const T* xv, int64_t step, T* yo, int64_
     if constexpr (KH > 0) {
       // taps (h0 + i, w0 + j): the window before clipping; those outside the input are skipped
       // one window row's KW loads in flight at a time: all KH * KW of them took 139 registers (one block of
-      // 256 threads per SM on the H100) for 16-byte max pooling, half the bandwidth of the plain loop
+      // 256 threads an SM) for 16-byte max pooling, which halved the bandwidth
       const int64_t h0 = oh * aH.s - aH.p, w0 = ow * aW.s - aW.p;
 #pragma unroll 1
       for (int i = 0; i < KH; ++i) {
@@ -453,8 +453,8 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_nc(const T* __restrict__ g,
 
 // channels-last: x is [N, P, C] with P = D * H * W. A block sums `groups` channel groups of V channels over
 // all P rows: (256 / groups) row lanes each take every lanes-th row, then lane sums are added in lane order.
-// U = 4 is held to 64 registers (4 blocks an SM; it took 74, 3 blocks): 256x2048x7x7 bf16 on the H100, GPU time
-// 0.0239 -> 0.0222 ms (20 bytes of spills, loop invariants).
+// U = 4 is held to 64 registers: 4 blocks an SM instead of 3 (at 74), worth more than its 20 bytes of spills (loop
+// invariants; docs/pool.md).
 template <typename T, int V, int U>
 __global__ void __launch_bounds__(kThreads, U == 4 ? 4 : 1) global_avg_cl(const T* x, T* y, int64_t N, int64_t P, int64_t C,
                                                           int groups) {
@@ -479,8 +479,8 @@ __global__ void __launch_bounds__(kThreads, U == 4 ? 4 : 1) global_avg_cl(const 
     if (cg < G && lane < lanes) {
       const T* xp = x + n * P * C + cg * V;
       // U rows' loads in flight before their adds, kept as raw vectors (4 registers each; converted on load they
-      // took 0.0260 ms for 256x2048x7x7 bf16 on the H100, raw 0.0238). U = 8 (a lane's 6-7 rows in one round at
-      // 7x7) took 128 registers, 2 blocks an SM: 0.0298 ms (0.0435 after the 32-bit block arithmetic: not looked into).
+      // took more registers and measured slower). U = 8 (a lane's 6-7 rows in one round at 7x7) takes 128
+      // registers, 2 blocks an SM, and measured slower (docs/pool.md).
       for (int64_t r0 = lane; r0 < P; r0 += U * lanes) {
         Vec<T, V> v[U];
 #pragma unroll

@@ -11,9 +11,8 @@
 //             only output rows a - 1 and a cover; a slot holds one grad row (and max's int64 index row); an
 //             item reads its 2 x 2 covering outputs from shared memory and writes the sh x sw inputs it owns.
 // The per-item kernels (pool_fwd_cl2d, pool_bwd_cl_owner) read each input 2.25 times (3x3/2) and each output's
-// 64 index bytes 4 times through L1/L2; these read them once. A first version staged a whole band per block in
-// one copy and computed after it (no copies in flight during the compute): no faster than the per-item kernels
-// (benchmarks/NOTES.md).
+// 64 index bytes 4 times through L1/L2; these read them once. The ring keeps copies in flight during the compute:
+// a whole band staged in one copy and computed after it was no faster than the per-item kernels (docs/pool.md).
 // Sizes inside a slice are 32-bit (the host checks); slice offsets are 64-bit.
 #pragma once
 #include "common/cuda/bulk_copy.cuh"
@@ -346,10 +345,9 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_bwd_cl_band(const T* __r
 
 // TORCH_DNN_POOL_CL_BAND=0: the per-item channels-last kernels instead of the bands (A/B runs and tests); so do
 // the older knobs that force one of those kernels (TORCH_DNN_POOL_CL_FWD=item|taps, TORCH_DNN_POOL_CL_BWD=item).
-// TORCH_DNN_POOL_CL_BAND=1: the bands for every case they apply to. Unset: average pooling's forward only, the
-// one case where they beat the per-item kernels on the H100 (64x64x112x112 bf16 3x3/2: avg forward 0.0568 ms
-// against 0.0636; max forward 0.1101 against 0.0942, max backward 0.1300 against 0.1243, avg backward 0.0670
-// against 0.0619; benchmarks/NOTES.md).
+// TORCH_DNN_POOL_CL_BAND=1: the bands for every case they apply to. Unset: average pooling's forward only, and
+// only where the 32-bit taps kernel does not apply (tensors of 2^31 elements or more): the taps kernel, and for the
+// other cases the per-item kernels, measured faster (docs/pool.md).
 enum class BandUse { Off, Auto, All };
 inline BandUse cl_band_use() {
   if (env::is("TORCH_DNN_POOL_CL_BAND", "0")) return BandUse::Off;
@@ -445,8 +443,8 @@ bool launch_band_fwd(const T* x, T* y, int64_t* ind, const PoolShape& s, cudaStr
   if constexpr (V == 1) {  // the rows are copied as 16-byte channel vectors
     return false;
   } else {
-    // by default the bands take avg only where the 32-bit taps kernel does not (it measured faster: 0.0430 against
-    // 0.0495 ms GPU time for 3x3/2 on 64x64x112x112 bf16, H100); TORCH_DNN_POOL_CL_BAND=1 forces them
+    // by default the bands take avg only where the 32-bit taps kernel does not (it measured faster; docs/pool.md);
+    // TORCH_DNN_POOL_CL_BAND=1 forces them
     const bool want = cl_band_use() == BandUse::All ||
                       (OP == Op::Avg && cl_band_use() == BandUse::Auto && !cl2d32_applies(s, V));
     if (!want || !band_applies(s) || s.ax[1].d != 1 || s.ax[2].d != 1 || s.ax[1].k != KH || s.ax[2].k != KW ||

@@ -15,9 +15,9 @@
 namespace torch_dnn {
 namespace pool {
 
-// The chunk is kept in shared memory as loaded (T), converted where summed: with the chunk converted to float on
-// its way in it took 62 registers (4 blocks an SM) and 0.0228 ms at 256x2048x7x7 bf16 on the H100, now 48 and
-// 0.0199. MINB: blocks an SM that the registers must allow (8: 32 registers, 0.0202 ms).
+// The chunk is kept in shared memory as loaded (T), converted where summed: converted to float on its way in it took
+// 62 registers (4 blocks an SM) against 48 (5 blocks), and measured slower. MINB: blocks an SM that the registers
+// must allow (8: 32 registers; no faster, docs/pool.md).
 // PS: the plane size P when known at compile time (kStaticP: 7x7), 0 otherwise.
 template <typename T, int V, int PB, int MINB, int PS = 0>
 __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* __restrict__ x, T* __restrict__ y,
@@ -71,11 +71,9 @@ __device__ __forceinline__ int64_t column_start(int64_t t, FastDivmod32 by_g, in
 }
 
 // channels-last, a thread a column (n, channel vector c) of x[N][P][C]: P rows, U loads in flight, summed in row
-// order. Held to <= 128 registers: 2 blocks of 256 an SM keep 256x2048x7x7's 65536 columns all resident. On the
-// H100 (bf16): U = 4 0.0248 ms, 7 0.0199-0.0200 (the default), 8 0.0202 (126 registers); U = 16 took 178
-// registers (two waves of blocks): 0.0233. Rows past P loading zeros with every add running took 83 registers at U = 8 but 0.0207 ms;
-// two threads a column (their sums added by a shuffle) 0.0210; two register stages of 4 / 7 rows, the next one's
-// loads issued before this one's adds, 0.0212 / 0.0270 (7: spills).
+// order. Held to <= 128 registers: 2 blocks of 256 an SM keep 256x2048x7x7's 65536 columns all resident (U = 16
+// took 178 registers and two waves of blocks). U = 7 by default, the fastest of 4, 7 and 8; fewer registers by
+// loading zeros past P, two threads a column, or two pipelined register stages all measured slower (docs/pool.md).
 // PS: P when known at compile time (kStaticP), 0 otherwise.
 template <typename T, int V, int U, int PS = 0>
 __global__ void __launch_bounds__(kThreads, 2) global_avg_cl_col(const T* __restrict__ x, T* __restrict__ y,

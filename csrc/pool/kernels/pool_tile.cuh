@@ -225,8 +225,7 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile(const T* __restrict__ 
 // (-inf for max, 0 for avg; rows above / below the input as whole padding rows), the real columns starting at
 // tile column LP = pw rounded up to the vector (so the staging stores stay 16-byte vectors): every tap is then
 // an unconditional shared-memory read at a fixed offset from the window's corner. pool_fwd_tile's per-tap
-// bounds checks and index arithmetic made it issue-bound on the H100 (ncu: SM throughput 76-83%, DRAM 40-46%
-// at base clocks; 67% / 55% of copy for max / avg 3x3/2 bf16 in the harness).
+// bounds checks and index arithmetic made it issue-bound (ncu: SM throughput well above DRAM throughput).
 // Max: a -inf padding tap never wins (strict >), so the winner and the all--inf fallback (the first in-bounds
 // tap) are PyTorch's; NaN taps win as they come (the last NaN). Avg: padding adds zeros; the divisor is as before.
 struct PadGeo {
@@ -237,7 +236,7 @@ struct PadGeo {
 
 // Persistent blocks, two tile buffers: the next band's rows are copied in (cp.async for 16-byte vectors, so
 // without registers) while this band's outputs are computed. One buffer a block left the block's DRAM
-// reads idle for its whole compute phase (avg 3x3/2 NCHW bf16 ran at 57% of copy).
+// reads idle for its whole compute phase.
 // How pool_fwd_tile_pad's threads take a band's outputs: one output an item; two neighbours along W (avg,
 // stride 2); or a column strip (3x3 windows at stride 2 x 2): a thread per output column walking down a
 // group of output rows, each input row's 3 taps reduced once (sum, or max with its column) and shared by the
@@ -318,10 +317,10 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
     }
   };
   // sm_90 (and the host emulation), rows of whole 16-byte vectors: a bulk copy a real row (issued by as many
-  // threads as rows: ~40 instructions a band-warp instead of ~35 a vector; the staging was half the issue
+  // threads as rows: a few instructions a band-warp instead of dozens a vector; the staging was half the issue
   // slots), completing on `bar`; the padding (rows outside the input, columns [0, LP) and [LP + W, P)) by stores
 #if defined(TORCH_DNN_HAS_BULK_COPY) || defined(TORCH_DNN_EMULATE_CUDA)
-  // avg only: on the H100 (ncu, base clocks) avg 3x3/2 went 58.5 -> 52.6 us, max 90.9 -> 97.0 us (not profiled)
+  // avg only: it made avg faster and max slower (not profiled; docs/pool.md)
   constexpr bool kBulk = V * sizeof(T) == 16 && OP == Op::Avg;
 #else
   constexpr bool kBulk = false;
@@ -622,7 +621,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ 
 // o, o = (h + p) / s its owner. A band is a range of owner rows [o0, o1); the staged grad rows are
 // [o0 - 1, o1). A thread takes one owner (oh, ow): it reads the 2 x 2 outputs (o - 1, o) x (o - 1, o) from
 // shared memory once and writes the s x s inputs it owns, so the covering arithmetic is per owner, not per
-// input (the per-input gather above spends ~60 instructions an input on it: instruction-bound at ~1.2 TB/s).
+// input (the per-input gather above spends ~60 instructions an input on it: instruction-bound).
 template <typename T, Op OP>
 __global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restrict__ g,
                                                                  const int64_t* __restrict__ ind,
@@ -733,7 +732,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restr
 // of a row with one 16-byte store. Avg: the covering rows are added first (6 column values), then each input
 // adds its 1 or 2 columns (a fixed pattern for the compile-time column padding PW). Max: each input compares
 // its (at most) 2 x 2 covering outputs' indices, in PyTorch's (row, column) order. The owner kernel above
-// wrote 2-byte elements and re-derived the covering per input: ~30% of copy on the H100 for avg.
+// writes 2-byte elements and re-derives the covering per input: issue-bound, far below the copy ceiling for avg.
 //
 // Avg with RUN (the default): the band's grad rows are one contiguous run of g, read as 16-byte vectors
 // (stage_run) instead of element by element with 64-bit indices (that loop was half of the kernel's
@@ -892,7 +891,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
 inline bool nc_item() {
   return env::is("TORCH_DNN_POOL_NC", "item");
 }
-// TORCH_DNN_POOL_GLOBAL=old: the first global-average kernels (forward: a warp per plane, rows one at a time;
+// TORCH_DNN_POOL_GLOBAL=old: the generic global-average kernels (forward: a warp per plane, rows one at a time;
 // backward: the generic gather) instead of the chunked forward and the broadcast backward.
 inline bool global_old() {
   return env::is("TORCH_DNN_POOL_GLOBAL", "old");
@@ -915,13 +914,12 @@ inline ColumnDiv column_div(int64_t columns) {
 
 // The one volume the global-average kernels also take as a compile-time constant: 7x7, the last feature map of
 // ImageNet CNNs at 224 (ResNet, RegNet, EfficientNet, ...). With P known the row loop's trip count, predicates
-// and addresses fold: on the H100, 256x2048x7x7 bf16 channels-last 19.55 -> 19.25 us a call in a standalone copy
-// of the column kernel (benchmarks/experiments/global_read), 0.0198 -> 0.0195 ms in the harness (NCHW's chunk kernel:
-// within noise). TORCH_DNN_POOL_GLOBAL_STATIC=0: runtime P everywhere.
+// and addresses fold, which gave the channels-last column kernel its last percent to the target (NCHW's chunk
+// kernel: within noise; docs/pool.md). TORCH_DNN_POOL_GLOBAL_STATIC=0: runtime P everywhere.
 constexpr int kStaticP = 49;
 inline bool global_static_p(int64_t P) { return P == kStaticP && !env::is("TORCH_DNN_POOL_GLOBAL_STATIC", "0"); }
 
-// TORCH_DNN_POOL_NC_FWD=unpadded: the NCDHW forward's first tile kernel (bounds-checked taps) for 3x3 windows
+// TORCH_DNN_POOL_NC_FWD=unpadded: the NCDHW forward's unpadded tile kernel (bounds-checked taps) for 3x3 windows
 // instead of the padded tiles.
 inline bool tile_unpadded() {
   return env::is("TORCH_DNN_POOL_NC_FWD", "unpadded");
@@ -1271,7 +1269,7 @@ inline bool cl_bwd_item() {
 }
 
 // Owner rows an item of pool_bwd_cl_k3_strip: TORCH_DNN_POOL_CL_BWD_STRIP (A/B runs; 0 or 1: one owner an item),
-// else 2 for max, 4 for avg (the H100's best of 1, 2, 4, 8 at 64x64x112x112 bf16, two runs each).
+// else 2 for max, 4 for avg (the best of 1, 2, 4 and 8 measured; docs/pool.md).
 inline int owner_strip(bool max) {
   return env::get_int("TORCH_DNN_POOL_CL_BWD_STRIP", max ? 2 : 4);
 }
@@ -1305,8 +1303,8 @@ namespace pool {
 
 // ---- channels-last forward, 2-D windows of exactly KH x KW taps (dilation 1), trivial depth window ----
 // As pool_fwd_cl (pool.cuh) but with every tap's 16-byte load issued before any is used (KH * KW loads in
-// flight a thread instead of KW: the row-at-a-time loop keeps ~36 KB in flight per SM, short of what 3 TB/s
-// needs), 32-bit in-slice positions and int32 running indices (widened on the store), so that the nine
+// flight a thread instead of KW: the row-at-a-time loop keeps ~36 KB in flight per SM, short of what the copy
+// ceiling needs), 32-bit in-slice positions and int32 running indices (widened on the store), so that the nine
 // loads fit in registers (the 64-bit version took 139). Bounded to 2 blocks per SM (128 registers): with 3
 // (80 registers) bf16 3x3 spilled 124 bytes; 512 threads x 9 x 16 B = 72 KB of loads in flight per SM is ample.
 // The taps kernels' window reduction (pool_fwd_cl2d, pool_fwd_cl2d32): raw[i][j] holds tap (hs + i, ws + j) where
@@ -1385,9 +1383,8 @@ __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict
 
 // Channels-last 2-D forward: the taps kernels (all taps' loads in flight: pool_fwd_cl2d32 below 2^31 elements,
 // else pool_fwd_cl2d) or the row-at-a-time kernel (pool.cuh). taps_default: max pooling, and avg pooling where
-// pool_fwd_cl2d32 applies (on the H100, 64x64x112x112 bf16 3x3/2: max 63% -> 82% of copy with the 64-bit taps
-// kernel, 92% with the 32-bit one; avg 67% -> 46% with the 64-bit one, its 2 blocks/SM bound costing more than the
-// taps win, 99% (GPU time) with the 32-bit one). TORCH_DNN_POOL_CL_FWD=item / =taps forces one kernel for both.
+// pool_fwd_cl2d32 applies (for avg the 64-bit taps kernel's 2 blocks/SM bound costs more than the taps win;
+// docs/pool.md). TORCH_DNN_POOL_CL_FWD=item / =taps forces one kernel for both.
 inline bool cl_fwd_taps(bool taps_default) {
   return env::choice("TORCH_DNN_POOL_CL_FWD", "taps", "item", taps_default);
 }
@@ -1395,8 +1392,8 @@ inline bool cl_fwd_taps(bool taps_default) {
 // ---- pool_fwd_cl2d for tensors of fewer than 2^31 elements: all offsets 32-bit ----
 // The same taps (every one of the KH x KW 16-byte loads issued before any is used) with 32-bit item and offset
 // arithmetic and one item a thread: 126 registers became <= 64 for avg (4 blocks of 256 an SM instead of 2: the
-// loads in flight an SM doubled) and <= 85 for max (3 blocks; its running maxima and indices spilled at 64). torch.compile's kernel for 3x3/2 avg (the same loads, 44 registers) ran at 99% of
-// copy where pool_fwd_cl2d ran at 74% (GPU time, H100).
+// loads in flight an SM doubled) and <= 85 for max (3 blocks; its running maxima and indices spilled at 64), the
+// register budget of torch.compile's kernel of the same form (docs/pool.md).
 struct Cl2dArgs {
   FastDivmod32 by_cv, by_ow, by_oh, by_d;
   int items, C, D, H, W, OH, OW, sh, sw, ph, pw;
