@@ -5,8 +5,8 @@
 // on (create_graph=True) the gradients are ATen ops instead (create_graph_grads), so that they can be differentiated
 // again.
 // Why in C++: on a device host whose CPU is slow, F.batch_norm's forward + backward through the Python Function
-// took 370 us a step against PyTorch's 211 (4x64x4x4 on an H100 host; the two ops alone 25 + 29 us): the
-// Function's forward and, on the autograd thread, its Python backward (benchmarks/NOTES.md, twenty-fifth session).
+// took far longer than PyTorch's, the ops themselves a small part of it: the Function's forward and, on the
+// autograd thread, its Python backward (docs/batch_norm.md).
 #include "activation/activation_create_graph.h"
 #include "batch_norm/batch_norm_ops.h"
 #include "common/autograd_kernel.h"

@@ -728,7 +728,7 @@ __device__ __forceinline__ void trace_point(unsigned long long* trace, int k) {
 
 // All blocks of the co-resident grid meet here, the writes before visible to all after: cooperative groups'
 // grid barrier, whose counter the cooperative launch provides (an own counter needed a memset before every
-// launch: ~12 us of host time a call on the device's CPU).
+// launch, which cost more host time than the launch itself).
 __device__ __forceinline__ void grid_barrier() { cooperative_groups::this_grid().sync(); }
 
 // Per-thread sums s += a, q += a * b over V channels, folded into (S, Q) every kFold rows (two-level
@@ -1132,8 +1132,9 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_fwd(PersistFwdA
   // the residual is read from global memory (x alone fills the chunk images): a chunk's two rows of the thread
   // (16 KB chunks: two rows a thread at any C) are loaded together when the chunk starts, so that their latencies
   // overlap; other rows are loaded where used. TORCH_DNN_BN_RES_PREFETCH=0: every row where used (A/B). And when a
-  // chunk starts, the residual of the chunk res_ahead later in pass 2's order is asked of the L2 (a bulk prefetch:
-  // H100, bn_add_act fwd+bwd 0.4338 -> 0.4257 ms at 1 chunk, 0.4293 at 2, 0.4374 at 4; TORCH_DNN_BN_RES_AHEAD).
+  // chunk starts, the residual of the chunk res_ahead later in pass 2's order is asked of the L2 (a bulk prefetch;
+  // one chunk ahead measured best, deeper prefetches compete with the stream: docs/batch_norm.md;
+  // TORCH_DNN_BN_RES_AHEAD).
   Vec<T, V> r0v, r1v;
   int64_t rbase = -1;
   const auto pre = [&](int k, int n) {
@@ -1282,7 +1283,7 @@ __global__ void __launch_bounds__(kPersistThreads, 1) bn_persist_bwd(PersistBwdA
 
 // The geometry of a persistent launch over NT tensors a row (1 forward, 2 backward, 3 with a residual); false
 // when the device (before sm_90) or the shape does not fit it: the separate passes run then. Knobs
-// (benchmarks/NOTES.md): TORCH_DNN_BN_PERSIST=0 off; TORCH_DNN_BN_CACHE_KB caps a block's cached chunks;
+// (docs/batch_norm.md): TORCH_DNN_BN_PERSIST=0 off; TORCH_DNN_BN_CACHE_KB caps a block's cached chunks;
 // TORCH_DNN_BN_L2_MB sets the share of the grid's last streamed chunks loaded with evict_last; TORCH_DNN_BN_RING /
 // TORCH_DNN_BN_CHUNK_KB the ring (launch_persist_forward reads the residual's two, TORCH_DNN_BN_RES_PREFETCH and
 // TORCH_DNN_BN_RES_AHEAD).
