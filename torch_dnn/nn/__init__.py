@@ -1,21 +1,22 @@
 """Drop-in modules: subclasses of the torch.nn modules (same constructor, extra_repr, parameters and
-state_dict keys) whose forward runs torch_dnn ops."""
-from torch_dnn.nn.activation import (  # noqa: F401
-    ELU, GELU, Hardsigmoid, Hardswish, Hardtanh, LeakyReLU, Mish, ReLU, ReLU6, Sigmoid, SiLU, Softplus, Tanh,
-    BiasAct,
-)
-from torch_dnn.nn.softmax import LogSoftmax, Softmax  # noqa: F401
-from torch_dnn.nn.norm import AddLayerNorm, AddRMSNorm, LayerNorm, RMSNorm  # noqa: F401
-from torch_dnn.nn.pool import (  # noqa: F401
-    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveAvgPool3d, AdaptiveMaxPool1d, AdaptiveMaxPool2d, AdaptiveMaxPool3d,
-    AvgPool1d, AvgPool2d, AvgPool3d, LPPool1d, LPPool2d, MaxPool1d, MaxPool2d, MaxPool3d,
-)
-from torch_dnn.nn.batch_norm import BatchNorm1d, BatchNorm2d, BatchNorm3d, BatchNormAddAct, SyncBatchNorm  # noqa: F401
-from torch_dnn.nn.group_norm import GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d  # noqa: F401
-from torch_dnn.nn.lrn import LocalResponseNorm  # noqa: F401
-from torch_dnn.nn.linear import FusedAway, Linear, LinearAct  # noqa: F401
+state_dict keys) whose forward runs torch_dnn ops, and torch_dnn's own modules (BiasAct, AddLayerNorm, ...).
 
-from torch_dnn.nn import pool as _pool  # noqa: E402
+The names are those of each family's nn module's __all__ (torch_dnn/nn/<module>.py), for every family of
+torch_dnn/family_table.py that has one, bound here at import. Importing the nn modules also fills
+torch_dnn.convert's swap map: each drop-in declares the torch.nn type it replaces with @register_swap.
+"""
+import importlib as _importlib
 
-if hasattr(_pool, "LPPool3d"):
-    LPPool3d = _pool.LPPool3d
+from torch_dnn.family_table import TABLE as _TABLE
+
+__all__ = []
+for _family in _TABLE:
+    if _family.nn_module is None:
+        continue
+    _module = _importlib.import_module(_family.nn_module)
+    for _name in _module.__all__:
+        if _name in globals():
+            raise ImportError(f"torch_dnn.nn: {_name!r} of family {_family.name!r} is already defined")
+        globals()[_name] = getattr(_module, _name)
+        __all__.append(_name)
+del _family, _module, _name

@@ -4,6 +4,9 @@ import torch
 from torch_dnn import functional as F
 from torch_dnn.convert import register_swap
 
+__all__ = ["ReLU", "ReLU6", "Hardtanh", "LeakyReLU", "ELU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softplus", "Mish",
+           "Hardswish", "Hardsigmoid", "BiasAct"]
+
 
 @register_swap(torch.nn.ReLU)
 class ReLU(torch.nn.ReLU):

@@ -5,6 +5,8 @@ from torch_dnn import functional as F
 from torch_dnn.convert import register_swap
 from torch_dnn.ops import batch_norm as _ops_bn
 
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "BatchNormAddAct"]
+
 
 def _factor_and_mode(m):
     # torch.nn.modules.batchnorm._BatchNorm.forward's logic, unchanged

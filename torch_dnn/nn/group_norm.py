@@ -5,6 +5,8 @@ import torch
 from torch_dnn import functional as F
 from torch_dnn.convert import register_swap
 
+__all__ = ["GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]
+
 
 @register_swap(torch.nn.GroupNorm)
 class GroupNorm(torch.nn.GroupNorm):

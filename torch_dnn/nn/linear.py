@@ -5,6 +5,8 @@ import torch
 from torch_dnn import functional as F
 from torch_dnn.convert import register_swap
 
+__all__ = ["Linear", "LinearAct", "FusedAway"]
+
 
 @register_swap(torch.nn.Linear)
 class Linear(torch.nn.Linear):

@@ -4,6 +4,8 @@ import torch
 from torch_dnn import functional as F
 from torch_dnn.convert import register_swap
 
+__all__ = ["LayerNorm", "RMSNorm", "AddLayerNorm", "AddRMSNorm"]
+
 
 @register_swap(torch.nn.LayerNorm)
 class LayerNorm(torch.nn.LayerNorm):

@@ -4,6 +4,9 @@ import torch
 from torch_dnn import functional as F
 from torch_dnn.convert import register_swap
 
+__all__ = [f"{kind}{r}d" for kind in ("MaxPool", "AvgPool", "AdaptiveAvgPool", "AdaptiveMaxPool") for r in (1, 2, 3)]
+__all__ += ["LPPool1d", "LPPool2d"] + (["LPPool3d"] if hasattr(torch.nn, "LPPool3d") else [])  # torch >= 2.2
+
 
 @register_swap(torch.nn.MaxPool1d)
 class MaxPool1d(torch.nn.MaxPool1d):

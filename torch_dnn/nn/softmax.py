@@ -4,6 +4,8 @@ import torch
 from torch_dnn import functional as F
 from torch_dnn.convert import register_swap
 
+__all__ = ["Softmax", "LogSoftmax"]
+
 
 @register_swap(torch.nn.Softmax)
 class Softmax(torch.nn.Softmax):

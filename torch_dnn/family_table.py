@@ -1,0 +1,63 @@
+"""The op families, declared once. Every list of families is generated from TABLE:
+
+- torch_dnn.ops imports each family's ops module (which registers its fake kernels, autograd and autocast);
+- torch_dnn.functional re-exports the names in each ops module's FUNCTIONAL;
+- torch_dnn.nn re-exports the names in each nn module's __all__ (whose @register_swap declarations fill
+  torch_dnn.convert's swap map);
+- torch_dnn.selfcheck (python -m torch_dnn) runs each ops module's selfcheck_cases();
+- benchmarks/run.py runs each family's benchmark cases module.
+
+A row names a family; its files follow from the name (docs/adding-a-family.md):
+
+    csrc/<name>/                      schemas, CPU kernels, CUDA launcher, kernels, autograd (compiled by glob)
+    torch_dnn/ops/<name>.py           fake kernels, Python autograd formulas, autocast, functional wrappers,
+                                      FUNCTIONAL, selfcheck_cases()
+    torch_dnn/nn/<nn>.py              drop-in modules and __all__ (nn defaults to the name)
+    tests/test_<name>.py              the family's tests
+    benchmarks/cases_<name>.py        cases(quick) -> list of benchmarks.harness.Case (unless benchmarks=False)
+
+The order of TABLE is the order of python -m torch_dnn's rows and of a benchmark run over every family. A family
+may import an earlier one's ops module (lrn uses group_norm's), never a later one's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    nn: str | None = ""  # torch_dnn/nn/<nn>.py; "" means the family's name, None a family without modules
+    benchmarks: bool = True  # whether benchmarks/cases_<name>.py exists
+
+    @property
+    def ops_module(self) -> str:
+        return f"torch_dnn.ops.{self.name}"
+
+    @property
+    def nn_module(self) -> str | None:
+        return None if self.nn is None else f"torch_dnn.nn.{self.nn or self.name}"
+
+    @property
+    def benchmark_module(self) -> str | None:
+        return f"benchmarks.cases_{self.name}" if self.benchmarks else None
+
+    @property
+    def csrc_dir(self) -> str:
+        return f"csrc/{self.name}"
+
+    @property
+    def test_file(self) -> str:
+        return f"tests/test_{self.name}.py"
+
+
+TABLE = (
+    Family("activation"),
+    Family("softmax"),
+    Family("norm"),
+    Family("pool"),
+    Family("batch_norm"),
+    Family("group_norm"),
+    Family("lrn"),
+    Family("matmul", nn="linear"),
+)
