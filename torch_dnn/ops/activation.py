@@ -200,3 +200,26 @@ FUNCTIONAL = [
     "relu", "relu6", "hardtanh", "leaky_relu", "elu", "gelu", "silu", "sigmoid", "tanh", "softplus", "mish",
     "hardswish", "hardsigmoid", "bias_act",
 ]
+
+
+def selfcheck_cases():
+    """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
+    import torch.nn.functional as TF
+
+    from torch_dnn.reference.activation import BIAS_ACT_TORCH, bias_act_reference
+    from torch_dnn.testing import check_against_torch, random_like_case
+
+    pairs = {
+        "relu": (relu, TF.relu), "relu6": (relu6, TF.relu6), "hardtanh": (hardtanh, TF.hardtanh),
+        "leaky_relu": (leaky_relu, TF.leaky_relu), "elu": (elu, TF.elu), "gelu": (gelu, TF.gelu),
+        "silu": (silu, TF.silu), "sigmoid": (sigmoid, torch.sigmoid), "tanh": (tanh, torch.tanh),
+        "softplus": (softplus, TF.softplus), "mish": (mish, TF.mish), "hardswish": (hardswish, TF.hardswish),
+        "hardsigmoid": (hardsigmoid, TF.hardsigmoid),
+    }
+    out = [(name, lambda d, t, o=ours, p=theirs, n=name: check_against_torch(
+        o, p, [random_like_case((33, 65), t, d)], name=n)) for name, (ours, theirs) in pairs.items()]
+    out += [(f"bias_act[{act}]", lambda d, t, a=act: check_against_torch(
+        lambda x, b: bias_act(x, b, 1, a), lambda x, b: bias_act_reference(x, b, 1, a),
+        [random_like_case((4, 24, 5), t, d), random_like_case((24,), t, d)], name=f"bias_act {a}"))
+        for act in BIAS_ACT_TORCH]
+    return out

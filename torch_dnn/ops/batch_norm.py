@@ -283,3 +283,26 @@ def batch_norm_add_act(input, running_mean, running_var, weight=None, bias=None,
 
 
 FUNCTIONAL = ["batch_norm", "batch_norm_add_act"]
+
+
+def selfcheck_cases():
+    """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
+    import torch.nn.functional as TF
+
+    from torch_dnn.testing import check_against_torch, random_like_case
+
+    out = []
+    for cl in (False, True):
+        def make(d, t, cl=cl):
+            x = random_like_case((4, 16, 13, 11), t, d)
+            x = x.contiguous(memory_format=torch.channels_last) if cl else x
+            return [x, random_like_case((16,), t, d, low=0.5, high=1.5), random_like_case((16,), t, d),
+                    random_like_case((4, 16, 13, 11), t, d)]
+        out.append((f"batch_norm train{' NHWC' if cl else ''}", lambda d, t, m=make: check_against_torch(
+            lambda x, w, b, r: batch_norm(x, None, None, w, b, True), lambda x, w, b, r: TF.batch_norm(x, None, None, w, b, True),
+            m(d, t), name="batch_norm")))
+        out.append((f"batch_norm_add_act(relu) train{' NHWC' if cl else ''}", lambda d, t, m=make:
+                    check_against_torch(lambda x, w, b, r: batch_norm_add_act(x, None, None, w, b, r, "relu", True),
+                                        lambda x, w, b, r: torch.relu(TF.batch_norm(x, None, None, w, b, True) + r),
+                                        m(d, t), name="batch_norm_add_act")))
+    return out

@@ -156,3 +156,26 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
 
 FUNCTIONAL = ["group_norm", "instance_norm"]
+
+
+def selfcheck_cases():
+    """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
+    import torch.nn.functional as TF
+
+    from torch_dnn.testing import check_against_torch, random_like_case
+
+    pairs = {
+        "group_norm(4)": (lambda x, w, b: group_norm(x, 4, w, b), lambda x, w, b: TF.group_norm(x, 4, w, b)),
+        "instance_norm": (lambda x, w, b: instance_norm(x, weight=w, bias=b),
+                          lambda x, w, b: TF.instance_norm(x, weight=w, bias=b)),
+    }
+    out = []
+    for name, (ours, theirs) in pairs.items():
+        for cl in (False, True):
+            def make(d, t, cl=cl):
+                x = random_like_case((2, 16, 13, 11), t, d)
+                x = x.contiguous(memory_format=torch.channels_last) if cl else x
+                return [x, random_like_case((16,), t, d, low=0.5, high=1.5), random_like_case((16,), t, d)]
+            out.append((f"{name}{' NHWC' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make:
+                        check_against_torch(o, p, m(d, t), name="group_norm")))
+    return out

@@ -47,3 +47,19 @@ def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
 
 
 FUNCTIONAL = ["local_response_norm"]
+
+
+def selfcheck_cases():
+    """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
+    from torch_dnn.reference.lrn import local_response_norm_reference
+    from torch_dnn.testing import check_against_torch, random_like_case
+
+    out = []
+    for cl in (False, True):
+        def make(d, t, cl=cl):
+            x = random_like_case((2, 16, 13, 11), t, d)
+            return [x.contiguous(memory_format=torch.channels_last) if cl else x]
+        out.append((f"local_response_norm(5){' NHWC' if cl else ''}", lambda d, t, m=make:
+                    check_against_torch(lambda x: local_response_norm(x, 5, 1e-3, 0.75, 1.0),
+                                        lambda x: local_response_norm_reference(x, 5, 1e-3, 0.75, 1.0), m(d, t), name="lrn")))
+    return out

@@ -253,3 +253,25 @@ def linear(input, weight, bias=None):
 
 
 FUNCTIONAL = ["matmul", "mm", "bmm", "linear", "linear_act"]
+
+
+def selfcheck_cases():
+    """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
+    from torch_dnn.reference.matmul import linear_act_reference
+    from torch_dnn.testing import check_against_torch, random_like_case
+
+    pairs = {
+        "mm 97x65 @ 65x33": (mm, torch.mm, ((97, 65), (65, 33))),
+        "matmul 2x1x9x65 @ 3x65x33": (matmul, torch.matmul, ((2, 1, 9, 65), (3, 65, 33))),
+        "bmm 4x9x65 @ 4x65x33": (bmm, torch.bmm, ((4, 9, 65), (4, 65, 33))),
+        "linear 3x9x65 -> 33": (linear, torch.nn.functional.linear, ((3, 9, 65), (33, 65), (33,))),
+    }
+    out = [(name, lambda d, t, o=ours, p=theirs, ss=shapes, n=name: check_against_torch(
+        o, p, [random_like_case(s, t, d, low=-2, high=2) for s in ss], name=n))
+        for name, (ours, theirs, shapes) in pairs.items()]
+    for act in ("gelu", "silu", "relu"):
+        out.append((f"linear_act[{act}] + residual", lambda d, t, a=act: check_against_torch(
+            lambda x, w, b, r: linear_act(x, w, b, a, r), lambda x, w, b, r: linear_act_reference(x, w, b, a, r),
+            [random_like_case((37, 65), t, d, low=-2, high=2), random_like_case((33, 65), t, d, low=-1, high=1),
+             random_like_case((33,), t, d), random_like_case((37, 33), t, d)], name=f"linear_act {a}")))
+    return out

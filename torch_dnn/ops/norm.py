@@ -224,3 +224,29 @@ def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None):
 
 
 FUNCTIONAL = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]
+
+
+def selfcheck_cases():
+    """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
+    import torch.nn.functional as TF
+
+    from torch_dnn.reference.norm import add_layer_norm_reference, add_rms_norm_reference
+    from torch_dnn.testing import check_against_torch, random_like_case
+
+    pairs = {
+        "layer_norm": (lambda x, r, w, b, n: layer_norm(x, [n], w, b), lambda x, r, w, b, n: TF.layer_norm(x, [n], w, b)),
+        "rms_norm": (lambda x, r, w, b, n: rms_norm(x, [n], w), lambda x, r, w, b, n: TF.rms_norm(x, [n], w)),
+        "add_layer_norm": (lambda x, r, w, b, n: add_layer_norm(x, r, [n], w, b)[1],
+                           lambda x, r, w, b, n: add_layer_norm_reference(x, r, [n], w, b)[1]),
+        "add_rms_norm": (lambda x, r, w, b, n: add_rms_norm(x, r, [n], w)[1],
+                         lambda x, r, w, b, n: add_rms_norm_reference(x, r, [n], w)[1]),
+    }
+    out = []
+    for name, (ours, theirs) in pairs.items():
+        for shape in ((33, 100), (4, 3000)):
+            n = shape[-1]
+            out.append((f"{name}{list(shape)}", lambda d, t, o=ours, p=theirs, s=shape, n=n, nm=name: check_against_torch(
+                lambda x, r, w, b: o(x, r, w, b, n), lambda x, r, w, b: p(x, r, w, b, n),
+                [random_like_case(s, t, d), random_like_case(s, t, d), random_like_case((n,), t, d, low=0.5, high=1.5),
+                 random_like_case((n,), t, d)], name=nm)))
+    return out

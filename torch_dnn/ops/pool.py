@@ -281,3 +281,37 @@ def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
 
 FUNCTIONAL = [f"{kind}{r}d" for kind in KINDS for r in RANKS] + [
     f"{kind}{r}d_with_indices" for kind in ("max_pool", "adaptive_max_pool") for r in RANKS]
+
+
+def selfcheck_cases():
+    """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
+    import torch.nn.functional as TF
+
+    from torch_dnn.reference.pool import avg_pool1d_reference, avg_pool2d_reference, avg_pool3d_reference
+    from torch_dnn.testing import check_against_torch, random_like_case
+
+    pools = {
+        "max_pool2d 3x3/2 pad 1": (2, lambda x: max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)),
+        "avg_pool2d 3x3/2 pad 1": (2, lambda x: avg_pool2d(x, 3, 2, 1), lambda x: avg_pool2d_reference(x, 3, 2, 1)),
+        "adaptive_avg_pool2d(3)": (2, lambda x: adaptive_avg_pool2d(x, 3), lambda x: TF.adaptive_avg_pool2d(x, 3)),
+        "adaptive_max_pool2d(3)": (2, lambda x: adaptive_max_pool2d(x, 3), lambda x: TF.adaptive_max_pool2d(x, 3)),
+        "lp_pool2d(2) 3x3/2": (2, lambda x: lp_pool2d(x, 2, 3, 2), lambda x: TF.lp_pool2d(x, 2, 3, 2)),
+        "max_pool1d 3/2 pad 1": (1, lambda x: max_pool1d(x, 3, 2, 1), lambda x: TF.max_pool1d(x, 3, 2, 1)),
+        "avg_pool1d 3/2 pad 1": (1, lambda x: avg_pool1d(x, 3, 2, 1), lambda x: avg_pool1d_reference(x, 3, 2, 1)),
+        "max_pool3d 3x3x3/2 pad 1": (3, lambda x: max_pool3d(x, 3, 2, 1), lambda x: TF.max_pool3d(x, 3, 2, 1)),
+        "avg_pool3d 3x3x3/2 pad 1": (3, lambda x: avg_pool3d(x, 3, 2, 1), lambda x: avg_pool3d_reference(x, 3, 2, 1)),
+        "adaptive_avg_pool3d(1)": (3, lambda x: adaptive_avg_pool3d(x, 1), lambda x: TF.adaptive_avg_pool3d(x, 1)),
+    }
+    out = []
+    for name, (rank, ours, theirs) in pools.items():
+        for cl in (False, True):
+            def make(d, t, cl=cl, rank=rank):
+                x = random_like_case((2, 16) + (7, 13, 11)[3 - rank:], t, d)
+                if not cl:
+                    return x
+                if rank == 1:
+                    return x.transpose(1, 2).contiguous().transpose(1, 2)
+                return x.contiguous(memory_format=torch.channels_last if rank == 2 else torch.channels_last_3d)
+            out.append((f"{name}{' C-last' if cl else ''}", lambda d, t, o=ours, p=theirs, m=make:
+                        check_against_torch(o, p, [m(d, t)], name="pool")))
+    return out

@@ -61,3 +61,18 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 
 FUNCTIONAL = ["softmax", "log_softmax"]
+
+
+def selfcheck_cases():
+    """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
+    import torch.nn.functional as TF
+
+    from torch_dnn.testing import check_against_torch, random_like_case
+
+    out = []
+    for name, ours, theirs in (("softmax", softmax, TF.softmax), ("log_softmax", log_softmax, TF.log_softmax)):
+        for shape, dim in (((33, 100), -1), ((4, 3000), -1), ((6, 7, 5), 1)):
+            out.append((f"{name}{list(shape)} dim={dim}", lambda d, t, o=ours, p=theirs, s=shape, dm=dim, n=name:
+                        check_against_torch(lambda x: o(x, dm), lambda x: p(x, dm), [random_like_case(s, t, d)],
+                                            name=n)))
+    return out
