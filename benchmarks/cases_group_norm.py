@@ -1,10 +1,10 @@
-"""Benchmark cases of the group_norm family (and local_response_norm, csrc/lrn): group_norm(32) forward and
-backward on 64x256x56x56 bf16, NCHW and NHWC, against eager and torch.compile of the same function, and
-torch_dnn's other plans ("torch_dnn smem": the per-(n, group) kernels, TORCH_DNN_GN_PLAN=smem; "torch_dnn kN":
-the cluster plan with clusters of at most N CTAs, TORCH_DNN_GN_CLUSTER_MAX=N, tiles as large as that needs;
-"torch_dnn cluster": the cluster plan where the default keeps the old kernels, TORCH_DNN_GN_PLAN=cluster);
-instance_norm (2-D) forward; local_response_norm(5) forward. Bytes are the minimum traffic: each input read
-once, each output written once (parameters and statistics included, small)."""
+"""Benchmark cases of the group_norm family: group_norm(32) forward and backward on 64x256x56x56 bf16, NCHW
+and NHWC, against eager and torch.compile of the same function, and torch_dnn's other plans ("torch_dnn smem":
+the per-(n, group) kernels, TORCH_DNN_GN_PLAN=smem; "torch_dnn kN": the cluster plan with clusters of at most N
+CTAs, TORCH_DNN_GN_CLUSTER_MAX=N, tiles as large as that needs; "torch_dnn cluster": the cluster plan where the
+default keeps the old kernels, TORCH_DNN_GN_PLAN=cluster); instance_norm (2-D) forward (local_response_norm's
+case: cases_lrn.py). Bytes are the minimum traffic: each input read once, each output written once (parameters
+and statistics included, small)."""
 import math
 
 import torch
@@ -98,21 +98,7 @@ def _instance_norm_case(dtype):
                 bytes=2 * math.prod(shape) * es + 2 * c * es, target=">=90% copy", group="instance_norm / lrn")
 
 
-def _lrn_case(dtype):
-    shape = (64, 96, 55, 55)
-    es = torch.empty((), dtype=dtype).element_size()
-
-    def lrn(x):
-        return TF.local_response_norm(x, 5, 1e-4, 0.75, 2.0)
-
-    return Case("group_norm", "local_response_norm(5) fwd 64x96x55x55 NCHW bf16",
-                lambda: (rand_cuda(shape, dtype, "NCHW"),),
-                {"torch_dnn": lambda x: F.local_response_norm(x, 5, 1e-4, 0.75, 2.0), "eager": lrn,
-                 "compile": torch.compile(lrn, dynamic=False)},
-                bytes=2 * math.prod(shape) * es, target=">=80% copy", group="instance_norm / lrn")
-
-
 def cases(quick: bool = False):
     layouts = ["NCHW"] if quick else ["NCHW", "NHWC"]
     out = [c for lay in layouts for c in _gn_cases(torch.bfloat16, lay)]
-    return out + [_instance_norm_case(torch.bfloat16), _lrn_case(torch.bfloat16)]
+    return out + [_instance_norm_case(torch.bfloat16)]

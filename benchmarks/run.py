@@ -1,13 +1,14 @@
 """Entry point: python -m benchmarks.run [family ...] [--out DIR] [--md PATH] [--quick] [-k TEXT]
 (also reachable as python -m torch_dnn bench ...)."""
 import argparse
+import importlib
 
-from benchmarks import cases_activation, cases_batch_norm, cases_group_norm, cases_matmul, cases_norm, cases_pool, cases_softmax
 from benchmarks.harness import run
+from torch_dnn.family_table import TABLE
 
-FAMILIES = {"activation": cases_activation, "softmax": cases_softmax, "norm": cases_norm, "pool": cases_pool,
-            "group_norm": cases_group_norm, "matmul": cases_matmul,
-            "batch_norm": cases_batch_norm}
+# name -> module whose cases(quick) lists its benchmark cases: each family of torch_dnn/family_table.py that has
+# benchmarks/cases_<family>.py, in the table's order
+FAMILIES = {f.name: importlib.import_module(f.benchmark_module) for f in TABLE if f.benchmark_module}
 
 
 def main(argv=None):
