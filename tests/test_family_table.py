@@ -51,6 +51,7 @@ def test_every_registered_op_belongs_to_one_family():
 def test_family_pieces_exist(family):
     assert os.path.isfile(os.path.join(ROOT, family.csrc_dir, f"{family.name}.cpp"))
     assert os.path.isfile(os.path.join(ROOT, family.test_file))
+    assert os.path.isfile(os.path.join(ROOT, family.doc))
     ops_module = importlib.import_module(family.ops_module)
     assert getattr(torch_dnn.ops, family.name) is ops_module
     assert ops_module.FUNCTIONAL and ops_module.selfcheck_cases()

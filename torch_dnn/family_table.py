@@ -14,6 +14,7 @@ A row names a family; its files follow from the name (docs/adding-a-family.md):
                                       FUNCTIONAL, selfcheck_cases()
     torch_dnn/nn/<nn>.py              drop-in modules and __all__ (nn defaults to the name)
     tests/test_<name>.py              the family's tests
+    docs/<name>.md                    what the family's code does and why
     benchmarks/cases_<name>.py        cases(quick) -> list of benchmarks.harness.Case (unless benchmarks=False)
 
 The order of TABLE is the order of python -m torch_dnn's rows and of a benchmark run over every family. A family
@@ -49,6 +50,10 @@ class Family:
     @property
     def test_file(self) -> str:
         return f"tests/test_{self.name}.py"
+
+    @property
+    def doc(self) -> str:
+        return f"docs/{self.name}.md"
 
 
 TABLE = (
