@@ -3,12 +3,14 @@
 import argparse
 import importlib
 
+from benchmarks import cases_models
 from benchmarks.harness import run
 from torch_dnn.family_table import TABLE
 
 # name -> module whose cases(quick) lists its benchmark cases: each family of torch_dnn/family_table.py that has
-# benchmarks/cases_<family>.py, in the table's order
+# benchmarks/cases_<family>.py, in the table's order, then the benchmark-only entries (no op family of their own)
 FAMILIES = {f.name: importlib.import_module(f.benchmark_module) for f in TABLE if f.benchmark_module}
+FAMILIES["models"] = cases_models
 
 
 def main(argv=None):

@@ -1,0 +1,212 @@
+"""Whole networks (torch_dnn.reference.models) in training mode: a converted model's gradients are as accurate as
+the native model's.
+
+Each case builds one native float32 model from a fixed seed, a float64 copy of it (the reference) and a
+torch_dnn.convert-ed copy; all three run one forward and one backward of the same input and the same random
+grad_output. The converted model's output must pass the project's rule (torch_dnn.testing.compare: error against
+float64 at most 2x native float32's) and so must EVERY parameter's gradient (at most 3x). The error is relative,
+max-norm and l2, per parameter; the floor is torch_dnn.testing.error_floor(float32) = 1e-5, the floor every op
+test uses: a parameter whose native error is below it (most of them, in small models) is held to 3e-5 rather
+than to a ratio of two rounding noises. The assertion names the worst parameter (its error, native's, ratio).
+
+Small configurations run on the CPU; on CUDA (marked, skipped without a GPU) the full-size ResNet-50 and
+MobileNetV3-Large at 224x224, batch 8 and 16, and the 4 x 512 transformers (TF32 off: tests/conftest.py).
+"""
+import copy
+
+import pytest
+import torch
+
+import torch_dnn
+from torch_dnn.reference import models
+from torch_dnn.testing import GRAD_FACTOR, compare, error_floor
+
+CL = torch.channels_last
+
+
+def _image(batch, size):
+    return lambda gen: torch.randn(batch, 3, size, size, generator=gen)
+
+
+def _features(batch, tokens, features):
+    return lambda gen: torch.randn(batch, tokens, features, generator=gen)
+
+
+def _tokens(batch, tokens, vocab):
+    return lambda gen: torch.randint(0, vocab, (batch, tokens), generator=gen)
+
+
+# name -> (builder, input maker, memory formats); small enough for a few seconds each on a 2-core CPU
+CPU_CASES = {
+    "resnet": (lambda: models.ResNet((1, 1, 1, 1), 16, num_classes=10), _image(4, 64), ("contiguous", "channels_last")),
+    "resnet_no_zero_init": (lambda: models.ResNet((1, 1, 1, 1), 16, num_classes=10, zero_init_last=False),
+                            _image(4, 64), ("contiguous", "channels_last")),
+    "mobilenetv3": (lambda: models.MobileNetV3(models.MOBILENET_V3_SMALL_TEST, 16, 96, 128, num_classes=10),
+                    _image(4, 64), ("contiguous", "channels_last")),
+    "encoder": (lambda: models.TransformerEncoder(32, 64, depth=2, heads=4, num_classes=10), _features(4, 16, 32),
+                ("contiguous",)),
+    "llama": (lambda: models.LlamaDecoder(vocab=128, dim=64, depth=2, heads=4, kv_heads=2, max_len=64),
+              _tokens(2, 16, 128), ("contiguous",)),
+    "llama_no_rotary": (lambda: models.LlamaDecoder(vocab=128, dim=64, depth=2, heads=4, kv_heads=2, rotary=False),
+                        _tokens(2, 16, 128), ("contiguous",)),
+}
+
+CUDA_CASES = {
+    **{f"resnet50_b{b}": (models.resnet50, _image(b, 224), ("contiguous", "channels_last")) for b in (8, 16)},
+    **{f"mobilenetv3_large_b{b}": (models.mobilenet_v3_large, _image(b, 224), ("contiguous", "channels_last"))
+       for b in (8, 16)},
+    "encoder_4x512": (lambda: models.TransformerEncoder(512, 512, depth=4, heads=8), _features(16, 197, 512),
+                      ("contiguous",)),
+    "llama_4x512": (lambda: models.LlamaDecoder(vocab=32000, dim=512, depth=4, heads=8, kv_heads=2, max_len=512),
+                    _tokens(8, 256, 32000), ("contiguous",)),
+}
+
+
+def _params():
+    out = [pytest.param(name, fmt, "cpu", id=f"{name}-{fmt}-cpu")
+           for name, (_, _, fmts) in CPU_CASES.items() for fmt in fmts]
+    out += [pytest.param(name, fmt, "cuda", id=f"{name}-{fmt}-cuda", marks=pytest.mark.cuda)
+            for name, (_, _, fmts) in CUDA_CASES.items() for fmt in fmts]
+    return out
+
+
+def _to_format(t, fmt):
+    return t.contiguous(memory_format=CL) if fmt == "channels_last" else t
+
+
+def run_three(build, make_input, device, fmt, seed=0):
+    """(native, float64 copy, converted) after one forward + backward each of the same input and grad_output;
+    returns the three models, their outputs and the conversion report."""
+    torch.manual_seed(seed)
+    native = build().to(device).train()
+    if fmt == "channels_last":
+        native = native.to(memory_format=CL)
+    ref = copy.deepcopy(native).double()
+    ours, report = torch_dnn.convert(copy.deepcopy(native))
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = _to_format(make_input(gen).to(device), fmt)
+    x64 = x.double() if x.is_floating_point() else x
+    outs = [native(x), ref(x64), ours(x)]
+    g = torch.randn(outs[0].shape, generator=gen).to(device)
+    for m, y in zip((native, ref, ours), outs):
+        y.backward(g.to(y.dtype))
+    return (native, ref, ours), outs, report
+
+
+def grad_verdicts(native, ref, ours):
+    """One torch_dnn.testing.Verdict per parameter, plus each one's ratio: our error over native's (floored)."""
+    floor = error_floor(torch.float32)
+    rows = []
+    for (name, pn), (_, pr), (_, po) in zip(native.named_parameters(), ref.named_parameters(), ours.named_parameters()):
+        assert pn.grad is not None and po.grad is not None, f"{name}: no gradient"
+        v = compare(po.grad, pn.grad, pr.grad, grad=True, name=name)
+        ratio = max(eo / max(ep, floor) for eo, ep in zip(v.ours, v.peer)) if v.ours else float("inf")
+        rows.append((ratio, name, v))
+    return rows
+
+
+def worst_message(rows) -> str:
+    ratio, name, v = max(rows, key=lambda r: r[0])
+    bad = sum(not r[2] for r in rows)
+    # A parameter whose exact gradient is zero (a norm's bias feeding only a 1x1 conv and a training-mode norm,
+    # which subtracts any per-channel constant) leaves float32 no correct digit: both errors are then rounding
+    # noise of the cancelling sums, and their ratio compares the two reductions' accuracy, not a formula.
+    cancelled = " (its float64 gradient is zero up to rounding)" if v.peer[0] > 0.5 else ""
+    return (f"{bad} of {len(rows)} parameter gradients fail; worst {name}{cancelled}: ours {v.ours[0]:.3g} (max-norm), "
+            f"{v.ours[1]:.3g} (l2), native float32 {v.peer[0]:.3g}, {v.peer[1]:.3g}, ratio {ratio:.1f}x "
+            f"(allowed {GRAD_FACTOR}x, floor {error_floor(torch.float32):.0e}) | {v.message}")
+
+
+@pytest.mark.parametrize("name,fmt,device", _params())
+def test_model_grads_match_float64(name, fmt, device):
+    build, make_input, _ = (CPU_CASES if device == "cpu" else CUDA_CASES)[name]
+    (native, ref, ours), (y_native, y_ref, y_ours), report = run_three(build, make_input, device, fmt)
+    assert report.swapped, str(report)
+    assert not (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32), "TF32 must be off"
+    v = compare(y_ours, y_native, y_ref, name=f"{name} output")
+    assert v, v.message
+    rows = grad_verdicts(native, ref, ours)
+    assert len(rows) == len(list(native.parameters())) > 0
+    assert all(r[2] for r in rows), worst_message(rows)
+
+
+# ---------------------------------------------------------------- in-place ops on converted modules' outputs
+
+def _inplace_cases():
+    """(module, input shape): every module type the reference models convert, as they use it."""
+    return {
+        "BatchNorm2d": (lambda: torch.nn.BatchNorm2d(6), (4, 6, 5, 5)),
+        "ReLU": (lambda: torch.nn.ReLU(inplace=True), (4, 6, 5, 5)),
+        "Hardswish": (lambda: torch.nn.Hardswish(inplace=True), (4, 6, 5, 5)),
+        "Hardsigmoid": (lambda: torch.nn.Hardsigmoid(inplace=True), (4, 6, 5, 5)),
+        "MaxPool2d": (lambda: torch.nn.MaxPool2d(3, 2, 1), (4, 6, 9, 9)),
+        "AdaptiveAvgPool2d": (lambda: torch.nn.AdaptiveAvgPool2d(1), (4, 6, 5, 5)),
+        "LayerNorm": (lambda: torch.nn.LayerNorm(12), (4, 7, 12)),
+        "RMSNorm": (lambda: torch.nn.RMSNorm(12), (4, 7, 12)),
+        "Linear": (lambda: torch.nn.Linear(12, 10), (4, 7, 12)),
+        "GELU": (lambda: torch.nn.GELU(), (4, 7, 12)),
+        "SiLU": (lambda: torch.nn.SiLU(), (4, 7, 12)),
+    }
+
+
+def _add_after(mod, x, s, clone):
+    y = mod(x * 1)  # a non-leaf input, as inside a network (in-place modules may write into it)
+    if clone:
+        y = y.clone()
+    y += s  # `out += shortcut` on the module's own output
+    return torch.relu_(y)  # ReLU(inplace=True) after it
+
+
+@pytest.mark.parametrize("kind,fmt", [(k, f) for k, (_, shape) in _inplace_cases().items()
+                                      for f in ("contiguous", "channels_last")[:2 if len(shape) == 4 else 1]])
+def test_inplace_ops_after_converted_module(kind, fmt):
+    """`out += shortcut` and an in-place ReLU on a converted module's output give the gradients of the same
+    function written out of place (float64 reference), or raise where native PyTorch raises (an op that saved
+    its output for backward): never a silently wrong gradient."""
+    build, shape = _inplace_cases()[kind]
+    torch.manual_seed(0)
+    native = build()
+    ours, report = torch_dnn.convert(native)
+    assert len(report.swapped) == 1, str(report)
+    ref = copy.deepcopy(native).double()
+    x = _to_format(torch.randn(shape), fmt)
+    s0 = _to_format(torch.randn(native(x * 1).shape), fmt)
+
+    def run(mod, dtype, clone):
+        xi, si = (t.to(dtype, copy=True).requires_grad_() for t in (x, s0))
+        mod.zero_grad(set_to_none=True)
+        y = _add_after(mod, xi, si, clone)
+        gy = torch.linspace(-1, 1, y.numel(), dtype=torch.float64).view(y.shape).to(dtype)
+        y.backward(gy)
+        return [y, xi.grad, si.grad] + [p.grad for p in mod.parameters()]
+
+    try:
+        run(copy.deepcopy(native), torch.float32, clone=False)
+        native_raises = False
+    except RuntimeError:
+        native_raises = True
+    try:
+        got = run(ours, torch.float32, clone=False)
+    except RuntimeError as e:
+        assert native_raises, f"converted {kind}: in-place use of its output raised where PyTorch's does not: {e}"
+        return
+    peer = run(copy.deepcopy(native), torch.float32, clone=True)
+    want = run(ref, torch.float64, clone=True)
+    names = ["output", "input grad", "shortcut grad"] + [f"{n} grad" for n, _ in native.named_parameters()]
+    for n, a, b, r in zip(names, got, peer, want):
+        v = compare(a, b, r, grad=n != "output", name=f"{kind} {n}")
+        assert v, v.message
+
+
+@pytest.mark.parametrize("kind", ["ReLU", "Hardswish", "Hardsigmoid"])
+def test_converted_inplace_activation_writes_its_input(kind):
+    """ReLU(inplace=True) and friends, converted, return their input tensor with the result written into it."""
+    mod = torch_dnn.convert(_inplace_cases()[kind][0]())[0]
+    x = torch.randn(4, 6, 5, 5, requires_grad=True)
+    h = x * 1
+    want = getattr(torch.nn.functional, kind.lower())(h.detach().clone())
+    y = mod(h)
+    assert y.data_ptr() == h.data_ptr() and y.shape == h.shape
+    torch.testing.assert_close(h.detach(), want, rtol=0, atol=0)
+    y.sum().backward()
+    assert x.grad is not None
