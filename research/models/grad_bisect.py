@@ -63,9 +63,13 @@ def record(model, log):
             m.register_forward_hook(hook(name))
 
 
-def run(model, x, g):
+def run(model, x, g, hooks=True, sync=False):
     log = {"out": {}, "grad": {}, "order_f": [], "order_b": []}
-    record(model, log)
+    if hooks:
+        record(model, log)
+    if sync:  # the host waits for the device after every module: nothing is queued ahead
+        for m in model.modules():
+            m.register_forward_hook(lambda *_: torch.cuda.synchronize())
     x = x.clone().requires_grad_(True)
     y = model(x)
     (y * g.to(y.dtype)).sum().backward()
@@ -83,6 +87,9 @@ def main():
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--device", default="cuda")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--no-hooks", action="store_true", help="compare parameter gradients only")
+    p.add_argument("--sync", action="store_true", help="synchronise after every module's forward")
+    p.add_argument("--strides", action="store_true", help="print converted modules' output and gradient strides")
     a = p.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -93,9 +100,24 @@ def main():
     x = torch.randn(a.batch, 3, a.size, a.size, device=a.device).contiguous(memory_format=mf)
     with torch.no_grad():
         g = torch.randn_like(copy.deepcopy(base)(x))
-    nat = run(copy.deepcopy(base), x, g)
-    ours = run(swap(copy.deepcopy(base), a.only), x, g)
-    ref = run(copy.deepcopy(base).double(), x.double(), g.double())
+    h = not a.no_hooks
+    nat = run(copy.deepcopy(base), x, g, h, a.sync)
+    ours_model = swap(copy.deepcopy(base), a.only)
+    if a.strides:
+        shown = []
+        for name, m in ours_model.named_modules():
+            if type(m).__module__.startswith("torch_dnn"):
+                def fh(mod, inp, out, name=name):
+                    if len(shown) < 12 and isinstance(out, torch.Tensor):
+                        i = inp[0]
+                        msg = (f"  {name}: in {tuple(i.stride())} out {tuple(out.stride())} view={out._base is not None}"
+                               f" grad_fn={type(out.grad_fn).__name__}")
+                        shown.append(name)
+                        out.register_hook(lambda g, msg=msg: print(msg, "grad", tuple(g.stride()),
+                                                                     g.is_contiguous()))
+                m.register_forward_hook(fh)
+    ours = run(ours_model, x, g, h, a.sync)
+    ref = run(copy.deepcopy(base).double(), x.double(), g.double(), h, a.sync)
     print(f"# {a.model} batch {a.batch} {'channels_last' if a.channels_last else 'NCHW'} "
           f"converted: {a.only or 'all'}")
     print(f"{'module (backward order)':<40} {'type':<22} {'fwd ours':>9} {'fwd nat':>9} {'grad ours':>9} "
