@@ -136,6 +136,17 @@ def main():
             print(f"{key[0] + ('#' + str(key[1]) if key[1] else ''):<40} {types.get(key[0], '?'):<22} {fo:9.2e} {fn:9.2e} "
                   f"{eo:9.2e} {en:9.2e} {ratio:7.1f}")
             shown += 1
+    if not a.no_hooks:  # sign flips against float64: where a ReLU-like kink downstream would route differently
+        flips = []
+        for key, r in ref["out"].items():
+            if key in ours["out"] and key in nat["out"] and r.shape == ours["out"][key].shape:
+                fo = int(((ours["out"][key] > 0) != (r > 0)).sum())
+                fn = int(((nat["out"][key] > 0) != (r > 0)).sum())
+                flips.append((fo, fn, key))
+        print(f"sign flips against float64, all module outputs: ours {sum(f[0] for f in flips)}, "
+              f"native {sum(f[1] for f in flips)}")
+        for fo, fn, key in sorted(flips, reverse=True)[:8]:
+            print(f"  {key[0]:<40} {types.get(key[0], '?'):<22} ours {fo} native {fn}")
     rows = []
     for n, r in ref["params"].items():
         eo, en = rel_err(ours["params"][n], r), rel_err(nat["params"][n], r)
