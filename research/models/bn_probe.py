@@ -52,6 +52,9 @@ def main():
           f"{d(ours['y_after_fwd'], nat['y_after_fwd']):.3e}")
     print(f"dy ours vs native: {d(ours['dy'], nat['dy']):.3e}  (shape {tuple(ours['dy'].shape)}, "
           f"strides ours {ours['dy'].stride()} native {nat['dy'].stride()})")
+    diff = (ours["dy"].double() - nat["dy"].double()).abs()
+    big = diff > 1e-3 * nat["dy"].abs().max()
+    print(f"dy elements that differ by more than 1e-3 of max|dy|: {int(big.sum())} of {diff.numel()}")
     for k, c in (("ours", ours), ("native", nat)):
         s = c["dy"].double().sum((0, 2, 3))
         print(f"{k}: db vs sum(dy) in float64: {d(c['db'], s):.3e}")
