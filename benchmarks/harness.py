@@ -48,6 +48,9 @@ class Case:
     # True: time GPU work only, by replaying a CUDA graph of GRAPH_CALLS calls (for cases whose kernels are
     # shorter than an eager call's host time, where the events would time the host)
     graph: bool = False
+    # True: time the host instead (HOST_CALLS calls per sample with time.perf_counter, CPU tensors or small CUDA
+    # ones): the per-call cost of the Python and dispatcher layers, which CUDA events cannot isolate
+    host: bool = False
 
 
 def rand_cuda(shape, dtype, layout: str = "NCHW", lo: float = -4.0, hi: float = 4.0) -> torch.Tensor:
@@ -134,6 +137,38 @@ def time_graph_calls(fn, input_sets, warmup: int, reps: int) -> list[float]:
     return [s.elapsed_time(e) / GRAPH_CALLS for s, e in zip(starts, ends)]
 
 
+HOST_CALLS = 50
+
+
+def time_host_calls(fn, input_sets, warmup: int, reps: int) -> list[float]:
+    """Per-call host time (ms): reps samples of HOST_CALLS calls each (rotating the input sets), each sample's
+    wall time over HOST_CALLS. On CUDA the queue is drained before and after each sample, which the many calls
+    amortise. On the CPU the calls run on one intra-op thread: a tiny tensor's kernel gains nothing from more, and
+    on a loaded machine a kernel that forks its thread pool (some backward and BLAS kernels do, whatever the size)
+    waits for descheduled threads, milliseconds that are not host overhead."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    threads = torch.get_num_threads()
+    if not cuda:
+        torch.set_num_threads(1)
+    try:
+        for i in range(max(warmup, 20)):
+            fn(*input_sets[i % len(input_sets)])
+        n = len(input_sets)
+        times = []
+        for _ in range(reps):
+            if cuda:
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            for i in range(HOST_CALLS):
+                fn(*input_sets[i % n])
+            if cuda:
+                torch.cuda.synchronize()
+            times.append((time.perf_counter() - t) * 1e3 / HOST_CALLS)
+    finally:
+        torch.set_num_threads(threads)
+    return times
+
+
 def measure_copy_ceiling(nbytes: int = 2 * 1024**3) -> float:
     """Device-to-device copy bandwidth, counting bytes read plus written (GB/s)."""
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda").random_()
@@ -145,7 +180,7 @@ def measure_copy_ceiling(nbytes: int = 2 * 1024**3) -> float:
 def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -> list[dict]:
     first = case.make_inputs()
     set_bytes = sum(t.numel() * t.element_size() for t in first if isinstance(t, torch.Tensor))
-    n_sets = max(1, min(8, -(-L2_FLUSH_BYTES // max(set_bytes, 1))))
+    n_sets = 4 if case.host else max(1, min(8, -(-L2_FLUSH_BYTES // max(set_bytes, 1))))
     input_sets = [first] + [case.make_inputs() for _ in range(n_sets - 1)]
     times_of, errors = {impl: [] for impl in case.impls}, {}
     names = list(case.impls)
@@ -156,7 +191,9 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
             if impl in errors:
                 continue
             try:
-                if case.graph:
+                if case.host:
+                    times_of[impl] += time_host_calls(fn, input_sets, warmup, reps)
+                elif case.graph:
                     times_of[impl] += time_graph_calls(fn, input_sets, warmup, reps)
                 else:
                     times_of[impl] += time_calls(fn, input_sets, warmup, reps, case.warmup_ms)
@@ -183,7 +220,8 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
         if ours and "ms" in r and r is not ours:
             r["ours_speedup"] = r["ms"] / ours["ms"]
     del input_sets, first
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -227,9 +265,10 @@ def format_table(rows: list[dict]) -> str:
 
 
 def run(cases: list[Case], out_dir: str | None = None, md_path: str | None = None, title: str = "") -> list[dict]:
-    assert torch.cuda.is_available(), "benchmarks need a CUDA device"
+    # host-time cases run on the CPU where there is no CUDA device; every other case needs one
+    assert torch.cuda.is_available() or all(c.host for c in cases), "benchmarks need a CUDA device"
     env = environment()
-    ceiling = measure_copy_ceiling()
+    ceiling = measure_copy_ceiling() if torch.cuda.is_available() else 0.0
     print(f"# {title or 'torch_dnn benchmarks'}\n{json.dumps(env)}\ncopy ceiling: {ceiling:.0f} GB/s", flush=True)
     rows = []
     for case in cases:

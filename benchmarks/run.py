@@ -3,7 +3,7 @@
 import argparse
 import importlib
 
-from benchmarks import cases_models
+from benchmarks import cases_host, cases_models
 from benchmarks.harness import run
 from torch_dnn.family_table import TABLE
 
@@ -11,6 +11,7 @@ from torch_dnn.family_table import TABLE
 # benchmarks/cases_<family>.py, in the table's order, then the benchmark-only entries (no op family of their own)
 FAMILIES = {f.name: importlib.import_module(f.benchmark_module) for f in TABLE if f.benchmark_module}
 FAMILIES["models"] = cases_models
+FAMILIES["host"] = cases_host
 
 
 def main(argv=None):
