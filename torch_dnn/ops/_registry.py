@@ -200,7 +200,8 @@ class _FunctionalOps:
                 if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
                     return packet(*args, **kwargs)
                 if torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs):
-                    if transform is not None and _transform_call():
+                    # _functorch_active (C++) first: false in eager calls, it spares them _transform_call's frames
+                    if transform is not None and _functorch_active() and _transform_call():
                         return transform(*args, **kwargs)
                     return overload(*args, **kwargs)
                 with _below_autograd():
