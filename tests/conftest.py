@@ -2,6 +2,8 @@ import pytest
 import torch
 
 import torch_dnn  # noqa: F401  (loads the extension once for every test)
+# a parametrised test whose every case skipped itself fails (the hooks are found here by name)
+from tests.ran_nothing import pytest_collection_finish, pytest_runtest_makereport  # noqa: F401
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,6 +2,8 @@
 PyTorch with the error-ratio rule (torch_dnn.testing), opcheck over samples, float64 gradcheck."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -25,7 +27,8 @@ ALL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 def make_input(shape, dtype, device, layout="contiguous", low=-4.0, high=4.0) -> torch.Tensor:
     """A fresh random tensor of `shape` (the logical shape) in the given memory layout:
     contiguous | transposed (non-contiguous, dense) | strided (every other element) | offset (a view that
-    does not start at the allocation) | channels_last (4-D) | expanded (stride 0 in dim 0)."""
+    does not start at the allocation) | channels_last (4-D) | channels_last_3d (5-D) | expanded (stride 0 in
+    dim 0)."""
     if layout == "contiguous":
         return random_like_case(shape, dtype, device, low=low, high=high)
     if layout == "transposed":
@@ -45,6 +48,10 @@ def make_input(shape, dtype, device, layout="contiguous", low=-4.0, high=4.0) ->
     if layout == "channels_last":
         assert len(shape) == 4
         return random_like_case(shape, dtype, device, low=low, high=high).contiguous(memory_format=torch.channels_last)
+    if layout == "channels_last_3d":
+        assert len(shape) == 5
+        return random_like_case(shape, dtype, device, low=low, high=high).contiguous(
+            memory_format=torch.channels_last_3d)
     if layout == "expanded":
         row = random_like_case((1,) + tuple(shape[1:]), dtype, device, low=low, high=high)
         return row.expand(shape)
@@ -70,11 +77,20 @@ def case_shapes():
 
 
 def assert_matches_torch(ours_fn, torch_fn, inputs: list, *, grad: bool = True, name: str = "", grad_inputs=None,
-                         ref_fn=None, grad_output=None):
+                         ref_fn=None, grad_output=None, compute_dtype=None):
     """torch_dnn.testing.check_against_torch, asserting every comparison."""
     for v in check_against_torch(ours_fn, torch_fn, inputs, grad=grad, name=name, grad_inputs=grad_inputs,
-                                 ref_fn=ref_fn, grad_output=grad_output):
+                                 ref_fn=ref_fn, grad_output=grad_output, compute_dtype=compute_dtype):
         assert v, v.message
+
+
+def assert_close_to_reference(ours, ref64, *, grad: bool = False, name: str = ""):
+    """The error rule where PyTorch's op cannot be run on the same problem (too large for its kernels or the
+    memory, or a result it does not return): ours against the float64 reference with, as the peer, that reference
+    correctly rounded to ours' dtype; ours may then be off by the rule's factor times that rounding's error, or
+    the dtype's floor."""
+    v = compare(ours, ref64.to(ours.dtype), ref64, grad=grad, name=name)
+    assert v, v.message
 
 
 def opcheck_samples(op, samples):
@@ -125,11 +141,30 @@ def assert_models_agree(model, converted, x, *, name: str, loss=lambda y: y.squa
         assert v, v.message
 
 
+def assert_model_matches_native(ours, native, x, *, name: str):
+    """ours (a torch_dnn.convert-ed copy of native, or that copy compiled) against native on x in x's dtype: the
+    output, x's gradient and every parameter's gradient by the error rule against a float64 copy of native."""
+    native64 = copy.deepcopy(native).double()
+    xs = [x.detach().clone().requires_grad_() for _ in range(2)] + [x.detach().double().requires_grad_()]
+    ys = [m(t) for m, t in zip((ours, native, native64), xs)]
+    v = compare(*ys, name=f"{name} output")
+    assert v, v.message
+    g = random_like_case(ys[1].shape, ys[1].dtype, ys[1].device, low=-1, high=1)
+    named = list(native.named_parameters())
+    grads = [torch.autograd.grad(y, [t, *m.parameters()], g.to(y.dtype), allow_unused=True)
+             for y, t, m in zip(ys, xs, (ours, native, native64))]
+    for what, a, b, r in zip(["input", *(n for n, _ in named)], *grads):
+        if a is None and b is not None:  # no gradient is a zero one
+            a = torch.zeros_like(b)
+        v = compare(a, b, r, grad=True, name=f"{name} grad of {what}")
+        assert v, v.message
+
+
 # The pooling family's variant knobs ("NAME=value[,NAME=value]"): the old and alternative kernels kept for A/B
 # measurements (csrc/pool), each run by test_pool.py on the GPU and test_pool_emulation.py on the CPU.
 POOL_VARIANTS = ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather", "TORCH_DNN_POOL_CL_BWD=item",
-                 "TORCH_DNN_POOL_GLOBAL=old", "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
-                 "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_NC_FWD=unpadded", "TORCH_DNN_POOL_PAD_PAIR=0",
+                 "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
+                 "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_PAD_PAIR=0",
                  "TORCH_DNN_POOL_PAD_KB=4", "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_CL_BAND=1",
                  "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_KB=16",
                  "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
