@@ -1,6 +1,7 @@
 """Norm family: layer_norm, rms_norm, add_layer_norm, add_rms_norm against PyTorch over row lengths, layouts,
-dtypes and weight/bias presence; statistics; special values; opcheck; gradcheck; bad input; convert of a
-pre-norm transformer block."""
+dtypes and weight/bias presence, with the family tester's checks (the error rule, opcheck, gradcheck and
+gradgradcheck, torch.compile against PyTorch, bad input, CUDA graphs, past 2^31 elements); statistics; special
+values; convert of a pre-norm transformer block; on CUDA, autocast and the kernel variants."""
 import expecttest
 import pytest
 import torch
@@ -10,7 +11,10 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.reference import add_layer_norm_reference, add_rms_norm_reference
 from torch_dnn.testing import compare
-from tests.utils import assert_models_agree, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
+from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
+from tests.known_bugs import CPU_LONG_ROW_SUMS
+from tests.utils import (assert_models_agree, ALL_DTYPES, assert_close_to_reference, assert_matches_torch, devices,
+                         first_line, make_input)
 
 ops = torch.ops.torch_dnn
 
@@ -72,42 +76,162 @@ def _cases(device):
     return CASES + (CUDA_CASES if device == "cuda" else [])
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_layer_norm_against_torch(dtype, device):
-    for shape, k, layout in _cases(device):
-        ns = list(shape[-k:])
-        x = make_input(shape, dtype, device, layout, low=-3, high=5)
-        for weight, bias in AFFINE:
-            w, b = _params(ns, dtype, device, weight, bias)
-            one = _one_element_rows(ns)
-            assert_matches_torch(lambda x, w, b: F.layer_norm(x, ns, w, b), lambda x, w, b: TF.layer_norm(x, ns, w, b),
-                                 [x, w, b], name=f"layer_norm {shape} ns={ns} {layout} {dtype} w={weight} b={bias}",
-                                 grad=not one)
-            if one:
-                xg = x.detach().clone().requires_grad_()
-                (dx,) = torch.autograd.grad(F.layer_norm(xg, ns, w, b).sum(), [xg])
-                assert dx.abs().max() <= 1e-6
+class TestNorm(FamilyTester):
+    variants = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]
+
+    def against_torch(self, device, dtype, name):
+        return getattr(self, f"_{name}_cases")(device, dtype)
+
+    def _layer_norm_cases(self, device, dtype):
+        for shape, k, layout in _cases(device):
+            ns = list(shape[-k:])
+            x = make_input(shape, dtype, device, layout, low=-3, high=5)
+            for weight, bias in AFFINE:
+                w, b = _params(ns, dtype, device, weight, bias)
+                one = _one_element_rows(ns)
+                yield Against(f"layer_norm {shape} ns={ns} {layout} {dtype} w={weight} b={bias}",
+                              lambda x, w, b: F.layer_norm(x, ns, w, b), lambda x, w, b: TF.layer_norm(x, ns, w, b),
+                              [x, w, b], grad=not one)
+                if one:
+                    xg = x.detach().clone().requires_grad_()
+                    (dx,) = torch.autograd.grad(F.layer_norm(xg, ns, w, b).sum(), [xg])
+                    assert dx.abs().max() <= 1e-6
+
+    def _rms_norm_cases(self, device, dtype):
+        for shape, k, layout in _cases(device):
+            ns = list(shape[-k:])
+            x = make_input(shape, dtype, device, layout, low=-3, high=5)
+            for weight in (True, False):
+                w, _ = _params(ns, dtype, device, weight, False)
+                for eps in (None, 1e-6):
+                    yield Against(f"rms_norm {shape} ns={ns} {layout} {dtype} w={weight} eps={eps}",
+                                  lambda x, w: F.rms_norm(x, ns, w, eps), lambda x, w: TF.rms_norm(x, ns, w, eps),
+                                  [x, w], grad=not _one_element_rows(ns))
+
+    def _add_layer_norm_cases(self, device, dtype):
+        return _add_norm_cases("layer", device, dtype)
+
+    def _add_rms_norm_cases(self, device, dtype):
+        return _add_norm_cases("rms", device, dtype)
+
+    def gradcheck_cases(self, device):
+        def inp(shape):
+            return make_input(shape, torch.float64, device).requires_grad_()
+
+        cases = []
+        for shape, ns in (((4, 9), [9]), ((3, 2, 5), [2, 5])):
+            x, w, b, r = inp(shape), inp(ns), inp(ns), inp(shape)
+            cases += [
+                GradCase(f"layer_norm {shape}", lambda x, w, b, ns=ns: F.layer_norm(x, ns, w, b), (x, w, b)),
+                GradCase(f"layer_norm {shape} bias only", lambda x, b, ns=ns: F.layer_norm(x, ns, None, b), (x, b)),
+                GradCase(f"rms_norm {shape}", lambda x, w, ns=ns: F.rms_norm(x, ns, w, 1e-6), (x, w)),
+                GradCase(f"rms_norm {shape} no weight", lambda x, ns=ns: F.rms_norm(x, ns), (x,)),
+                GradCase(f"add_layer_norm {shape}", lambda x, r, w, b, ns=ns: F.add_layer_norm(x, r, ns, w, b),
+                         (x, r, w, b)),
+                GradCase(f"add_rms_norm {shape}", lambda x, r, w, ns=ns: F.add_rms_norm(x, r, ns, w, 1e-6),
+                         (x, r, w)),
+            ]
+        return cases
+
+    def gradgradcheck_cases(self, device):
+        return self.gradcheck_cases(device)
+
+    def opcheck_samples(self, device):
+        def inp(shape, dtype=torch.float32, layout="contiguous", grad=False):
+            t = make_input(shape, dtype, device, layout)
+            return t.requires_grad_() if grad else t
+
+        w33, b33 = inp((33,)), inp((33,))
+        samples = [(ops.layer_norm, args, {}) for args in (
+            (inp((4, 33)), [33], w33, b33, 1e-5),
+            (inp((4, 33), grad=True), [33], None, None, 1e-5),
+            (inp((20, 30), torch.float64, "transposed", True), [30], inp((30,), torch.float64, grad=True), None, 1e-5),
+            (inp((2, 3, 4, 5), torch.bfloat16, "channels_last", True), [3, 4, 5],
+             inp((3, 4, 5), torch.bfloat16, grad=True), inp((3, 4, 5), torch.bfloat16, grad=True), 1e-5),
+            (inp((5, 3, 16)).transpose(0, 1), [16], None, inp((16,)), 1e-3),
+        )]
+        samples += [(ops.rms_norm, args, {}) for args in (
+            (inp((4, 33)), [33], w33, 1e-6),
+            (inp((4, 33), torch.float16, grad=True), [33], inp((33,), torch.float16, grad=True), 1e-6),
+            (inp((3, 4, 5), torch.float64, "transposed", True), [4, 5], None, 1e-6),
+        )]
+        samples += [(ops.add_layer_norm, args, {}) for args in (
+            (inp((4, 33)), inp((4, 33)), [33], w33, b33, 1e-5),
+            (inp((4, 33), grad=True), inp((4, 33), grad=True), [33], inp((33,), grad=True), None, 1e-5),
+        )]
+        samples += [(ops.add_rms_norm, args, {}) for args in (
+            (inp((4, 33)), inp((4, 33)), [33], w33, 1e-6),
+            (inp((2, 3, 8), torch.bfloat16, grad=True), inp((2, 3, 8), torch.bfloat16, grad=True), [8],
+             inp((8,), torch.bfloat16, grad=True), 1e-6),
+        )]
+        x, g = inp((6, 33)), inp((6, 33))
+        _, mean, rstd = ops.layer_norm(x, [33], w33, b33, 1e-5)
+        samples += [(ops.layer_norm_backward, args, {}) for args in (
+            (g, x, mean, rstd, w33, [33], [True, True, True]),
+            (g, x, mean, rstd, None, [33], [True, False, True]),
+            (g, x, mean, rstd, w33, [33], [False, True, False]),
+        )]
+        samples += [(ops.add_layer_norm_backward, args, {}) for args in (
+            (g, inp((6, 33)), x, mean, rstd, w33, [33], [True, True, True]),
+            (g, None, x, mean, rstd, None, [33], [True, False, False]),
+        )]
+        _, rstd = ops.rms_norm(x, [33], w33, 1e-6)
+        samples += [(ops.rms_norm_backward, args, {}) for args in (
+            (g, x, rstd, w33, [33], [True, True]),
+            (g, x, rstd, None, [33], [True, False]),
+        )]
+        samples.append((ops.add_rms_norm_backward, (g, inp((6, 33)), x, rstd, w33, [33], [True, True]), {}))
+        return samples
+
+    def compile_cases(self, device):
+        x, r = make_input((4, 16), torch.float32, device), make_input((4, 16), torch.float32, device)
+        w, b = _params([16], torch.float32, device)
+        yield Against("layer_norm -> rms_norm, add_rms_norm",
+                      lambda x, r, w, b: F.rms_norm(F.layer_norm(x, [16], w, b), [16], w) + sum(
+                          F.add_rms_norm(x, r, [16], w)),
+                      lambda x, r, w, b: TF.rms_norm(TF.layer_norm(x, [16], w, b), [16], w) + sum(
+                          add_rms_norm_reference(x, r, [16], w)), [x, r, w, b])
+        # the modules convert() puts into a model, against the model's own (parameters' gradients too)
+        native = torch.nn.Sequential(torch.nn.LayerNorm(16), torch.nn.RMSNorm(16)).to(device)
+        with torch.no_grad():
+            for p in native.parameters():
+                p.uniform_(0.5, 1.5)
+        yield ModelCase("LayerNorm, RMSNorm modules", torch_dnn.convert(native)[0], native,
+                        make_input((4, 16), torch.float32, device))
+
+    def bad_inputs(self):
+        return [
+            BadInput(lambda: F.rms_norm(torch.ones(2, 3, dtype=torch.int64), [3]), "torch_dnn.rms_norm",
+                     "expected input to be a floating point"),
+            BadInput(lambda: F.layer_norm(torch.ones(2, 3), []), "torch_dnn.layer_norm",
+                     "expected normalized_shape to have at least"),
+            BadInput(lambda: F.add_layer_norm(torch.ones(2, 3), torch.ones(3, 3), [3]), "torch_dnn.add_layer_norm",
+                     "expected residual to have the shape"),
+            BadInput(lambda: F.layer_norm(torch.ones(2, 3), [3], None, torch.ones(2, 3)), "torch_dnn.layer_norm",
+                     "expected bias of shape"),
+            BadInput(lambda: ops.layer_norm_backward(torch.ones(2, 3), torch.ones(2, 3), torch.ones(3), torch.ones(2),
+                                                     None, [3], [True, False, False]),
+                     "torch_dnn.layer_norm_backward", "expected mean of shape"),
+        ]
+
+    def cuda_graph_step(self):
+        x = make_input((64, 1024), torch.bfloat16, "cuda").requires_grad_()
+        r = make_input((64, 1024), torch.bfloat16, "cuda")
+        w, b = _params([1024], torch.bfloat16, "cuda")
+        w.requires_grad_()
+
+        def step():
+            y = F.layer_norm(x, [1024], w, b) + F.rms_norm(x, [1024], w) + sum(F.add_rms_norm(x, r, [1024], w))
+            gx, gw = torch.autograd.grad(y.float().square().sum(), [x, w])
+            return y, gx, gw
+
+        return step, lambda: x.copy_(make_input((64, 1024), torch.bfloat16, "cuda"))
+
+    def past_2_31_cases(self):
+        return {"forward": _past_2_31_elements, "backward": _backward_past_2_31_elements}
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_rms_norm_against_torch(dtype, device):
-    for shape, k, layout in _cases(device):
-        ns = list(shape[-k:])
-        x = make_input(shape, dtype, device, layout, low=-3, high=5)
-        for weight in (True, False):
-            w, _ = _params(ns, dtype, device, weight, False)
-            for eps in (None, 1e-6):
-                assert_matches_torch(lambda x, w: F.rms_norm(x, ns, w, eps), lambda x, w: TF.rms_norm(x, ns, w, eps),
-                                     [x, w], name=f"rms_norm {shape} ns={ns} {layout} {dtype} w={weight} eps={eps}",
-                                     grad=not _one_element_rows(ns))
-
-
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-@pytest.mark.parametrize("kind", ["layer", "rms"])
-def test_add_norm_against_reference(kind, dtype, device):
+def _add_norm_cases(kind, device, dtype):
     for shape, k, layout in _cases(device):
         ns = list(shape[-k:])
         x = make_input(shape, dtype, device, layout)
@@ -120,14 +244,22 @@ def test_add_norm_against_reference(kind, dtype, device):
             ours, ref = F.add_rms_norm, add_rms_norm_reference
             args = (w,)
         for i, part in enumerate(("sum", "normalized")):
-            assert_matches_torch(lambda x, r, *a: ours(x, r, ns, *a)[i], lambda x, r, *a: ref(x, r, ns, *a)[i],
-                                 [x, r, *args], name=f"add_{kind}_norm {part} {shape} ns={ns} {layout} {dtype}",
-                                 grad=not _one_element_rows(ns))
+            yield Against(f"add_{kind}_norm {part} {shape} ns={ns} {layout} {dtype}",
+                          lambda x, r, *a: ours(x, r, ns, *a)[i], lambda x, r, *a: ref(x, r, ns, *a)[i],
+                          [x, r, *args], grad=not _one_element_rows(ns))
         # gradients reaching both outputs: the residual stream's own plus the norm's (in the input's dtype, so
         # that both sides receive the same rounded gradient)
-        assert_matches_torch(lambda x, r, *a: sum(ours(x, r, ns, *a)), lambda x, r, *a: sum(ref(x, r, ns, *a)),
-                             [x, r, *args], name=f"add_{kind}_norm both outputs {shape} {layout} {dtype}",
-                             grad=not _one_element_rows(ns))
+        yield Against(f"add_{kind}_norm both outputs {shape} {layout} {dtype}",
+                      lambda x, r, *a: sum(ours(x, r, ns, *a)), lambda x, r, *a: sum(ref(x, r, ns, *a)),
+                      [x, r, *args], grad=not _one_element_rows(ns))
+
+
+@pytest.mark.xfail(strict=True, reason=CPU_LONG_ROW_SUMS)
+def test_long_rows_cpu():
+    # rows far longer than the tests' others: the statistics' summation error shows above the float32 floor
+    x = make_input((1, 360000), torch.float32, "cpu", low=-1, high=1)
+    assert_matches_torch(lambda x: F.layer_norm(x, [360000]), lambda x: TF.layer_norm(x, [360000]), [x], grad=False,
+                         name="layer_norm a row of 360000")
 
 
 @pytest.mark.parametrize("device", devices())
@@ -173,69 +305,6 @@ def test_special_values(device):
                 big[0] = 1.5
                 assert_matches_torch(lambda x: F.layer_norm(x, [n]), lambda x: TF.layer_norm(x, [n]), [big],
                                      grad=False, name=f"layer_norm special n={n}")
-
-
-@pytest.mark.parametrize("device", devices())
-def test_gradcheck(device):
-    def inp(shape):
-        return make_input(shape, torch.float64, device).requires_grad_()
-
-    for shape, ns in (((4, 9), [9]), ((3, 2, 5), [2, 5])):
-        x, w, b, r = inp(shape), inp(ns), inp(ns), inp(shape)
-        assert torch.autograd.gradcheck(lambda x, w, b: F.layer_norm(x, ns, w, b), (x, w, b))
-        assert torch.autograd.gradcheck(lambda x, b: F.layer_norm(x, ns, None, b), (x, b))
-        assert torch.autograd.gradcheck(lambda x, w: F.rms_norm(x, ns, w, 1e-6), (x, w))
-        assert torch.autograd.gradcheck(lambda x: F.rms_norm(x, ns), (x,))
-        assert torch.autograd.gradcheck(lambda x, r, w, b: F.add_layer_norm(x, r, ns, w, b), (x, r, w, b))
-        assert torch.autograd.gradcheck(lambda x, r, w: F.add_rms_norm(x, r, ns, w, 1e-6), (x, r, w))
-
-
-@pytest.mark.parametrize("device", devices())
-def test_opcheck(device):
-    def inp(shape, dtype=torch.float32, layout="contiguous", grad=False):
-        t = make_input(shape, dtype, device, layout)
-        return t.requires_grad_() if grad else t
-
-    w33, b33 = inp((33,)), inp((33,))
-    opcheck_samples(ops.layer_norm, [
-        ((inp((4, 33)), [33], w33, b33, 1e-5), {}),
-        ((inp((4, 33), grad=True), [33], None, None, 1e-5), {}),
-        ((inp((20, 30), torch.float64, "transposed", True), [30], inp((30,), torch.float64, grad=True), None, 1e-5), {}),
-        ((inp((2, 3, 4, 5), torch.bfloat16, "channels_last", True), [3, 4, 5], inp((3, 4, 5), torch.bfloat16, grad=True),
-          inp((3, 4, 5), torch.bfloat16, grad=True), 1e-5), {}),
-        ((inp((5, 3, 16)).transpose(0, 1), [16], None, inp((16,)), 1e-3), {}),
-    ])
-    opcheck_samples(ops.rms_norm, [
-        ((inp((4, 33)), [33], w33, 1e-6), {}),
-        ((inp((4, 33), torch.float16, grad=True), [33], inp((33,), torch.float16, grad=True), 1e-6), {}),
-        ((inp((3, 4, 5), torch.float64, "transposed", True), [4, 5], None, 1e-6), {}),
-    ])
-    opcheck_samples(ops.add_layer_norm, [
-        ((inp((4, 33)), inp((4, 33)), [33], w33, b33, 1e-5), {}),
-        ((inp((4, 33), grad=True), inp((4, 33), grad=True), [33], inp((33,), grad=True), None, 1e-5), {}),
-    ])
-    opcheck_samples(ops.add_rms_norm, [
-        ((inp((4, 33)), inp((4, 33)), [33], w33, 1e-6), {}),
-        ((inp((2, 3, 8), torch.bfloat16, grad=True), inp((2, 3, 8), torch.bfloat16, grad=True), [8],
-          inp((8,), torch.bfloat16, grad=True), 1e-6), {}),
-    ])
-    x, g = inp((6, 33)), inp((6, 33))
-    _, mean, rstd = ops.layer_norm(x, [33], w33, b33, 1e-5)
-    opcheck_samples(ops.layer_norm_backward, [
-        ((g, x, mean, rstd, w33, [33], [True, True, True]), {}),
-        ((g, x, mean, rstd, None, [33], [True, False, True]), {}),
-        ((g, x, mean, rstd, w33, [33], [False, True, False]), {}),
-    ])
-    opcheck_samples(ops.add_layer_norm_backward, [
-        ((g, inp((6, 33)), x, mean, rstd, w33, [33], [True, True, True]), {}),
-        ((g, None, x, mean, rstd, None, [33], [True, False, False]), {}),
-    ])
-    _, rstd = ops.rms_norm(x, [33], w33, 1e-6)
-    opcheck_samples(ops.rms_norm_backward, [
-        ((g, x, rstd, w33, [33], [True, True]), {}),
-        ((g, x, rstd, None, [33], [True, False]), {}),
-    ])
-    opcheck_samples(ops.add_rms_norm_backward, [((g, inp((6, 33)), x, rstd, w33, [33], [True, True]), {})])
 
 
 @pytest.mark.parametrize("device", devices())
@@ -309,17 +378,6 @@ def test_add_norm_modules(device):
     assert not report.left and not report.swapped, str(report)
 
 
-def test_compile_fullgraph_no_graph_break():
-    torch._dynamo.reset()
-    model = torch.nn.Sequential(torch_dnn.nn.LayerNorm(16), torch_dnn.nn.RMSNorm(16))
-    x = make_input((4, 16), torch.float32, "cpu").requires_grad_()
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    y = compiled(x)
-    torch.testing.assert_close(y, model(x))
-    y.sum().backward()
-    assert x.grad is not None and model[0].weight.grad is not None
-
-
 @pytest.mark.cuda
 def test_autocast_float32():
     x = make_input((4, 64), torch.float16, "cuda")
@@ -330,8 +388,7 @@ def test_autocast_float32():
     torch.testing.assert_close(ours, theirs)
 
 
-@pytest.mark.cuda
-def test_past_2_31_elements():
+def _past_2_31_elements():
     x = torch.empty(65537, 32768, dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
     rows = torch.tensor([0, 1, 40000, 65535, 65536], device="cuda")
     w = make_input((32768,), torch.bfloat16, "cuda")
@@ -346,8 +403,7 @@ def test_past_2_31_elements():
     assert v, v.message
 
 
-@pytest.mark.cuda
-def test_backward_past_2_31_elements():
+def _backward_past_2_31_elements():
     # the staged backward (rows <= 16K) indexes rows past 2^31 elements; dx of a row depends on that row only
     rows_n, n = 131073, 16384
     x = torch.empty(rows_n, n, dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
@@ -355,7 +411,14 @@ def test_backward_past_2_31_elements():
     _, mean, rstd = torch.ops.torch_dnn.layer_norm(x, [n], w, None, 1e-5)
     dy = torch.empty_like(x).uniform_(-1, 1)
     dx, dw, _ = torch.ops.torch_dnn.layer_norm_backward(dy, x, mean, rstd, w, [n], [True, True, False])
-    assert torch.isfinite(dw).all()
+    # dw sums dy * x_hat over every row: in float64, a block of rows at a time, with the statistics the op was given
+    dw_ref = torch.zeros(n, dtype=torch.float64, device="cuda")
+    for start in range(0, rows_n, 8192):
+        rs = slice(start, start + 8192)
+        x_hat = (x[rs].double() - mean[rs].double()[:, None]) * rstd[rs].double()[:, None]
+        dw_ref += (dy[rs].double() * x_hat).sum(0)
+        del x_hat
+    assert_close_to_reference(dw, dw_ref, grad=True, name="layer_norm backward past 2^31, dw")
     rows = torch.tensor([0, 1, 70000, 131071, 131072], device="cuda")
 
     def ref(dtype):
@@ -370,10 +433,9 @@ def test_backward_past_2_31_elements():
 # Every kernel variant the benchmarking knobs select (csrc/norm/kernels/norm_common.cuh), on rows that take the
 # block forward and the staged / register backward, with more rows than resident blocks (persistent loops),
 # row lengths that leave threads without columns, and one block per SM.
-VARIANTS = [{}, {"TORCH_DNN_NORM_FWD_STATS": "twopass", "TORCH_DNN_NORM_FWD_GRID": "waves", "TORCH_DNN_NORM_FWD": "block"},
-            {"TORCH_DNN_NORM_FWD_STATS": "fused", "TORCH_DNN_NORM_FWD_GRID": "rows", "TORCH_DNN_NORM_FWD": "block"},
-            {"TORCH_DNN_NORM_FWD": "staged"}, {"TORCH_DNN_NORM_BWD": "block"}, {"TORCH_DNN_NORM_BWD_BLOCKS": "1"},
-            {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_CVT": "shift"}, {"TORCH_DNN_NORM_FWD_CVT": "asm"}]
+VARIANTS = [{}, {"TORCH_DNN_NORM_FWD_STATS": "twopass", "TORCH_DNN_NORM_FWD_GRID": "waves"},
+            {"TORCH_DNN_NORM_FWD_STATS": "fused", "TORCH_DNN_NORM_FWD_GRID": "rows"}, {"TORCH_DNN_NORM_BWD_BLOCKS": "1"},
+            {"TORCH_DNN_NORM_FWD_CVT": "shift"}, {"TORCH_DNN_NORM_FWD_CVT": "asm"}]
 
 
 @pytest.mark.cuda
@@ -413,16 +475,3 @@ class TestErrors(expecttest.TestCase):
         with self.assertRaises(RuntimeError) as cm:
             F.layer_norm(torch.ones(2, 3, dtype=torch.int32), [3])
         self.assertExpectedInline(first_line(cm.exception), """torch_dnn.layer_norm: expected input to be a floating point tensor (float32, float16, bfloat16 or float64), but got Int""")
-
-    def test_other_errors(self):
-        with self.assertRaisesRegex(RuntimeError, "torch_dnn.rms_norm: expected input to be a floating point"):
-            F.rms_norm(torch.ones(2, 3, dtype=torch.int64), [3])
-        with self.assertRaisesRegex(RuntimeError, "torch_dnn.layer_norm: expected normalized_shape to have at least"):
-            F.layer_norm(torch.ones(2, 3), [])
-        with self.assertRaisesRegex(RuntimeError, "torch_dnn.add_layer_norm: expected residual to have the shape"):
-            F.add_layer_norm(torch.ones(2, 3), torch.ones(3, 3), [3])
-        with self.assertRaisesRegex(RuntimeError, "torch_dnn.layer_norm: expected bias of shape"):
-            F.layer_norm(torch.ones(2, 3), [3], None, torch.ones(2, 3))
-        with self.assertRaisesRegex(RuntimeError, "torch_dnn.layer_norm_backward: expected mean of shape"):
-            ops.layer_norm_backward(torch.ones(2, 3), torch.ones(2, 3), torch.ones(3), torch.ones(2), None, [3],
-                                    [True, False, False])
