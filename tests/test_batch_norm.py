@@ -1,7 +1,8 @@
 """batch_norm family: batch_norm and batch_norm_add_act against PyTorch by the error-ratio rule over ranks,
-layouts, dtypes, affine on/off, training/eval, on CPU and CUDA; running statistics step by step (momentum and
-None, eval/train switching); zero variance, NaN; float64 gradcheck; opcheck; bad arguments; modules, convert
-and compile; on CUDA: past 2^31 elements, outputs fully written, CUDA graph capture, determinism."""
+layouts, dtypes, affine on/off, training/eval, on CPU and CUDA, with the family tester's checks (opcheck, gradcheck
+and gradgradcheck, torch.compile against PyTorch, bad input, CUDA graphs, past 2^31 elements); running statistics
+step by step (momentum and None, eval/train switching); zero variance, NaN; error messages; modules and convert; on
+CUDA: the training paths, outputs fully written, determinism."""
 import os
 
 import pytest
@@ -11,8 +12,9 @@ import torch.nn.functional as TF
 import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.testing import compare
-from tests.utils import (ALL_DTYPES, assert_cuda_graph_replays, assert_matches_torch, assert_models_agree, devices,
-                         first_line, make_input, opcheck_samples)
+from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
+from tests.utils import (ALL_DTYPES, assert_close_to_reference, assert_matches_torch, assert_models_agree, devices,
+                         first_line, make_input)
 
 ops = torch.ops.torch_dnn
 
@@ -56,11 +58,115 @@ def _compare(a, b, r, name):
     assert v, v.message
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-@pytest.mark.parametrize("training", [True, False])
-@pytest.mark.parametrize("affine", [True, False])
-def test_batch_norm_against_torch(device, dtype, training, affine):
+class TestBatchNorm(FamilyTester):
+    variants = [("batch_norm", training, affine) for training in (True, False) for affine in (True, False)] + [
+        ("batch_norm_add_act", act) for act in ACTS]
+    compile_backend = "inductor"
+
+    @staticmethod
+    def variant_id(v):
+        if v[0] == "batch_norm":
+            return f"batch_norm-{'training' if v[1] else 'eval'}-{'affine' if v[2] else 'no_affine'}"
+        return f"batch_norm_add_act-{v[1]}"
+
+    def against_torch(self, device, dtype, variant):
+        if variant[0] == "batch_norm":
+            return _batch_norm_cases(device, dtype, *variant[1:])
+        return _batch_norm_add_act_cases(device, dtype, variant[1])
+
+    def gradcheck_cases(self, device):
+        x = _input((3, 4, 3, 2), torch.float64, device, "contiguous").requires_grad_()
+        r = torch.randn_like(x, requires_grad=True)
+        w = torch.rand(4, dtype=torch.float64, device=device, requires_grad=True)
+        b = torch.randn(4, dtype=torch.float64, device=device, requires_grad=True)
+        cases = []
+        for act in ACTS:
+            for training in (True, False):
+                def stats():
+                    return (torch.zeros(4, dtype=torch.float64, device=device),
+                            torch.ones(4, dtype=torch.float64, device=device))
+                cases.append(GradCase(f"batch_norm_add_act {act} training={training}",
+                                      lambda x, r, w, b, act=act, training=training: F.batch_norm_add_act(
+                                          x, *stats(), w, b, r, act, training), (x, r, w, b)))
+                if act is None:
+                    cases.append(GradCase(f"batch_norm training={training}",
+                                          lambda x, w, b, training=training: F.batch_norm(x, *stats(), w, b, training),
+                                          (x, w, b)))
+        cases.append(GradCase("batch_norm training channels_last", lambda x, w, b: F.batch_norm(
+            x.contiguous(memory_format=torch.channels_last), None, None, w, b, True), (x, w, b)))
+        return cases
+
+    def gradgradcheck_cases(self, device):
+        return self.gradcheck_cases(device)
+
+    def opcheck_samples(self, device):
+        samples = []
+        for layout in ("contiguous", "channels_last"):
+            x = _input((3, 4, 5, 2), torch.float32, device, layout)
+            w, b = _params(4, torch.float32, device)
+            z, o = torch.zeros(4, device=device), torch.ones(4, device=device)
+            samples += [(ops.batch_norm, args, {}) for args in ((x, w, b, z.clone(), o.clone(), True, 0.1, 1e-5),
+                                                                 (x, None, None, z.clone(), o.clone(), False, 0.1, 1e-5),
+                                                                 (x, w, b, None, None, True, 0.1, 1e-5))]
+            samples.append((ops.batch_norm_add_act, (x, torch.randn_like(x), w, b, None, None, True, 0.1, 1e-5, 1), {}))
+            _, m, i = ops.batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
+            samples.append((ops.batch_norm_backward, (torch.randn_like(x), x, w, None, None, m, i, True, 1e-5,
+                                                      [True, True, True]), {}))
+            samples.append((ops.batch_norm_add_act_backward, (torch.randn_like(x), x, x, w, b, m, i, True, 2,
+                                                              [True, True, True, True]), {}))
+            samples.append((ops.batch_norm_stats, (x,), {}))
+        return samples
+
+    def compile_cases(self, device):
+        # the module convert() makes, against PyTorch's (parameters' gradients too), its running statistics
+        # updated under compile as in eager
+        native = torch.nn.BatchNorm2d(3).to(device)
+        with torch.no_grad():
+            native.weight.uniform_(0.5, 1.5)
+            native.bias.uniform_(-1, 1)
+        ours = torch_dnn.convert(native)[0]
+        x = _input((2, 3, 4, 4), torch.float32, device, "channels_last")
+        yield ModelCase("BatchNorm2d module", ours, native, x)
+        torch.testing.assert_close(ours.running_mean, native.running_mean)
+        torch.testing.assert_close(ours.running_var, native.running_var)
+        yield Against("batch_norm_add_act relu", lambda x, r, w, b: F.batch_norm_add_act(x, None, None, w, b, r, "relu",
+                                                                                            True),
+                      lambda x, r, w, b: torch.relu(TF.batch_norm(x, None, None, w, b, True) + r),
+                      [x, _input((2, 3, 4, 4), torch.float32, device, "channels_last", -2, 2), *_params(3, torch.float32,
+                                                                                                          device)])
+
+    def bad_inputs(self):
+        x = torch.randn(4, 3, 2)
+        return [
+            BadInput(lambda: F.batch_norm_add_act(x, None, None, residual=torch.randn(4, 3, 3), training=True),
+                     "torch_dnn.batch_norm_add_act", "residual"),
+            BadInput(lambda: F.batch_norm(torch.randn(1, 3), None, None, training=True), None,
+                     "Expected more than 1 value per channel when training", ValueError),
+            BadInput(lambda: F.batch_norm_add_act(x, None, None, act="gelu", training=True), None,
+                     "act must be one of", ValueError),
+            BadInput(lambda: F.batch_norm(torch.randn(4), None, None, training=True), "torch_dnn.batch_norm",
+                     "expected input of shape (N, C, *)"),
+        ]
+
+    def cuda_graph_step(self):
+        x = _input((8, 32, 14, 14), torch.bfloat16, "cuda", "channels_last").requires_grad_()
+        r = _input((8, 32, 14, 14), torch.bfloat16, "cuda", "channels_last")
+        m = torch_dnn.nn.BatchNorm2d(32).cuda().bfloat16()
+        fused = torch_dnn.nn.BatchNormAddAct(32).cuda()
+
+        def step():
+            y = fused(m(x), r)
+            gx, gw = torch.autograd.grad(y.float().square().sum(), [x, m.weight])
+            return y, gx, gw
+
+        return step, lambda: x.copy_(_input((8, 32, 14, 14), torch.bfloat16, "cuda", "channels_last"))
+
+    def past_2_31_cases(self):
+        return {layout: lambda layout=layout: _past_2_31_elements(layout)
+                for layout in ("contiguous", "channels_last", "channels_last_persistent")}
+
+
+def _batch_norm_cases(device, dtype, training, affine):
     for shape, layout in _cases(device):
         c = shape[1]
         x = _input(shape, dtype, device, layout)
@@ -77,9 +183,8 @@ def test_batch_norm_against_torch(device, dtype, training, affine):
             return f
 
         inputs = [x, w, b] if affine else [x]
-        assert_matches_torch(run(F.batch_norm, "ours"), run(TF.batch_norm, "peer"), inputs,
-                             name=f"batch_norm {shape} {layout} {dtype} training={training} affine={affine}",
-                             ref_fn=run(TF.batch_norm, "ref"))
+        yield Against(f"batch_norm {shape} {layout} {dtype} training={training} affine={affine}",
+                      run(F.batch_norm, "ours"), run(TF.batch_norm, "peer"), inputs, ref_fn=run(TF.batch_norm, "ref"))
         for i, what in enumerate(("running_mean", "running_var")):
             _compare(outs["ours"][i], outs["peer"][i], outs["ref"][i], f"{what} {shape} {layout} {dtype}")
         if layout in ("channels_last", "channels_last_3d"):
@@ -87,10 +192,7 @@ def test_batch_norm_against_torch(device, dtype, training, affine):
             assert y.stride() == TF.batch_norm(x, rm.clone(), rv.clone(), w, b, training).stride()
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-@pytest.mark.parametrize("act", list(ACTS))
-def test_batch_norm_add_act_against_torch(device, dtype, act):
+def _batch_norm_add_act_cases(device, dtype, act):
     for shape, layout in _cases(device):
         if shape[0] == 0:
             continue
@@ -103,11 +205,11 @@ def test_batch_norm_add_act_against_torch(device, dtype, act):
             theirs = lambda x, r, w, b: ACTS[act](  # noqa: E731
                 TF.batch_norm(x, rm.clone().to(x.dtype if x.dtype == torch.float64 else rm.dtype),
                               rv.clone().to(x.dtype if x.dtype == torch.float64 else rv.dtype), w, b, training) + r)
-            assert_matches_torch(ours, theirs, [x, r, w, b], name=f"batch_norm_add_act {act} {shape} {layout} {dtype}")
+            yield Against(f"batch_norm_add_act {act} {shape} {layout} {dtype}", ours, theirs, [x, r, w, b])
         # no residual
-        assert_matches_torch(lambda x, w, b: F.batch_norm_add_act(x, None, None, w, b, None, act, True),
-                             lambda x, w, b: ACTS[act](TF.batch_norm(x, None, None, w, b, True)), [x, w, b],
-                             name=f"batch_norm_add_act {act} no residual {shape} {layout} {dtype}")
+        yield Against(f"batch_norm_add_act {act} no residual {shape} {layout} {dtype}",
+                      lambda x, w, b: F.batch_norm_add_act(x, None, None, w, b, None, act, True),
+                      lambda x, w, b: ACTS[act](TF.batch_norm(x, None, None, w, b, True)), [x, w, b])
 
 
 @pytest.mark.parametrize("device", devices())
@@ -160,40 +262,7 @@ def test_zero_variance_nan_inf(device, layout):
     assert torch.equal(y.isnan(), r.isnan())
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("act", list(ACTS))
-def test_gradcheck(device, act):
-    x = _input((3, 4, 3, 2), torch.float64, device, "contiguous").requires_grad_()
-    r = torch.randn_like(x, requires_grad=True)
-    w = torch.rand(4, dtype=torch.float64, device=device, requires_grad=True)
-    b = torch.randn(4, dtype=torch.float64, device=device, requires_grad=True)
-    for training in (True, False):
-        rm, rv = torch.zeros(4, dtype=torch.float64, device=device), torch.ones(4, dtype=torch.float64, device=device)
-        torch.autograd.gradcheck(
-            lambda x, r, w, b: F.batch_norm_add_act(x, rm.clone(), rv.clone(), w, b, r, act, training), (x, r, w, b))
-        if act is None:
-            torch.autograd.gradcheck(lambda x, w, b: F.batch_norm(x, rm.clone(), rv.clone(), w, b, training), (x, w, b))
-
-
-@pytest.mark.parametrize("device", devices())
-def test_opcheck(device):
-    for layout in ("contiguous", "channels_last"):
-        x = _input((3, 4, 5, 2), torch.float32, device, layout)
-        w, b = _params(4, torch.float32, device)
-        z, o = torch.zeros(4, device=device), torch.ones(4, device=device)
-        opcheck_samples(ops.batch_norm, [((x, w, b, z.clone(), o.clone(), True, 0.1, 1e-5), {}),
-                                          ((x, None, None, z.clone(), o.clone(), False, 0.1, 1e-5), {}),
-                                          ((x, w, b, None, None, True, 0.1, 1e-5), {})])
-        opcheck_samples(ops.batch_norm_add_act, [((x, torch.randn_like(x), w, b, None, None, True, 0.1, 1e-5, 1), {})])
-        _, m, i = ops.batch_norm(x, w, b, None, None, True, 0.1, 1e-5)
-        opcheck_samples(ops.batch_norm_backward, [((torch.randn_like(x), x, w, None, None, m, i, True, 1e-5,
-                                                    [True, True, True]), {})])
-        opcheck_samples(ops.batch_norm_add_act_backward, [((torch.randn_like(x), x, x, w, b, m, i, True, 2,
-                                                            [True, True, True, True]), {})])
-        opcheck_samples(ops.batch_norm_stats, [((x,), {})])
-
-
-def test_bad_arguments():
+def test_bad_argument_messages():
     x = torch.randn(4, 3, 2)
     with pytest.raises(RuntimeError) as e:
         F.batch_norm(x, torch.zeros(4), torch.ones(4))
@@ -207,26 +276,6 @@ def test_bad_arguments():
         F.batch_norm(x, torch.zeros(3), None, training=True)
     assert first_line(e.value) == ("torch_dnn.batch_norm: running_mean and running_var must both be given or both "
                                    "be None")
-    with pytest.raises(RuntimeError) as e:
-        F.batch_norm_add_act(x, None, None, residual=torch.randn(4, 3, 3), training=True)
-    assert "torch_dnn.batch_norm_add_act" in first_line(e.value) and "residual" in first_line(e.value)
-    with pytest.raises(ValueError, match="Expected more than 1 value per channel when training"):
-        F.batch_norm(torch.randn(1, 3), None, None, training=True)
-    with pytest.raises(ValueError, match="act must be one of"):
-        F.batch_norm_add_act(x, None, None, act="gelu", training=True)
-    with pytest.raises(RuntimeError) as e:
-        F.batch_norm(torch.randn(4), None, None, training=True)
-    assert "torch_dnn.batch_norm: expected input of shape (N, C, *)" in first_line(e.value)
-
-
-@pytest.mark.parametrize("device", devices())
-def test_compile_module(device):
-    m = torch_dnn.nn.BatchNorm2d(3).to(device)
-    ref = torch.nn.BatchNorm2d(3).to(device)
-    x = _input((2, 3, 4, 4), torch.float32, device, "channels_last")
-    y = torch.compile(m, fullgraph=True)(x)
-    torch.testing.assert_close(y, ref(x))
-    torch.testing.assert_close(m.running_var, ref.running_var)
 
 
 @pytest.mark.parametrize("device", devices())
@@ -254,9 +303,7 @@ def test_convert_resnet_block(device):
 
 # ---- CUDA only ----
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "channels_last_persistent"])
-def test_cuda_past_2_31_elements(layout):
+def _past_2_31_elements(layout):
     # 64-bit offsets in both walks: channels_last rows (C = 4: the separate passes; C = 8: the persistent
     # kernels) and NCHW planes (C = 2); > 2^31 elements
     shape = {"contiguous": (1, 2, 32769, 32769), "channels_last": (1, 4, 23171, 23171),
@@ -278,14 +325,28 @@ def test_cuda_past_2_31_elements(layout):
     _compare(y[-1:, :, -3:], ref.bfloat16(), ref, "batch_norm past 2^31, the last rows")
     g = torch.empty_like(x).uniform_(-1, 1)
     dx, dw, db = ops.batch_norm_backward(g, x, w, None, None, mean, invstd, True, 1e-5, [True, True, True])
+    sum_g, sum_g_xhat = [], []  # per channel, in float64: d_bias and d_weight, and the sums dx is made of
     for ch in range(c):
         gc = g[:, ch].double()
         want = float(gc.sum())
         # d_bias is stored in the input's dtype (no bias given): its rounding, plus the float32 sums' error
         tol = 1e-5 * float(gc.abs().sum()) + abs(want) * 2.0 ** -8
         assert abs(float(db[ch]) - want) <= tol, f"channel {ch}: d_bias {float(db[ch])} against {want} (tol {tol})"
+        g_xhat = x[:, ch].double().sub_(float(mean[ch])).mul_(float(invstd[ch])).mul_(gc)
         del gc
-    assert torch.isfinite(dx[-1, :, -1]).all()
+        want_w = float(g_xhat.sum())
+        tol_w = 1e-5 * float(g_xhat.abs_().sum()) + abs(want_w) * 2.0 ** -8
+        assert abs(float(dw[ch]) - want_w) <= tol_w, f"channel {ch}: d_weight {float(dw[ch])} against {want_w}"
+        del g_xhat
+        sum_g.append(want)
+        sum_g_xhat.append(want_w)
+    # dx of the last rows: w invstd (g - sum(g) / M - x_hat sum(g x_hat) / M), M the elements of a channel
+    per_channel = lambda v: torch.tensor(v, dtype=torch.float64, device="cuda")[None, :, None, None]  # noqa: E731
+    m_count = x.numel() // c
+    x_hat = (tail - per_channel(mean.tolist())) * per_channel(invstd.tolist())
+    dx_ref = per_channel(w.tolist()) * per_channel(invstd.tolist()) * (
+        g[-1:, :, -3:].double() - per_channel(sum_g) / m_count - x_hat * per_channel(sum_g_xhat) / m_count)
+    assert_close_to_reference(dx[-1:, :, -3:], dx_ref, grad=True, name="batch_norm backward past 2^31, the last rows")
     if layout == "channels_last_persistent":  # the separate passes on the same data agree to rounding
         old = os.environ.get("TORCH_DNN_BN_PERSIST")
         os.environ["TORCH_DNN_BN_PERSIST"] = "0"
@@ -361,33 +422,30 @@ def test_cuda_training_paths(monkeypatch, knobs, dtype):
 
 @pytest.mark.cuda
 def test_cuda_outputs_fully_written():
+    # the caching allocator hands back a NaN-poisoned block: every element of the outputs and the gradients must be
+    # overwritten with PyTorch's value (silu(bn(x) + r), r = x given as a separate input)
+    def theirs(x, r, w, b):
+        return TF.silu(TF.batch_norm(x, None, None, w, b, True) + r)
+
     for shape, layout in ((16, 64, 28, 28), "channels_last"), ((8, 24, 17, 13), "contiguous"), ((8, 36, 17, 13), "channels_last"):
         x = _input(shape, torch.float32, "cuda", layout)
         w, b = _params(shape[1], torch.float32, "cuda")
+        g = torch.randn_like(x)
         n = x.numel()
         poison = torch.full((4 * n,), float("nan"), device="cuda")
         del poison
         y, m, i = ops.batch_norm_add_act(x, x, w, b, None, None, True, 0.1, 1e-5, 2)
-        assert not y.isnan().any()
         poison = torch.full((4 * n,), float("nan"), device="cuda")
         del poison
-        grads = ops.batch_norm_add_act_backward(torch.randn_like(x), x, x, w, b, m, i, True, 2, [True, True, True, True])
-        assert not any(t.isnan().any() for t in grads)
-
-
-@pytest.mark.cuda
-def test_cuda_graph_capture():
-    x = _input((8, 32, 14, 14), torch.bfloat16, "cuda", "channels_last").requires_grad_()
-    r = _input((8, 32, 14, 14), torch.bfloat16, "cuda", "channels_last")
-    m = torch_dnn.nn.BatchNorm2d(32).cuda().bfloat16()
-    fused = torch_dnn.nn.BatchNormAddAct(32).cuda()
-
-    def step():
-        y = fused(m(x), r)
-        gx, gw = torch.autograd.grad(y.float().square().sum(), [x, m.weight])
-        return y, gx, gw
-
-    assert_cuda_graph_replays(step, lambda: x.copy_(_input((8, 32, 14, 14), torch.bfloat16, "cuda", "channels_last")))
+        grads = ops.batch_norm_add_act_backward(g, x, x, w, b, m, i, True, 2, [True, True, True, True])
+        peer_in = [t.detach().clone().requires_grad_() for t in (x, x, w, b)]
+        ref_in = [t.detach().double().requires_grad_() for t in (x, x, w, b)]
+        peer, ref = theirs(*peer_in), theirs(*ref_in)
+        _compare(y, peer, ref, f"batch_norm_add_act {shape} {layout} poisoned")
+        for what, ours, p, r in zip(("dx", "d_residual", "d_weight", "d_bias"), grads,
+                                    torch.autograd.grad(peer, peer_in, g), torch.autograd.grad(ref, ref_in, g.double())):
+            v = compare(ours, p, r, grad=True, name=f"batch_norm_add_act {shape} {layout} poisoned {what}")
+            assert v, v.message
 
 
 @pytest.mark.cuda
