@@ -1,7 +1,9 @@
-"""group_norm family (group_norm, instance_norm) and local_response_norm against PyTorch over ranks (1-D to 3-D
-spatial, and 2-D input), layouts (contiguous, channels_last, channels_last_3d, non-dense views), dtypes and
-weight/bias presence; InstanceNorm running statistics; zero variance, NaN and inf; opcheck; gradcheck; bad
-arguments; empty batches; modules, state_dict and convert; torch.compile; CUDA-only cases."""
+"""group_norm family (group_norm, instance_norm) against PyTorch over ranks (1-D to 3-D spatial, and 2-D input),
+layouts (contiguous, channels_last, channels_last_3d, non-dense views), dtypes and weight/bias presence, with the
+family tester's checks (the error rule, opcheck, gradcheck and gradgradcheck, torch.compile against PyTorch, bad
+input, CUDA graphs, past 2^31 elements); statistics; InstanceNorm running statistics; zero variance, NaN and inf;
+empty batches; modules, state_dict and convert; CUDA-only plans, poisoned outputs and autocast.
+(local_response_norm: tests/test_lrn.py.)"""
 import os
 import subprocess
 
@@ -12,9 +14,10 @@ import torch.nn.functional as TF
 
 import torch_dnn
 import torch_dnn.functional as F
-from torch_dnn.reference import local_response_norm_reference
 from torch_dnn.testing import compare
-from tests.utils import assert_models_agree, assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, opcheck_samples, random_like_case
+from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
+from tests.known_bugs import CPU_LONG_ROW_SUMS
+from tests.utils import assert_models_agree, ALL_DTYPES, assert_matches_torch, devices, first_line, random_like_case
 
 ops = torch.ops.torch_dnn
 
@@ -98,15 +101,162 @@ def _gn_cases(device):
     return GN_CASES + (CUDA_GN_CASES if device == "cuda" else [])
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_group_norm_against_torch(dtype, device):
+class TestGroupNorm(FamilyTester):
+    variants = ["group_norm", "instance_norm"]
+
+    def against_torch(self, device, dtype, name):
+        return _group_norm_cases(device, dtype) if name == "group_norm" else _instance_norm_cases(device, dtype)
+
+    def gradcheck_cases(self, device):
+        def inp(shape, layout="contiguous"):
+            return _input(shape, torch.float64, device, layout).requires_grad_()
+
+        cases = []
+        for shape, G, layout in (((2, 6, 3, 4), 3, "contiguous"), ((2, 6, 3, 4), 2, "channels_last"),
+                                 ((3, 4, 5), 2, "contiguous")):
+            x, w, b = inp(shape, layout), inp((shape[1],)), inp((shape[1],))
+            rm = _input((shape[1],), torch.float64, device)
+            rv = _input((shape[1],), torch.float64, device, low=0.5, high=2)
+            name = f"{shape} {layout}"
+            cases += [
+                GradCase(f"group_norm {name}", lambda x, w, b, G=G: F.group_norm(x, G, w, b), (x, w, b)),
+                GradCase(f"group_norm bias only {name}", lambda x, b, G=G: F.group_norm(x, G, None, b), (x, b)),
+                GradCase(f"instance_norm {name}", lambda x, w, b: F.instance_norm(x, weight=w, bias=b), (x, w, b)),
+                GradCase(f"instance_norm running stats {name}",
+                         lambda x, w, b, rm=rm, rv=rv: F.instance_norm(x, rm, rv, w, b, use_input_stats=False),
+                         (x, w, b)),
+            ]
+        return cases
+
+    def gradgradcheck_cases(self, device):
+        return self.gradcheck_cases(device)
+
+    def opcheck_samples(self, device):
+        def inp(shape, dtype=torch.float32, layout="contiguous", grad=False, low=-3.0, high=5.0):
+            t = _input(shape, dtype, device, layout, low, high)
+            return t.requires_grad_() if grad else t
+
+        samples = [(ops.group_norm, args, {}) for args in (
+            (inp((2, 6, 5, 4)), 3, inp((6,)), inp((6,)), 1e-5),
+            (inp((2, 6, 5, 4), grad=True), 2, None, None, 1e-5),
+            (inp((2, 8, 5, 4), torch.bfloat16, "channels_last", True), 4, inp((8,), torch.bfloat16, grad=True),
+             inp((8,), torch.bfloat16, grad=True), 1e-5),
+            (inp((3, 4, 7), torch.float64, "strided", True), 2, inp((4,), torch.float64, grad=True), None, 1e-3),
+            (inp((2, 4, 3, 2, 3), torch.float16, "channels_last_3d", True), 4, None, inp((4,), torch.float16), 1e-5),
+        )]
+        x, g = inp((2, 6, 5, 4)), inp((2, 6, 5, 4))
+        w6 = inp((6,))
+        _, mean, rstd = ops.group_norm(x, 3, w6, None, 1e-5)
+        samples += [(ops.group_norm_with_stats, args, {}) for args in (
+            (x, 3, mean, rstd, w6, inp((6,))),
+            (inp((2, 6, 5, 4), grad=True), 6, inp((2, 6)), inp((2, 6), low=0.5, high=2), inp((6,), grad=True), None),
+        )]
+        samples += [(ops.group_norm_backward, args, {}) for args in (
+            (g, x, mean, rstd, w6, 3, False, [True, True, True]),
+            (g, x, mean, rstd, None, 3, False, [True, False, True]),
+            (g, x, mean, rstd, w6, 3, True, [False, True, False]),
+            (g.contiguous(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last), mean,
+             rstd, w6, 3, False, [True, True, True]),
+        )]
+        return samples
+
+    def compile_cases(self, device):
+        x = _input((2, 8, 5, 5), torch.float32, device, "channels_last")
+        w, b = _params(8, torch.float32, device)
+        yield Against("instance_norm + group_norm", lambda x, w, b: F.instance_norm(x) + F.group_norm(x, 4, w, b),
+                      lambda x, w, b: TF.instance_norm(x) + TF.group_norm(x, 4, w, b), [x, w, b])
+        # the modules convert() puts into a model, against the model's own (parameters' gradients too), and
+        # InstanceNorm's running statistics updated under compile as in eager (a per-channel bias followed by
+        # instance_norm has a zero gradient: the order avoids that)
+        native = torch.nn.Sequential(torch.nn.InstanceNorm2d(8, track_running_stats=True), torch.nn.GroupNorm(2, 8))
+        native = native.to(device)
+        with torch.no_grad():
+            for p in native.parameters():
+                p.uniform_(0.5, 1.5)
+        ours = torch_dnn.convert(native)[0]
+        yield ModelCase("GroupNorm, InstanceNorm2d modules", ours, native, x)
+        torch.testing.assert_close(ours[0].running_mean, native[0].running_mean)
+        torch.testing.assert_close(ours[0].running_var, native[0].running_var)
+
+    def bad_inputs(self):
+        return [
+            BadInput(lambda: F.group_norm(torch.ones(2, 6, 4), 0), "torch_dnn.group_norm", "num_groups"),
+            BadInput(lambda: F.group_norm(torch.ones(2, 6, 4, dtype=torch.int32), 3), "torch_dnn.group_norm",
+                     "floating point"),
+            BadInput(lambda: F.group_norm(torch.ones(2, 6, 4), 3, None, torch.ones(6, 1)), "torch_dnn.group_norm",
+                     "bias"),
+            BadInput(lambda: F.instance_norm(torch.ones(2, 3, 4), torch.zeros(3), None, use_input_stats=False),
+                     "torch_dnn.instance_norm", "running_mean and running_var"),
+            BadInput(lambda: ops.group_norm_backward(torch.ones(2, 6, 4), torch.ones(2, 6, 4), torch.ones(2, 2),
+                                                     torch.ones(2, 3), None, 3, False, [True, False, False]),
+                     "torch_dnn.group_norm_backward", "mean"),
+            # PyTorch's own checks in the functional wrappers (same exceptions and messages as torch's)
+            BadInput(lambda: F.group_norm(torch.ones(1, 4, 1), 4), None, "Expected more than 1 value per channel",
+                     ValueError),
+            BadInput(lambda: F.instance_norm(torch.ones(2, 3, 1)), None, "Expected more than 1 spatial element",
+                     ValueError),
+            BadInput(lambda: F.group_norm(torch.ones(4), 2), None, "Expected at least 2 dimensions"),
+        ]
+
+    def cuda_graph_step(self):
+        x = _input((4, 32, 28, 28), torch.bfloat16, "cuda", "channels_last").requires_grad_()
+        w, b = _params(32, torch.bfloat16, "cuda")
+        w.requires_grad_()
+        m = torch_dnn.nn.InstanceNorm2d(32, track_running_stats=True).cuda()
+
+        def step():
+            y = F.group_norm(x, 8, w, b) + m(x).bfloat16()
+            gx, gw = torch.autograd.grad(y.float().square().sum(), [x, w])
+            return y, gx, gw
+
+        return step, lambda: x.copy_(_input((4, 32, 28, 28), torch.bfloat16, "cuda", "channels_last"))
+
+    def past_2_31_cases(self):
+        return {f"{layout}-{shape[0]}x{shape[1]}x{shape[2]}x{shape[3]}-G{G}":
+                lambda shape=shape, G=G, layout=layout: _past_2_31_elements(shape, G, layout)
+                for shape, G, layout in PAST_2_31_CASES}
+
+
+def _group_norm_cases(device, dtype):
     for shape, G, layout in _gn_cases(device):
         x = _input(shape, dtype, device, layout)
         for weight, bias in AFFINE:
             w, b = _params(shape[1], dtype, device, weight, bias)
-            assert_matches_torch(lambda x, w, b: F.group_norm(x, G, w, b), lambda x, w, b: _torch_group_norm(x, G, w, b),
-                                 [x, w, b], name=f"group_norm {shape} G={G} {layout} {dtype} w={weight} b={bias}")
+            yield Against(f"group_norm {shape} G={G} {layout} {dtype} w={weight} b={bias}",
+                          lambda x, w, b: F.group_norm(x, G, w, b), lambda x, w, b: _torch_group_norm(x, G, w, b),
+                          [x, w, b])
+
+
+def _instance_norm_cases(device, dtype):
+    for shape, layout in IN_CASES:
+        c = shape[1]
+        x = _input(shape, dtype, device, layout)
+        if shape[0] == 0:
+            # PyTorch's instance_norm fails on an empty batch (IndexError); ours returns what its group_norm with
+            # a group a channel returns
+            torch.testing.assert_close(F.instance_norm(x), TF.group_norm(x, c), rtol=0, atol=0)
+            continue
+        for weight, bias in AFFINE:
+            w, b = _params(c, dtype, device, weight, bias)
+            yield Against(f"instance_norm {shape} {layout} {dtype} w={weight} b={bias}",
+                          lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+                          lambda x, w, b: _torch_instance_norm(x, weight=w, bias=b), [x, w, b])
+        # with running statistics (eval mode): the affine map
+        rm = random_like_case((c,), torch.float32, device, low=-1, high=1)
+        rv = random_like_case((c,), torch.float32, device, low=0.5, high=2)
+        w, b = _params(c, dtype, device)
+        yield Against(f"instance_norm eval {shape} {layout} {dtype}",
+                      lambda x, w, b: F.instance_norm(x, rm, rv, w, b, use_input_stats=False),
+                      lambda x, w, b: _torch_instance_norm(x, rm, rv, weight=w, bias=b, use_input_stats=False),
+                      [x, w, b])
+
+
+@pytest.mark.xfail(strict=True, reason=CPU_LONG_ROW_SUMS)
+def test_large_groups_cpu():
+    # groups far larger than the tests' others: the statistics' summation error shows above the float32 floor
+    x = _input((1, 8, 300, 300), torch.float32, "cpu")
+    assert_matches_torch(lambda x: F.group_norm(x, 2), lambda x: TF.group_norm(x, 2), [x], grad=False,
+                         name="group_norm groups of 360000")
 
 
 @pytest.mark.parametrize("device", devices())
@@ -133,29 +283,6 @@ IN_CASES = [
     ((2, 3, 6, 5), "transposed"),
     ((0, 3, 4, 4), "contiguous"),
 ]
-
-
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_instance_norm_against_torch(dtype, device):
-    for shape, layout in IN_CASES:
-        c = shape[1]
-        x = _input(shape, dtype, device, layout)
-        if shape[0] == 0:  # PyTorch's instance_norm fails on an empty batch (IndexError); ours returns it
-            assert F.instance_norm(x).shape == x.shape
-            continue
-        for weight, bias in AFFINE:
-            w, b = _params(c, dtype, device, weight, bias)
-            assert_matches_torch(lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
-                                 lambda x, w, b: _torch_instance_norm(x, weight=w, bias=b), [x, w, b],
-                                 name=f"instance_norm {shape} {layout} {dtype} w={weight} b={bias}")
-        # with running statistics (eval mode): the affine map
-        rm = random_like_case((c,), torch.float32, device, low=-1, high=1)
-        rv = random_like_case((c,), torch.float32, device, low=0.5, high=2)
-        w, b = _params(c, dtype, device)
-        assert_matches_torch(lambda x, w, b: F.instance_norm(x, rm, rv, w, b, use_input_stats=False),
-                             lambda x, w, b: _torch_instance_norm(x, rm, rv, weight=w, bias=b, use_input_stats=False), [x, w, b],
-                             name=f"instance_norm eval {shape} {layout} {dtype}")
 
 
 @pytest.mark.parametrize("device", devices())
@@ -195,45 +322,16 @@ def test_zero_variance_and_special_values(device):
         x[2, 0, 1] = inf            # inf: its group is NaN
         x[2, 3, 0] = -inf
         w, b = _params(4, dtype, device)
+        # the error rule over the finite values, NaN and inf where PyTorch has them
+        assert_matches_torch(lambda x, w, b: F.group_norm(x, 2, w, b), lambda x, w, b: TF.group_norm(x, 2, w, b),
+                             [x, w, b], grad=False, name=f"group_norm special values {dtype}")
         ours, theirs = F.group_norm(x, 2, w, b), TF.group_norm(x, 2, w, b)
-        torch.testing.assert_close(ours, theirs, equal_nan=True, atol=1e-2, rtol=1e-2)
         assert torch.equal(torch.isnan(ours), torch.isnan(theirs))
         # zero-variance groups differentiate too
         assert_matches_torch(lambda x, w, b: F.group_norm(x, 2, w, b), lambda x, w, b: _torch_group_norm(x, 2, w, b),
                              [x[:1], w, b], name=f"group_norm zero variance {dtype}")
         assert_matches_torch(lambda x: F.instance_norm(x), lambda x: TF.instance_norm(x), [x[:1]],
                              name=f"instance_norm zero variance {dtype}")
-        lx = _input((2, 5, 3, 3), dtype, device)
-        lx[0, 1, 1, 1] = nan
-        lx[1, 2, 0, 0] = inf
-        torch.testing.assert_close(F.local_response_norm(lx, 3), local_response_norm_reference(lx, 3), equal_nan=True)
-
-
-# local_response_norm: (shape, size, layout)
-LRN_CASES = [
-    ((2, 7, 5, 6), 3, "contiguous"),
-    ((2, 7, 5, 6), 2, "channels_last"),
-    ((2, 16, 5, 6), 5, "channels_last"),
-    ((2, 6, 9), 4, "contiguous"),          # 3-D input
-    ((2, 6, 9), 1, "strided"),
-    ((2, 5, 3, 4, 3), 3, "contiguous"),    # 5-D input
-    ((2, 5, 3, 4, 3), 2, "channels_last_3d"),
-    ((2, 4, 5, 6), 9, "transposed"),       # window wider than the channels
-    ((1, 3, 2, 2, 2, 2), 2, "contiguous"),  # 6-D input
-]
-
-
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_local_response_norm_against_torch(dtype, device):
-    for shape, size, layout in LRN_CASES:
-        x = _input(shape, dtype, device, layout, low=-2, high=2)
-        for alpha, beta, k in ((1e-4, 0.75, 1.0), (0.5, 0.6, 2.0), (1.0, 1.5, 0.5)):
-            assert_matches_torch(lambda x: F.local_response_norm(x, size, alpha, beta, k),
-                                 lambda x: local_response_norm_reference(x, size, alpha, beta, k), [x],
-                                 name=f"lrn {shape} size={size} {layout} {dtype} a={alpha} b={beta} k={k}")
-    x = _input((0, 3, 4, 4), torch.float32, device)
-    assert F.local_response_norm(x, 2) is x  # as PyTorch: the empty input itself
 
 
 @pytest.mark.parametrize("device", devices())
@@ -246,8 +344,7 @@ def test_grad_layouts(device):
         w, b = _params(8, torch.float64, device)
         w.requires_grad_()
         for ours, theirs in ((lambda x: F.group_norm(x, 4, w, b), lambda x: TF.group_norm(x, 4, w, b)),
-                             (lambda x: F.instance_norm(x, weight=w), lambda x: TF.instance_norm(x, weight=w)),
-                             (lambda x: F.local_response_norm(x, 3, 0.5), lambda x: TF.local_response_norm(x, 3, 0.5))):
+                             (lambda x: F.instance_norm(x, weight=w), lambda x: TF.instance_norm(x, weight=w))):
             a = torch.autograd.grad(ours(x), [x, w], g, allow_unused=True)
             r = torch.autograd.grad(theirs(x), [x, w], g, allow_unused=True)
             for u, v in zip(a, r):
@@ -264,68 +361,19 @@ def test_empty_batch_backward(device):
         w, b = _params(6, torch.float32, device)
         w.requires_grad_()
         b.requires_grad_()
-        y = F.group_norm(x, 3, w, b)
-        assert y.shape == x.shape
-        gx, gw, gb = torch.autograd.grad(y.sum(), [x, w, b])
-        assert gx.shape == x.shape and torch.equal(gw, torch.zeros_like(w)) and torch.equal(gb, torch.zeros_like(b))
-    # spatial size 0: statistics of nothing are NaN, as PyTorch's
-    _, mean, _ = ops.group_norm(torch.ones(2, 4, 0, device=device), 2, None, None, 1e-5)
-    assert torch.isnan(mean).all()
-
-
-@pytest.mark.parametrize("device", devices())
-def test_gradcheck(device):
-    def inp(shape, layout="contiguous"):
-        return _input(shape, torch.float64, device, layout).requires_grad_()
-
-    for shape, G, layout in (((2, 6, 3, 4), 3, "contiguous"), ((2, 6, 3, 4), 2, "channels_last"),
-                             ((3, 4, 5), 2, "contiguous")):
-        x, w, b = inp(shape, layout), inp((shape[1],)), inp((shape[1],))
-        assert torch.autograd.gradcheck(lambda x, w, b: F.group_norm(x, G, w, b), (x, w, b))
-        assert torch.autograd.gradcheck(lambda x, b: F.group_norm(x, G, None, b), (x, b))
-        assert torch.autograd.gradcheck(lambda x, w, b: F.instance_norm(x, weight=w, bias=b), (x, w, b))
-        rm = _input((shape[1],), torch.float64, device)
-        rv = _input((shape[1],), torch.float64, device, low=0.5, high=2)
-        assert torch.autograd.gradcheck(
-            lambda x, w, b: F.instance_norm(x, rm, rv, w, b, use_input_stats=False), (x, w, b))
-        assert torch.autograd.gradcheck(lambda x: F.local_response_norm(x, 3, 0.5, 0.75, 1.0), (x,))
-        assert torch.autograd.gradcheck(lambda x: F.local_response_norm(x, 2, 1.0, 1.5, 2.0), (x,))
-
-
-@pytest.mark.parametrize("device", devices())
-def test_opcheck(device):
-    def inp(shape, dtype=torch.float32, layout="contiguous", grad=False, low=-3.0, high=5.0):
-        t = _input(shape, dtype, device, layout, low, high)
-        return t.requires_grad_() if grad else t
-
-    opcheck_samples(ops.group_norm, [
-        ((inp((2, 6, 5, 4)), 3, inp((6,)), inp((6,)), 1e-5), {}),
-        ((inp((2, 6, 5, 4), grad=True), 2, None, None, 1e-5), {}),
-        ((inp((2, 8, 5, 4), torch.bfloat16, "channels_last", True), 4, inp((8,), torch.bfloat16, grad=True),
-          inp((8,), torch.bfloat16, grad=True), 1e-5), {}),
-        ((inp((3, 4, 7), torch.float64, "strided", True), 2, inp((4,), torch.float64, grad=True), None, 1e-3), {}),
-        ((inp((2, 4, 3, 2, 3), torch.float16, "channels_last_3d", True), 4, None, inp((4,), torch.float16), 1e-5), {}),
-    ])
-    x, g = inp((2, 6, 5, 4)), inp((2, 6, 5, 4))
-    w6 = inp((6,))
-    _, mean, rstd = ops.group_norm(x, 3, w6, None, 1e-5)
-    opcheck_samples(ops.group_norm_with_stats, [
-        ((x, 3, mean, rstd, w6, inp((6,))), {}),
-        ((inp((2, 6, 5, 4), grad=True), 6, inp((2, 6)), inp((2, 6), low=0.5, high=2), inp((6,), grad=True), None), {}),
-    ])
-    opcheck_samples(ops.group_norm_backward, [
-        ((g, x, mean, rstd, w6, 3, False, [True, True, True]), {}),
-        ((g, x, mean, rstd, None, 3, False, [True, False, True]), {}),
-        ((g, x, mean, rstd, w6, 3, True, [False, True, False]), {}),
-        ((g.contiguous(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last), mean, rstd,
-          w6, 3, False, [True, True, True]), {}),
-    ])
-    opcheck_samples(ops.local_response_norm, [
-        ((inp((2, 6, 5, 4)), 3, 1e-4, 0.75, 1.0), {}),
-        ((inp((2, 6, 5, 4), torch.bfloat16, "channels_last", True), 2, 0.5, 0.75, 2.0), {}),
-        ((inp((2, 6, 7), torch.float64, grad=True), 5, 1.0, 1.5, 1.0), {}),
-    ])
-    opcheck_samples(ops.local_response_norm_backward, [((g, x, 3, 1e-4, 0.75, 1.0), {})])
+        y, y_ref = F.group_norm(x, 3, w, b), TF.group_norm(x, 3, w, b)
+        torch.testing.assert_close(y, y_ref, rtol=0, atol=0)
+        grads = torch.autograd.grad(y.sum(), [x, w, b])
+        for g, g_ref in zip(grads, torch.autograd.grad(y_ref.sum(), [x, w, b])):
+            torch.testing.assert_close(g, g_ref, rtol=0, atol=0)
+        assert torch.equal(grads[1], torch.zeros_like(w)) and torch.equal(grads[2], torch.zeros_like(b))
+    # spatial size 0: statistics of nothing are NaN, as PyTorch's mean and variance of an empty group
+    x = torch.ones(2, 4, 0, device=device)
+    y, mean, rstd = ops.group_norm(x, 2, None, None, 1e-5)
+    assert y.shape == x.shape and torch.isnan(mean).all()
+    groups = x.view(2, 2, 0)
+    torch.testing.assert_close(mean, groups.mean(-1), equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(rstd, torch.rsqrt(groups.square().mean(-1) + 1e-5), equal_nan=True, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", devices())
@@ -350,44 +398,29 @@ def test_modules_state_dict_and_convert(device):
     # (a per-channel bias followed by instance_norm has a zero gradient: the order avoids that)
     model = torch.nn.Sequential(
         torch.nn.InstanceNorm2d(3, affine=True, track_running_stats=True), torch.nn.Conv2d(3, 8, 3, padding=1),
-        torch.nn.GroupNorm(4, 8), torch.nn.LocalResponseNorm(3, alpha=1.0), torch.nn.GroupNorm(2, 8, affine=False),
+        torch.nn.GroupNorm(4, 8), torch.nn.GroupNorm(2, 8, affine=False),
     ).to(device, torch.float64)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n.startswith(("0.", "2.")):
                 p.uniform_(0.5, 1.5)
     converted, report = torch_dnn.convert(model)
-    assert [type(m).__name__ for m in converted] == ["InstanceNorm2d", "Conv2d", "GroupNorm", "LocalResponseNorm",
-                                                     "GroupNorm"]
-    assert isinstance(converted[2], torch_dnn.nn.GroupNorm) and isinstance(converted[3], torch_dnn.nn.LocalResponseNorm)
+    assert [type(m).__name__ for m in converted] == ["InstanceNorm2d", "Conv2d", "GroupNorm", "GroupNorm"]
+    assert isinstance(converted[2], torch_dnn.nn.GroupNorm) and isinstance(converted[3], torch_dnn.nn.GroupNorm)
     assert isinstance(converted[0], torch_dnn.nn.InstanceNorm2d)
-    assert len(report.swapped) == 4, str(report)
+    assert len(report.swapped) == 3, str(report)
     assert converted.state_dict().keys() == model.state_dict().keys()
     assert repr(converted) == repr(model)
     x = _input((2, 3, 7, 6), torch.float64, device, "channels_last")
-    assert_models_agree(model, converted, x, name="converted model")
+    # a loss weighted per element: the sum of squares of a group norm without affine is constant (n per group), its
+    # gradient zero and what both sides compute of it rounding noise
+    weights = _input((2, 8, 7, 6), torch.float64, device, low=-1, high=1)
+    assert_models_agree(model, converted, x, name="converted model", loss=lambda y: (y * weights).sum())
     torch.testing.assert_close(converted[0].running_var, model[0].running_var)
     fresh = torch_dnn.nn.GroupNorm(4, 8).to(device, torch.float64)
     fresh.load_state_dict(model[2].state_dict())
     h = _input((2, 8, 5, 5), torch.float64, device)
     torch.testing.assert_close(fresh(h), model[2](h))
-
-
-def test_compile_fullgraph_no_graph_break():
-    torch._dynamo.reset()
-    model = torch.nn.Sequential(torch_dnn.nn.GroupNorm(2, 8), torch_dnn.nn.InstanceNorm2d(8, track_running_stats=True),
-                                torch_dnn.nn.LocalResponseNorm(3))
-    ref = torch.nn.Sequential(torch.nn.GroupNorm(2, 8), torch.nn.InstanceNorm2d(8, track_running_stats=True),
-                              torch.nn.LocalResponseNorm(3))
-    x = _input((2, 8, 5, 5), torch.float32, "cpu", "channels_last").requires_grad_()
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    y = compiled(x)
-    torch.testing.assert_close(y, ref(x))
-    torch.testing.assert_close(model[1].running_mean, ref[1].running_mean)
-    y.sum().backward()
-    assert x.grad is not None and model[0].weight.grad is not None
-    fn = torch.compile(lambda x: F.instance_norm(x) + F.group_norm(x, 4), fullgraph=True, backend="aot_eager")
-    torch.testing.assert_close(fn(x), TF.instance_norm(x) + TF.group_norm(x, 4))
 
 
 class TestErrors(expecttest.TestCase):
@@ -405,61 +438,35 @@ class TestErrors(expecttest.TestCase):
     def test_running_stats_size(self):
         self.assertExpectedInline(self._msg(lambda: F.instance_norm(torch.ones(2, 3, 4), torch.zeros(4), torch.ones(3))), """torch_dnn.instance_norm: expected running_mean of shape [3] (the input's channels), but got [4]""")
 
-    def test_lrn_rank(self):
-        self.assertExpectedInline(self._msg(lambda: F.local_response_norm(torch.ones(2, 3), 2), ValueError), """Expected 3D or higher dimensionality input (got 2 dimensions)""")
 
-    def test_other_errors(self):
-        for fn, words in (
-            (lambda: F.group_norm(torch.ones(2, 6, 4), 0), "num_groups"),
-            (lambda: F.group_norm(torch.ones(2, 6, 4, dtype=torch.int32), 3), "floating point"),
-            (lambda: F.group_norm(torch.ones(2, 6, 4), 3, None, torch.ones(6, 1)), "bias"),
-            (lambda: F.instance_norm(torch.ones(2, 3, 4), torch.zeros(3), None, use_input_stats=False),
-             "running_mean and running_var"),
-            (lambda: ops.group_norm_backward(torch.ones(2, 6, 4), torch.ones(2, 6, 4), torch.ones(2, 2),
-                                             torch.ones(2, 3), None, 3, False, [True, False, False]), "mean"),
-            (lambda: ops.local_response_norm(torch.ones(2, 3, 4), 0, 1e-4, 0.75, 1.0), "size"),
-            (lambda: ops.local_response_norm_backward(torch.ones(2, 3, 5), torch.ones(2, 3, 4), 2, 1e-4, 0.75, 1.0),
-             "grad_out"),
-        ):
-            msg = self._msg(fn)
-            assert msg.startswith("torch_dnn.") and words in msg, msg
-        # PyTorch's own checks in the functional wrappers (same exceptions and messages as torch's)
-        with self.assertRaisesRegex(ValueError, "Expected more than 1 value per channel"):
-            F.group_norm(torch.ones(1, 4, 1), 4)
-        with self.assertRaisesRegex(ValueError, "Expected more than 1 spatial element"):
-            F.instance_norm(torch.ones(2, 3, 1))
-        with self.assertRaisesRegex(RuntimeError, "Expected at least 2 dimensions"):
-            F.group_norm(torch.ones(4), 2)
+# 64-bit indexing in both layouts: the last group of the last image lies past 2^31 elements. Its reference is the
+# group alone (channels_last: the last 2 channels with one group; NCHW: one group a whole image). The last two take
+# the cluster plan (items of 8-channel groups: channels-last 128-byte rows, K=16; NCHW groups of 256 KB, K>=2), the
+# first two the per-(n, group) and chunked kernels.
+PAST_2_31_CASES = [((2, 64, 4097, 4097), 32, "channels_last"), ((8, 2, 16385, 8193), 1, "contiguous"),
+                   ((8200, 64, 64, 64), 8, "channels_last"), ((8200, 16, 128, 128), 2, "contiguous")]
 
 
-@pytest.mark.cuda
-def test_cuda_past_2_31_elements():
-    # 64-bit indexing in both layouts: the last group of the last image lies past 2^31 elements. Its reference
-    # is the group alone (channels_last: the last 2 channels with one group; NCHW: one group a whole image).
-    # The last two take the cluster plan (items of 8-channel groups: channels-last 128-byte rows, K=16; NCHW
-    # groups of 256 KB, K>=2), the first two the per-(n, group) and chunked kernels.
-    for shape, G, layout in (((2, 64, 4097, 4097), 32, "channels_last"), ((8, 2, 16385, 8193), 1, "contiguous"),
-                             ((8200, 64, 64, 64), 8, "channels_last"), ((8200, 16, 128, 128), 2, "contiguous")):
-        x = torch.empty(shape, dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
-        if layout == "channels_last":
-            x = x.contiguous(memory_format=torch.channels_last)
-        w, b = _params(shape[1], torch.bfloat16, "cuda")
-        d = shape[1] // G
-        tail, wt, bt = x[-1:, -d:].contiguous(), w[-d:], b[-d:]
-        y = F.group_norm(x, G, w, b)
-        v = compare(y[-1:, -d:], TF.group_norm(tail, 1, wt, bt), TF.group_norm(tail.double(), 1, wt.double(), bt.double()),
-                    name=f"group_norm past 2^31 {layout}")
-        assert v, v.message
-        del y
-        g = torch.empty_like(x).uniform_(-1, 1)
-        dx = ops.group_norm_backward(g, x, *ops.group_norm(x, G, w, b, 1e-5)[1:], w, G, False, [True, False, False])[0]
-        t = tail.double().requires_grad_()
-        (ref,) = torch.autograd.grad(TF.group_norm(t, 1, wt.double(), bt.double()), [t], g[-1:, -d:].double())
-        tb = tail.clone().requires_grad_()
-        (peer,) = torch.autograd.grad(TF.group_norm(tb, 1, wt, bt), [tb], g[-1:, -d:].contiguous())
-        v = compare(dx[-1:, -d:], peer, ref, grad=True, name=f"group_norm backward past 2^31 {layout}")
-        assert v, v.message
-        del x, g, dx
+def _past_2_31_elements(shape, G, layout):
+    x = torch.empty(shape, dtype=torch.bfloat16, device="cuda").uniform_(-3, 3)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = _params(shape[1], torch.bfloat16, "cuda")
+    d = shape[1] // G
+    tail, wt, bt = x[-1:, -d:].contiguous(), w[-d:], b[-d:]
+    y = F.group_norm(x, G, w, b)
+    v = compare(y[-1:, -d:], TF.group_norm(tail, 1, wt, bt),
+                TF.group_norm(tail.double(), 1, wt.double(), bt.double()), name=f"group_norm past 2^31 {layout}")
+    assert v, v.message
+    del y
+    g = torch.empty_like(x).uniform_(-1, 1)
+    dx = ops.group_norm_backward(g, x, *ops.group_norm(x, G, w, b, 1e-5)[1:], w, G, False, [True, False, False])[0]
+    t = tail.double().requires_grad_()
+    (ref,) = torch.autograd.grad(TF.group_norm(t, 1, wt.double(), bt.double()), [t], g[-1:, -d:].double())
+    tb = tail.clone().requires_grad_()
+    (peer,) = torch.autograd.grad(TF.group_norm(tb, 1, wt, bt), [tb], g[-1:, -d:].contiguous())
+    v = compare(dx[-1:, -d:], peer, ref, grad=True, name=f"group_norm backward past 2^31 {layout}")
+    assert v, v.message
 
 
 # Plans of the CUDA kernels (csrc/group_norm/kernels/gn_cluster.cuh), selected by environment variables read at
@@ -509,47 +516,30 @@ def test_cuda_plans(plan, dtype, monkeypatch):
 
 @pytest.mark.cuda
 def test_cuda_poisoned_outputs():
-    # the caching allocator hands back a NaN-poisoned block: every element must be overwritten
+    # the caching allocator hands back a NaN-poisoned block: every element of the output and the gradients must be
+    # overwritten with PyTorch's value
     for shape, G, layout in (((3, 24, 37, 41), 6, "contiguous"), ((3, 24, 37, 41), 3, "channels_last"),
                              ((2, 8, 300, 300), 2, "contiguous"), ((2, 8, 300, 300), 4, "channels_last")):
-        x = _input(shape, torch.float32, "cuda", layout).requires_grad_()
+        x = _input(shape, torch.float32, "cuda", layout)
         w, b = _params(shape[1], torch.float32, "cuda")
-        w.requires_grad_()
-        b.requires_grad_()
-        for fn in (lambda x: F.group_norm(x, G, w, b), lambda x: F.instance_norm(x, weight=w, bias=b),
-                   lambda x: F.local_response_norm(x, 5)):
+        g = _input(shape, torch.float32, "cuda", "contiguous", -1, 1)
+        for name, ours, theirs in (
+                ("group_norm", lambda x, w, b: F.group_norm(x, G, w, b), lambda x, w, b: TF.group_norm(x, G, w, b)),
+                ("instance_norm", lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+                 lambda x, w, b: TF.instance_norm(x, weight=w, bias=b))):
             poison = torch.full((4 * x.numel(),), float("nan"), device="cuda")
             del poison
-            y = fn(x)
-            gs = torch.autograd.grad(y.square().sum(), [x, w, b], allow_unused=True)
-            assert not torch.isnan(y).any() and not any(torch.isnan(g).any() for g in gs if g is not None)
-
-
-@pytest.mark.cuda
-def test_cuda_graph_capture():
-    x = _input((4, 32, 28, 28), torch.bfloat16, "cuda", "channels_last").requires_grad_()
-    w, b = _params(32, torch.bfloat16, "cuda")
-    w.requires_grad_()
-    m = torch_dnn.nn.InstanceNorm2d(32, track_running_stats=True).cuda()
-
-    def step():
-        y = F.group_norm(x, 8, w, b) + F.local_response_norm(x, 5) + m(x).bfloat16()
-        gx, gw = torch.autograd.grad(y.float().square().sum(), [x, w])
-        return y, gx, gw
-
-    assert_cuda_graph_replays(step, lambda: x.copy_(_input((4, 32, 28, 28), torch.bfloat16, "cuda", "channels_last")))
+            assert_matches_torch(ours, theirs, [x, w, b], grad_output=g, name=f"{name} {shape} {layout} poisoned")
 
 
 @pytest.mark.cuda
 def test_cuda_autocast_dtypes():
-    # the output dtypes PyTorch's ops give under autocast: group_norm float32, instance_norm the input's,
-    # local_response_norm float32 (its pow autocasts)
+    # the output dtypes PyTorch's ops give under autocast: group_norm float32, instance_norm the input's
     x = _input((2, 8, 5, 5), torch.bfloat16, "cuda")
     w, b = _params(8, torch.float32, "cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         for ours, theirs in ((F.group_norm(x, 4, w, b), TF.group_norm(x, 4, w, b)),
-                             (F.instance_norm(x, weight=w, bias=b), TF.instance_norm(x, weight=w, bias=b)),
-                             (F.local_response_norm(x, 3), TF.local_response_norm(x, 3))):
+                             (F.instance_norm(x, weight=w, bias=b), TF.instance_norm(x, weight=w, bias=b))):
             assert ours.dtype == theirs.dtype
             torch.testing.assert_close(ours, theirs, atol=2e-2, rtol=2e-2)
 
