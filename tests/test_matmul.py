@@ -1,7 +1,8 @@
 """Matmul family: mm, bmm, matmul (torch.matmul's semantics), linear, linear_act against PyTorch with the
-error-ratio rule; odd, tiny and empty shapes; transposed, strided, offset and broadcast operands; TF32 and
-autocast semantics; opcheck; float64 gradcheck; bad input; torch.compile; convert(fuse=True); CUDA-only
-checks (both GEMM paths, graph capture, poisoned outputs, split-K determinism, past 2^31 elements)."""
+error-ratio rule, with the family tester's checks (opcheck, gradcheck and gradgradcheck, torch.compile against
+PyTorch, bad input, CUDA graphs, past 2^31 elements); odd, tiny and empty shapes; transposed, strided, offset and
+broadcast operands; TF32 and autocast semantics; error messages; convert(fuse=True); CUDA-only checks (both GEMM
+paths, poisoned outputs, split-K determinism, the skinny kernel)."""
 import itertools
 
 import expecttest
@@ -14,7 +15,9 @@ import torch_dnn.functional as F
 from torch_dnn.ops.matmul import gemm_paths
 from torch_dnn.reference import linear_act_reference
 from torch_dnn.testing import compare, random_like_case
-from tests.utils import assert_models_agree, assert_cuda_graph_replays, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input, opcheck_samples
+from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
+from tests.known_bugs import HARDSIGMOID_F64_GRAD
+from tests.utils import assert_models_agree, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input
 
 ops = torch.ops.torch_dnn
 
@@ -59,24 +62,179 @@ def _operand(shape, dtype, device, transposed, low=-2.0, high=2.0):
     return make_input(shape, dtype, device, "transposed" if transposed else "contiguous", low=low, high=high)
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_mm_against_torch(dtype, device):
+class TestMatmul(FamilyTester):
+    variants = ["mm", "bmm", "linear", "linear_act"]
+
+    def against_torch(self, device, dtype, name):
+        return globals()[f"_{name}_cases"](device, dtype)
+
+    def gradcheck_cases(self, device):
+        def inp(*shape):
+            return make_input(shape, torch.float64, device, low=-1, high=1).requires_grad_()
+
+        x, w, b, r = inp(4, 3, 6), inp(5, 6), inp(5), inp(4, 3, 5)
+        cases = [GradCase(f"linear_act {act}", lambda x, w, b, r, act=act, a=a, b_=b_: F.linear_act(x, w, b, act, r, a,
+                                                                                                    b_), (x, w, b, r))
+                 for act, a, b_ in (("none", None, None), ("relu", None, None), ("gelu", None, None),
+                                    ("gelu_tanh", None, None), ("silu", None, None), ("sigmoid", None, None),
+                                    ("tanh", None, None), ("leaky_relu", 0.3, None), ("elu", 0.7, None),
+                                    ("softplus", 2.0, 5.0), ("mish", None, None), ("hardswish", None, None))]
+        return cases + [
+            GradCase("linear_act gelu, no bias", lambda x, w: F.linear_act(x, w, None, "gelu"), (x, w)),
+            GradCase("linear", F.linear, (inp(7, 6), w, b)),
+            GradCase("linear 3-D, no bias", F.linear, (x, w)),
+            GradCase("mm", F.mm, (inp(4, 6), inp(6, 3))),
+            GradCase("bmm", F.bmm, (inp(2, 4, 6), inp(2, 6, 3))),
+            GradCase("matmul batch broadcast", F.matmul, (inp(2, 1, 4, 6), inp(3, 6, 5))),
+            GradCase("matmul vector", F.matmul, (inp(6), inp(2, 6, 5))),
+            # the preact output's own gradient
+            GradCase("linear_act preact", lambda x, w, b: ops.linear_act(x, w, b, "tanh", save_preact=True), (x, w, b)),
+        ]
+
+    def gradgradcheck_cases(self, device):
+        # the activations' second derivatives are bias_act's (tests/test_activation.py): a few of them here
+        acts = {"linear_act none", "linear_act gelu", "linear_act tanh", "linear_act leaky_relu"}
+        return [c for c in self.gradcheck_cases(device) if not c.name.startswith("linear_act ") or c.name in acts]
+
+    def opcheck_samples(self, device):
+        def inp(shape, dtype=torch.float32, layout="contiguous", grad=False):
+            t = make_input(shape, dtype, device, layout, low=-1, high=1)
+            return t.requires_grad_() if grad else t
+
+        samples = [(ops.mm, args, kwargs) for args, kwargs in (
+            ((inp((5, 7)), inp((7, 3))), {}),
+            ((inp((5, 7), grad=True), inp((7, 3), layout="transposed", grad=True)), {}),
+            ((inp((5, 7), torch.bfloat16, "transposed", True), inp((7, 3), torch.bfloat16)), {"allow_tf32": True}),
+            ((inp((0, 7), grad=True), inp((7, 3), grad=True)), {}),
+        )]
+        samples += [(ops.bmm, args, {}) for args in (
+            (inp((2, 5, 7)), inp((2, 7, 3))),
+            (inp((2, 5, 7), torch.float64, "transposed", True), inp((2, 7, 3), torch.float64, grad=True)),
+            (inp((1, 5, 7), grad=True).expand(3, 5, 7), inp((3, 7, 3), grad=True)),
+        )]
+        x, w, b, r = inp((4, 9), grad=True), inp((6, 9), grad=True), inp((6,), grad=True), inp((4, 6), grad=True)
+        samples += [(ops.linear, args, kwargs) for args, kwargs in (
+            ((x, w, b), {}),
+            ((x, w), {"allow_tf32": True}),
+            ((inp((2, 3, 9), torch.bfloat16, grad=True), inp((6, 9), torch.bfloat16, "transposed", True)), {}),
+            ((inp((9,), torch.float64, grad=True), inp((6, 9), torch.float64, grad=True),
+              inp((6,), torch.float64, grad=True)), {}),
+            ((inp((0, 9), grad=True), w, b), {}),
+        )]
+        samples += [(ops.linear_act, args, kwargs) for args, kwargs in (
+            ((x, w, b, "gelu"), {"save_preact": True}),
+            ((x, w, b, "gelu"), {}),
+            ((x, w, None, "none", r), {}),
+            ((inp((2, 3, 9), torch.float16, grad=True), inp((6, 9), torch.float16, grad=True), None, "leaky_relu",
+              None, 0.2), {"save_preact": True}),
+            ((inp((9,), torch.float64, grad=True), inp((6, 9), torch.float64, "transposed", True),
+              inp((6,), torch.float64, grad=True), "softplus", None, 2.0, 10.0), {"save_preact": True}),
+        )]
+        g = inp((4, 6))
+        pre = ops.linear_act(x.detach(), w.detach(), b.detach(), "none")[0]
+        samples += [(ops.linear_act_backward, args, {}) for args in (
+            (g, x.detach(), w.detach(), pre, "silu", None, None, None, [True, True, True]),
+            (g, x.detach(), w.detach(), None, "none", None, None, None, [True, False, True]),
+            (g, x.detach(), w.detach(), pre, "elu", 0.5, None, inp((4, 6)), [False, True, True]),
+        )]
+        return samples
+
+    def compile_cases(self, device):
+        # the fused MLP convert() makes, against the native one it was made from (parameters' gradients too)
+        native = _mlp(device)
+        converted, _ = torch_dnn.convert(native, fuse=True)
+        yield ModelCase("converted MLP (fuse=True)", converted, native, make_input((6, 16), torch.float32, device))
+        # matmul's composite (views, batch broadcasting)
+        yield Against("matmul broadcast", lambda a, b: F.matmul(a, b) + F.matmul(a, b[0]),
+                      lambda a, b: torch.matmul(a, b) + torch.matmul(a, b[0]),
+                      [make_input((2, 5, 7), torch.float32, device), make_input((2, 7, 3), torch.float32, device)])
+
+    def bad_inputs(self):
+        return [
+            BadInput(lambda: F.mm(torch.ones(2, 3, dtype=torch.int32), torch.ones(3, 2, dtype=torch.int32)),
+                     "torch_dnn.mm", "expected self to be a floating point tensor"),
+            BadInput(lambda: F.bmm(torch.ones(2, 3, 4), torch.ones(3, 4, 5)), "torch_dnn.bmm",
+                     "expected self and mat2 to have the same batch size"),
+            BadInput(lambda: F.bmm(torch.ones(3, 4), torch.ones(4, 5)), "torch_dnn.bmm",
+                     "expected self to be a 3-D tensor"),
+            BadInput(lambda: F.linear_act(torch.ones(2, 3), torch.ones(4, 3), None, "relu", torch.ones(2, 5)),
+                     "torch_dnn.linear_act", "expected residual of shape"),
+            BadInput(lambda: ops.linear_act_backward(torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3), None, "gelu",
+                                                     None, None, None, [True, True, False]),
+                     "torch_dnn.linear_act_backward", "needs the pre-activation"),
+            # PyTorch's own message, as torch.matmul gives it
+            BadInput(lambda: F.matmul(torch.tensor(1.0), torch.ones(3)), None,
+                     "both arguments to matmul need to be at least 1D"),
+        ]
+
+    def cuda_graph_step(self):
+        x = make_input((64, 256), torch.bfloat16, "cuda").requires_grad_()
+        w = make_input((512, 256), torch.bfloat16, "cuda").requires_grad_()
+        b = make_input((512,), torch.bfloat16, "cuda").requires_grad_()
+        w2 = make_input((4096, 512), torch.bfloat16, "cuda")
+
+        def step():
+            h = F.linear_act(x, w, b, "gelu")
+            y = F.matmul(h, w2.t()[:, :128])  # split-K sized
+            gx, gw, gb = torch.autograd.grad(y.float().square().sum(), [x, w, b])
+            return y, gx, gw, gb
+
+        return step, lambda: x.copy_(make_input((64, 256), torch.bfloat16, "cuda"))
+
+    def past_2_31_cases(self):
+        return {"mm": _past_2_31_elements}
+
+
+def _mm_cases(device, dtype):
     for i, (m, n, k) in enumerate(_mnk(device)):
         ta, tb = bool(i & 1), bool(i & 2)  # every operand layout over the list
         a, b = _operand((m, k), dtype, device, ta), _operand((k, n), dtype, device, tb)
-        assert_matches_torch(F.mm, torch.mm, [a, b], name=f"mm {m}x{n}x{k} ta={ta} tb={tb} {dtype}",
-                             grad=m * n * k > 0)
+        yield Against(f"mm {m}x{n}x{k} ta={ta} tb={tb} {dtype}", F.mm, torch.mm, [a, b], grad=m * n * k > 0)
 
 
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_bmm_against_torch(dtype, device):
+def _bmm_cases(device, dtype):
     for batch, m, n, k in ((3, 7, 5, 97), (2, 33, 17, 9), (1, 1, 1, 1), (0, 3, 4, 5), (4, 0, 3, 2), (2, 3, 4, 0)):
         for ta, tb in ((False, False), (True, True), (True, False)):
             a, b = _operand((batch, m, k), dtype, device, ta), _operand((batch, k, n), dtype, device, tb)
-            assert_matches_torch(F.bmm, torch.bmm, [a, b], name=f"bmm {batch}x{m}x{n}x{k} ta={ta} tb={tb} {dtype}",
-                                 grad=batch * m * n * k > 0)
+            yield Against(f"bmm {batch}x{m}x{n}x{k} ta={ta} tb={tb} {dtype}", F.bmm, torch.bmm, [a, b],
+                          grad=batch * m * n * k > 0)
+
+
+def _linear_cases(device, dtype):
+    for shape, n, bias in (((7, 33), 17, True), ((2, 5, 97), 7, False), ((33,), 5, True), ((1, 1), 1, True),
+                           ((3, 1023), 9, True), ((0, 8), 5, True), ((4, 0), 3, True), ((4, 3), 0, True)):
+        x, w, b, _ = _linear_inputs(shape, n, dtype, device, bias)
+        yield Against(f"linear {shape}->{n} bias={bias} {dtype}", F.linear, TF.linear, [x, w, b],
+                      grad=x.numel() > 0 and w.numel() > 0)
+    x, w, b, _ = _linear_inputs((9, 40), 12, dtype, device, w_transposed=True)
+    yield Against(f"linear transposed weight {dtype}", F.linear, TF.linear, [x, w, b])
+
+
+def _linear_act_cases(device, dtype):
+    shapes = [((13, 40), 24)] + ([((300, 1000), 520)] if device == "cuda" else [])
+    for act in ACTS:
+        if (device, dtype, act) == ("cpu", torch.float64, "hardsigmoid"):
+            continue  # a known bug: test_linear_act_hardsigmoid_float64_cpu
+        for shape, n in shapes:
+            x, w, b, _ = _linear_inputs(shape, n, dtype, device, bias=True)
+            yield Against(f"linear_act {act} {shape}->{n} {dtype}", lambda x, w, b: F.linear_act(x, w, b, act),
+                          lambda x, w, b: linear_act_reference(x, w, b, act), [x, w, b],
+                          grad_output=_grad_away_from_kinks(act, x, w, b))
+    # residual, no bias, batched input, parameterised activations
+    for act, a, b_ in (("gelu", None, None), ("leaky_relu", 0.2, None), ("elu", 0.5, None), ("softplus", 2.0, 10.0),
+                       ("none", None, None)):
+        x, w, b, r = _linear_inputs((2, 5, 33), 19, dtype, device, bias=act != "gelu", residual=True)
+        yield Against(f"linear_act {act}({a}, {b_}) + residual {dtype}",
+                      lambda x, w, b, r: F.linear_act(x, w, b, act, r, a, b_),
+                      lambda x, w, b, r: linear_act_reference(x, w, b, act, r, a, b_), [x, w, b, r])
+
+
+@pytest.mark.xfail(strict=True, reason=HARDSIGMOID_F64_GRAD)
+def test_linear_act_hardsigmoid_float64_cpu():
+    x, w, b, _ = _linear_inputs((13, 40), 24, torch.float64, "cpu", bias=True)
+    assert_matches_torch(lambda x, w, b: F.linear_act(x, w, b, "hardsigmoid"),
+                         lambda x, w, b: linear_act_reference(x, w, b, "hardsigmoid"), [x, w, b],
+                         grad_output=_grad_away_from_kinks("hardsigmoid", x, w, b))
 
 
 # (shape of input, shape of other): torch.matmul's every rank combination, batch broadcasting
@@ -137,38 +295,6 @@ def _linear_inputs(shape, n, dtype, device, bias=True, residual=False, w_transpo
 
 
 @pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_linear_against_torch(dtype, device):
-    for shape, n, bias in (((7, 33), 17, True), ((2, 5, 97), 7, False), ((33,), 5, True), ((1, 1), 1, True),
-                           ((3, 1023), 9, True), ((0, 8), 5, True), ((4, 0), 3, True), ((4, 3), 0, True)):
-        x, w, b, _ = _linear_inputs(shape, n, dtype, device, bias)
-        grad = x.numel() > 0 and w.numel() > 0
-        assert_matches_torch(F.linear, TF.linear, [x, w, b], name=f"linear {shape}->{n} bias={bias} {dtype}", grad=grad)
-    x, w, b, _ = _linear_inputs((9, 40), 12, dtype, device, w_transposed=True)
-    assert_matches_torch(F.linear, TF.linear, [x, w, b], name=f"linear transposed weight {dtype}")
-
-
-@pytest.mark.parametrize("device", devices())
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
-def test_linear_act_against_reference(dtype, device):
-    shapes = [((13, 40), 24)] + ([((300, 1000), 520)] if device == "cuda" else [])
-    for act in ACTS:
-        for (shape, n), bias, residual in ((s, True, False) for s in shapes):
-            x, w, b, r = _linear_inputs(shape, n, dtype, device, bias, residual)
-            assert_matches_torch(lambda x, w, b: F.linear_act(x, w, b, act),
-                                 lambda x, w, b: linear_act_reference(x, w, b, act), [x, w, b],
-                                 name=f"linear_act {act} {shape}->{n} {dtype}",
-                                 grad_output=_grad_away_from_kinks(act, x, w, b))
-    # residual, no bias, batched input, parameterised activations
-    for act, a, b_ in (("gelu", None, None), ("leaky_relu", 0.2, None), ("elu", 0.5, None), ("softplus", 2.0, 10.0),
-                       ("none", None, None)):
-        x, w, b, r = _linear_inputs((2, 5, 33), 19, dtype, device, bias=act != "gelu", residual=True)
-        assert_matches_torch(lambda x, w, b, r: F.linear_act(x, w, b, act, r, a, b_),
-                             lambda x, w, b, r: linear_act_reference(x, w, b, act, r, a, b_), [x, w, b, r],
-                             name=f"linear_act {act}({a}, {b_}) + residual {dtype}")
-
-
-@pytest.mark.parametrize("device", devices())
 def test_linear_act_preact_and_recompute(device):
     x, w, b, _ = _linear_inputs((6, 10), 8, torch.float64, device)
     out, pre = ops.linear_act(x, w, b, "gelu", save_preact=True)
@@ -208,70 +334,6 @@ def test_empty_dims(device):
     x, w, b = torch.empty(3, 0, device=device), torch.empty(4, 0, device=device), make_input((4,), torch.float32, device)
     r = make_input((3, 4), torch.float32, device)
     torch.testing.assert_close(F.linear_act(x, w, b, "relu", r), TF.relu(b).expand(3, 4) + r)
-
-
-@pytest.mark.parametrize("device", devices())
-def test_gradcheck(device):
-    def inp(*shape):
-        return make_input(shape, torch.float64, device, low=-1, high=1).requires_grad_()
-
-    x, w, b, r = inp(4, 3, 6), inp(5, 6), inp(5), inp(4, 3, 5)
-    for act, a, b_ in (("none", None, None), ("relu", None, None), ("gelu", None, None), ("gelu_tanh", None, None),
-                       ("silu", None, None), ("sigmoid", None, None), ("tanh", None, None), ("leaky_relu", 0.3, None),
-                       ("elu", 0.7, None), ("softplus", 2.0, 5.0), ("mish", None, None), ("hardswish", None, None)):
-        assert torch.autograd.gradcheck(lambda x, w, b, r: F.linear_act(x, w, b, act, r, a, b_), (x, w, b, r)), act
-    assert torch.autograd.gradcheck(lambda x, w: F.linear_act(x, w, None, "gelu"), (x, w))
-    assert torch.autograd.gradcheck(F.linear, (inp(7, 6), w, b))
-    assert torch.autograd.gradcheck(F.mm, (inp(4, 6), inp(6, 3)))
-    assert torch.autograd.gradcheck(F.bmm, (inp(2, 4, 6), inp(2, 6, 3)))
-    assert torch.autograd.gradcheck(F.matmul, (inp(2, 1, 4, 6), inp(3, 6, 5)))
-    assert torch.autograd.gradcheck(F.matmul, (inp(6), inp(2, 6, 5)))
-    # the preact output's own gradient
-    assert torch.autograd.gradcheck(lambda x, w, b: ops.linear_act(x, w, b, "tanh", save_preact=True), (x, w, b))
-
-
-@pytest.mark.parametrize("device", devices())
-def test_opcheck(device):
-    def inp(shape, dtype=torch.float32, layout="contiguous", grad=False):
-        t = make_input(shape, dtype, device, layout, low=-1, high=1)
-        return t.requires_grad_() if grad else t
-
-    opcheck_samples(ops.mm, [
-        ((inp((5, 7)), inp((7, 3))), {}),
-        ((inp((5, 7), grad=True), inp((7, 3), layout="transposed", grad=True)), {}),
-        ((inp((5, 7), torch.bfloat16, "transposed", True), inp((7, 3), torch.bfloat16)), {"allow_tf32": True}),
-        ((inp((0, 7), grad=True), inp((7, 3), grad=True)), {}),
-    ])
-    opcheck_samples(ops.bmm, [
-        ((inp((2, 5, 7)), inp((2, 7, 3))), {}),
-        ((inp((2, 5, 7), torch.float64, "transposed", True), inp((2, 7, 3), torch.float64, grad=True)), {}),
-        ((inp((1, 5, 7), grad=True).expand(3, 5, 7), inp((3, 7, 3), grad=True)), {}),
-    ])
-    x, w, b, r = inp((4, 9), grad=True), inp((6, 9), grad=True), inp((6,), grad=True), inp((4, 6), grad=True)
-    opcheck_samples(ops.linear, [
-        ((x, w, b), {}),
-        ((x, w), {"allow_tf32": True}),
-        ((inp((2, 3, 9), torch.bfloat16, grad=True), inp((6, 9), torch.bfloat16, "transposed", True)), {}),
-        ((inp((9,), torch.float64, grad=True), inp((6, 9), torch.float64, grad=True),
-          inp((6,), torch.float64, grad=True)), {}),
-        ((inp((0, 9), grad=True), w, b), {}),
-    ])
-    opcheck_samples(ops.linear_act, [
-        ((x, w, b, "gelu"), {"save_preact": True}),
-        ((x, w, b, "gelu"), {}),
-        ((x, w, None, "none", r), {}),
-        ((inp((2, 3, 9), torch.float16, grad=True), inp((6, 9), torch.float16, grad=True), None, "leaky_relu", None,
-          0.2), {"save_preact": True}),
-        ((inp((9,), torch.float64, grad=True), inp((6, 9), torch.float64, "transposed", True),
-          inp((6,), torch.float64, grad=True), "softplus", None, 2.0, 10.0), {"save_preact": True}),
-    ])
-    g = inp((4, 6))
-    pre = ops.linear_act(x.detach(), w.detach(), b.detach(), "none")[0]
-    opcheck_samples(ops.linear_act_backward, [
-        ((g, x.detach(), w.detach(), pre, "silu", None, None, None, [True, True, True]), {}),
-        ((g, x.detach(), w.detach(), None, "none", None, None, None, [True, False, True]), {}),
-        ((g, x.detach(), w.detach(), pre, "elu", 0.5, None, inp((4, 6)), [False, True, True]), {}),
-    ])
 
 
 def test_tf32_flag_follows_pytorch():
@@ -381,22 +443,6 @@ def test_linear_modules():
     torch.testing.assert_close(lin(x), TF.linear(x, lin.weight))
 
 
-def test_compile_fullgraph_mlp():
-    torch._dynamo.reset()
-    model, _ = torch_dnn.convert(_mlp("cpu"), fuse=True)
-    x = make_input((6, 16), torch.float32, "cpu").requires_grad_()
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    y = compiled(x)
-    torch.testing.assert_close(y, model(x))
-    y.sum().backward()
-    assert x.grad is not None and model[0].weight.grad is not None
-    # matmul's composite (views, batch broadcasting) traces without a graph break too
-    torch._dynamo.reset()
-    f = torch.compile(lambda a, b: F.matmul(a, b) + F.matmul(a, b[0]), fullgraph=True, backend="aot_eager")
-    a, b = make_input((2, 5, 7), torch.float32, "cpu"), make_input((2, 7, 3), torch.float32, "cpu")
-    torch.testing.assert_close(f(a, b), torch.matmul(a, b) + torch.matmul(a, b[0]))
-
-
 # ---- CUDA only ----
 
 def sm90_takes(fn, *args):
@@ -424,6 +470,7 @@ def test_gemm_paths_forced(path, dtype, monkeypatch):
     old = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32  # the sm90 path takes float32 only as TF32
     try:
+        checked = 0
         for i, (m, n, k) in enumerate([(128, 128, 64), (256, 512, 1024), (1024, 1024, 4096), (64, 4096, 4096),
                                        (2048, 256, 8192), (512, 1536, 1000)]):
             ta, tb = bool(i & 1), bool(i & 2)
@@ -431,6 +478,8 @@ def test_gemm_paths_forced(path, dtype, monkeypatch):
             if path == "sm90" and not sm90_takes(F.mm, a, b):
                 continue  # a layout/dtype the Hopper kernels do not instantiate: the auto path falls back
             assert_matches_torch(F.mm, torch.mm, [a, b], name=f"{path} mm {m}x{n}x{k} ta={ta} tb={tb} {dtype}")
+            checked += 1
+        assert checked > 0, f"the {path} path took none of the mm problems"
         for act in ("gelu", "relu", "silu"):
             x, w, b, r = _linear_inputs((4, 256, 512), 1024, dtype, "cuda", residual=True)
             assert_matches_torch(lambda x, w, b, r: F.linear_act(x, w, b, act, r),
@@ -514,42 +563,21 @@ def test_skinny_kernel(dtype, monkeypatch):
 
 @pytest.mark.cuda
 def test_outputs_fully_written():
+    # the caching allocator hands back a NaN-poisoned block: every element must be overwritten with PyTorch's value
     for m, n, k in ((1000, 777, 65), (129, 4097, 3000), (7, 9, 11)):
         for dtype in (torch.bfloat16, torch.float32):
-            poison = torch.full((m * n * 4,), float("nan"), device="cuda", dtype=dtype)
-            del poison
             a, b = make_input((m, k), dtype, "cuda"), make_input((k, n), dtype, "cuda")
-            assert not torch.isnan(F.mm(a, b)).any()
-            assert not torch.isnan(F.linear_act(a, b.t(), None, "gelu")).any()
+            for name, ours, theirs in (("mm", F.mm, torch.mm),
+                                       ("linear_act gelu", lambda a, b: F.linear_act(a, b.t(), None, "gelu"),
+                                        lambda a, b: linear_act_reference(a, b.t(), None, "gelu"))):
+                poison = torch.full((m * n * 4,), float("nan"), device="cuda", dtype=dtype)
+                del poison
+                v = compare(ours(a, b), theirs(a, b), theirs(a.double(), b.double()),
+                            name=f"{name} {m}x{n}x{k} {dtype} poisoned")
+                assert v, v.message
 
 
-@pytest.mark.cuda
-def test_cuda_graph_capture():
-    x = make_input((64, 256), torch.bfloat16, "cuda").requires_grad_()
-    w = make_input((512, 256), torch.bfloat16, "cuda").requires_grad_()
-    b = make_input((512,), torch.bfloat16, "cuda").requires_grad_()
-    w2 = make_input((4096, 512), torch.bfloat16, "cuda")
-
-    def step():
-        h = F.linear_act(x, w, b, "gelu")
-        y = F.matmul(h, w2.t()[:, :128])  # split-K sized
-        gx, gw, gb = torch.autograd.grad(y.float().square().sum(), [x, w, b])
-        return y, gx, gw, gb
-
-    assert_cuda_graph_replays(step, lambda: x.copy_(make_input((64, 256), torch.bfloat16, "cuda")))
-
-
-@pytest.mark.cuda
-def test_compile_inductor():
-    torch._dynamo.reset()
-    model, _ = torch_dnn.convert(_mlp("cuda"), fuse=True)
-    x = make_input((32, 16), torch.float32, "cuda")
-    compiled = torch.compile(model, fullgraph=True)
-    torch.testing.assert_close(compiled(x), model(x))
-
-
-@pytest.mark.cuda
-def test_past_2_31_elements():
+def _past_2_31_elements():
     a = make_input((65537, 8), torch.bfloat16, "cuda")
     b = make_input((8, 32768), torch.bfloat16, "cuda")
     y = F.mm(a, b)  # 2^31 + 32768 outputs
@@ -584,20 +612,8 @@ class TestErrors(expecttest.TestCase):
             F.linear_act(torch.ones(2, 3), torch.ones(4, 3), None, "swish")
         self.assertExpectedInline(first_line(cm.exception), """torch_dnn.bias_act: unknown act 'swish' (expected one of none, relu, relu6, leaky_relu, elu, gelu, gelu_tanh, silu, sigmoid, tanh, softplus, mish, hardswish, hardsigmoid)""")
 
-    def test_other_errors(self):
-        with self.assertRaisesRegex(RuntimeError, "both arguments to matmul need to be at least 1D"):
-            F.matmul(torch.tensor(1.0), torch.ones(3))
-        with self.assertRaisesRegex(RuntimeError, "torch_dnn.mm: expected self to be a floating point tensor"):
-            F.mm(torch.ones(2, 3, dtype=torch.int32), torch.ones(3, 2, dtype=torch.int32))
-        with self.assertRaisesRegex(RuntimeError, "torch_dnn.bmm: expected self and mat2 to have the same batch size"):
-            F.bmm(torch.ones(2, 3, 4), torch.ones(3, 4, 5))
-        with self.assertRaisesRegex(RuntimeError, "torch_dnn.bmm: expected self to be a 3-D tensor"):
-            F.bmm(torch.ones(3, 4), torch.ones(4, 5))
-        with self.assertRaisesRegex(RuntimeError, "torch_dnn.linear_act: expected residual of shape"):
-            F.linear_act(torch.ones(2, 3), torch.ones(4, 3), None, "relu", torch.ones(2, 5))
-        with self.assertRaisesRegex(RuntimeError, "needs the pre-activation"):
-            ops.linear_act_backward(torch.ones(2, 4), torch.ones(2, 3), torch.ones(4, 3), None, "gelu", None, None, None,
-                                    [True, True, False])
-        if torch.cuda.is_available():
-            with self.assertRaisesRegex(RuntimeError, "expected mat2 to be on the same device as self"):
-                F.mm(torch.ones(2, 3), torch.ones(3, 2, device="cuda"))
+
+@pytest.mark.cuda
+def test_mixed_devices():
+    with pytest.raises(RuntimeError, match="expected mat2 to be on the same device as self"):
+        F.mm(torch.ones(2, 3), torch.ones(3, 2, device="cuda"))
