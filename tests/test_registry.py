@@ -4,7 +4,8 @@ Python formula gives, bit for bit; autocast and dispatch modes see the call. Und
 apply the formula as a Function of the form functorch accepts (Transform_<op>; batch_norm's Functions are written
 that way): grad, jacrev and vmap over torch_dnn ops give PyTorch's results. Double backward: a gradient taken with
 create_graph=True is differentiable for every op (its first and second derivatives against PyTorch's); backward ops
-themselves have no derivative (differentiating one raises an error that names it)."""
+themselves have no derivative (differentiating one raises an error that names it). (Each family's gradgradcheck in
+float64: its tester's gradgradcheck_cases, tests/family_tester.py.)"""
 import warnings
 
 import pytest
@@ -341,16 +342,6 @@ def test_double_backward_is_an_error(device):
                        ("batch_norm_backward_reduce", lambda: ops.batch_norm_backward_reduce(g, x, mean, invstd)[1])]:
         with pytest.raises(RuntimeError, match=rf"derivative for torch_dnn::{name} is not implemented"):
             torch.autograd.grad(step().sum(), [x])
-
-
-@pytest.mark.parametrize("device", devices())
-def test_double_backward_gradgradcheck(device):
-    """Second derivatives of every family in float64: a gradient taken with grad mode on is computed from ATen ops
-    (max / average pooling: recorded as a map linear in grad whose gradient is its adjoint; lp_pool and LRN: through
-    a recomputation of the op), and differentiates again."""
-    for name, fn, inputs, n in _second_order_cases(device, torch.float64):
-        consts = inputs[n:]
-        assert torch.autograd.gradgradcheck(lambda *t: fn(F, *t, *consts), inputs[:n]), name
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
