@@ -1,10 +1,12 @@
 """Host overhead per call: torch_dnn's op against PyTorch's own on small tensors (issue 35, docs/host-overhead.md).
 
 Each op is called four ways, each a case: through its nn module (module(x)) and through its functional wrapper,
-forward only and forward + backward (out.backward(grad) with the parameters, or for ops without parameters the
-input, requiring grad). The tensors are tiny, so a call's time is the cost of the Python layers, the dispatcher and
-the autograd graph, not of the kernel. On the CPU that is all a call costs; where CUDA is available the same cases
-run on CUDA tensors and measure the launch side (the host time of a call whose kernel is shorter).
+forward only (parameters that do not require grad, as an inference model's: no graph) and forward + backward
+(out.backward(grad) with the parameters, or for ops without parameters the input, requiring grad). The tensors are
+tiny, so a call's time is mostly the Python layers, the dispatcher and the autograd graph; on the CPU the kernel's
+time is in the row too (small, except where a CPU kernel is itself slow: docs/host-overhead.md). Where CUDA is
+available the same cases run on CUDA tensors and measure the launch side (the host time of a call whose kernel is
+shorter).
 Rows report ms per call (the harness's unit); ours over PyTorch's is 1 / the speedup column.
 """
 import torch
@@ -43,11 +45,13 @@ def _module(cls, *args, **kwargs):
     return cls(*args, **kwargs).to(_device())
 
 
-def _op_cases(group, name, shape, out_shape, ours_mod, torch_mod, ours_fn, torch_fn, inplace=False, quick=False):
+def _op_cases(group, name, shape, out_shape, make, inplace=False, quick=False):
     """The four cases of one op: module / functional x forward / forward+backward.
 
-    ours_mod / torch_mod: modules built once (their parameters require grad, as a model's do); ours_fn / torch_fn:
-    callables of the input alone (parameters bound from the torch module, shared by both)."""
+    make(frozen) -> (ours_mod, torch_mod, ours_fn, torch_fn): the modules (ours holding a copy of the torch module's
+    parameters) and callables of the input alone (parameters bound from the torch module). frozen: parameters that
+    do not require grad, as an inference model's (forward cases: no graph recorded, and no per-call no_grad block
+    timed); otherwise they require grad, as a training model's."""
     rounds = 2 if quick else ROUNDS
     cases = []
 
@@ -59,105 +63,118 @@ def _op_cases(group, name, shape, out_shape, ours_mod, torch_mod, ours_fn, torch
         return (_rand(shape, requires_grad=True), _rand(out_shape))
 
     wrap = _inplace_fwd_bwd if inplace else _fwd_bwd
-    for how, ours, peer in (("module", ours_mod, torch_mod), ("functional", ours_fn, torch_fn)):
-        if ours is None:
+    fwd, bwd = make(True), make(False)
+    for i, how in ((0, "module"), (2, "functional")):
+        if fwd[i] is None:
             continue
         cases.append(Case("host", f"{name} {list(shape)} {how} fwd", fwd_inputs,
-                          {"torch_dnn": _no_grad(ours), "torch": _no_grad(peer)}, group=group, host=True,
+                          {"torch_dnn": fwd[i], "torch": fwd[i + 1]}, group=group, host=True,
                           rounds=rounds, target="<=1.2x torch"))
         cases.append(Case("host", f"{name} {list(shape)} {how} fwd+bwd", bwd_inputs,
-                          {"torch_dnn": wrap(ours), "torch": wrap(peer)}, group=group, host=True, rounds=rounds,
-                          target="<=1.2x torch"))
+                          {"torch_dnn": wrap(bwd[i]), "torch": wrap(bwd[i + 1])}, group=group, host=True,
+                          rounds=rounds, target="<=1.2x torch"))
     return cases
 
 
-def _no_grad(f):
-    # forward only, as inference runs it: the parameters still require grad, so grad mode decides
-    def run(x):
-        with torch.no_grad():
-            return f(x)
-    return run
-
-
-def _pair(torch_cls, ours_cls, *args, **kwargs):
+def _pair(torch_cls, ours_cls, frozen, *args, **kwargs):
     peer = _module(torch_cls, *args, **kwargs)
     ours = _module(ours_cls, *args, **kwargs)
     ours.load_state_dict(peer.state_dict())
+    if frozen:
+        peer.requires_grad_(False)
+        ours.requires_grad_(False)
     return ours, peer
 
 
 def cases(quick=False):
     act_shape = (4, 64)
     out = []
-    for name, tcls, ocls, tf, of, kw in (
-        ("relu", torch.nn.ReLU, N.ReLU, TF.relu, F.relu, {}),
-        ("gelu", torch.nn.GELU, N.GELU, TF.gelu, F.gelu, {}),
-        ("hardswish", torch.nn.Hardswish, N.Hardswish, TF.hardswish, F.hardswish, {}),
+    for name, tcls, ocls, tf, of in (
+        ("relu", torch.nn.ReLU, N.ReLU, TF.relu, F.relu),
+        ("gelu", torch.nn.GELU, N.GELU, TF.gelu, F.gelu),
+        ("hardswish", torch.nn.Hardswish, N.Hardswish, TF.hardswish, F.hardswish),
     ):
-        ours, peer = _pair(tcls, ocls)
-        out += _op_cases("activation", name, act_shape, act_shape, ours, peer, of, tf, quick=quick)
+        out += _op_cases("activation", name, act_shape, act_shape,
+                         lambda fz, tcls=tcls, ocls=ocls, tf=tf, of=of: (*_pair(tcls, ocls, fz), of, tf), quick=quick)
     for name, tcls, ocls, tf, of in (
         ("relu_", torch.nn.ReLU, N.ReLU, TF.relu, F.relu),
         ("hardswish_", torch.nn.Hardswish, N.Hardswish, TF.hardswish, F.hardswish),
     ):
-        ours, peer = _pair(tcls, ocls, inplace=True)
-        out += _op_cases("activation", name, act_shape, act_shape, ours, peer,
-                         lambda x, f=of: f(x, inplace=True), lambda x, f=tf: f(x, inplace=True), inplace=True,
-                         quick=quick)
+        out += _op_cases("activation", name, act_shape, act_shape,
+                         lambda fz, tcls=tcls, ocls=ocls, tf=tf, of=of: (
+                             *_pair(tcls, ocls, fz, inplace=True), lambda x: of(x, inplace=True),
+                             lambda x: tf(x, inplace=True)),
+                         inplace=True, quick=quick)
 
-    ours, peer = _pair(torch.nn.Softmax, N.Softmax, dim=-1)
-    out += _op_cases("softmax", "softmax", act_shape, act_shape, ours, peer,
-                     lambda x: F.softmax(x, -1), lambda x: TF.softmax(x, -1), quick=quick)
+    out += _op_cases("softmax", "softmax", act_shape, act_shape,
+                     lambda fz: (*_pair(torch.nn.Softmax, N.Softmax, fz, dim=-1), lambda x: F.softmax(x, -1),
+                                 lambda x: TF.softmax(x, -1)), quick=quick)
 
-    ours, peer = _pair(torch.nn.LayerNorm, N.LayerNorm, 64)
-    out += _op_cases("norm", "layer_norm", act_shape, act_shape, ours, peer,
-                     lambda x, m=peer: F.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps),
-                     lambda x, m=peer: TF.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps), quick=quick)
-    ours, peer = _pair(torch.nn.RMSNorm, N.RMSNorm, 64)
-    out += _op_cases("norm", "rms_norm", act_shape, act_shape, ours, peer,
-                     lambda x, m=peer: F.rms_norm(x, m.normalized_shape, m.weight, m.eps),
-                     lambda x, m=peer: TF.rms_norm(x, m.normalized_shape, m.weight, m.eps), quick=quick)
+    def layer_norm(fz):
+        ours, peer = _pair(torch.nn.LayerNorm, N.LayerNorm, fz, 64)
+        return (ours, peer, lambda x, m=peer: F.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps),
+                lambda x, m=peer: TF.layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps))
+
+    def rms_norm(fz):
+        ours, peer = _pair(torch.nn.RMSNorm, N.RMSNorm, fz, 64)
+        return (ours, peer, lambda x, m=peer: F.rms_norm(x, m.normalized_shape, m.weight, m.eps),
+                lambda x, m=peer: TF.rms_norm(x, m.normalized_shape, m.weight, m.eps))
+
+    out += _op_cases("norm", "layer_norm", act_shape, act_shape, layer_norm, quick=quick)
+    out += _op_cases("norm", "rms_norm", act_shape, act_shape, rms_norm, quick=quick)
 
     img = (4, 8, 4, 4)
     for mode in ("train", "eval"):
-        ours, peer = _pair(torch.nn.BatchNorm2d, N.BatchNorm2d, 8)
-        ours.train(mode == "train")
-        peer.train(mode == "train")
-        training = mode == "train"
-        out += _op_cases(
-            "batch_norm", f"batch_norm {mode}", img, img, ours, peer,
-            lambda x, m=peer, t=training: F.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias, t,
-                                                       0.1, m.eps),
-            lambda x, m=peer, t=training: TF.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias, t,
-                                                        0.1, m.eps), quick=quick)
+        def batch_norm(fz, training=mode == "train"):
+            ours, peer = _pair(torch.nn.BatchNorm2d, N.BatchNorm2d, fz, 8)
+            ours.train(training)
+            peer.train(training)
+            return (ours, peer,
+                    lambda x, m=peer: F.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias, training,
+                                                   0.1, m.eps),
+                    lambda x, m=peer: TF.batch_norm(x, m.running_mean, m.running_var, m.weight, m.bias, training,
+                                                    0.1, m.eps))
+        out += _op_cases("batch_norm", f"batch_norm {mode}", img, img, batch_norm, quick=quick)
 
-    ours, peer = _pair(torch.nn.GroupNorm, N.GroupNorm, 2, 8)
-    out += _op_cases("group_norm", "group_norm", img, img, ours, peer,
-                     lambda x, m=peer: F.group_norm(x, 2, m.weight, m.bias, m.eps),
-                     lambda x, m=peer: TF.group_norm(x, 2, m.weight, m.bias, m.eps), quick=quick)
+    def group_norm(fz):
+        ours, peer = _pair(torch.nn.GroupNorm, N.GroupNorm, fz, 2, 8)
+        return (ours, peer, lambda x, m=peer: F.group_norm(x, 2, m.weight, m.bias, m.eps),
+                lambda x, m=peer: TF.group_norm(x, 2, m.weight, m.bias, m.eps))
+
+    out += _op_cases("group_norm", "group_norm", img, img, group_norm, quick=quick)
 
     pimg = (2, 4, 8, 8)
-    ours, peer = _pair(torch.nn.MaxPool2d, N.MaxPool2d, 3, 2, 1)
-    out += _op_cases("pool", "max_pool2d 3/2", pimg, (2, 4, 4, 4), ours, peer,
-                     lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1), quick=quick)
-    ours, peer = _pair(torch.nn.AvgPool2d, N.AvgPool2d, 2)
-    out += _op_cases("pool", "avg_pool2d 2", pimg, (2, 4, 4, 4), ours, peer,
-                     lambda x: F.avg_pool2d(x, 2), lambda x: TF.avg_pool2d(x, 2), quick=quick)
-    ours, peer = _pair(torch.nn.AdaptiveAvgPool2d, N.AdaptiveAvgPool2d, 1)
-    out += _op_cases("pool", "adaptive_avg_pool2d 1", pimg, (2, 4, 1, 1), ours, peer,
-                     lambda x: F.adaptive_avg_pool2d(x, 1), lambda x: TF.adaptive_avg_pool2d(x, 1), quick=quick)
+    out += _op_cases("pool", "max_pool2d 3/2", pimg, (2, 4, 4, 4),
+                     lambda fz: (*_pair(torch.nn.MaxPool2d, N.MaxPool2d, fz, 3, 2, 1),
+                                 lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)), quick=quick)
+    out += _op_cases("pool", "avg_pool2d 2", pimg, (2, 4, 4, 4),
+                     lambda fz: (*_pair(torch.nn.AvgPool2d, N.AvgPool2d, fz, 2),
+                                 lambda x: F.avg_pool2d(x, 2), lambda x: TF.avg_pool2d(x, 2)), quick=quick)
+    out += _op_cases("pool", "adaptive_avg_pool2d 1", pimg, (2, 4, 1, 1),
+                     lambda fz: (*_pair(torch.nn.AdaptiveAvgPool2d, N.AdaptiveAvgPool2d, fz, 1),
+                                 lambda x: F.adaptive_avg_pool2d(x, 1), lambda x: TF.adaptive_avg_pool2d(x, 1)),
+                     quick=quick)
 
-    ours, peer = _pair(torch.nn.Linear, N.Linear, 64, 64)
-    out += _op_cases("matmul", "linear", act_shape, act_shape, ours, peer,
-                     lambda x, m=peer: F.linear(x, m.weight, m.bias),
-                     lambda x, m=peer: TF.linear(x, m.weight, m.bias), quick=quick)
-    ours = N.LinearAct(64, 64, activation="relu").to(_device())
-    peer = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).to(_device())
-    ours.load_state_dict(peer[0].state_dict())
-    out += _op_cases("matmul", "linear_act relu", act_shape, act_shape, ours, peer,
-                     lambda x, m=peer[0]: F.linear_act(x, m.weight, m.bias, "relu"),
-                     lambda x, m=peer[0]: TF.relu(TF.linear(x, m.weight, m.bias)), quick=quick)
-    w = _rand((64, 64), requires_grad=True)
-    out += _op_cases("matmul", "matmul", act_shape, act_shape, None, None,
-                     lambda x, w=w: F.matmul(x, w), lambda x, w=w: torch.matmul(x, w), quick=quick)
+    def linear(fz):
+        ours, peer = _pair(torch.nn.Linear, N.Linear, fz, 64, 64)
+        return (ours, peer, lambda x, m=peer: F.linear(x, m.weight, m.bias),
+                lambda x, m=peer: TF.linear(x, m.weight, m.bias))
+
+    def linear_act(fz):
+        ours = N.LinearAct(64, 64, activation="relu").to(_device())
+        peer = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).to(_device())
+        ours.load_state_dict(peer[0].state_dict())
+        if fz:
+            ours.requires_grad_(False)
+            peer.requires_grad_(False)
+        return (ours, peer, lambda x, m=peer[0]: F.linear_act(x, m.weight, m.bias, "relu"),
+                lambda x, m=peer[0]: TF.relu(TF.linear(x, m.weight, m.bias)))
+
+    def matmul(fz):
+        w = _rand((64, 64), requires_grad=not fz)
+        return None, None, lambda x: F.matmul(x, w), lambda x: torch.matmul(x, w)
+
+    out += _op_cases("matmul", "linear", act_shape, act_shape, linear, quick=quick)
+    out += _op_cases("matmul", "linear_act relu", act_shape, act_shape, linear_act, quick=quick)
+    out += _op_cases("matmul", "matmul", act_shape, act_shape, matmul, quick=quick)
     return out
