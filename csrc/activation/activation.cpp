@@ -69,4 +69,6 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
     register_first_order_backward(m, {(std::string(name) + "_backward").c_str()});
   }
   register_first_order_backward(m, {"bias_act_backward"});  // bias_act's own kernel: bias_act_autograd.cpp
+  register_in_place_autograd(m, {"relu_", "relu6_", "hardtanh_", "leaky_relu_", "elu_", "silu_", "mish_",
+                                 "hardswish_", "hardsigmoid_"});
 }

@@ -71,6 +71,7 @@ struct BiasActFn : torch::autograd::Function<BiasActFn> {
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   m.impl("bias_act", [](const at::Tensor& x, const torch_dnn::autograd_kernel::OptionalTensor& bias, int64_t dim,
                         c10::string_view act) {
+    torch_dnn::autograd_kernel::check_no_tangent("torch_dnn.bias_act", x, bias);
     return torch_dnn::activation::BiasActFn::apply(x, bias, dim, act)[0];
   });
 }

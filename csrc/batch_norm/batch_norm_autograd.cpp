@@ -170,11 +170,13 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
           "batch_norm_backward_reduce", "batch_norm_backward_elemt"});
   m.impl("batch_norm", [](const at::Tensor& x, const OptTensor& w, const OptTensor& b, const OptTensor& rm,
                           const OptTensor& rv, bool training, double momentum, double eps) {
+    check_no_tangent("torch_dnn.batch_norm", x, w, b, rm, rv);
     return as_tuple(BatchNormFn::apply(x, w, b, rm, rv, training, momentum, eps));
   });
   m.impl("batch_norm_add_act", [](const at::Tensor& x, const OptTensor& res, const OptTensor& w, const OptTensor& b,
                                   const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps,
                                   int64_t act) {
+    check_no_tangent("torch_dnn.batch_norm_add_act", x, res, w, b, rm, rv);
     return as_tuple(BatchNormAddActFn::apply(x, res, w, b, rm, rv, training, momentum, eps, act));
   });
 }

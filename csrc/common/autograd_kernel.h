@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <string>
+
 namespace torch_dnn {
 namespace autograd_kernel {
 
@@ -36,6 +38,19 @@ inline int64_t dtype_of(const OptionalTensor& t) {
 // Whether the parameter whose dtype_of was saved under `key` was given (the dtype says it; no second entry).
 inline bool given_param(AutogradContext* ctx, const char* key) {
   return ctx->saved_data[key].toInt() != static_cast<int64_t>(at::ScalarType::Undefined);
+}
+
+// Forward-mode AD (torch.func.jvp, torch.autograd.forward_ad): the ops have no forward formulas, so a tangent on
+// any tensor argument is an error that names the op. Unchecked, a kernel would return a result without a tangent
+// (zeros under jvp). A tangent is a forward gradient of level 0, the only level forward AD has (functorch's jvp
+// sets it on its wrappers too). Each Autograd kernel checks its tensor arguments first (the boxed ones, and the
+// backward ops' fallback, check theirs).
+inline bool has_tangent(const at::Tensor& t) { return t.defined() && t._fw_grad(/*level=*/0).defined(); }
+inline bool has_tangent(const OptionalTensor& t) { return t.has_value() && has_tangent(*t); }
+[[noreturn]] void forward_ad_unsupported(const std::string& op);
+template <class... Tensors>
+void check_no_tangent(const char* op, const Tensors&... tensors) {
+  if ((has_tangent(tensors) || ...)) forward_ad_unsupported(op);
 }
 
 // A family's op, called below the Autograd key by the kernels.

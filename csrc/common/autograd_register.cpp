@@ -11,6 +11,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/utils.h>
 
+#include "common/autograd_kernel.h"
+
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +26,20 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 struct Kernel;
+
+// "torch_dnn::relu" as the ops' messages name it: "torch_dnn.relu".
+std::string op_label(const std::string& name) {
+  const size_t at = name.find("::");
+  return at == std::string::npos ? name : name.substr(0, at) + "." + name.substr(at + 2);
+}
+
+// check_no_tangent (autograd_kernel.h) over the op's tensor arguments on the stack.
+void check_no_tangent_boxed(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t n_args = op.schema().arguments().size();
+  for (size_t i = stack.size() - n_args; i < stack.size(); ++i) {
+    if (stack[i].isTensor() && has_tangent(stack[i].toTensor())) forward_ad_unsupported(op.schema().name());
+  }
+}
 
 // forward(ctx, x, kernel, op, keys, stack): stack holds the op's arguments (x first) and gets its results.
 struct SingleInputFn : torch::autograd::Function<SingleInputFn> {
@@ -42,6 +58,7 @@ struct Kernel final : c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
     const size_t n_args = op.schema().arguments().size();
     const at::Tensor x = (*stack)[stack->size() - n_args].toTensor();
+    check_no_tangent_boxed(op, *stack);
     if (!torch::autograd::compute_requires_grad(x)) {
       at::AutoDispatchBelowADInplaceOrView below;
       op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
@@ -158,7 +175,30 @@ GradientFn call_backward_op(const std::string& name, bool with_saved, int n_args
   };
 }
 
+// The in-place ops' kernel: they record no autograd (the functional wrappers call them only where no graph is
+// recorded, or inside an autograd.Function: torch_dnn/ops/_registry.py's apply_inplace). A call that would need a
+// gradient or a tangent through one is an error rather than an input whose gradient or tangent ignores the op.
+void in_place_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  check_no_tangent_boxed(op, *stack);
+  const size_t n_args = op.schema().arguments().size();
+  for (size_t i = stack->size() - n_args; i < stack->size(); ++i) {
+    const c10::IValue& v = (*stack)[i];
+    TORCH_CHECK(!(v.isTensor() && torch::autograd::compute_requires_grad(v.toTensor())), op_label(op.schema().name()),
+                ": the in-place op records no gradient, and its argument requires grad; call the functional form with "
+                "inplace=True (torch_dnn.functional), which records one");
+  }
+  at::AutoDispatchBelowADInplaceOrView below;
+  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+}
+
 }  // namespace
+
+void forward_ad_unsupported(const std::string& op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op_label(op),
+                              ": forward-mode AD (torch.func.jvp, torch.func.jacfwd, torch.autograd.forward_ad) is not "
+                              "supported: the op has no forward-mode formula (reverse mode, e.g. torch.func.vjp or "
+                              "jacrev, is)");
+}
 
 GradientFn call_op(const char* name) { return call_backward_op(name, false, -1, false); }
 
@@ -173,6 +213,10 @@ GradientFn by_recompute(std::function<at::Tensor(const at::Tensor& x, c10::Array
 
 void register_first_order_backward(torch::Library& m, std::initializer_list<const char*> names) {
   for (const char* name : names) m.impl(name, torch::autograd::autogradNotImplementedFallback());
+}
+
+void register_in_place_autograd(torch::Library& m, std::initializer_list<const char*> names) {
+  for (const char* name : names) m.impl(name, torch::CppFunction::makeFromBoxedFunction<&in_place_kernel>());
 }
 
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec) {

@@ -7,6 +7,8 @@
 // - register_first_order_backward: the backward ops, which have no derivative of their own: differentiating through
 //   one raises an error that names the op, instead of PyTorch's warning for custom ops without an autograd kernel and
 //   a gradient silently missing (zero). (torch.func's transforms, which run the Python formulas, see this too.)
+// Forward-mode AD: every kernel here raises an error that names the op when an argument carries a tangent
+// (autograd_kernel.h's check_no_tangent; the backward ops' fallback raises its own, which names the op too).
 // Double backward (autograd.grad(..., create_graph=True), then a second backward): a gradient computed with grad
 // mode on takes the spec's differentiable form where there is one, else the backward op.
 #pragma once
@@ -57,6 +59,10 @@ GradientFn by_recompute(std::function<at::Tensor(const at::Tensor& x, c10::Array
 
 // m.impl(name, ...) at the Autograd key for each backward op named: no derivative (an error if one is needed).
 void register_first_order_backward(torch::Library& m, std::initializer_list<const char*> names);
+
+// m.impl(name, ...) at the Autograd key for each in-place op named (relu_, ...): the op runs below autograd, and an
+// argument that requires grad (grad mode on) or carries a forward-mode tangent is an error that names the op.
+void register_in_place_autograd(torch::Library& m, std::initializer_list<const char*> names);
 
 }  // namespace autograd_kernel
 }  // namespace torch_dnn

@@ -121,11 +121,13 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::group_norm;
   torch_dnn::autograd_kernel::register_first_order_backward(m, {"group_norm_backward"});
   m.impl("group_norm", [](const at::Tensor& x, int64_t groups, const OptTensor& w, const OptTensor& b, double eps) {
+    check_no_tangent("torch_dnn.group_norm", x, w, b);
     const auto v = GroupNormFn::apply(x, groups, w, b, eps);
     return Tensor3{v[0], v[1], v[2]};
   });
   m.impl("group_norm_with_stats", [](const at::Tensor& x, int64_t groups, const at::Tensor& mean,
                                      const at::Tensor& rstd, const OptTensor& w, const OptTensor& b) {
+    check_no_tangent("torch_dnn.group_norm_with_stats", x, mean, rstd, w, b);
     return GroupNormWithStatsFn::apply(x, groups, mean, rstd, w, b)[0];
   });
 }

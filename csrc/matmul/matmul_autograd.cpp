@@ -188,13 +188,21 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::matmul;
   // mm / bmm's gradients are mm / bmm, which differentiate again; linear_act_backward has no derivative
   torch_dnn::autograd_kernel::register_first_order_backward(m, {"linear_act_backward"});
-  m.impl("mm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) { return MmFn::apply(a, b, tf32, false)[0]; });
-  m.impl("bmm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) { return MmFn::apply(a, b, tf32, true)[0]; });
+  m.impl("mm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) {
+    check_no_tangent("torch_dnn.mm", a, b);
+    return MmFn::apply(a, b, tf32, false)[0];
+  });
+  m.impl("bmm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) {
+    check_no_tangent("torch_dnn.bmm", a, b);
+    return MmFn::apply(a, b, tf32, true)[0];
+  });
   m.impl("linear", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, bool tf32) {
+    check_no_tangent("torch_dnn.linear", x, w, b);
     return LinearFn::apply(x, w, b, tf32)[0];
   });
   m.impl("linear_act", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, c10::string_view act,
                           const OptTensor& res, OptDouble act_a, OptDouble act_b, bool tf32, bool save_preact) {
+    check_no_tangent("torch_dnn.linear_act", x, w, b, res);
     const auto v = LinearActFn::apply(x, w, b, act, res, act_a, act_b, tf32, save_preact);
     return Tensor2{v[0], v[1]};
   });

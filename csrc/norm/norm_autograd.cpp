@@ -220,19 +220,23 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   torch_dnn::autograd_kernel::register_first_order_backward(
       m, {"layer_norm_backward", "rms_norm_backward", "add_layer_norm_backward", "add_rms_norm_backward"});
   m.impl("layer_norm", [](const at::Tensor& x, Shape shape, const OptTensor& w, const OptTensor& b, double eps) {
+    check_no_tangent("torch_dnn.layer_norm", x, w, b);
     const auto v = LayerNormFn::apply(x, shape, w, b, eps);
     return Tensor3{v[0], v[1], v[2]};
   });
   m.impl("rms_norm", [](const at::Tensor& x, Shape shape, const OptTensor& w, double eps) {
+    check_no_tangent("torch_dnn.rms_norm", x, w);
     const auto v = RmsNormFn::apply(x, shape, w, eps);
     return Tensor2{v[0], v[1]};
   });
   m.impl("add_layer_norm", [](const at::Tensor& x, const at::Tensor& res, Shape shape, const OptTensor& w,
                               const OptTensor& b, double eps) {
+    check_no_tangent("torch_dnn.add_layer_norm", x, res, w, b);
     const auto v = AddLayerNormFn::apply(x, res, shape, w, b, eps);
     return Tensor4{v[0], v[1], v[2], v[3]};
   });
   m.impl("add_rms_norm", [](const at::Tensor& x, const at::Tensor& res, Shape shape, const OptTensor& w, double eps) {
+    check_no_tangent("torch_dnn.add_rms_norm", x, res, w);
     const auto v = AddRmsNormFn::apply(x, res, shape, w, eps);
     return Tensor3{v[0], v[1], v[2]};
   });
