@@ -16,7 +16,6 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.testing import compare
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
-from tests.known_bugs import CPU_LONG_ROW_SUMS
 from tests.utils import assert_models_agree, ALL_DTYPES, assert_matches_torch, devices, first_line, random_like_case
 
 ops = torch.ops.torch_dnn
@@ -251,7 +250,6 @@ def _instance_norm_cases(device, dtype):
                       [x, w, b])
 
 
-@pytest.mark.xfail(strict=True, reason=CPU_LONG_ROW_SUMS)
 def test_large_groups_cpu():
     # groups far larger than the tests' others: the statistics' summation error shows above the float32 floor
     x = _input((1, 8, 300, 300), torch.float32, "cpu")

@@ -12,7 +12,6 @@ import torch_dnn.functional as F
 from torch_dnn.reference import add_layer_norm_reference, add_rms_norm_reference
 from torch_dnn.testing import compare
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
-from tests.known_bugs import CPU_LONG_ROW_SUMS
 from tests.utils import (assert_models_agree, ALL_DTYPES, assert_close_to_reference, assert_matches_torch, devices,
                          first_line, make_input)
 
@@ -254,7 +253,6 @@ def _add_norm_cases(kind, device, dtype):
                       [x, r, *args], grad=not _one_element_rows(ns))
 
 
-@pytest.mark.xfail(strict=True, reason=CPU_LONG_ROW_SUMS)
 def test_long_rows_cpu():
     # rows far longer than the tests' others: the statistics' summation error shows above the float32 floor
     x = make_input((1, 360000), torch.float32, "cpu", low=-1, high=1)

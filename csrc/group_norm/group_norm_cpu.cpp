@@ -1,5 +1,6 @@
-// CPU group_norm: each (n, group) is reduced in the accumulation type in two passes (mean, then the mean of
-// squared deviations), then written; groups are spread over threads. The backward sums dy * xhat and dy per
+// CPU group_norm: each (n, group) is reduced in two passes (mean, then the mean of squared deviations), the sums
+// in double whatever the input's type (a float sum over a large group gathers an error that grows with it), then
+// written; groups are spread over threads. The backward sums dy * xhat and dy per
 // (n, channel), combines them per group for dx, and sums them over n in a fixed order for the weight and
 // bias gradients, so results do not depend on the thread count.
 #include "group_norm/group_norm_cpu.h"
@@ -7,6 +8,8 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+
+#include <cmath>
 
 #include <vector>
 
@@ -42,17 +45,18 @@ void forward_groups(const T* x, const T* w, const T* b, T* y, at::opmath_type<T>
         m = mean[ng];
         rs = rstd[ng];
       } else {
-        A sum = 0;
+        double sum = 0;
         for (int64_t c = c0; c < c0 + D; ++c)
-          for (int64_t j = 0; j < s.S; ++j) sum += A(x[at_(n, c, j)]);
-        m = sum / A(L);
-        A q = 0;
+          for (int64_t j = 0; j < s.S; ++j) sum += double(x[at_(n, c, j)]);
+        const double md = sum / double(L);
+        double q = 0;
         for (int64_t c = c0; c < c0 + D; ++c)
           for (int64_t j = 0; j < s.S; ++j) {
-            const A d = A(x[at_(n, c, j)]) - m;
+            const double d = double(x[at_(n, c, j)]) - md;
             q += d * d;
           }
-        rs = A(1) / std::sqrt(q / A(L) + A(eps));
+        m = A(md);
+        rs = A(1.0 / std::sqrt(q / double(L) + eps));
         mean[ng] = m;
         rstd[ng] = rs;
       }
@@ -74,30 +78,30 @@ void backward_groups(const T* dy, const T* x, const at::opmath_type<T>* mean, co
   const Index at_{s.C, s.S, s.channels_last};
   const int64_t D = s.C / s.G, L = D * s.S;
   // per (n, c): sum of dy * xhat and of dy
-  std::vector<A> p(size_t(s.N * s.C)), q(size_t(s.N * s.C));
+  std::vector<double> p(size_t(s.N * s.C)), q(size_t(s.N * s.C));  // sums in double, as the forward's
   const int64_t grain = std::max<int64_t>(1, 32768 / L);
   at::parallel_for(0, s.N * s.G, grain, [&](int64_t begin, int64_t end) {
     for (int64_t ng = begin; ng < end; ++ng) {
       const int64_t n = ng / s.G, c0 = (ng % s.G) * D;
       const A m = mean[ng], rs = rstd[ng];
-      A s1 = 0, s2 = 0;  // sum(g * xhat), sum(g) with g = dy * w
+      double s1 = 0, s2 = 0;  // sum(g * xhat), sum(g) with g = dy * w
       for (int64_t c = c0; c < c0 + D; ++c) {
-        A pc = 0, qc = 0;
+        double pc = 0, qc = 0;
         for (int64_t j = 0; j < s.S; ++j) {
           const int64_t i = at_(n, c, j);
           const A g = A(dy[i]);
-          pc += g * (A(x[i]) - m) * rs;
-          qc += g;
+          pc += double(g * (A(x[i]) - m) * rs);
+          qc += double(g);
         }
         p[n * s.C + c] = pc;
         q[n * s.C + c] = qc;
-        const A wc = w ? A(w[c]) : A(1);
+        const double wc = w ? double(w[c]) : 1.0;
         s1 += wc * pc;
         s2 += wc * qc;
       }
       if (!dx) continue;
       // statistics given (constants): dx = rstd * w * dy
-      const A c1 = stats_given ? A(0) : s1 / A(L), c2 = stats_given ? A(0) : s2 / A(L);
+      const A c1 = stats_given ? A(0) : A(s1 / double(L)), c2 = stats_given ? A(0) : A(s2 / double(L));
       for (int64_t c = c0; c < c0 + D; ++c) {
         const A wc = w ? A(w[c]) : A(1);
         for (int64_t j = 0; j < s.S; ++j) {
@@ -110,7 +114,7 @@ void backward_groups(const T* dy, const T* x, const at::opmath_type<T>* mean, co
   });
   if (!dw && !db) return;
   for (int64_t c = 0; c < s.C; ++c) {
-    A sw = 0, sb = 0;
+    double sw = 0, sb = 0;
     for (int64_t n = 0; n < s.N; ++n) {
       sw += p[n * s.C + c];
       sb += q[n * s.C + c];

@@ -1,5 +1,6 @@
-// CPU layer_norm / rms_norm: each row is reduced in the accumulation type in two passes (mean, then the mean
-// of squared deviations: exact where one-pass sums of squares cancel), then written. Rows are spread over
+// CPU layer_norm / rms_norm: each row is reduced in two passes (mean, then the mean of squared deviations: exact
+// where one-pass sums of squares cancel), the sums in double whatever the input's type (a float sum over a long
+// row gathers an error that grows with the row), then written in the accumulation type. Rows are spread over
 // threads. Weight and bias gradients are summed per fixed block of rows, then over blocks in a fixed order,
 // so they do not depend on the thread count.
 #include "norm/norm_cpu.h"
@@ -7,6 +8,8 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
+
+#include <cmath>
 
 #include "common/hd.h"
 
@@ -34,17 +37,17 @@ void forward_rows(const T* x, const T* res, const T* w, const T* b, T* y, T* sum
         for (int64_t j = 0; j < N; ++j) sr[j] = T(A(src[j]) + A(res[r * N + j]));
         src = sr;
       }
-      A m = 0;
+      double md = 0;
       if (!rms) {
-        for (int64_t j = 0; j < N; ++j) m += A(src[j]);
-        m /= A(N);
+        for (int64_t j = 0; j < N; ++j) md += double(src[j]);
+        md /= double(N);
       }
-      A v = 0;
+      double v = 0;
       for (int64_t j = 0; j < N; ++j) {
-        const A d = A(src[j]) - m;
+        const double d = double(src[j]) - md;
         v += d * d;
       }
-      const A rs = td_rsqrt(v / A(N) + A(eps));
+      const A m = A(md), rs = A(1.0 / std::sqrt(v / double(N) + eps));
       if (mean) mean[r] = m;
       rstd[r] = rs;
       T* yr = y + r * N;
@@ -67,16 +70,16 @@ void backward_rows(const T* dy, const T* dsum, const T* x, const at::opmath_type
   const int64_t N = s.cols;
   const bool param_grads = dw || db;
   const int64_t P = (s.rows + kRowBlock - 1) / kRowBlock;
-  std::vector<A> partial(param_grads ? size_t(P * 2 * N) : 0);
+  std::vector<double> partial(param_grads ? size_t(P * 2 * N) : 0);  // sums in double, as the forward's
   at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) {
     for (int64_t blk = begin; blk < end; ++blk) {
-      A* pw = param_grads ? partial.data() + blk * 2 * N : nullptr;
+      double* pw = param_grads ? partial.data() + blk * 2 * N : nullptr;
       const int64_t r_end = std::min(s.rows, (blk + 1) * kRowBlock);
       for (int64_t r = blk * kRowBlock; r < r_end; ++r) {
         const T* xr = x + r * N;
         const T* gr = dy + r * N;
         const A m = mean ? mean[r] : A(0), rs = rstd[r];
-        A s1 = 0, s2 = 0;  // sum(dy * w * xhat), sum(dy * w)
+        double s1 = 0, s2 = 0;  // sum(dy * w * xhat), sum(dy * w)
         for (int64_t j = 0; j < N; ++j) {
           const A xh = (A(xr[j]) - m) * rs, g = A(gr[j]);
           const A wg = w ? g * A(w[j]) : g;
@@ -88,7 +91,7 @@ void backward_rows(const T* dy, const T* dsum, const T* x, const at::opmath_type
           }
         }
         if (!dx) continue;
-        const A c1 = s1 / A(N), c2 = mean ? s2 / A(N) : A(0);  // rms_norm has no mean to differentiate
+        const A c1 = A(s1 / double(N)), c2 = mean ? A(s2 / double(N)) : A(0);  // rms_norm has no mean to differentiate
         T* dr = dx + r * N;
         for (int64_t j = 0; j < N; ++j) {
           const A xh = (A(xr[j]) - m) * rs, g = A(gr[j]);
@@ -103,7 +106,7 @@ void backward_rows(const T* dy, const T* dsum, const T* x, const at::opmath_type
   if (!param_grads) return;
   at::parallel_for(0, N, 256, [&](int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) {
-      A sw = 0, sb = 0;
+      double sw = 0, sb = 0;
       for (int64_t p = 0; p < P; ++p) {
         sw += partial[p * 2 * N + j];
         sb += partial[p * 2 * N + N + j];
