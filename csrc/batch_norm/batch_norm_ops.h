@@ -134,6 +134,8 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   const Tensor invstd = check_channel(op, "save_invstd", x, save_invstd).to(sopt.dtype());
   Tensor res;
   if (given(residual)) {
+    check_same_dtype(x, *residual, op, "input", "residual");  // read in the input's dtype
+    check_same_device(x, *residual, op, "input", "residual");
     check_same_shape(x, *residual, op, "input", "residual");
     res = *residual;
   }
@@ -199,6 +201,8 @@ void register_batch_norm_impls(torch::Library& m) {
                                    const OptTensor& rv, const OptTensor& save_mean, const OptTensor& save_invstd,
                                    bool training, double eps, std::array<bool, 3> mask) {
     const char* op = "torch_dnn.batch_norm_backward";
+    if (given(rm)) check_same_device(x, *rm, op, "input", "running_mean");
+    if (given(rv)) check_same_device(x, *rv, op, "input", "running_var");
     Tensor mean, invstd;
     if (given(save_mean) && given(save_invstd) && save_mean->numel() > 0) {
       mean = *save_mean;

@@ -3,6 +3,7 @@ whose signatures mirror torch.nn.functional."""
 import torch
 
 from torch_dnn.ops._registry import add_family, apply_inplace, ops, register_autograd
+from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
@@ -38,16 +39,19 @@ def _register(name: str, spec: _Spec) -> None:
 
     @torch.library.register_fake(qual)
     def _fake(x, *args, **kwargs):
+        _checks.activation(name, x, *args, **kwargs)
         return torch.empty_like(x)
 
     @torch.library.register_fake(f"torch_dnn::{name}_backward")
     def _fake_backward(grad, saved, *args, **kwargs):
+        _checks.activation_backward(name, grad, saved, *args, **kwargs)
         return torch.empty_like(saved)
 
     if spec.inplace:
 
         @torch.library.register_fake(f"torch_dnn::{name}_")
         def _fake_inplace(x, *args, **kwargs):
+            _checks.activation(f"{name}_", x, *args, **kwargs)
             return None
 
     n_inputs = 1 + len(spec.params)
@@ -83,11 +87,13 @@ BIAS_ACTS = (
 
 @torch.library.register_fake("torch_dnn::bias_act")
 def _bias_act_fake(x, bias, dim, act):
+    _checks.bias_act(x, bias, dim, act)
     return torch.empty_like(x)
 
 
 @torch.library.register_fake("torch_dnn::bias_act_backward")
 def _bias_act_backward_fake(grad, x, bias, dim, act, bias_grad):
+    _checks.bias_act_backward(grad, x, bias, dim, act, bias_grad)
     n = x.shape[dim] if bias_grad else 0
     return torch.empty_like(x), x.new_empty((n,))
 

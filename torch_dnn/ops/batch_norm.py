@@ -5,6 +5,7 @@ Fake kernels, autograd and functional wrappers."""
 import torch
 
 from torch_dnn.ops._registry import add_family, needs_autograd, ops
+from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 ACTS = {None: 0, "identity": 0, "relu": 1, "silu": 2}
@@ -25,11 +26,13 @@ def _fake_fwd(x):
 
 @torch.library.register_fake("torch_dnn::batch_norm")
 def _bn_fake(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    _checks.batch_norm("batch_norm", x, None, weight, bias, running_mean, running_var, training)
     return _fake_fwd(x)
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_add_act")
 def _bnaa_fake(x, residual, weight, bias, running_mean, running_var, training, momentum, eps, act):
+    _checks.batch_norm("batch_norm_add_act", x, residual, weight, bias, running_mean, running_var, training, act)
     return _fake_fwd(x)
 
 
@@ -49,33 +52,39 @@ def _fake_grads(x, weight, bias, mask, with_res):
 
 @torch.library.register_fake("torch_dnn::batch_norm_backward")
 def _bn_bwd_fake(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, training, eps, mask):
+    _checks.batch_norm_backward(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd)
     return _fake_grads(x, weight, None, mask, False)
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_add_act_backward")
 def _bnaa_bwd_fake(grad_out, x, residual, weight, bias, save_mean, save_invstd, training, act, mask):
+    _checks.batch_norm_add_act_backward(grad_out, x, residual, weight, bias, save_mean, save_invstd)
     return _fake_grads(x, weight, bias, mask, True)
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_stats")
 def _stats_fake(x):
+    _checks.batch_norm_stats(x)
     c = x.shape[1]
     return x.new_empty((c,), dtype=_stat_dtype(x.dtype)), x.new_empty((c,), dtype=_stat_dtype(x.dtype))
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_elemt")
 def _elemt_fake(x, mean, invstd, weight, bias):
+    _checks.batch_norm_elemt(x, mean, invstd, weight, bias)
     return _out_like(x)
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_backward_reduce")
 def _bwd_reduce_fake(grad_out, x, mean, invstd):
+    _checks.batch_norm_backward_reduce(grad_out, x, mean, invstd)
     c = x.shape[1]
     return x.new_empty((c,), dtype=_stat_dtype(x.dtype)), x.new_empty((c,), dtype=_stat_dtype(x.dtype))
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_backward_elemt")
 def _bwd_elemt_fake(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
+    _checks.batch_norm_backward_elemt(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count)
     return _out_like(x)
 
 

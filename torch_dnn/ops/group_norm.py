@@ -6,6 +6,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 
 from torch_dnn.ops._registry import add_family, ops, register_autograd
+from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
@@ -29,6 +30,7 @@ def _stat_dtype(dtype):
 
 @torch.library.register_fake("torch_dnn::group_norm")
 def _group_norm_fake(x, num_groups, weight, bias, eps):
+    _checks.group_norm("group_norm", x, num_groups, weight, bias)
     stats = (x.shape[0], num_groups)
     return (torch.empty_like(_dense_input(x)), x.new_empty(stats, dtype=_stat_dtype(x.dtype)),
             x.new_empty(stats, dtype=_stat_dtype(x.dtype)))
@@ -36,11 +38,13 @@ def _group_norm_fake(x, num_groups, weight, bias, eps):
 
 @torch.library.register_fake("torch_dnn::group_norm_with_stats")
 def _group_norm_with_stats_fake(x, num_groups, mean, rstd, weight, bias):
+    _checks.group_norm("group_norm_with_stats", x, num_groups, weight, bias, mean, rstd)
     return torch.empty_like(_dense_input(x))
 
 
 @torch.library.register_fake("torch_dnn::group_norm_backward")
 def _group_norm_backward_fake(grad_out, x, mean, rstd, weight, num_groups, stats_given, output_mask):
+    _checks.group_norm_backward(grad_out, x, mean, rstd, weight, num_groups)
     dx = torch.empty_like(_dense_input(x)) if output_mask[0] else x.new_empty((0,))
     return (dx,) + tuple(x.new_empty((x.shape[1],)) if m else x.new_empty((0,)) for m in output_mask[1:])
 

@@ -5,6 +5,7 @@ wrapper. CUDA autocast to float32: PyTorch's composite runs its pow in float32 t
 import torch
 
 from torch_dnn.ops._registry import add_family, ops, register_autograd
+from torch_dnn.ops import _checks
 from torch_dnn.ops.group_norm import _dense_input
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
@@ -12,11 +13,13 @@ _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 @torch.library.register_fake("torch_dnn::local_response_norm")
 def _lrn_fake(x, size, alpha, beta, k):
+    _checks.lrn(x, size)
     return torch.empty_like(_dense_input(x))
 
 
 @torch.library.register_fake("torch_dnn::local_response_norm_backward")
 def _lrn_backward_fake(grad_out, x, size, alpha, beta, k):
+    _checks.lrn(x, size, grad_out)
     return torch.empty_like(_dense_input(x))
 
 

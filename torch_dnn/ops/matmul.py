@@ -10,6 +10,7 @@ import math
 import torch
 
 from torch_dnn.ops._registry import add_family, needs_autograd, ops, register_autograd
+from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 _get_allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", lambda: bool(torch.backends.cuda.matmul.allow_tf32))
@@ -26,29 +27,26 @@ def _needs_preact(activation) -> bool:
 
 @torch.library.register_fake("torch_dnn::mm")
 def _mm_fake(a, b, *, allow_tf32=False):
-    torch._check(a.dim() == 2 and b.dim() == 2, lambda: "torch_dnn.mm: expected 2-D tensors")
-    torch._check(a.shape[1] == b.shape[0], lambda: "torch_dnn.mm: self and mat2 shapes cannot be multiplied")
+    _checks.mm(a, b)
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
 @torch.library.register_fake("torch_dnn::bmm")
 def _bmm_fake(a, b, *, allow_tf32=False):
-    torch._check(a.dim() == 3 and b.dim() == 3, lambda: "torch_dnn.bmm: expected 3-D tensors")
-    torch._check(a.shape[0] == b.shape[0], lambda: "torch_dnn.bmm: expected the same batch size")
-    torch._check(a.shape[2] == b.shape[1], lambda: "torch_dnn.bmm: self and mat2 shapes cannot be multiplied")
+    _checks.bmm(a, b)
     return a.new_empty((a.shape[0], a.shape[1], b.shape[2]))
 
 
 @torch.library.register_fake("torch_dnn::linear")
 def _linear_fake(x, w, bias=None, *, allow_tf32=False):
-    torch._check(x.shape[-1] == w.shape[1], lambda: "torch_dnn.linear: input and weight.T shapes cannot be multiplied")
+    _checks.linear(x, w, bias)
     return x.new_empty(tuple(x.shape[:-1]) + (w.shape[0],))
 
 
 @torch.library.register_fake("torch_dnn::linear_act")
 def _linear_act_fake(x, w, bias=None, activation="none", residual=None, act_a=None, act_b=None, *,
                      allow_tf32=False, save_preact=False):
-    torch._check(x.shape[-1] == w.shape[1], lambda: "torch_dnn.linear_act: input and weight.T shapes cannot be multiplied")
+    _checks.linear_act(x, w, bias, activation, residual)
     shape = tuple(x.shape[:-1]) + (w.shape[0],)
     pre = x.new_empty(shape) if save_preact and _needs_preact(activation) else x.new_empty((0,))
     return x.new_empty(shape), pre
@@ -57,6 +55,7 @@ def _linear_act_fake(x, w, bias=None, activation="none", residual=None, act_a=No
 @torch.library.register_fake("torch_dnn::linear_act_backward")
 def _linear_act_backward_fake(grad, x, w, preact, activation, act_a, act_b, grad_preact, output_mask, *,
                               allow_tf32=False):
+    _checks.linear_act_backward(grad, x, w, preact, activation, grad_preact)
     return (x.new_empty(x.shape) if output_mask[0] else x.new_empty((0,)),
             x.new_empty(w.shape) if output_mask[1] else x.new_empty((0,)),
             x.new_empty((w.shape[0],)) if output_mask[2] else x.new_empty((0,)))

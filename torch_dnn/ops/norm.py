@@ -7,6 +7,7 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false
 
 from torch_dnn.ops._registry import add_family, ops, register_autograd
+from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
@@ -64,41 +65,49 @@ def _fake_backward(x, normalized_shape, mask):
 
 @torch.library.register_fake("torch_dnn::layer_norm")
 def _layer_norm_fake(x, normalized_shape, weight, bias, eps):
+    _checks.norm("layer_norm", x, None, normalized_shape, weight, bias)
     return _fake_forward(x, normalized_shape, rms=False, add=False)
 
 
 @torch.library.register_fake("torch_dnn::rms_norm")
 def _rms_norm_fake(x, normalized_shape, weight, eps):
+    _checks.norm("rms_norm", x, None, normalized_shape, weight, None)
     return _fake_forward(x, normalized_shape, rms=True, add=False)
 
 
 @torch.library.register_fake("torch_dnn::add_layer_norm")
 def _add_layer_norm_fake(x, residual, normalized_shape, weight, bias, eps):
+    _checks.norm("add_layer_norm", x, residual, normalized_shape, weight, bias)
     return _fake_forward(x, normalized_shape, rms=False, add=True)
 
 
 @torch.library.register_fake("torch_dnn::add_rms_norm")
 def _add_rms_norm_fake(x, residual, normalized_shape, weight, eps):
+    _checks.norm("add_rms_norm", x, residual, normalized_shape, weight, None)
     return _fake_forward(x, normalized_shape, rms=True, add=True)
 
 
 @torch.library.register_fake("torch_dnn::layer_norm_backward")
 def _layer_norm_backward_fake(grad_out, x, mean, rstd, weight, normalized_shape, output_mask):
+    _checks.norm_backward("layer_norm", grad_out, None, x, mean, rstd, weight, normalized_shape, output_mask)
     return _fake_backward(x, normalized_shape, output_mask)
 
 
 @torch.library.register_fake("torch_dnn::add_layer_norm_backward")
 def _add_layer_norm_backward_fake(grad_out, grad_sum, sum, mean, rstd, weight, normalized_shape, output_mask):
+    _checks.norm_backward("add_layer_norm", grad_out, grad_sum, sum, mean, rstd, weight, normalized_shape, output_mask)
     return _fake_backward(sum, normalized_shape, output_mask)
 
 
 @torch.library.register_fake("torch_dnn::rms_norm_backward")
 def _rms_norm_backward_fake(grad_out, x, rstd, weight, normalized_shape, output_mask):
+    _checks.norm_backward("rms_norm", grad_out, None, x, None, rstd, weight, normalized_shape, output_mask)
     return _fake_backward(x, normalized_shape, output_mask)
 
 
 @torch.library.register_fake("torch_dnn::add_rms_norm_backward")
 def _add_rms_norm_backward_fake(grad_out, grad_sum, sum, rstd, weight, normalized_shape, output_mask):
+    _checks.norm_backward("add_rms_norm", grad_out, grad_sum, sum, None, rstd, weight, normalized_shape, output_mask)
     return _fake_backward(sum, normalized_shape, output_mask)
 
 

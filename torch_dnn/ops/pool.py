@@ -9,6 +9,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 
 from torch_dnn.ops._registry import add_family, ops, register_autograd
+from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 RANKS = (1, 2, 3)
@@ -54,6 +55,14 @@ def _window_out(x, r, k, s, p, d, ceil_mode):
     return [_out_size(x.shape[-r + i], k[i], p[i], s[i], d[i], ceil_mode) for i in range(r)]
 
 
+def _checked(check, r, fake):
+    """The fake kernel `fake` of a rank-r op after `check`, the real kernel's argument checks (ops/_checks.py)."""
+    def run(*args):
+        check(r, *args)
+        return fake(*args)
+    return run
+
+
 def _register_fakes(r):
     def max_pool(x, kernel_size, stride, padding, dilation, ceil_mode):
         out = _window_out(x, r, kernel_size, stride, padding, dilation, ceil_mode)
@@ -76,8 +85,9 @@ def _register_fakes(r):
 
     for kind, fn in (("max_pool", max_pool), ("avg_pool", avg_pool), ("adaptive_avg_pool", adaptive_avg_pool),
                      ("adaptive_max_pool", adaptive_max_pool), ("lp_pool", lp_pool)):
-        torch.library.register_fake(f"torch_dnn::{kind}{r}d")(fn)
-        torch.library.register_fake(f"torch_dnn::{kind}{r}d_backward")(backward)
+        torch.library.register_fake(f"torch_dnn::{kind}{r}d")(_checked(getattr(_checks, kind), r, fn))
+        torch.library.register_fake(f"torch_dnn::{kind}{r}d_backward")(
+            _checked(getattr(_checks, f"{kind}_backward"), r, backward))
 
 
 # ---- autograd: every backward is itself a torch_dnn op ----

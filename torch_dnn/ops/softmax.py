@@ -5,6 +5,7 @@ import warnings
 import torch
 
 from torch_dnn.ops._registry import add_family, ops, register_autograd
+from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
@@ -15,10 +16,12 @@ def _register(name: str) -> None:
 
     @torch.library.register_fake(qual)
     def _fake(x, dim, dtype=None):
+        _checks.softmax(name, x, dim, dtype)
         return torch.empty_like(x, dtype=dtype if dtype is not None else x.dtype)
 
     @torch.library.register_fake(f"torch_dnn::{name}_backward")
     def _fake_backward(grad, output, dim, input_dtype):
+        _checks.softmax_backward(name, grad, output, dim, input_dtype)
         return torch.empty_like(output, dtype=input_dtype)
 
     def setup_context(ctx, inputs, output):
