@@ -21,6 +21,13 @@ BIAS_ACT_TORCH = {
 }
 
 
+def hardsigmoid_reference(x: torch.Tensor) -> torch.Tensor:
+    """hardsigmoid with its exact derivative (1/6 on (-3, 3), 0 elsewhere, NaN propagated), as ATen ops: a float64
+    reference where PyTorch's own op is not one. Its CPU gradient multiplies by 1/6 rounded to float32 in every
+    dtype, 3e-8 off in float64 (tests/test_float64.py)."""
+    return torch.where(x <= -3, 0.0, torch.where(x >= 3, 1.0, (x + 3) / 6))
+
+
 def bias_act_reference(x: torch.Tensor, bias, dim: int = 1, act: str = "relu") -> torch.Tensor:
     if bias is not None:
         dim = dim % x.dim()
