@@ -270,8 +270,22 @@ def _python_autograd(*tensors) -> bool:
     return needs_autograd(*tensors) and torch._C._are_functorch_transforms_active()
 
 
+def _empty_batch_norm(input, weight, bias):
+    """PyTorch's batch_norm of an empty input (of any rank, whatever the statistics and parameters' shapes): a copy
+    of it times weight[0] plus bias[0], so that the parameters stay in the graph (their gradients are zeros);
+    running statistics untouched."""
+    out = input.clone()
+    if weight is not None:
+        out = out * weight[0]
+    if bias is not None:
+        out = out + bias[0]
+    return out
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     _verify_batch_size(input, training)
+    if input.numel() == 0:
+        return _empty_batch_norm(input, weight, bias)
     args = (input, weight, bias, running_mean, running_var, bool(training), float(momentum), float(eps))
     if not _python_autograd(input, weight, bias):
         return _ops.batch_norm(*args)[0]
