@@ -17,6 +17,7 @@
 
 #include "common/cuda/bulk_copy.cuh"
 #include "common/cuda/device.cuh"
+#include "common/cuda/int_math.h"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/types.cuh"
 #include "common/cuda/vec.cuh"
@@ -86,12 +87,6 @@ __device__ __forceinline__ Moments<A> warp_merge(Moments<A> m) {
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int pow2_at_least(int64_t v, int cap) {
-  int p = 1;
-  while (p < v && p < cap) p *= 2;
-  return p;
-}
-bool aligned16(const void* p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // ---- launch geometry (a function of the shape alone, so the workspace size is known before the launch) ----
 

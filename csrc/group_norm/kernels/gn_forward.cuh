@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(256) gn_apply_fwd(GnParams<T> p) {
 
 // Threads of a shared-memory block: ~4 vectors a thread, 64 to 512.
 inline int smem_threads(int64_t nv, int max_threads = kSmemThreads) {
-  return int(std::min<int64_t>(max_threads, std::max<int64_t>(64, norm::pow2_at_least((nv + 3) / 4))));
+  return int(std::min<int64_t>(max_threads, std::max<int64_t>(64, pow2_at_least((nv + 3) / 4))));
 }
 
 template <typename T, int V>

@@ -7,6 +7,7 @@
 
 #include "common/cuda/cp_async.cuh"
 #include "common/cuda/device.cuh"
+#include "common/cuda/int_math.h"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/vec.cuh"
 #include "common/env.h"
@@ -55,12 +56,6 @@ template <typename T> constexpr int kFwdRegElems = 16 / sizeof(T) * 4;
 // Backward: columns a thread owns in the block-per-row kernel; it keeps their weight/bias-gradient partial
 // sums in registers (32 floats, 16 doubles), so rows up to 16K elements (8K double).
 template <typename T> constexpr int kBwdCols = sizeof(T) == 8 ? 8 : 16;
-
-inline int pow2_at_least(int64_t v) {
-  int p = 1;
-  while (p < v) p <<= 1;
-  return p;
-}
 
 enum class FwdPlan { Warp, BlockRegs, TwoPass };
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/cuda/device.cuh"
+#include "common/cuda/int_math.h"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/vec.cuh"
 #include "common/env.h"
@@ -96,12 +97,6 @@ struct PlanInfo {
   int threads;      // threads per block (Warp: threads per row)
   int64_t chunks;   // SplitRow: blocks per row
 };
-
-inline int pow2_at_least(int64_t v) {
-  int p = 1;
-  while (p < v) p <<= 1;
-  return p;
-}
 
 // TORCH_DNN_SOFTMAX_PLAN=regs|twopass|split forces the plan of rows longer than a warp's (benchmarking knob;
 // a forced plan that cannot hold the row falls back to the default choice).
