@@ -70,7 +70,7 @@ cudaError_t launch_bwd_coeffs(const BwdCoeffPtrs& p, int64_t C, cudaStream_t str
 
 // ---- training forward / backward in one persistent kernel each ----
 // Statistics (sums) and the elementwise pass in one cooperative launch, part of the data kept on chip in
-// between (rows walk only: inner == 1, 16-byte vectors, 16- and 32-bit floats; batch_norm_kernels.cu says how).
+// between (rows walk only: inner == 1, 16-byte vectors, 16- and 32-bit floats; kernels/bn_persistent.cuh says how).
 // plan_persist: the launch's geometry and workspace, computed once per call and passed to the launch; ok is
 // false when the device, the shape, a pointer's alignment or the knobs rule the kernel out (the caller then runs
 // the separate passes). The forward writes p's mean, invstd and running statistics (not scale/shift: p.scale /

@@ -2,7 +2,7 @@
 #include "pool/kernels/pool.cuh"
 #include "pool/kernels/pool_band.cuh"
 #include "pool/kernels/pool_global.cuh"
-#include "pool/kernels/pool_tile.cuh"
+#include "pool/pool_plan.h"
 
 namespace torch_dnn {
 namespace pool {

@@ -16,7 +16,7 @@
 // Sizes inside a slice are 32-bit (the host checks); slice offsets are 64-bit.
 #pragma once
 #include "common/cuda/bulk_copy.cuh"
-#include "pool/kernels/pool_tile.cuh"
+#include "pool/pool_plan.h"
 
 namespace torch_dnn {
 namespace pool {

@@ -10,7 +10,7 @@
 //     cached), 16-byte stores; NCDHW walks the flat output, channels-last walks (channel vector, row, n), or
 //     with many columns a thread a column writes its P rows.
 #pragma once
-#include "pool/kernels/pool_tile.cuh"
+#include "pool/pool_plan.h"
 
 namespace torch_dnn {
 namespace pool {
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* _
 }
 
 // Channels-last x[N][P][C] seen as N * G columns of V channels (G = by_g.d = C / V): the offset of column t's first
-// row. div: how t is divided by G (column_div, pool_tile.cuh).
+// row. div: how t is divided by G (column_div, pool_plan.h).
 __device__ __forceinline__ int64_t column_start(int64_t t, FastDivmod32 by_g, int64_t P, int64_t C, int V,
                                                 ColumnDiv div) {
   const int64_t G = by_g.d;
