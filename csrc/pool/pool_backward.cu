@@ -82,7 +82,7 @@ bool launch_tile_bwd(DType t, const void* g, const int64_t* ind, void* dx, const
 
 // Global average backward: a broadcast of g / P.
 bool launch_global_bwd(DType t, const void* g, void* dx, const PoolShape& s, cudaStream_t stream) {
-  if (!s.global() || global_old()) return false;
+  if (!s.global()) return false;
   const int64_t P = s.in_volume();
   dispatch_dtype(t, [&](auto tag) {
     using T = decltype(tag);

@@ -19,7 +19,7 @@ bool launch_tile_fwd(DType t, const void* x, void* y, int64_t* ind, const PoolSh
     const int64_t row_bytes = int64_t(a.W) * int64_t(sizeof(T));
     const bool vec = aligned16(x) && row_bytes % 16 == 0;
     const bool k3 = a.kh == 3 && a.kw == 3 && a.dh == 1 && a.dw == 1;
-    if (k3 && !tile_unpadded()) {  // padded tiles, planned for their wider pitch
+    if (k3) {  // padded tiles, planned for their wider pitch
       auto go_pad = [&](auto v, auto mode) {
         constexpr int V = decltype(v)::value;
         constexpr int MODE = decltype(mode)::value;
@@ -166,7 +166,7 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
       };
       if (s.C % V == 0 && aligned) run(std::integral_constant<int, V>{});
       else run(std::integral_constant<int, 1>{});
-    } else if (!global_old() && P <= 512 && P * int64_t(sizeof(acc_t<T>)) * 16 <= kTileSmem) {
+    } else if (P <= 512 && P * int64_t(sizeof(acc_t<T>)) * 16 <= kTileSmem) {
       // short planes: PB consecutive planes per block through shared memory
       const int64_t planes = s.N * s.C;
       auto run = [&](auto pb) {

@@ -20,11 +20,6 @@ namespace pool {
 inline bool nc_item() {
   return env::is("TORCH_DNN_POOL_NC", "item");
 }
-// TORCH_DNN_POOL_GLOBAL=old: the generic global-average kernels (forward: a warp per plane, rows one at a time;
-// backward: the generic gather) instead of the chunked forward and the broadcast backward.
-inline bool global_old() {
-  return env::is("TORCH_DNN_POOL_GLOBAL", "old");
-}
 // Channels-last global average by a thread a column (n, channel vector) when there are enough columns to keep
 // the memory busy with U loads in flight a thread (~25K at 132 SMs), by row lanes otherwise.
 // TORCH_DNN_POOL_GLOBAL_CL=col / lanes forces one or the other (forward and backward).
@@ -47,12 +42,6 @@ inline ColumnDiv column_div(int64_t columns) {
 // kernel: within noise; docs/pool.md). TORCH_DNN_POOL_GLOBAL_STATIC=0: runtime P everywhere.
 constexpr int kStaticP = 49;
 inline bool global_static_p(int64_t P) { return P == kStaticP && !env::is("TORCH_DNN_POOL_GLOBAL_STATIC", "0"); }
-
-// TORCH_DNN_POOL_NC_FWD=unpadded: the NCDHW forward's unpadded tile kernel (bounds-checked taps) for 3x3 windows
-// instead of the padded tiles.
-inline bool tile_unpadded() {
-  return env::is("TORCH_DNN_POOL_NC_FWD", "unpadded");
-}
 
 // The NCDHW backward's kernel choice, TORCH_DNN_POOL_NC_BWD: unset, pool_bwd_tile_k3s2 for 3x3/2 windows and
 // the owner blocks where they apply; =owner, the owner blocks for 3x3/2 windows too; =gather, the per-input

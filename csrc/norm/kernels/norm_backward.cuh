@@ -381,7 +381,7 @@ void run_backward(BwdParams<T> p, T* dw, T* db, cudaStream_t stream) {
   const bool vec = all_aligned(p) && p.N % V == 0;
   if (bwd_block_plan(p.N, V, vec, kBwdCols<T>)) {
     const int threads = bwd_block_threads(p.N, kBwdCols<T>);
-    const int64_t staged = bwd_old_block() ? 0 : staged_bwd_grid<T, RMS>(p.rows, threads);
+    const int64_t staged = staged_bwd_grid<T, RMS>(p.rows, threads);
     if (staged > 0) {
       if (p.partial) p.P = staged;
       norm_staged_bwd<T, RMS><<<unsigned(staged), threads, staged_smem_bytes<T>(threads), stream>>>(p);

@@ -83,17 +83,13 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //   TORCH_DNN_NORM_FWD_STATS=twopass   LayerNorm block forward: two block reductions (mean, then variance);
 //                           =fused     one Chan-merged (count, mean, M2) reduction
 //   TORCH_DNN_NORM_FWD_GRID=waves      block forward: the persistent grid of 4 waves; =rows a block per row
-//   TORCH_DNN_NORM_FWD=staged          block-plan rows: the staged forward (next row streamed into shared
-//                                      memory by cp.async during this row's reduction), persistent; =block not
 //   (unset: the measured defaults below)
-//   TORCH_DNN_NORM_BWD=block           backward: the register kernel (pass 2 re-reads x and dy through L1)
-//                                      and two column-sum launches, instead of the staged kernel
 //   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows;
 //                                      unset: two for float rows, the occupancy limit for the others)
 // The block forward's defaults, measured (docs/norm.md): one reduction and a block per row, except fp16 LayerNorm
 // (below). bf16 rows are read as packed words (elem_acc), and every row length takes the block kernel. Each knob,
 // when set, forces its choice:
-//   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows, TORCH_DNN_NORM_FWD=staged|block,
+//   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows,
 //   TORCH_DNN_NORM_FWD_CVT=shift|asm (bf16 block forward: elements taken from the packed words, or one by one
 //   through cuda_bf16's conversion)
 // Unset, both knobs below give fp16 LayerNorm the two-pass statistics and the 4-wave grid (faster for it than one
@@ -101,9 +97,6 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 inline bool fwd_twopass_stats(bool fp16_layer_norm) {
   return env::choice("TORCH_DNN_NORM_FWD_STATS", "twopass", "fused", fp16_layer_norm);
 }
-// The staged kernel only when asked for: with the bf16 rows read as packed words the block kernel is faster on
-// every row measured, fp16 and rows without affine included (docs/norm.md).
-inline bool fwd_staged() { return env::choice("TORCH_DNN_NORM_FWD", "staged", "block", false); }
 inline bool fwd_grid_waves(bool fp16_layer_norm) {
   return env::choice("TORCH_DNN_NORM_FWD_GRID", "waves", "rows", fp16_layer_norm);
 }
@@ -111,7 +104,6 @@ inline bool fwd_grid_waves(bool fp16_layer_norm) {
 // ptxas keeps the held row two elements a register; the one-by-one conversion let it unpack the row into one
 // element a register (spills; docs/norm.md).
 inline bool fwd_shift_cvt() { return env::choice("TORCH_DNN_NORM_FWD_CVT", "shift", "asm", true); }
-inline bool bwd_old_block() { return env::is("TORCH_DNN_NORM_BWD", "block"); }
 inline int bwd_blocks_cap() {
   const int v = env::get_int("TORCH_DNN_NORM_BWD_BLOCKS", 0);
   return v > 0 ? v : 0;
