@@ -62,10 +62,9 @@ def cases(quick: bool = False):
                             {"torch_dnn": (ln_ours := lambda x, w, b, n=n: F.layer_norm(x, [n], w, b)), "eager": ln,
                              "compile": _compiled(ln),
                              "td-old": with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="twopass",
-                                                 TORCH_DNN_NORM_FWD_GRID="waves", TORCH_DNN_NORM_FWD="block"),
+                                                 TORCH_DNN_NORM_FWD_GRID="waves"),
                              "td-fused-rows": with_env(ln_ours, TORCH_DNN_NORM_FWD_STATS="fused",
-                                                        TORCH_DNN_NORM_FWD_GRID="rows", TORCH_DNN_NORM_FWD="block"),
-                             "td-staged": with_env(ln_ours, TORCH_DNN_NORM_FWD="staged")},
+                                                        TORCH_DNN_NORM_FWD_GRID="rows")},
                             bytes=2 * numel * es + 2 * n * es, target=">=2.7 TB/s", group=group))
 
             def ln_bwd_eager(g, x, mean, rstd, w, b, n=n):
@@ -76,7 +75,6 @@ def cases(quick: bool = False):
                             {"torch_dnn": (ln_bwd := lambda g, x, mean, rstd, w, b, n=n: ops.layer_norm_backward(
                                 g, x, mean, rstd, w, [n], [True, True, True])),
                              "eager": ln_bwd_eager, "compile": _compiled(ln_bwd_eager),
-                             "td-old": with_env(ln_bwd, TORCH_DNN_NORM_BWD="block"),
                              "td-2/SM": with_env(ln_bwd, TORCH_DNN_NORM_BWD_BLOCKS="2")},
                             bytes=3 * numel * es + 3 * n * es + 2 * stats, target=">=2.4 TB/s", group=group))
 
@@ -85,9 +83,7 @@ def cases(quick: bool = False):
 
             out.append(Case("norm", f"rms_norm fwd {tag}", lambda s=shape, d=dtype: (_rand(s, d), _rand(s[1:], d, 0.5, 1.5)),
                             {"torch_dnn": (rms_ours := lambda x, w, n=n: F.rms_norm(x, [n], w, 1e-6)), "eager": rms,
-                             "compile": _compiled(rms), "td-old": with_env(rms_ours, TORCH_DNN_NORM_FWD_GRID="waves",
-                                                                    TORCH_DNN_NORM_FWD="block"),
-                             "td-staged": with_env(rms_ours, TORCH_DNN_NORM_FWD="staged")},
+                             "compile": _compiled(rms), "td-old": with_env(rms_ours, TORCH_DNN_NORM_FWD_GRID="waves")},
                             bytes=2 * numel * es + n * es, target=">=2.7 TB/s", group=group))
 
             def rms_bwd_eager(g, x, rstd, w, n=n):
@@ -97,7 +93,6 @@ def cases(quick: bool = False):
                             {"torch_dnn": (rms_bwd := lambda g, x, rstd, w, n=n: ops.rms_norm_backward(
                                 g, x, rstd, w, [n], [True, True])),
                              "eager": rms_bwd_eager, "compile": _compiled(rms_bwd_eager),
-                             "td-old": with_env(rms_bwd, TORCH_DNN_NORM_BWD="block"),
                              "td-2/SM": with_env(rms_bwd, TORCH_DNN_NORM_BWD_BLOCKS="2")},
                             bytes=3 * numel * es + 2 * n * es + stats, target=">=2.4 TB/s", group=group))
 
@@ -109,7 +104,6 @@ def cases(quick: bool = False):
                             lambda s=shape, d=dtype: (_rand(s, d), _rand(s, d), _rand(s[1:], d, 0.5, 1.5)),
                             {"torch_dnn": (add_ours := lambda x, r, w, n=n: F.add_rms_norm(x, r, [n], w, 1e-6)),
                              "eager": add_rms, "compile": _compiled(add_rms),
-                             "td-old": with_env(add_ours, TORCH_DNN_NORM_FWD_GRID="waves"),
-                             "td-staged": with_env(add_ours, TORCH_DNN_NORM_FWD="staged")},
+                             "td-old": with_env(add_ours, TORCH_DNN_NORM_FWD_GRID="waves")},
                             bytes=4 * numel * es + n * es, target=">=2.7 TB/s", group=group))
     return out

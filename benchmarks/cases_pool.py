@@ -35,11 +35,10 @@ def _pool_cases(dtype, layout):
     # A/B rows (the other paths on the same inputs): NCHW, the per-element kernels (TORCH_DNN_POOL_NC=item) beside
     # the plane tiles; NHWC, the row bands beside the per-item kernels
     if layout == "NCHW":
-        # forward: also the first (bounds-checked) plane tiles (TORCH_DNN_POOL_NC_FWD=unpadded) for 3x3 windows,
-        # and the padded tiles without column strips (TORCH_DNN_POOL_PAD_STRIP=0: avg's pairs, max's one output a thread)
-        var = lambda d: _variant(_variant(_variant(  # noqa: E731
-            d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"), "TORCH_DNN_POOL_NC_FWD", "unpadded", "torch_dnn unpadded"),
-            "TORCH_DNN_POOL_PAD_STRIP", "0", "torch_dnn nostrip")
+        # forward: also the padded tiles without column strips (TORCH_DNN_POOL_PAD_STRIP=0: avg's pairs, max's one
+        # output a thread)
+        var = lambda d: _variant(_variant(  # noqa: E731
+            d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"), "TORCH_DNN_POOL_PAD_STRIP", "0", "torch_dnn nostrip")
         # backward: also the per-input tile gather (TORCH_DNN_POOL_NC_BWD=gather) beside the owner blocks
         var_bwd = lambda d: _variant(_variant(_variant(d, "TORCH_DNN_POOL_NC", "item", "torch_dnn item"),  # noqa: E731
                                               "TORCH_DNN_POOL_NC_BWD", "gather", "torch_dnn gather"),
@@ -151,8 +150,6 @@ def _adaptive_cases(dtype, layout="NHWC"):
     n_in, n_out = math.prod(shape), shape[0] * shape[1]
     tag = f"256x2048x7x7 {layout} bf16"
     eager = lambda x: TF.adaptive_avg_pool2d(x, 1)  # noqa: E731
-    # the first global-average kernels (TORCH_DNN_POOL_GLOBAL=old) beside the new ones, for the A/B
-    old = lambda d: _variant(d, "TORCH_DNN_POOL_GLOBAL", "old", "torch_dnn old")  # noqa: E731
 
     def bwd_inputs():
         x = rand_cuda(shape, dtype, layout)
@@ -176,8 +173,7 @@ def _adaptive_cases(dtype, layout="NHWC"):
         div32 = knob("TORCH_DNN_POOL_GLOBAL_FASTDIV", "0", "torch_dnn div32")
         ab_fwd = ab_bwd = lambda d: d  # noqa: E731
         if graph and layout == "NCHW":
-            ab_fwd = lambda d: runtime_p(minb8(old(d)))  # noqa: E731
-            ab_bwd = old
+            ab_fwd = lambda d: runtime_p(minb8(d))  # noqa: E731
         elif graph:
             ab_fwd = lambda d: div32(runtime_p(col8(lanes(d))))  # noqa: E731
             ab_bwd = lambda d: div32(lanes(d))  # noqa: E731

@@ -48,7 +48,7 @@ def norm_steps():
             g = torch.randn_like(x)
             _, mean, rstd = ops.layer_norm(x, [n], w, b, 1e-5)
             tag = f"{rows}x{n} {str(dtype)[6:]}"
-            for variant, env in [("new", {}), ("old", {"TORCH_DNN_NORM_BWD": "block", "TORCH_DNN_NORM_FWD_STATS": "twopass",
+            for variant, env in [("new", {}), ("old", {"TORCH_DNN_NORM_FWD_STATS": "twopass",
                                                       "TORCH_DNN_NORM_FWD_GRID": "waves"})]:
                 def step(env=env, x=x, w=w, b=b, g=g, mean=mean, rstd=rstd, n=n):
                     saved = dict(os.environ)
