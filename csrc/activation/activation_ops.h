@@ -14,6 +14,7 @@
 #include <string>
 
 #include "activation/activation_math.h"
+#include "common/memory_format.h"
 #include "common/tensor_utils.h"
 
 namespace torch_dnn {
@@ -47,11 +48,21 @@ inline std::pair<Act, ActParams> bias_act_kind(c10::string_view name) {
               "mish, hardswish, hardsigmoid)");
 }
 
+// The result of an elementwise op over `a` (and `b`), laid out as PyTorch's TensorIterator lays it out when the op
+// hands it a, then b (common/memory_format.h); a and b are made dense in that layout (the backends walk every
+// tensor of a call as one flat array).
+inline at::Tensor iter_result(at::Tensor& a, at::Tensor* b = nullptr) {
+  const std::vector<int64_t> strides = b != nullptr ? iter_strides({a, *b}) : iter_strides({a});
+  a = with_strides(a, strides);
+  if (b != nullptr) *b = with_strides(*b, strides);
+  return at::empty_strided(a.sizes(), strides, a.options());
+}
+
 template <class B>
 at::Tensor act_forward(const char* op, const at::Tensor& x, Act k, ActParams p) {
   check_floating(x, op, "input");
-  at::Tensor xd = dense_like(x);
-  at::Tensor y = at::empty_like(xd);
+  at::Tensor xd = x;
+  at::Tensor y = x.is_non_overlapping_and_dense() ? at::empty_like(x) : iter_result(xd);
   if (y.numel() > 0) B::forward(xd, y, k, p);
   return y;
 }
@@ -69,15 +80,19 @@ void act_forward_(const char* op, at::Tensor& x, Act k, ActParams p) {
   }
 }
 
+// Whether PyTorch's backward op of the activation hands grad_output to its TensorIterator before self (or the
+// result), so that the gradient takes grad_output's layout where the two differ: all but threshold_backward
+// (relu) and leaky_relu_backward, which take self's.
+constexpr bool grad_leads(Act k) { return k != Act::Relu && k != Act::LeakyRelu; }
+
 template <class B>
 at::Tensor act_backward(const char* op, const at::Tensor& g, const at::Tensor& saved, Act k, ActParams p) {
   check_floating(saved, op, backward_uses_result(k) ? "result" : "self");
   check_same_dtype(saved, g, op, "self", "grad_output");
   check_same_device(saved, g, op, "self", "grad_output");
   check_same_shape(saved, g, op, "self", "grad_output");
-  at::Tensor sd = dense_like(saved);
-  at::Tensor gd = same_layout_as(g, sd);
-  at::Tensor dx = at::empty_like(sd);
+  at::Tensor sd = saved, gd = g;
+  at::Tensor dx = grad_leads(k) ? iter_result(gd, &sd) : iter_result(sd, &gd);
   if (dx.numel() > 0) B::backward(gd, sd, dx, k, p);
   return dx;
 }
@@ -103,8 +118,8 @@ at::Tensor bias_act(const at::Tensor& x, const c10::optional<at::Tensor>& bias, 
   dim = wrap_dim(dim, x.dim(), op);
   check_bias(x, bias, dim, op);
   const auto [k, p] = bias_act_kind(act);
-  at::Tensor xd = dense_like(x);
-  at::Tensor y = at::empty_like(xd);
+  at::Tensor xd = x;  // x + bias takes x's layout (the broadcast bias orders no dims)
+  at::Tensor y = x.is_non_overlapping_and_dense() ? at::empty_like(x) : iter_result(xd);
   if (y.numel() == 0) return y;
   at::Tensor b = bias.has_value() && bias->defined() ? bias->contiguous() : at::Tensor();
   B::bias_act_forward(xd, b, y, bias_act_shape(xd, dim), k, p);
@@ -126,9 +141,9 @@ std::tuple<at::Tensor, at::Tensor> bias_act_backward(const at::Tensor& g, const 
   const bool has_bias = bias.has_value() && bias->defined();
   TORCH_CHECK(!bias_grad || has_bias, op, ": bias_grad=True needs a bias");
   const auto [k, p] = bias_act_kind(act);
-  at::Tensor xd = dense_like(x);
-  at::Tensor gd = same_layout_as(g, xd);
-  at::Tensor dx = at::empty_like(xd);
+  // PyTorch's composite: the activation's backward over (grad, x + bias), whose layout is x's
+  at::Tensor xd = x, gd = g;
+  at::Tensor dx = grad_leads(k) ? iter_result(gd, &xd) : iter_result(xd, &gd);
   at::Tensor dbias = bias_grad ? at::empty({x.size(dim)}, x.options()) : at::empty({0}, x.options());
   if (dx.numel() == 0) {
     if (bias_grad) dbias.zero_();

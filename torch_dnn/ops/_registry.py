@@ -21,7 +21,7 @@ def needs_autograd(*tensors) -> bool:
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
-def apply_inplace(functional_op, inplace_op, input, *args, backward_from_result=None):
+def apply_inplace(functional_op, inplace_op, input, *args, backward_from_result=None, backward_from_input=None):
     """Run the in-place op, or, where autograd must record the op, the functional op written back into input.
 
     Mutating custom ops cannot carry an autograd formula; writing the differentiable result back with copy_
@@ -32,11 +32,19 @@ def apply_inplace(functional_op, inplace_op, input, *args, backward_from_result=
     backward_from_result(grad, result, *args): given where the derivative can be read from the result, as for
     PyTorch's in-place relu, hardtanh and leaky_relu. Then a non-leaf, non-view input is modified in place by
     an autograd.Function that saves the result: two passes over the tensor less (the copy and the write-back).
+    backward_from_input(grad, input, *args): otherwise, the derivative from the input's value before the op; then
+    such an input is modified in place by an autograd.Function that saves a copy of it, as PyTorch's in-place ops
+    save self. Both Functions also give the gradient the layout PyTorch's gives it: the write-back's copy_ gives the
+    overwritten value a contiguous zero gradient, to which the rest is added (a channels_last gradient comes back
+    contiguous). They run under autocast too (the activations have no autocast rule).
     """
     if needs_autograd(input):
-        if (backward_from_result is not None and not input.is_leaf and input._base is None
-                and _plain_call((input, *args), {})):
-            return _InplaceFromResult.apply(input, inplace_op, backward_from_result, *args)
+        if (not input.is_leaf and input._base is None
+                and (backward_from_result is not None or backward_from_input is not None)
+                and _plain_call((input, *args), {}, autocast_ok=True)):
+            if backward_from_result is not None:
+                return _InplaceFromResult.apply(input, inplace_op, backward_from_result, *args)
+            return _InplaceFromInput.apply(input, inplace_op, backward_from_input, *args)
         return input.copy_(functional_op(input.clone(), *args))
     inplace_op(input, *args)
     return input
@@ -59,6 +67,24 @@ class _InplaceFromResult(torch.autograd.Function):
     def backward(ctx, grad):
         (result,) = ctx.saved_tensors
         return (ctx.backward_from_result(grad, result, *ctx.args), None, None) + (None,) * len(ctx.args)
+
+
+class _InplaceFromInput(torch.autograd.Function):
+    """apply_inplace's in-place form for a derivative read from the input: a copy of input saved, input modified in
+    place (at the Autograd key, as _InplaceFromResult) and marked dirty."""
+
+    @staticmethod
+    def forward(ctx, input, inplace_op, backward_from_input, *args):
+        ctx.save_for_backward(input.clone())
+        inplace_op(input, *args)
+        ctx.mark_dirty(input)
+        ctx.backward_from_input, ctx.args = backward_from_input, args
+        return input
+
+    @staticmethod
+    def backward(ctx, grad):
+        (saved,) = ctx.saved_tensors
+        return (ctx.backward_from_input(grad, saved, *ctx.args), None, None) + (None,) * len(ctx.args)
 
 
 def _any_requires_grad_py(*args, **kwargs) -> bool:
@@ -150,13 +176,15 @@ def _transform_call() -> bool:
                 or _get_dispatch_mode() is not None)
 
 
-def _plain_call(args, kwargs) -> bool:
-    """Not traced by torch.compile, no forward-mode AD, autocast, functorch transform, Python dispatch or function
-    mode, and only plain tensors: the call would reach the Autograd key unchanged, so a Function applied from
-    Python gives what the dispatcher would."""
+def _plain_call(args, kwargs, autocast_ok=False) -> bool:
+    """Not traced by torch.compile, no forward-mode AD, autocast (unless autocast_ok: an op without an autocast
+    rule), functorch transform, Python dispatch or function mode, and only plain tensors: the call would reach the
+    Autograd key unchanged, so a Function applied from Python gives what the dispatcher would."""
     if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
         return False
-    if _is_any_autocast_enabled() or _functorch_active() or torch._C._is_torch_function_mode_enabled():
+    if not autocast_ok and _is_any_autocast_enabled():
+        return False
+    if _functorch_active() or torch._C._is_torch_function_mode_enabled():
         return False
     if _get_dispatch_mode() is not None:
         return False

@@ -2,6 +2,7 @@
 whose signatures mirror torch.nn.functional."""
 import torch
 
+from torch_dnn.ops._layout import iter_empty
 from torch_dnn.ops._registry import add_family, apply_inplace, ops, register_autograd
 from torch_dnn.ops import _checks
 
@@ -40,12 +41,16 @@ def _register(name: str, spec: _Spec) -> None:
     @torch.library.register_fake(qual)
     def _fake(x, *args, **kwargs):
         _checks.activation(name, x, *args, **kwargs)
-        return torch.empty_like(x)
+        return iter_empty(x)
+
+    # the gradient's layout: PyTorch's backward op's (grad_output first but for relu and leaky_relu: act_backward in
+    # csrc/activation/activation_ops.h)
+    grad_leads = name not in ("relu", "leaky_relu")
 
     @torch.library.register_fake(f"torch_dnn::{name}_backward")
     def _fake_backward(grad, saved, *args, **kwargs):
         _checks.activation_backward(name, grad, saved, *args, **kwargs)
-        return torch.empty_like(saved)
+        return iter_empty(grad, saved) if grad_leads else iter_empty(saved, grad)
 
     if spec.inplace:
 
@@ -88,14 +93,15 @@ BIAS_ACTS = (
 @torch.library.register_fake("torch_dnn::bias_act")
 def _bias_act_fake(x, bias, dim, act):
     _checks.bias_act(x, bias, dim, act)
-    return torch.empty_like(x)
+    return iter_empty(x)
 
 
 @torch.library.register_fake("torch_dnn::bias_act_backward")
 def _bias_act_backward_fake(grad, x, bias, dim, act, bias_grad):
     _checks.bias_act_backward(grad, x, bias, dim, act, bias_grad)
     n = x.shape[dim] if bias_grad else 0
-    return torch.empty_like(x), x.new_empty((n,))
+    dx = iter_empty(x, grad) if act in ("relu", "leaky_relu") else iter_empty(grad, x)
+    return dx, x.new_empty((n,))
 
 
 def _bias_act_setup(ctx, inputs, output):
@@ -150,14 +156,17 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     if inplace:
+        if negative_slope >= 0:
+            return apply_inplace(_ops.leaky_relu, _ops.leaky_relu_, input, float(negative_slope),
+                                 backward_from_result=_ops.leaky_relu_backward)
         return apply_inplace(_ops.leaky_relu, _ops.leaky_relu_, input, float(negative_slope),
-                             backward_from_result=_ops.leaky_relu_backward if negative_slope >= 0 else None)
+                             backward_from_input=_ops.leaky_relu_backward)
     return _ops.leaky_relu(input, float(negative_slope))
 
 
 def elu(input, alpha=1.0, inplace=False):
     if inplace:
-        return apply_inplace(_ops.elu, _ops.elu_, input, float(alpha))
+        return apply_inplace(_ops.elu, _ops.elu_, input, float(alpha), backward_from_input=_ops.elu_backward)
     return _ops.elu(input, float(alpha))
 
 
@@ -166,7 +175,9 @@ def gelu(input, approximate="none"):
 
 
 def silu(input, inplace=False):
-    return apply_inplace(_ops.silu, _ops.silu_, input) if inplace else _ops.silu(input)
+    if inplace:
+        return apply_inplace(_ops.silu, _ops.silu_, input, backward_from_input=_ops.silu_backward)
+    return _ops.silu(input)
 
 
 def sigmoid(input):
@@ -182,15 +193,21 @@ def softplus(input, beta=1.0, threshold=20.0):
 
 
 def mish(input, inplace=False):
-    return apply_inplace(_ops.mish, _ops.mish_, input) if inplace else _ops.mish(input)
+    if inplace:
+        return apply_inplace(_ops.mish, _ops.mish_, input, backward_from_input=_ops.mish_backward)
+    return _ops.mish(input)
 
 
 def hardswish(input, inplace=False):
-    return apply_inplace(_ops.hardswish, _ops.hardswish_, input) if inplace else _ops.hardswish(input)
+    if inplace:
+        return apply_inplace(_ops.hardswish, _ops.hardswish_, input, backward_from_input=_ops.hardswish_backward)
+    return _ops.hardswish(input)
 
 
 def hardsigmoid(input, inplace=False):
-    return apply_inplace(_ops.hardsigmoid, _ops.hardsigmoid_, input) if inplace else _ops.hardsigmoid(input)
+    if inplace:
+        return apply_inplace(_ops.hardsigmoid, _ops.hardsigmoid_, input, backward_from_input=_ops.hardsigmoid_backward)
+    return _ops.hardsigmoid(input)
 
 
 def bias_act(input, bias=None, dim=1, act="relu"):
