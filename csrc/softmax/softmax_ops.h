@@ -30,7 +30,9 @@ at::Tensor forward(const char* op, const at::Tensor& x, int64_t dim, c10::option
   TORCH_CHECK(is_kernel_dtype(out_t), op, ": expected dtype to be a floating point type, but got ", out_t);
   // dtype=: "the input is cast to dtype before the operation"; half/bfloat16 -> float is fused.
   at::Tensor in = fused_pair(x.scalar_type(), out_t) ? x : x.to(out_t);
-  in = dense_like(in);
+  // PyTorch's softmax returns a contiguous tensor whatever the input's layout (and its backward a contiguous
+  // gradient): the kernels run on contiguous copies of other layouts
+  in = in.contiguous();
   at::Tensor y = at::empty_like(in, in.options().dtype(out_t));
   if (y.numel() > 0) B::forward(in, y, shape_of(in, dim), log);
   return y;
@@ -45,8 +47,8 @@ at::Tensor backward(const char* op, const at::Tensor& g, const at::Tensor& y, in
   TORCH_CHECK(is_kernel_dtype(in_t), op, ": expected input_dtype to be a floating point type, but got ", in_t);
   dim = wrap_dim(dim, y.dim(), op);
   const bool fused = fused_pair(in_t, y.scalar_type());
-  at::Tensor yd = dense_like(y);
-  at::Tensor gd = same_layout_as(g, yd);
+  at::Tensor yd = y.contiguous();
+  at::Tensor gd = g.contiguous();
   at::Tensor dx = at::empty_like(yd, yd.options().dtype(fused ? in_t : y.scalar_type()));
   if (dx.numel() > 0) B::backward(gd, yd, dx, shape_of(yd, dim), log);
   return fused ? dx : dx.to(in_t);

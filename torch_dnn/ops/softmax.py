@@ -4,6 +4,7 @@ import warnings
 
 import torch
 
+from torch_dnn.ops._layout import contiguous_empty
 from torch_dnn.ops._registry import add_family, ops, register_autograd
 from torch_dnn.ops import _checks
 
@@ -14,15 +15,16 @@ def _register(name: str) -> None:
     qual = f"torch_dnn::{name}"
     backward_op = getattr(_ops, f"{name}_backward")
 
+    # contiguous results whatever the layout, as PyTorch's (csrc/softmax/softmax_ops.h)
     @torch.library.register_fake(qual)
     def _fake(x, dim, dtype=None):
         _checks.softmax(name, x, dim, dtype)
-        return torch.empty_like(x, dtype=dtype if dtype is not None else x.dtype)
+        return contiguous_empty(x, dtype=dtype if dtype is not None else x.dtype)
 
     @torch.library.register_fake(f"torch_dnn::{name}_backward")
     def _fake_backward(grad, output, dim, input_dtype):
         _checks.softmax_backward(name, grad, output, dim, input_dtype)
-        return torch.empty_like(output, dtype=input_dtype)
+        return contiguous_empty(output, dtype=input_dtype)
 
     def setup_context(ctx, inputs, output):
         x, dim, _ = inputs
