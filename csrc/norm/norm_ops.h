@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/memory_format.h"
 #include "common/tensor_utils.h"
 #include "norm/norm_kernels.h"
 
@@ -98,6 +99,30 @@ inline Tensor stats_like(const char* op, const char* arg, const Tensor& t, const
   return at::empty_strided(lead, st, xd.options().dtype(want)).copy_(t);
 }
 
+// The layouts of PyTorch's results (the kernels run on rows_dense's layout; a result PyTorch lays out otherwise is
+// copied into PyTorch's layout). layer_norm normalises input.contiguous(): its result and gradient are contiguous.
+// rms_norm runs its composite where the input suggests channels_last(_3d) (the result in the input's layout, the
+// gradient in grad_out's), else its fused kernel (a contiguous result; a contiguous gradient on CUDA, while the
+// CPU's composite again gives grad_out's). The add_ ops are x + residual (in x's layout), then the norm; their
+// input gradient is the sum's gradient plus the norm's, in grad_sum's layout where one is given.
+// torch_dnn/ops/norm.py's fake kernels mirror these rules.
+inline bool suggests_channels_last(const Tensor& x) {
+  const auto f = x.suggest_memory_format();
+  return f == at::MemoryFormat::ChannelsLast || f == at::MemoryFormat::ChannelsLast3d;
+}
+inline std::vector<int64_t> contiguous_strides_of(const Tensor& x) {
+  const auto c = c10::contiguous_strides(x.sizes());
+  return std::vector<int64_t>(c.begin(), c.end());
+}
+inline std::vector<int64_t> result_strides(const Tensor& in, bool rms) {
+  return rms && suggests_channels_last(in) ? iter_strides({in}) : contiguous_strides_of(in);
+}
+inline std::vector<int64_t> grad_strides(const Tensor& dy, const OptTensor& grad_sum, const Tensor& in, bool rms) {
+  if (given(grad_sum)) return iter_strides({*grad_sum, in});
+  if (rms && (suggests_channels_last(in) || in.is_cpu())) return iter_strides({dy, in});
+  return contiguous_strides_of(in);
+}
+
 // Forward of layer_norm / rms_norm / add_layer_norm / add_rms_norm: (sum, y, mean, rstd), sum and mean
 // undefined where the op has none.
 template <class B>
@@ -125,6 +150,8 @@ std::array<Tensor, 4> forward(const char* op, const Tensor& x, const OptTensor& 
     if (mean.defined()) mean.fill_(NAN);
     rstd.fill_(NAN);
   }
+  if (sum.defined()) sum = with_strides(sum, iter_strides({x, *residual}));
+  y = with_strides(y, result_strides(sum.defined() ? sum : x, rms));
   return {sum, y, mean, rstd};
 }
 
@@ -162,6 +189,7 @@ std::tuple<Tensor, Tensor, Tensor> backward(const char* op, const Tensor& dy, co
     if (mask[1]) dw.zero_();
     if (mask[2]) db.zero_();
   }
+  if (mask[0]) dx = with_strides(dx, grad_strides(dy, grad_sum, x, rms));
   return {dx, dw, db};
 }
 

@@ -4,8 +4,9 @@ Fake kernels (mirroring the C++ layout rule), autograd (backward = torch_dnn ops
 import math
 
 import torch
-from torch._prims_common import is_non_overlapping_and_dense_or_false
+from torch._prims_common import is_non_overlapping_and_dense_or_false, suggest_memory_format
 
+from torch_dnn.ops._layout import contiguous_empty, iter_empty
 from torch_dnn.ops._registry import add_family, ops, register_autograd
 from torch_dnn.ops import _checks
 
@@ -46,69 +47,84 @@ def _empty_stats(xd, k):
     return torch.empty_strided(lead, strides, dtype=_stat_dtype(xd.dtype), device=xd.device)
 
 
-def _fake_forward(x, normalized_shape, rms, add):
+# The results' layouts: PyTorch's (result_strides / grad_strides in csrc/norm/norm_ops.h).
+def _suggests_channels_last(x):
+    return suggest_memory_format(x) in (torch.channels_last, torch.channels_last_3d)
+
+
+def _fake_forward(x, normalized_shape, rms, residual=None):
     xd = _rows_dense(x, len(normalized_shape))
-    out = [torch.empty_like(xd)]
+    add = residual is not None
+    sum_ = iter_empty(x, residual) if add else None
+    normed = sum_ if add else x
+    out = [iter_empty(normed) if rms and _suggests_channels_last(normed) else contiguous_empty(normed)]
     if add:
-        out.insert(0, torch.empty_like(xd))
+        out.insert(0, sum_)
     if not rms:
         out.append(_empty_stats(xd, len(normalized_shape)))
     out.append(_empty_stats(xd, len(normalized_shape)))
     return tuple(out)
 
 
-def _fake_backward(x, normalized_shape, mask):
-    grads = [torch.empty_like(_rows_dense(x, len(normalized_shape))) if mask[0] else x.new_empty((0,))]
-    grads += [x.new_empty(tuple(normalized_shape)) if m else x.new_empty((0,)) for m in mask[1:]]
+def _fake_backward(grad_out, x, normalized_shape, mask, rms, grad_sum=None):
+    if not mask[0]:
+        dx = x.new_empty((0,))
+    elif grad_sum is not None:
+        dx = iter_empty(grad_sum, x)
+    elif rms and (_suggests_channels_last(x) or x.device.type == "cpu"):
+        dx = iter_empty(grad_out, x)
+    else:
+        dx = contiguous_empty(x)
+    grads = [dx] + [x.new_empty(tuple(normalized_shape)) if m else x.new_empty((0,)) for m in mask[1:]]
     return tuple(grads)
 
 
 @torch.library.register_fake("torch_dnn::layer_norm")
 def _layer_norm_fake(x, normalized_shape, weight, bias, eps):
     _checks.norm("layer_norm", x, None, normalized_shape, weight, bias)
-    return _fake_forward(x, normalized_shape, rms=False, add=False)
+    return _fake_forward(x, normalized_shape, rms=False)
 
 
 @torch.library.register_fake("torch_dnn::rms_norm")
 def _rms_norm_fake(x, normalized_shape, weight, eps):
     _checks.norm("rms_norm", x, None, normalized_shape, weight, None)
-    return _fake_forward(x, normalized_shape, rms=True, add=False)
+    return _fake_forward(x, normalized_shape, rms=True)
 
 
 @torch.library.register_fake("torch_dnn::add_layer_norm")
 def _add_layer_norm_fake(x, residual, normalized_shape, weight, bias, eps):
     _checks.norm("add_layer_norm", x, residual, normalized_shape, weight, bias)
-    return _fake_forward(x, normalized_shape, rms=False, add=True)
+    return _fake_forward(x, normalized_shape, rms=False, residual=residual)
 
 
 @torch.library.register_fake("torch_dnn::add_rms_norm")
 def _add_rms_norm_fake(x, residual, normalized_shape, weight, eps):
     _checks.norm("add_rms_norm", x, residual, normalized_shape, weight, None)
-    return _fake_forward(x, normalized_shape, rms=True, add=True)
+    return _fake_forward(x, normalized_shape, rms=True, residual=residual)
 
 
 @torch.library.register_fake("torch_dnn::layer_norm_backward")
 def _layer_norm_backward_fake(grad_out, x, mean, rstd, weight, normalized_shape, output_mask):
     _checks.norm_backward("layer_norm", grad_out, None, x, mean, rstd, weight, normalized_shape, output_mask)
-    return _fake_backward(x, normalized_shape, output_mask)
+    return _fake_backward(grad_out, x, normalized_shape, output_mask, rms=False)
 
 
 @torch.library.register_fake("torch_dnn::add_layer_norm_backward")
 def _add_layer_norm_backward_fake(grad_out, grad_sum, sum, mean, rstd, weight, normalized_shape, output_mask):
     _checks.norm_backward("add_layer_norm", grad_out, grad_sum, sum, mean, rstd, weight, normalized_shape, output_mask)
-    return _fake_backward(sum, normalized_shape, output_mask)
+    return _fake_backward(grad_out, sum, normalized_shape, output_mask, rms=False, grad_sum=grad_sum)
 
 
 @torch.library.register_fake("torch_dnn::rms_norm_backward")
 def _rms_norm_backward_fake(grad_out, x, rstd, weight, normalized_shape, output_mask):
     _checks.norm_backward("rms_norm", grad_out, None, x, None, rstd, weight, normalized_shape, output_mask)
-    return _fake_backward(x, normalized_shape, output_mask)
+    return _fake_backward(grad_out, x, normalized_shape, output_mask, rms=True)
 
 
 @torch.library.register_fake("torch_dnn::add_rms_norm_backward")
 def _add_rms_norm_backward_fake(grad_out, grad_sum, sum, rstd, weight, normalized_shape, output_mask):
     _checks.norm_backward("add_rms_norm", grad_out, grad_sum, sum, None, rstd, weight, normalized_shape, output_mask)
-    return _fake_backward(sum, normalized_shape, output_mask)
+    return _fake_backward(grad_out, sum, normalized_shape, output_mask, rms=True, grad_sum=grad_sum)
 
 
 # ---- autograd: the backward ops compute in the input's dtype; parameter grads are cast to the parameter's ----
