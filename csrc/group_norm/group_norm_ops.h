@@ -33,10 +33,12 @@ inline void check_input(const char* op, const Tensor& x, int64_t G) {
               ") to be divisible by num_groups (", G, "), but got input of shape ", x.sizes());
 }
 
-// The input in the layout the kernels run on: itself when NCHW-contiguous or channels_last(_3d)-contiguous,
-// else a copy in the layout PyTorch suggests for it. torch_dnn/ops/group_norm.py's fake kernels mirror this.
+// The input in the layout the kernels run on, which is the layout of the results: PyTorch's native_group_norm
+// (and its backward) runs in the layout the input suggests on the CPU, contiguous on CUDA. So on the CPU: itself
+// when NCHW-contiguous or channels_last(_3d)-contiguous, else a copy in its suggested layout; on CUDA: contiguous.
+// torch_dnn/ops/group_norm.py's fake kernels mirror this.
 inline Tensor dense_input(const Tensor& x) {
-  if (x.is_contiguous()) return x;
+  if (x.is_contiguous() || !x.is_cpu()) return x.contiguous();
   if (x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast)) return x;
   if (x.dim() == 5 && x.is_contiguous(at::MemoryFormat::ChannelsLast3d)) return x;
   return x.contiguous(x.suggest_memory_format());

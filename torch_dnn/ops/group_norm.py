@@ -14,9 +14,10 @@ _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 # ---- layout: mirrors dense_input in csrc/group_norm/group_norm_ops.h ----
 
 def _dense_input(x):
-    """x when NCHW-contiguous or channels_last(_3d)-contiguous, else a copy in the layout PyTorch suggests."""
-    if x.is_contiguous():
-        return x
+    """On the CPU: x when NCHW-contiguous or channels_last(_3d)-contiguous, else a copy in the layout PyTorch
+    suggests; elsewhere contiguous (PyTorch's native_group_norm on CUDA)."""
+    if x.is_contiguous() or x.device.type != "cpu":
+        return x.contiguous()
     if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
         return x
     if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
@@ -136,6 +137,8 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
         torch.nn.functional._verify_spatial_size(input.size())
     if input.dim() < 2:
         raise RuntimeError(f"torch_dnn.instance_norm: expected input of shape (N, C, *), but got {list(input.shape)}")
+    # PyTorch's instance_norm normalises input.contiguous(): its result and gradient are contiguous in any layout
+    input = input.contiguous()
     channels = input.shape[1]
     _check_running("running_mean", running_mean, channels)
     _check_running("running_var", running_var, channels)
