@@ -6,6 +6,7 @@
 #pragma once
 #include <torch/library.h>
 
+#include "common/memory_format.h"
 #include "common/tensor_utils.h"
 #include "lrn/lrn_kernels.h"
 
@@ -14,13 +15,26 @@ namespace lrn {
 
 using at::Tensor;
 
-// Itself when NCHW-contiguous or channels_last(_3d)-contiguous, else a copy in the layout PyTorch suggests
-// (torch_dnn/ops/lrn.py's fake kernels mirror this).
-inline Tensor dense_input(const Tensor& x) {
-  if (x.is_contiguous()) return x;
-  if (x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast)) return x;
-  if (x.dim() == 5 && x.is_contiguous(at::MemoryFormat::ChannelsLast3d)) return x;
-  return x.contiguous(x.suggest_memory_format());
+// Whether t is dense with the channels (dim 1) innermost, then the spatial dims in order, then the batch: the
+// kernels' channels_last layout, for any rank (channels_last, channels_last_3d, and (N, L, C) in memory for 3-D).
+inline bool channels_innermost(const Tensor& t) {
+  int64_t expect = 1;
+  const auto next = [&](int64_t d) {
+    if (t.size(d) == 1) return true;
+    if (t.stride(d) != expect) return false;
+    expect *= t.size(d);
+    return true;
+  };
+  if (!next(1)) return false;
+  for (int64_t d = t.dim() - 1; d >= 2; --d)
+    if (!next(d)) return false;
+  return next(0);
+}
+
+// Where the kernels write `out`: out itself when its layout is one of theirs (contiguous or channels innermost),
+// else a contiguous temporary (copied into out afterwards).
+inline Tensor kernel_output(const Tensor& out) {
+  return out.is_contiguous() || channels_innermost(out) ? out : at::empty(out.sizes(), out.options());
 }
 
 inline LrnShape shape_of(const char* op, const Tensor& x, int64_t size, double alpha, double beta, double k) {
@@ -40,13 +54,18 @@ inline LrnShape shape_of(const char* op, const Tensor& x, int64_t size, double a
   return s;
 }
 
+// The result takes x's layout and the gradient grad_out's, as in PyTorch's composite (x / scale^beta; the sum of
+// the gradient's terms); torch_dnn/ops/lrn.py's fake kernels mirror this.
 template <class B>
 Tensor forward(const Tensor& x, int64_t size, double alpha, double beta, double k) {
   LrnShape s = shape_of("torch_dnn.local_response_norm", x, size, alpha, beta, k);
-  const Tensor xd = dense_input(x);
-  s.channels_last = !xd.is_contiguous();
-  Tensor y = at::empty_like(xd);
-  if (y.numel() > 0) B::forward(xd, y, s);
+  Tensor y = at::empty_strided(x.sizes(), iter_strides({x}), x.options());
+  if (y.numel() == 0) return y;
+  Tensor yk = kernel_output(y);
+  const Tensor xd = in_layout_of(x, yk);
+  s.channels_last = !yk.is_contiguous();
+  B::forward(xd, yk, s);
+  if (!yk.is_same(y)) y.copy_(yk);
   return y;
 }
 
@@ -57,11 +76,13 @@ Tensor backward(const Tensor& dy, const Tensor& x, int64_t size, double alpha, d
   check_same_dtype(x, dy, op, "input", "grad_out");
   check_same_device(x, dy, op, "input", "grad_out");
   check_same_shape(x, dy, op, "input", "grad_out");
-  const Tensor xd = dense_input(x);
-  s.channels_last = !xd.is_contiguous();
-  const Tensor dyd = same_layout_as(dy, xd);
-  Tensor dx = at::empty_like(xd);
-  if (dx.numel() > 0) B::backward(dyd, xd, dx, s);
+  Tensor dx = at::empty_strided(x.sizes(), iter_strides({dy, x}), x.options());
+  if (dx.numel() == 0) return dx;
+  Tensor dxk = kernel_output(dx);
+  const Tensor xd = in_layout_of(x, dxk), dyd = in_layout_of(dy, dxk);
+  s.channels_last = !dxk.is_contiguous();
+  B::backward(dyd, xd, dxk, s);
+  if (!dxk.is_same(dx)) dx.copy_(dxk);
   return dx;
 }
 

@@ -1,26 +1,27 @@
 """local_response_norm: a window of `size` channels (zero padding: size // 2 before, (size - 1) // 2 after),
 y = x / (k + alpha / size * sum of x^2 over the window)^beta, as torch.nn.functional.local_response_norm.
-Fake kernels (mirroring csrc/lrn/lrn_ops.h's layout rule), autograd (backward = a torch_dnn op), functional
+Fake kernels (mirroring csrc/lrn/lrn_ops.h's layout rule: PyTorch's), autograd (backward = a torch_dnn op), functional
 wrapper. CUDA autocast to float32: PyTorch's composite runs its pow in float32 there, so its result is float32."""
 import torch
 
+from torch_dnn.ops._layout import iter_empty
 from torch_dnn.ops._registry import add_family, ops, register_autograd
 from torch_dnn.ops import _checks
-from torch_dnn.ops.group_norm import _dense_input
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 
+# the result in x's layout, the gradient in grad_out's, as PyTorch's composite (csrc/lrn/lrn_ops.h)
 @torch.library.register_fake("torch_dnn::local_response_norm")
 def _lrn_fake(x, size, alpha, beta, k):
     _checks.lrn(x, size)
-    return torch.empty_like(_dense_input(x))
+    return iter_empty(x)
 
 
 @torch.library.register_fake("torch_dnn::local_response_norm_backward")
 def _lrn_backward_fake(grad_out, x, size, alpha, beta, k):
     _checks.lrn(x, size, grad_out)
-    return torch.empty_like(_dense_input(x))
+    return iter_empty(grad_out, x)
 
 
 def _lrn_setup(ctx, inputs, output):
