@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "batch_norm/batch_norm_coeffs.h"
+#include "common/memory_format.h"
 #include "common/tensor_utils.h"
 
 namespace torch_dnn {
@@ -47,6 +48,14 @@ inline Tensor check_channel(const char* op, const char* arg, const Tensor& x, co
 }
 
 inline Tensor out_like(const Tensor& x) { return at::empty_like(x, x.suggest_memory_format()); }
+
+// batch_norm_add_act's residual gradient, the gradient at the activation's input, laid out as PyTorch's composite
+// lays it out: relu's backward (threshold_backward) in its result's layout, out_like(x); silu's in grad_out's, and
+// with no activation it is grad_out itself.
+inline Tensor residual_grad_like(const Tensor& dy, const Tensor& x, int64_t act) {
+  if (act == 1) return out_like(x);
+  return at::empty_strided(x.sizes(), iter_strides({dy, x}), x.options());
+}
 
 // A per-channel tensor in the statistics dtype of input x (what the backends' passes read).
 inline Tensor as_stat(const Tensor& x, const Tensor& t) {
@@ -142,7 +151,7 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   const auto pdtype = [&](const OptTensor& p) { return given(p) ? p->scalar_type() : x.scalar_type(); };
   const auto empty0 = [&] { return at::empty({0}, x.options()); };
   Tensor dx = mask[0] ? out_like(x) : empty0();
-  Tensor dres = mask[1] ? out_like(x) : empty0();
+  Tensor dres = mask[1] ? residual_grad_like(dy, x, act) : empty0();
   Tensor dw = mask[2] ? at::empty({C}, x.options().dtype(pdtype(weight))) : empty0();
   // batch_norm_backward takes no bias: d_bias then takes the weight's dtype (PyTorch's convention: weight and
   // bias share one), not the input's, so float32 parameters of a bf16 input get float32 sums

@@ -4,6 +4,7 @@ batch_norm_backward_elemt (SyncBatchNorm's pieces; its autograd.Function is in t
 Fake kernels, autograd and functional wrappers."""
 import torch
 
+from torch_dnn.ops._layout import iter_empty
 from torch_dnn.ops._registry import add_family, needs_autograd, ops
 from torch_dnn.ops import _checks
 
@@ -36,12 +37,12 @@ def _bnaa_fake(x, residual, weight, bias, running_mean, running_var, training, m
     return _fake_fwd(x)
 
 
-def _fake_grads(x, weight, bias, mask, with_res):
+def _fake_grads(x, weight, bias, mask, with_res, grad_out=None, act=0):
     c = x.shape[1]
     e = x.new_empty((0,))
     out = [_out_like(x) if mask[0] else e]
-    if with_res:
-        out.append(_out_like(x) if mask[1] else e)
+    if with_res:  # residual_grad_like in csrc/batch_norm/batch_norm_ops.h
+        out.append((_out_like(x) if act == 1 else iter_empty(grad_out, x)) if mask[1] else e)
     pm = mask[2:] if with_res else mask[1:]
     out.append(x.new_empty((c,), dtype=weight.dtype if weight is not None else x.dtype) if pm[0] else e)
     # d_bias: the bias's dtype, else the weight's (batch_norm_backward takes no bias), else the input's
@@ -59,7 +60,7 @@ def _bn_bwd_fake(grad_out, x, weight, running_mean, running_var, save_mean, save
 @torch.library.register_fake("torch_dnn::batch_norm_add_act_backward")
 def _bnaa_bwd_fake(grad_out, x, residual, weight, bias, save_mean, save_invstd, training, act, mask):
     _checks.batch_norm_add_act_backward(grad_out, x, residual, weight, bias, save_mean, save_invstd)
-    return _fake_grads(x, weight, bias, mask, True)
+    return _fake_grads(x, weight, bias, mask, True, grad_out, act)
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_stats")
