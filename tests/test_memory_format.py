@@ -242,6 +242,10 @@ for _r, _shapes in _POOL_SHAPES.items():
                  lambda x, c=_call, n=_fname: c(x, getattr(F, n)), (_shape,), (_fname, f"{_fname}_backward"),
                  contiguous_only=_fname == "max_pool3d" and len(_shape) == 4)
 
+# PyTorch's CPU max_pool1d with no gradient or indices to give has a kernel of its own (contiguous results)
+case("max_pool1d[no grad]", lambda x: TD.max_pool1d(x, 3, 2, 1), lambda x: F.max_pool1d(x, 3, 2, 1), ((3, 6, 9),),
+     ("max_pool1d",), grad=())
+
 # the matmul family: every operand contiguous or transposed (row- or column-major), each on its own
 case("mm", TD.mm, torch.mm, ((5, 7), (7, 6)), ("mm",), matrix=True)
 case("bmm", TD.bmm, torch.bmm, ((3, 5, 7), (3, 7, 6)), ("bmm",), matrix=True)

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/memory_format.h"
 #include "common/tensor_utils.h"
 #include "pool/pool_kernels.h"
 
@@ -97,10 +98,13 @@ at::Tensor empty_input(const at::Tensor& xd, const PoolShape& s) {
   return empty_in_layout<R>(xd.sizes().vec(), xd.options(), s.channels_last);
 }
 
-// The op's input made dense in its layout, and the shape's batch, channels and input sizes.
+// The op's input made dense in its layout, and the shape's batch, channels and input sizes. `keeps_layout`: whether
+// PyTorch's op computes in (and returns) the layout the input suggests; where it is false, PyTorch's results are
+// contiguous whatever the input's layout (avg_pool3d, adaptive_avg_pool3d, adaptive_max_pool3d and so lp_pool3d;
+// the gradient of a global average pool, which PyTorch computes as a mean).
 template <int R>
-at::Tensor prepare_input(const at::Tensor& x, PoolShape& s) {
-  s.channels_last = wants_channels_last<R>(x);
+at::Tensor prepare_input(const at::Tensor& x, PoolShape& s, bool keeps_layout = true) {
+  s.channels_last = keeps_layout && wants_channels_last<R>(x);
   s.N = x.dim() == R + 2 ? x.size(0) : 1;
   s.C = x.size(-R - 1);
   for (int i = 0; i < R; ++i) s.ax[3 - R + i].in = x.size(-R + i);
@@ -214,7 +218,7 @@ at::Tensor avg_pool(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st, 
                     bool count_include_pad, std::optional<int64_t> div) {
   const std::string op = op_name("avg_pool", R);
   PoolShape s = avg_shape<R>(op.c_str(), x, k, st, pad, ceil_mode, count_include_pad, div);
-  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
   if (y.numel() > 0) B::avg_forward(xd, y, s);
   return y;
@@ -226,7 +230,7 @@ at::Tensor avg_pool_backward(const at::Tensor& g, const at::Tensor& x, at::IntAr
   const std::string op = op_name("avg_pool", R, "_backward");
   PoolShape s = avg_shape<R>(op.c_str(), x, k, st, pad, ceil_mode, count_include_pad, div);
   check_grad(op.c_str(), g, x);
-  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
   at::Tensor dx = empty_input<R>(xd, s);
   if (dx.numel() > 0) B::avg_backward(gd, dx, s);
@@ -257,7 +261,7 @@ template <class B, int R>
 at::Tensor adaptive_avg_pool(const at::Tensor& x, at::IntArrayRef out) {
   const std::string op = op_name("adaptive_avg_pool", R);
   PoolShape s = adaptive_shape<R>(op.c_str(), x, out);
-  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
   if (y.numel() > 0) B::avg_forward(xd, y, s);
   return y;
@@ -268,10 +272,16 @@ at::Tensor adaptive_avg_pool_backward(const at::Tensor& g, const at::Tensor& x) 
   const std::string op = op_name("adaptive_avg_pool", R, "_backward");
   PoolShape s = adaptive_shape<R>(op.c_str(), x, adaptive_grad_size<R>(op.c_str(), g, x));
   check_grad(op.c_str(), g, x);
-  const at::Tensor xd = prepare_input<R>(x, s);
+  bool global = true;
+  for (int i = 3 - R; i < 3; ++i) global = global && s.ax[i].out == 1;
+  const at::Tensor xd = prepare_input<R>(x, s, R != 3 && !global);
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
   at::Tensor dx = empty_input<R>(xd, s);
   if (dx.numel() > 0) B::avg_backward(gd, dx, s);
+  // PyTorch's global average is a mean, whose gradient is an elementwise op over grad_output expanded to the input:
+  // contiguous where the input suggests channels-last (the mean's result is restrided, and grad_output with it),
+  // else laid out as grad_output's batch and channels are
+  if (global && !wants_channels_last<R>(x)) dx = with_strides(dx, iter_strides({g.expand(x.sizes())}));
   return dx;
 }
 
@@ -279,7 +289,7 @@ template <class B, int R>
 std::tuple<at::Tensor, at::Tensor> adaptive_max_pool(const at::Tensor& x, at::IntArrayRef out) {
   const std::string op = op_name("adaptive_max_pool", R);
   PoolShape s = adaptive_shape<R>(op.c_str(), x, out);
-  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
   at::Tensor idx = empty_output<R>(xd, s, at::kLong);
   if (y.numel() > 0) B::max_forward(xd, y, idx, s);
@@ -292,7 +302,7 @@ at::Tensor adaptive_max_pool_backward(const at::Tensor& g, const at::Tensor& x, 
   PoolShape s = adaptive_shape<R>(op.c_str(), x, adaptive_grad_size<R>(op.c_str(), g, x));
   check_grad(op.c_str(), g, x);
   check_indices(op.c_str(), indices);
-  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
   const at::Tensor id = like_output<R>(op.c_str(), indices, x, s, "indices");
   at::Tensor dx = empty_input<R>(xd, s);
@@ -317,7 +327,7 @@ template <class B, int R>
 at::Tensor lp_pool(const at::Tensor& x, double norm_type, at::IntArrayRef k, at::IntArrayRef st, bool ceil_mode) {
   const std::string op = op_name("lp_pool", R);
   PoolShape s = lp_shape<R>(op.c_str(), x, norm_type, k, st, ceil_mode);
-  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
   if (y.numel() > 0) B::avg_forward(xd, y, s);
   return y;
@@ -330,7 +340,7 @@ at::Tensor lp_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::
   PoolShape s = lp_shape<R>(op.c_str(), x, norm_type, k, st, ceil_mode);
   check_grad(op.c_str(), g, x);
   check_same_dtype(x, y, op.c_str(), "input", "output");
-  const at::Tensor xd = prepare_input<R>(x, s);
+  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
   const at::Tensor yd = like_output<R>(op.c_str(), y, x, s, "output");
   at::Tensor dx = empty_input<R>(xd, s);

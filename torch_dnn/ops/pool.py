@@ -8,7 +8,8 @@ import math
 import torch
 from torch._prims_common import suggest_memory_format
 
-from torch_dnn.ops._registry import add_family, ops, register_autograd
+from torch_dnn.ops._layout import contiguous_empty, iter_empty
+from torch_dnn.ops._registry import add_family, needs_autograd, ops, register_autograd
 from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
@@ -30,20 +31,21 @@ def _out_size(size, k, pad, stride, dil, ceil_mode):
     return out
 
 
-def _channels_last(x, r):
-    """Whether a rank-r op computes (and returns) channels-last: a batched input suggesting it, as PyTorch."""
-    if x.dim() != r + 2:
+def _channels_last(x, r, keeps_layout=True):
+    """Whether a rank-r op computes (and returns) channels-last: a batched input suggesting it, as PyTorch, where
+    PyTorch's op keeps the input's layout (keeps_layout: prepare_input in csrc/pool/pool_ops.h)."""
+    if x.dim() != r + 2 or not keeps_layout:
         return False
     if r == 1:
         return suggest_memory_format(x.unsqueeze(-2)) == torch.channels_last
     return suggest_memory_format(x) == (torch.channels_last if r == 2 else torch.channels_last_3d)
 
 
-def _empty(x, r, spatial, dtype=None):
+def _empty(x, r, spatial, dtype=None, keeps_layout=True):
     """A tensor of x's leading sizes and `spatial` sizes, laid out as the op lays out its results."""
     sizes = tuple(x.shape[:-r]) + tuple(spatial)
     dtype = dtype or x.dtype
-    if not _channels_last(x, r):
+    if not _channels_last(x, r, keeps_layout):
         return x.new_empty(sizes, dtype=dtype)
     if r == 1:
         return x.new_empty((sizes[0], sizes[2], sizes[1]), dtype=dtype).transpose(1, 2)
@@ -64,30 +66,47 @@ def _checked(check, r, fake):
 
 
 def _register_fakes(r):
+    keeps = r != 3  # PyTorch's avg_pool3d, adaptive pools 3d (and lp_pool3d) return contiguous results
+
     def max_pool(x, kernel_size, stride, padding, dilation, ceil_mode):
         out = _window_out(x, r, kernel_size, stride, padding, dilation, ceil_mode)
         return _empty(x, r, out), _empty(x, r, out, torch.int64)
 
     def avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-        return _empty(x, r, _window_out(x, r, kernel_size, stride, padding, (1,) * r, ceil_mode))
+        out = _window_out(x, r, kernel_size, stride, padding, (1,) * r, ceil_mode)
+        return _empty(x, r, out, keeps_layout=keeps)
 
     def adaptive_avg_pool(x, output_size):
-        return _empty(x, r, output_size)
+        return _empty(x, r, output_size, keeps_layout=keeps)
 
     def adaptive_max_pool(x, output_size):
-        return _empty(x, r, output_size), _empty(x, r, output_size, torch.int64)
+        return (_empty(x, r, output_size, keeps_layout=keeps),
+                _empty(x, r, output_size, torch.int64, keeps_layout=keeps))
 
     def lp_pool(x, norm_type, kernel_size, stride, ceil_mode):
-        return _empty(x, r, _window_out(x, r, kernel_size, stride, (0,) * r, (1,) * r, ceil_mode))
+        out = _window_out(x, r, kernel_size, stride, (0,) * r, (1,) * r, ceil_mode)
+        return _empty(x, r, out, keeps_layout=keeps)
 
     def backward(grad, x, *args):
         return _empty(x, r, x.shape[-r:])
 
-    for kind, fn in (("max_pool", max_pool), ("avg_pool", avg_pool), ("adaptive_avg_pool", adaptive_avg_pool),
-                     ("adaptive_max_pool", adaptive_max_pool), ("lp_pool", lp_pool)):
+    def backward_contiguous_3d(grad, x, *args):
+        return _empty(x, r, x.shape[-r:], keeps_layout=keeps)
+
+    def adaptive_avg_backward(grad, x):
+        # PyTorch computes a global average as a mean: its gradient is contiguous where x suggests channels-last,
+        # else elementwise over grad expanded to the input (adaptive_avg_pool_backward in csrc/pool/pool_ops.h)
+        if all(s == 1 for s in grad.shape[-r:]):
+            return contiguous_empty(x) if _channels_last(x, r) else iter_empty(grad.expand(x.shape))
+        return _empty(x, r, x.shape[-r:], keeps_layout=keeps)
+
+    for kind, fn, bwd in (("max_pool", max_pool, backward), ("avg_pool", avg_pool, backward_contiguous_3d),
+                          ("adaptive_avg_pool", adaptive_avg_pool, adaptive_avg_backward),
+                          ("adaptive_max_pool", adaptive_max_pool, backward_contiguous_3d),
+                          ("lp_pool", lp_pool, backward_contiguous_3d)):
         torch.library.register_fake(f"torch_dnn::{kind}{r}d")(_checked(getattr(_checks, kind), r, fn))
         torch.library.register_fake(f"torch_dnn::{kind}{r}d_backward")(
-            _checked(getattr(_checks, f"{kind}_backward"), r, backward))
+            _checked(getattr(_checks, f"{kind}_backward"), r, bwd))
 
 
 # ---- autograd: every backward is itself a torch_dnn op ----
@@ -175,7 +194,12 @@ def _max_pool(r, input, kernel_size, stride, padding, dilation, ceil_mode, retur
     k = _tuple(kernel_size, r, "kernel_size")
     out, indices = _op("max_pool", r)(input, k, _stride(stride, k, r), _tuple(padding, r, "padding"),
                                       _tuple(dilation, r, "dilation"), ceil_mode)
-    return (out, indices) if return_indices else out
+    if return_indices:
+        return out, indices
+    if r == 1 and input.device.type == "cpu" and not needs_autograd(input):
+        # PyTorch's CPU max_pool1d without indices or gradient runs its own kernel, whose result is contiguous
+        out = out.contiguous()
+    return out
 
 
 def _avg_pool(r, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
