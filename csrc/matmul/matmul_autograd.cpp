@@ -35,6 +35,9 @@ const c10::TypedOperatorHandle<LinearActBackwardSig>& linear_act_backward_op() {
   return op;
 }
 
+// PyTorch's test for returning a matrix's gradient column-major (mm_mat1_backward / mm_mat2_backward)
+bool column_major(const at::Tensor& m) { return m.stride(0) == 1 && m.stride(1) == m.size(0); }
+
 // mm (batched = false) and bmm (true)
 struct MmFn : torch::autograd::Function<MmFn> {
   static const c10::TypedOperatorHandle<MmSig>& op(bool batched) {
@@ -60,8 +63,17 @@ struct MmFn : torch::autograd::Function<MmFn> {
     const variable_list s = ctx->get_saved_variables();
     const bool tf32 = ctx->saved_data["tf32"].toBool(), batched = ctx->saved_data["batched"].toBool();
     const auto& mm = op(batched);
-    if (needs_grad(ctx, 0)) out[0] = mm.call(grads[0], s[1].transpose(-2, -1), tf32);
-    if (needs_grad(ctx, 1)) out[1] = mm.call(s[0].transpose(-2, -1), grads[0], tf32);
+    const at::Tensor& g = grads[0];
+    // as PyTorch's mm backward, a column-major operand's gradient is column-major (the transposed product); bmm's
+    // gradients are contiguous
+    if (needs_grad(ctx, 0)) {
+      out[0] = !batched && column_major(s[0]) ? mm.call(s[1], g.t(), tf32).t()
+                                              : mm.call(g, s[1].transpose(-2, -1), tf32);
+    }
+    if (needs_grad(ctx, 1)) {
+      out[1] = !batched && column_major(s[1]) ? mm.call(g.t(), s[0], tf32).t()
+                                              : mm.call(s[0].transpose(-2, -1), g, tf32);
+    }
     return out;
   }
 };
@@ -73,8 +85,11 @@ void linear_create_graph(const at::Tensor& grad, const at::Tensor& x, const at::
   const int64_t rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
   const at::Tensor g = grad.reshape({rows, w.size(0)});
   const auto& mm = MmFn::op(false);
-  if (mask[0]) out[0] = mm.call(g, w, tf32).view(x.sizes());
-  if (mask[1]) out[1] = mm.call(g.t(), x.reshape({rows, x.size(-1)}), tf32);
+  // the layouts of PyTorch's gradients, as linear_act_backward's (matmul_ops.h)
+  const at::Tensor x2 = x.reshape({rows, x.size(-1)});
+  if (mask[0])
+    out[0] = x.dim() == 2 && column_major(x) ? mm.call(w.t(), g.t(), tf32).t() : mm.call(g, w, tf32).view(x.sizes());
+  if (mask[1]) out[1] = column_major(w.t()) ? mm.call(g.t(), x2, tf32) : mm.call(x2.t(), g, tf32).t();
   if (mask[2]) out[2] = g.sum(0);
 }
 

@@ -251,8 +251,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_act_backward(
   }
   const bool want_x = output_mask[0], want_w = output_mask[1], want_b = output_mask[2];
   const at::TensorOptions o = x.options();
-  at::Tensor dx = want_x ? at::empty(x.sizes(), o) : at::empty({0}, o);
-  at::Tensor dw = want_w ? at::empty({N, K}, o) : at::empty({0}, o);
+  // PyTorch's layouts (mm's backward through addmm(bias, x, w.t())): d_input column-major for a column-major 2-D
+  // input, d_weight row-major for a row-major weight and column-major otherwise; a column-major gradient is the
+  // transposed product, written row-major
+  const bool dx_cols = x.dim() == 2 && x.stride(0) == 1 && x.stride(1) == x.size(0);
+  const bool dw_cols = !(w.stride(1) == 1 && w.stride(0) == w.size(1));
+  at::Tensor dx = want_x ? (dx_cols ? at::empty({K, M}, o).t() : at::empty(x.sizes(), o)) : at::empty({0}, o);
+  at::Tensor dw = want_w ? (dw_cols ? at::empty({K, N}, o).t() : at::empty({N, K}, o)) : at::empty({0}, o);
   at::Tensor db = want_b ? at::empty({N}, o) : at::empty({0}, o);
   if (M == 0 || N == 0) {  // empty reductions
     if (want_w) dw.zero_();
@@ -280,12 +285,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> linear_act_backward(
       B::act_grad(g2, pre2, dpre, db_arg, M, N, k, p);
     }
   }
-  if (want_x && K > 0) {  // [M, N] @ [N, K]
+  if (want_x && K > 0 && dx_cols) {  // dx.T = [K, N] @ [N, M]
+    MatrixRef A, Bm;
+    at::Tensor dxt = dx.t();
+    at::Tensor ah = matrix_operand(w.t(), A), bh = matrix_operand(dpre.t(), Bm);
+    B::gemm(make_args(dxt, 1, K, M, N, A, Bm, allow_tf32), dxt);
+  } else if (want_x && K > 0) {  // [M, N] @ [N, K]
     MatrixRef A, Bm;
     at::Tensor ah = matrix_operand(dpre, A), bh = matrix_operand(w, Bm);
     B::gemm(make_args(dx, 1, M, K, N, A, Bm, allow_tf32), dx);
   }
-  if (want_w && K > 0) {  // [N, M] @ [M, K]
+  if (want_w && K > 0 && dw_cols) {  // dw.T = [K, M] @ [M, N]
+    MatrixRef A, Bm;
+    at::Tensor dwt = dw.t();
+    at::Tensor ah = matrix_operand(rows_of(x, M, K).t(), A), bh = matrix_operand(dpre, Bm);
+    B::gemm(make_args(dwt, 1, K, N, M, A, Bm, allow_tf32), dwt);
+  } else if (want_w && K > 0) {  // [N, M] @ [M, K]
     MatrixRef A, Bm;
     at::Tensor ah = matrix_operand(dpre.t(), A), bh = matrix_operand(rows_of(x, M, K), Bm);
     B::gemm(make_args(dw, 1, N, K, M, A, Bm, allow_tf32), dw);

@@ -56,8 +56,13 @@ def _linear_act_fake(x, w, bias=None, activation="none", residual=None, act_a=No
 def _linear_act_backward_fake(grad, x, w, preact, activation, act_a, act_b, grad_preact, output_mask, *,
                               allow_tf32=False):
     _checks.linear_act_backward(grad, x, w, preact, activation, grad_preact)
-    return (x.new_empty(x.shape) if output_mask[0] else x.new_empty((0,)),
-            x.new_empty(w.shape) if output_mask[1] else x.new_empty((0,)),
+    # the gradients' layouts: PyTorch's (linear_act_backward in csrc/matmul/matmul_ops.h)
+    dx_cols = x.dim() == 2 and _column_major(x)
+    dw_cols = not _column_major(w.t())
+    return ((x.new_empty(x.shape[::-1]).t() if dx_cols else x.new_empty(x.shape)) if output_mask[0]
+            else x.new_empty((0,)),
+            (x.new_empty(w.shape[::-1]).t() if dw_cols else x.new_empty(w.shape)) if output_mask[1]
+            else x.new_empty((0,)),
             x.new_empty((w.shape[0],)) if output_mask[2] else x.new_empty((0,)))
 
 
@@ -68,10 +73,20 @@ def _mm_setup(ctx, inputs, keyword_only_inputs, output):
     ctx.tf32 = keyword_only_inputs.get("allow_tf32", False)
 
 
+def _column_major(m):
+    """PyTorch's test for returning a matrix's gradient column-major (mm_mat1_backward / mm_mat2_backward)."""
+    return m.stride(0) == 1 and m.stride(1) == m.shape[0]
+
+
 def _mm_backward(ctx, grad):
     a, b = ctx.saved_tensors
-    da = _ops.mm(grad, b.t(), allow_tf32=ctx.tf32) if ctx.needs_input_grad[0] else None
-    db = _ops.mm(a.t(), grad, allow_tf32=ctx.tf32) if ctx.needs_input_grad[1] else None
+    da = db = None
+    if ctx.needs_input_grad[0]:
+        da = (_ops.mm(b, grad.t(), allow_tf32=ctx.tf32).t() if _column_major(a)
+              else _ops.mm(grad, b.t(), allow_tf32=ctx.tf32))
+    if ctx.needs_input_grad[1]:
+        db = (_ops.mm(grad.t(), a, allow_tf32=ctx.tf32).t() if _column_major(b)
+              else _ops.mm(a.t(), grad, allow_tf32=ctx.tf32))
     return da, db
 
 
@@ -217,7 +232,7 @@ def matmul(input, other):
         bt = other.mT
         rows = math.prod(bt.shape[:-1])
         out = _ops.mm(bt.reshape(rows, bt.shape[-1]), a.mT, allow_tf32=tf32)
-        out = out.view(tuple(bt.shape[:-1]) + (a.shape[0],)).mT
+        out = out.view(tuple(bt.shape[:-1]) + (a.shape[0],)).mT.contiguous()  # contiguous, as PyTorch's
         return out.squeeze(-2) if da == 1 else out
     a = input.unsqueeze(0) if da == 1 else input
     b = other.unsqueeze(-1) if db == 1 else other
