@@ -167,8 +167,8 @@ def _bn(fn, training, act=None, residual=False):
     """batch_norm (or batch_norm_add_act) with its own running statistics for each call."""
     def run(x, *rest):
         c = x.shape[1]
-        rm = torch.zeros(c, dtype=x.dtype)
-        rv = torch.ones(c, dtype=x.dtype)
+        rm = torch.zeros(c, dtype=x.dtype, device=x.device)
+        rv = torch.ones(c, dtype=x.dtype, device=x.device)
         if residual:
             r, w, b = rest
         else:
@@ -202,8 +202,8 @@ case("batch_norm_add_act[relu,no residual]", _bn("ours", True, "relu"), _bn("tor
 def _instance_norm_running(fn):
     def run(x, w, b):
         c = x.shape[1]
-        rm = torch.linspace(-0.5, 0.5, c, dtype=x.dtype)
-        rv = torch.linspace(0.5, 1.5, c, dtype=x.dtype)
+        rm = torch.linspace(-0.5, 0.5, c, dtype=x.dtype, device=x.device)
+        rv = torch.linspace(0.5, 1.5, c, dtype=x.dtype, device=x.device)
         f = TD.instance_norm if fn == "ours" else F.instance_norm
         return f(x, rm, rv, w, b, use_input_stats=False)
     return run
