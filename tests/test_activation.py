@@ -8,7 +8,7 @@ import torch.nn.functional as TF
 
 import torch_dnn
 import torch_dnn.functional as F
-from torch_dnn.reference import BIAS_ACT_TORCH, bias_act_reference, hardsigmoid_reference
+from torch_dnn.reference import BIAS_ACT_TORCH, bias_act_reference, hardsigmoid_reference, hardswish_reference
 from torch_dnn.testing import compare
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase
 from tests.utils import ALL_DTYPES, assert_matches_torch, case_shapes, devices, first_line, make_input
@@ -92,8 +92,9 @@ def _away_from_kinks(x):
 OP_PARAMS = {"hardtanh": (-0.5, 0.75), "leaky_relu": (0.1,), "elu": (0.9,), "softplus": (1.2, 10.0)}
 
 
-# float64 references other than PyTorch's op, where that is inexact: its hardsigmoid gradient rounds 1/6 to float32
-EXACT = {"hardsigmoid": hardsigmoid_reference}
+# float64 references other than PyTorch's op, where that is inexact: its hardsigmoid gradient (CPU) and hardswish
+# forward (CUDA) round 1/6 to float32
+EXACT = {"hardsigmoid": hardsigmoid_reference, "hardswish": hardswish_reference}
 
 
 class TestActivation(FamilyTester):

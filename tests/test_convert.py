@@ -8,7 +8,7 @@ import torch
 
 import torch_dnn
 from torch_dnn.demo import SmallNet
-from torch_dnn.reference import hardsigmoid_reference
+from torch_dnn.reference import hardsigmoid_reference, hardswish_reference
 from tests.utils import assert_models_agree, devices, make_input
 
 
@@ -45,13 +45,21 @@ class _ExactHardsigmoid(torch.nn.Hardsigmoid):
         return hardsigmoid_reference(input)
 
 
+class _ExactHardswish(torch.nn.Hardswish):
+    """nn.Hardswish computed exactly: PyTorch's CUDA forward rounds 1/6 to float32."""
+
+    def forward(self, input):
+        return hardswish_reference(input)
+
+
 def _exact(model):
     """model with its Hardsigmoid modules exact: the float64 reference of a model that has them."""
     model = copy.deepcopy(model)
     for name, m in list(model.named_modules()):
-        if type(m) is torch.nn.Hardsigmoid:
+        exact = {torch.nn.Hardsigmoid: _ExactHardsigmoid, torch.nn.Hardswish: _ExactHardswish}.get(type(m))
+        if exact is not None:
             parent, _, child = name.rpartition(".")
-            setattr(model.get_submodule(parent), child, _ExactHardsigmoid())
+            setattr(model.get_submodule(parent), child, exact())
     return model
 
 

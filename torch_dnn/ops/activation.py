@@ -229,11 +229,13 @@ def selfcheck_cases():
     """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
     import torch.nn.functional as TF
 
-    from torch_dnn.reference.activation import BIAS_ACT_TORCH, bias_act_reference, hardsigmoid_reference
+    from torch_dnn.reference.activation import (BIAS_ACT_TORCH, bias_act_reference, hardsigmoid_reference,
+                                                hardswish_reference)
     from torch_dnn.testing import check_against_torch, random_like_case
 
-    # the float64 references where PyTorch's op is not exact (hardsigmoid's gradient), else PyTorch's op
-    exact = {"hardsigmoid": hardsigmoid_reference}
+    # the float64 references where PyTorch's op is not exact (hardsigmoid's gradient, hardswish on CUDA), else
+    # PyTorch's op
+    exact = {"hardsigmoid": hardsigmoid_reference, "hardswish": hardswish_reference}
 
     pairs = {
         "relu": (relu, TF.relu), "relu6": (relu6, TF.relu6), "hardtanh": (hardtanh, TF.hardtanh),

@@ -28,6 +28,13 @@ def hardsigmoid_reference(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x <= -3, 0.0, torch.where(x >= 3, 1.0, (x + 3) / 6))
 
 
+def hardswish_reference(x: torch.Tensor) -> torch.Tensor:
+    """hardswish as exact ATen ops (x (x + 3) / 6 on (-3, 3), 0 below, x above; derivative x / 3 + 1/2 inside): a
+    float64 reference where PyTorch's own op is not one. Its CUDA forward multiplies by 1/6 rounded to float32 in
+    every dtype, 3e-8 off in float64 (seen on the H100, torch 2.11)."""
+    return torch.where(x <= -3, 0.0, torch.where(x >= 3, x, x * (x + 3) / 6))
+
+
 def bias_act_reference(x: torch.Tensor, bias, dim: int = 1, act: str = "relu") -> torch.Tensor:
     if bias is not None:
         dim = dim % x.dim()
