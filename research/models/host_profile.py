@@ -12,24 +12,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import torch_dnn
-from torch_dnn.convert import SWAPS
-
-
-def build(name):
-    if name.startswith("td_"):
-        from torch_dnn.reference import models
-        return getattr(models, name[3:])()
-    import timm
-    return timm.create_model(name, pretrained=False)
-
-
-def swap(model, only):
-    for m in model.modules():
-        t = type(m)
-        if t in SWAPS and (not only or t.__name__ in only):
-            m.__class__ = SWAPS[t]
-    return model
+from grad_bisect import build, swap  # noqa: E402  (same folder)
 
 
 def step(model, x):
