@@ -1,0 +1,406 @@
+// The implicit-GEMM tensor-core path of convolution (conv_kernels.h: conv_igemm_fprop / _dgrad / _wgrad).
+//
+// Every kernel here is the matmul family's sm_80 GEMM mainloop (kernels/conv_igemm_mainloop.cuh, built from
+// matmul/kernels/gemm_mma.cuh's pieces): CTA tile 128 x 128 x 64 bytes of K (32 half / 16 float), 8 warps of
+// 64 x 32, mma.sync m16n8k16 (float16 / bfloat16) or m16n8k8 TF32 (float32 with allow_tf32, operands rounded to
+// nearest by cvt.rna as they leave shared memory), float accumulation, a 4-stage cp.async pipeline into XOR-
+// swizzled tiles read by ldmatrix / ldmatrix.trans, the float tile staged through shared memory for 16-byte
+// stores. What differs is how the operand tiles are gathered (no im2col is materialised) and the epilogue:
+//
+//   fprop   y[pixel][k] = act(sum_{tap, c} x[pixel's tap position][c] w[k][tap][c] + bias[k] + residual)
+//           GEMM M = N*P*Q*O pixels, N = K, K = T*R*S*C walked tap-outer, C blocks of BK inner
+//           (kernels/conv_igemm_gather.cuh). A: each row's input position is computed once per CTA; per K tile
+//           only the tap's deltas are added and taps outside x are zero-filled by cp.async (source size 0).
+//           B: the weight of the tile's tap, K-major rows. Epilogue (kernels/conv_igemm_epilogue.cuh): bias,
+//           residual, activation in float, one rounding, 16-byte stores.
+//   dgrad   stride 1 only: dx = the convolution of dy with the K <-> C transposed, flipped weight, the same
+//           kernel with the gather over dy (position d + pad - t * dil) and B the weight read in place as
+//           [k][c] per tap (N-major, ldmatrix.trans). Strided dgrad is refused (the direct kernels take it).
+//   wgrad   dw[k][(t, r, s, c)] = sum over pixels of dy[pixel][k] x[pixel's tap position][c]
+//           (kernels/conv_igemm_wgrad.cuh): A = dy read M-major (ldmatrix.trans), B = the im2col gather of x.
+//           The reduction over N*P*Q*O pixels is split across CTAs (blockIdx.z) when the output tiles cannot
+//           fill the GPU twice over: float partials in ConvArgs::workspace, summed in split order by a second
+//           kernel (bitwise reproducible, no atomics, whatever ConvArgs::deterministic says).
+//   1x1     stride 1, pad 0 fprop and dgrad, and wgrad with enough output tiles, are plain GEMMs on the matmul
+//           family's kernels (gemm_sm90 on Hopper when the build has it and its plan takes the problem, else
+//           gemm_sm80): y[NPQ, K] = x[NPQ, C] @ w[K, C]^T with bias and activation in the GEMM epilogue (the
+//           residual too when the activation is the identity: GemmArgs adds it after the activation).
+//
+// Taken: Float16, BFloat16, Float32 with allow_tf32; groups == 1; C and K multiples of 8; x, y (and residual for
+// the vector path) with the channel stride 1 and every other stride a multiple of 8 elements; the weight in
+// [K][T][R][S][C] order (channel stride 1; wgrad's dw dense in T, R, S, C); 16-byte aligned pointers; GEMM
+// extents below 2^31. Everything else answers cudaErrorNotSupported (the direct kernels take it).
+#include <algorithm>
+#include <cstdint>
+
+#include "common/cuda/device.cuh"
+#include "conv/conv_kernels.h"
+#include "conv/kernels/conv_igemm_epilogue.cuh"
+#include "conv/kernels/conv_igemm_gather.cuh"
+#include "conv/kernels/conv_igemm_mainloop.cuh"
+#include "conv/kernels/conv_igemm_wgrad.cuh"
+#include "matmul/gemm_kernels.h"
+
+namespace torch_dnn {
+namespace conv {
+namespace {
+
+using namespace igemm;
+
+// ---- the problems the kernel template is instantiated for ----
+
+template <typename T, bool kDgrad>
+struct GatherProblem {
+  struct Params : GatherParams<T> {
+    OutParams<T> out;
+  };
+  using Loader = GatherLoader<T, !kDgrad>;
+  static constexpr bool kAK = true, kBK = !kDgrad;
+  __device__ static __forceinline__ void epilogue(const Params& p, const float* cs, int64_t m0, int64_t n0, int split,
+                                                  int tid) {
+    store_pixels(p.out, p.P, p.Q, p.O, p.M, p.N, cs, m0, n0, tid);
+  }
+};
+
+template <typename T>
+struct WgradProblem {
+  using Params = WgradParams<T>;
+  using Loader = WgradLoader<T>;
+  static constexpr bool kAK = false, kBK = false;
+  __device__ static __forceinline__ void epilogue(const Params& p, const float* cs, int64_t m0, int64_t n0, int split,
+                                                  int tid) {
+    store_rows(p.dw, p.ldw, p.ws, split, p.splits, p.M, p.N, cs, m0, n0, tid);
+  }
+};
+
+// ---- operand checks ----
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool tensor_core_dtype(const ConvArgs& a) {
+  return a.dtype == DType::Float16 || a.dtype == DType::BFloat16 || (a.dtype == DType::Float32 && a.allow_tf32);
+}
+
+// The stride of dimension j of an operand shaped [n][c][sp0][sp1][sp2]; a dimension of extent 1 is never
+// stepped along, so its stride does not matter (0).
+int64_t stride_of(const Operand5& o, int j, int64_t extent) { return extent == 1 ? 0 : o.stride[j]; }
+
+// Channels innermost (stride 1), every other stride a multiple of 8 elements, 16-byte aligned base: each 8
+// channels of a pixel are 16-byte aligned (for float, two 16-byte chunks).
+bool channels_inner(const Operand5& o, int64_t n, int64_t c, const int64_t (&sp)[3]) {
+  if (o.ptr == nullptr || !aligned16(o.ptr)) return false;
+  if (c > 1 && o.stride[1] != 1) return false;
+  const int64_t ext[5] = {n, c, sp[0], sp[1], sp[2]};
+  for (int j : {0, 2, 3, 4})
+    if (stride_of(o, j, ext[j]) % 8 != 0) return false;
+  return true;
+}
+
+// The pixels of a channels-innermost operand as the rows of one matrix: pixel i = (n, d, h, w) in row-major order
+// at i * ld. ld, or -1 where the pixels are not evenly spaced (or not a multiple of 8 elements apart).
+int64_t pixel_ld(const Operand5& o, int64_t n, int64_t c, const int64_t (&sp)[3]) {
+  if (!channels_inner(o, n, c, sp)) return -1;
+  const int64_t ext[4] = {n, sp[0], sp[1], sp[2]};
+  const int dim[4] = {0, 2, 3, 4};
+  int64_t ld = -1;
+  for (int j = 3; j >= 0 && ld < 0; --j)
+    if (ext[j] > 1) ld = o.stride[dim[j]];
+  if (ld < 0) ld = c;  // a single pixel
+  if (ld < c || ld % 8 != 0) return -1;
+  int64_t inner = 1;
+  for (int j = 3; j >= 0; --j) {
+    if (ext[j] > 1 && o.stride[dim[j]] != ld * inner) return -1;
+    inner *= ext[j];
+  }
+  return ld;
+}
+
+// The weight [K][C][T][R][S] in [K][T][R][S][C] memory order: channel stride 1, the rest multiples of 8.
+bool weight_channels_inner(const Operand5& w, const ConvGeometry& g) {
+  return channels_inner(w, g.K, g.C, g.ker);
+}
+
+// Extents small enough for the kernels' 32-bit positions and GEMM indices.
+bool geometry_fits(const ConvGeometry& g) {
+  constexpr int64_t kMax = int64_t(1) << 24;
+  if (g.N < 1 || g.C < 1 || g.K < 1 || g.G != 1) return false;
+  if (g.C % 8 != 0 || g.K % 8 != 0) return false;
+  for (int i = 0; i < 3; ++i) {
+    if (g.in[i] < 1 || g.out[i] < 1 || g.ker[i] < 1 || g.stride[i] < 1 || g.dil[i] < 1 || g.pad[i] < 0) return false;
+    if (g.in[i] > kMax || g.out[i] > kMax || g.ker[i] > kMax || g.stride[i] > kMax || g.pad[i] > kMax ||
+        g.dil[i] > kMax)
+      return false;
+    if (g.out[i] * g.stride[i] + g.pad[i] + g.ker[i] * g.dil[i] > (int64_t(1) << 28)) return false;
+    if (g.in[i] + g.pad[i] + g.ker[i] * g.dil[i] > (int64_t(1) << 28)) return false;
+  }
+  const int64_t lim = int64_t(INT32_MAX) - 256;
+  const int64_t in_px = g.N * g.in[0] * g.in[1] * g.in[2], out_px = g.N * g.out[0] * g.out[1] * g.out[2];
+  const int64_t taps = g.ker[0] * g.ker[1] * g.ker[2];
+  return in_px <= lim && out_px <= lim && taps * g.C <= lim && taps * g.K <= lim;
+}
+
+bool is_1x1(const ConvGeometry& g) {
+  for (int i = 0; i < 3; ++i)
+    if (g.ker[i] != 1 || g.stride[i] != 1 || g.pad[i] != 0 || g.in[i] != g.out[i]) return false;
+  return true;
+}
+
+// ---- launches ----
+
+template <typename T, class Problem>
+cudaError_t launch(const typename Problem::Params& p, cudaStream_t stream) {
+  constexpr int smem = smem_bytes<T>();
+  if (p.tiles_m * p.tiles_n > int64_t(INT32_MAX) || p.splits > 65535) return cudaErrorNotSupported;
+  if (const cudaError_t err = raise_smem_limit_once<igemm_kernel<T, Problem>>(smem); err != cudaSuccess) return err;
+  const dim3 grid(unsigned(p.tiles_m * p.tiles_n), 1, unsigned(p.splits));
+  igemm_kernel<T, Problem><<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// fprop (dgrad false) or stride-1 dgrad (true): the output-stationary gather kernel.
+template <typename T, bool kDgrad>
+cudaError_t run_gather(const ConvArgs& a, cudaStream_t stream) {
+  using Problem = GatherProblem<T, kDgrad>;
+  const ConvGeometry& g = a.g;
+  typename Problem::Params p{};
+  constexpr int BKE = mma::Tile<T, true>::BK;
+  const Operand5& src = kDgrad ? a.y : a.x;  // the gathered activation
+  const Operand5& dst = kDgrad ? a.x : a.y;  // the output
+  const int64_t* src_sp = kDgrad ? g.out : g.in;
+  const int64_t* dst_sp = kDgrad ? g.in : g.out;
+  const int64_t cg = kDgrad ? g.K : g.C, nout = kDgrad ? g.C : g.K;
+  p.M = int(g.N * dst_sp[0] * dst_sp[1] * dst_sp[2]);
+  p.N = int(nout);
+  p.cblocks = int(cdiv(cg, BKE));
+  p.ktiles = int(g.ker[0] * g.ker[1] * g.ker[2] * p.cblocks);
+  p.splits = 1;
+  p.kt_per_split = p.ktiles;
+  p.tiles_m = cdiv(p.M, kBM);
+  p.tiles_n = cdiv(p.N, kBN);
+  p.act = static_cast<const T*>(src.ptr);
+  p.as_n = stride_of(src, 0, g.N);
+  p.as_d = stride_of(src, 2, src_sp[0]);
+  p.as_h = stride_of(src, 3, src_sp[1]);
+  p.as_w = stride_of(src, 4, src_sp[2]);
+  p.D = int(src_sp[0]), p.H = int(src_sp[1]), p.W = int(src_sp[2]);
+  p.Cg = int(cg);
+  p.P = FastDiv(int(dst_sp[0])), p.Q = FastDiv(int(dst_sp[1])), p.O = FastDiv(int(dst_sp[2]));
+  const int sgn = kDgrad ? -1 : 1;
+  p.str_d = kDgrad ? 1 : int(g.stride[0]), p.str_h = kDgrad ? 1 : int(g.stride[1]), p.str_w = kDgrad ? 1 : int(g.stride[2]);
+  p.off_d = -sgn * int(g.pad[0]), p.off_h = -sgn * int(g.pad[1]), p.off_w = -sgn * int(g.pad[2]);
+  p.tap_d = sgn * int(g.dil[0]), p.tap_h = sgn * int(g.dil[1]), p.tap_w = sgn * int(g.dil[2]);
+  p.R = int(g.ker[1]), p.S = int(g.ker[2]);
+  p.wt = static_cast<const T*>(a.w.ptr);
+  p.ws_k = stride_of(a.w, 0, g.K);
+  p.ws_t = stride_of(a.w, 2, g.ker[0]);
+  p.ws_r = stride_of(a.w, 3, g.ker[1]);
+  p.ws_s = stride_of(a.w, 4, g.ker[2]);
+  p.wrows = int(g.K);
+  p.wcols = int(g.C);
+  OutParams<T>& o = p.out;
+  o.y = static_cast<T*>(dst.ptr);
+  o.ys_n = stride_of(dst, 0, g.N);
+  o.ys_d = stride_of(dst, 2, dst_sp[0]);
+  o.ys_h = stride_of(dst, 3, dst_sp[1]);
+  o.ys_w = stride_of(dst, 4, dst_sp[2]);
+  o.bias = kDgrad ? nullptr : static_cast<const T*>(a.bias);
+  o.res = kDgrad ? nullptr : static_cast<const T*>(a.residual.ptr);
+  if (o.res) {
+    const Operand5& r = a.residual;
+    o.rs_n = stride_of(r, 0, g.N);
+    o.rs_c = stride_of(r, 1, g.K);
+    o.rs_d = stride_of(r, 2, g.out[0]);
+    o.rs_h = stride_of(r, 3, g.out[1]);
+    o.rs_w = stride_of(r, 4, g.out[2]);
+    o.res_vec = channels_inner(r, g.N, g.K, g.out);
+  }
+  o.act = kDgrad ? Act::Identity : a.act;
+  o.pa = float(a.act_params.a);
+  o.pb = float(a.act_params.b);
+  return launch<T, Problem>(p, stream);
+}
+
+template <typename T>
+cudaError_t run_wgrad(const ConvArgs& a, int64_t ldy, cudaStream_t stream) {
+  using Problem = WgradProblem<T>;
+  const ConvGeometry& g = a.g;
+  constexpr int BKE = mma::Tile<T, false>::BK;
+  WgradParams<T> p{};
+  p.M = int(g.K);
+  p.N = int(g.ker[0] * g.ker[1] * g.ker[2] * g.C);
+  p.npix = int(g.N * g.out[0] * g.out[1] * g.out[2]);
+  p.ktiles = int(cdiv(p.npix, BKE));
+  p.tiles_m = cdiv(p.M, kBM);
+  p.tiles_n = cdiv(p.N, kBN);
+  // K splits while the output tiles fill the GPU less than twice: each split at least 8 K tiles, at most 256
+  // splits, partial sums at most 1 GiB
+  const int64_t tiles = p.tiles_m * p.tiles_n, sms = sm_count();
+  int64_t splits = 1;
+  if (tiles < 2 * sms) {
+    splits = std::min<int64_t>({cdiv(2 * sms, tiles), p.ktiles / 8, 256, (int64_t(1) << 28) / (int64_t(p.M) * p.N)});
+    splits = std::max<int64_t>(splits, 1);
+  }
+  p.kt_per_split = int(cdiv(p.ktiles, splits));
+  p.splits = int(cdiv(p.ktiles, p.kt_per_split));
+  p.dy = static_cast<const T*>(a.y.ptr);
+  p.ldy = ldy;
+  p.x = static_cast<const T*>(a.x.ptr);
+  p.xs_n = stride_of(a.x, 0, g.N);
+  p.xs_d = stride_of(a.x, 2, g.in[0]);
+  p.xs_h = stride_of(a.x, 3, g.in[1]);
+  p.xs_w = stride_of(a.x, 4, g.in[2]);
+  p.D = int(g.in[0]), p.H = int(g.in[1]), p.W = int(g.in[2]), p.C = int(g.C);
+  p.P = FastDiv(int(g.out[0])), p.Q = FastDiv(int(g.out[1])), p.O = FastDiv(int(g.out[2]));
+  p.str_d = int(g.stride[0]), p.str_h = int(g.stride[1]), p.str_w = int(g.stride[2]);
+  p.pad_d = int(g.pad[0]), p.pad_h = int(g.pad[1]), p.pad_w = int(g.pad[2]);
+  p.dil_d = int(g.dil[0]), p.dil_h = int(g.dil[1]), p.dil_w = int(g.dil[2]);
+  p.R = int(g.ker[1]), p.S = int(g.ker[2]);
+  p.dw = static_cast<T*>(a.w.ptr);
+  p.ldw = g.K > 1 ? a.w.stride[0] : p.N;
+  p.ws = nullptr;
+  if (p.splits > 1) {
+    p.ws = static_cast<float*>(a.workspace.get(int64_t(p.splits) * p.M * p.N * 4));
+    if (p.ws == nullptr) {  // no scratch memory: one split
+      p.splits = 1;
+      p.kt_per_split = p.ktiles;
+    }
+  }
+  if (const cudaError_t err = launch<T, Problem>(p, stream); err != cudaSuccess || p.splits == 1) return err;
+  const int64_t quads = int64_t(p.M) * p.N / 4;
+  sum_splits_kernel<T><<<grid_for(quads, 256, 4, 8), 256, 0, stream>>>(p.ws, p.splits, p.M, p.N, p.dw, p.ldw);
+  return cudaGetLastError();
+}
+
+template <class F>
+cudaError_t dispatch(DType t, F&& f) {
+  switch (t) {
+    case DType::Float16: return f(__half{});
+    case DType::BFloat16: return f(__nv_bfloat16{});
+    case DType::Float32: return f(float{});
+    default: return cudaErrorNotSupported;
+  }
+}
+
+// ---- 1x1 convolutions as GEMMs on the matmul family's kernels ----
+
+cudaError_t run_gemm(const matmul::GemmArgs& ga, const Workspace& ws, cudaStream_t stream) {
+#ifdef TORCH_DNN_WITH_SM90_GEMM
+  // not the skinny kernels: they may ask for a second workspace
+  if (const matmul::Sm90Plan plan = matmul::gemm_sm90_plan(ga); plan.ok() && !plan.skinny) {
+    const cudaError_t err = matmul::gemm_sm90(ga, plan, matmul::WorkspaceSource{ws.fn, ws.ctx}, stream);
+    if (err != cudaErrorNotSupported) return err;
+    (void)cudaGetLastError();
+  }
+#endif
+  const int64_t bytes = matmul::gemm_sm80_workspace_bytes(ga);
+  void* p = bytes > 0 ? ws.get(bytes) : nullptr;
+  if (bytes > 0 && p == nullptr) return cudaErrorNotSupported;
+  return matmul::gemm_sm80(ga, p, bytes, stream);
+}
+
+matmul::GemmArgs gemm_args(const ConvArgs& a, int64_t M, int64_t N, int64_t K) {
+  matmul::GemmArgs ga;
+  ga.dtype = a.dtype;
+  ga.allow_tf32 = a.allow_tf32;
+  ga.M = M, ga.N = N, ga.K = K, ga.batch = 1;
+  ga.deterministic = true;
+  return ga;
+}
+
+// y[NPQ][K] = x[NPQ][C] @ w[K][C]^T + bias, act, residual (identity act only). False: not this way.
+bool fprop_as_gemm(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
+  const ConvGeometry& g = a.g;
+  if (!is_1x1(g)) return false;
+  const int64_t ldx = pixel_ld(a.x, g.N, g.C, g.in), ldy = pixel_ld(a.y, g.N, g.K, g.out);
+  if (ldx < 0 || ldy < 0) return false;
+  int64_t ldr = 0;
+  if (a.residual.ptr != nullptr) {
+    if (a.act != Act::Identity) return false;  // GemmArgs adds the residual after the activation
+    ldr = pixel_ld(a.residual, g.N, g.K, g.out);
+    if (ldr < 0) return false;
+  }
+  if (a.bias != nullptr && !aligned16(a.bias)) return false;
+  matmul::GemmArgs ga = gemm_args(a, g.N * g.out[0] * g.out[1] * g.out[2], g.K, g.C);
+  ga.A = {a.x.ptr, ldx, 0, false};
+  ga.B = {a.w.ptr, a.w.stride[0], 0, true};  // (c, k) at w + k * stride0 + c
+  ga.D = a.y.ptr;
+  ga.ldd = ldy;
+  ga.bias = a.bias;
+  ga.residual = a.residual.ptr;
+  ga.ldr = ldr;
+  ga.act = a.act;
+  ga.act_params = a.act_params;
+  *err = run_gemm(ga, a.workspace, stream);
+  return true;
+}
+
+// dx[NHW][C] = dy[NHW][K] @ w[K][C].
+bool dgrad_as_gemm(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
+  const ConvGeometry& g = a.g;
+  if (!is_1x1(g)) return false;
+  const int64_t ldx = pixel_ld(a.x, g.N, g.C, g.in), ldy = pixel_ld(a.y, g.N, g.K, g.out);
+  if (ldx < 0 || ldy < 0) return false;
+  matmul::GemmArgs ga = gemm_args(a, g.N * g.in[0] * g.in[1] * g.in[2], g.C, g.K);
+  ga.A = {a.y.ptr, ldy, 0, false};
+  ga.B = {a.w.ptr, a.w.stride[0], 0, false};  // (k, c) at w + k * stride0 + c
+  ga.D = a.x.ptr;
+  ga.ldd = ldx;
+  *err = run_gemm(ga, a.workspace, stream);
+  return true;
+}
+
+// dw[K][C] = dy[NPQ][K]^T @ x[NPQ][C], where the output tiles fill the GPU (the GEMMs split K less than the
+// wgrad kernel does).
+bool wgrad_as_gemm(const ConvArgs& a, int64_t ldy, cudaStream_t stream, cudaError_t* err) {
+  const ConvGeometry& g = a.g;
+  if (!is_1x1(g)) return false;
+  if (cdiv(g.K, 128) * cdiv(g.C, 256) < sm_count()) return false;
+  const int64_t ldx = pixel_ld(a.x, g.N, g.C, g.in);
+  if (ldx < 0) return false;
+  matmul::GemmArgs ga = gemm_args(a, g.K, g.C, g.N * g.out[0] * g.out[1] * g.out[2]);
+  ga.A = {a.y.ptr, ldy, 0, true};   // (k, j) at dy + j * ldy + k
+  ga.B = {a.x.ptr, ldx, 0, false};  // (j, c) at x + j * ldx + c
+  ga.D = a.w.ptr;
+  ga.ldd = g.K > 1 ? a.w.stride[0] : g.C;
+  *err = run_gemm(ga, a.workspace, stream);
+  return true;
+}
+
+}  // namespace
+
+cudaError_t conv_igemm_fprop(const ConvArgs& a, cudaStream_t stream) {
+  const ConvGeometry& g = a.g;
+  if (!tensor_core_dtype(a) || !geometry_fits(g)) return cudaErrorNotSupported;
+  if (!channels_inner(a.x, g.N, g.C, g.in) || !channels_inner(a.y, g.N, g.K, g.out) || !weight_channels_inner(a.w, g))
+    return cudaErrorNotSupported;
+  if (cudaError_t err; fprop_as_gemm(a, stream, &err)) return err;
+  return dispatch(a.dtype, [&](auto t) { return run_gather<decltype(t), false>(a, stream); });
+}
+
+cudaError_t conv_igemm_dgrad(const ConvArgs& a, cudaStream_t stream) {
+  const ConvGeometry& g = a.g;
+  if (!tensor_core_dtype(a) || !geometry_fits(g)) return cudaErrorNotSupported;
+  if (g.stride[0] != 1 || g.stride[1] != 1 || g.stride[2] != 1) return cudaErrorNotSupported;
+  if (!channels_inner(a.x, g.N, g.C, g.in) || !channels_inner(a.y, g.N, g.K, g.out) || !weight_channels_inner(a.w, g))
+    return cudaErrorNotSupported;
+  if (cudaError_t err; dgrad_as_gemm(a, stream, &err)) return err;
+  return dispatch(a.dtype, [&](auto t) { return run_gather<decltype(t), true>(a, stream); });
+}
+
+cudaError_t conv_igemm_wgrad(const ConvArgs& a, cudaStream_t stream) {
+  const ConvGeometry& g = a.g;
+  if (!tensor_core_dtype(a) || !geometry_fits(g)) return cudaErrorNotSupported;
+  const int64_t ldy = pixel_ld(a.y, g.N, g.K, g.out);
+  if (ldy < 0 || !channels_inner(a.x, g.N, g.C, g.in) || !weight_channels_inner(a.w, g)) return cudaErrorNotSupported;
+  // dw dense in (t, r, s, c): its rows are matrix rows of T*R*S*C columns
+  const Operand5& w = a.w;
+  if ((g.ker[2] > 1 && w.stride[4] != g.C) || (g.ker[1] > 1 && w.stride[3] != g.ker[2] * g.C) ||
+      (g.ker[0] > 1 && w.stride[2] != g.ker[1] * g.ker[2] * g.C))
+    return cudaErrorNotSupported;
+  if (g.K > 1 && w.stride[0] < g.ker[0] * g.ker[1] * g.ker[2] * g.C) return cudaErrorNotSupported;
+  if (cudaError_t err; wgrad_as_gemm(a, ldy, stream, &err)) return err;
+  return dispatch(a.dtype, [&](auto t) { return run_wgrad<decltype(t)>(a, ldy, stream); });
+}
+
+}  // namespace conv
+}  // namespace torch_dnn
