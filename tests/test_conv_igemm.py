@@ -1,0 +1,226 @@
+"""Convolution's implicit-GEMM tensor-core path (csrc/conv/conv_implicit_gemm.cu) on CUDA: shapes that reach each
+of its kernels (fprop with its fused epilogue, stride-1 dgrad, split-K wgrad, 1x1 convolutions as GEMMs; ResNet-50
+layers at a small batch, odd sizes, pads, dilations, strides, C = K = 8, tiles cut by the edges of M, N and K) in
+float16 and bfloat16 with channels-last operands, against PyTorch with the project's error rule (a float64
+reference), TF32 semantics for float32, and wgrad's fixed-order split reduction. Which kernel ran is read from the
+profiler's kernel names (no knob): a layout or dtype this path takes must not fall back to the direct kernels."""
+import inspect
+import re
+
+import pytest
+import torch
+import torch.nn.functional as TF
+
+import torch_dnn.functional as F
+from torch_dnn.testing import check_against_torch, compare, random_like_case
+
+pytestmark = pytest.mark.cuda
+
+
+def _channels_inner(t):
+    """t with its channels (dim 1) innermost in memory: channels_last / channels_last_3d, or (N, L, C) for 3-D."""
+    if t.dim() == 4:
+        return t.contiguous(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return t.contiguous(memory_format=torch.channels_last_3d)
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def _rand(shape, dtype, low=-1.0, high=1.0):
+    return _channels_inner(random_like_case(shape, dtype, "cuda", low=low, high=high))
+
+
+def _cuda_kernels(fn):
+    """Names of the CUDA kernels fn launched (empty when the profiler cannot see kernels here)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+# the kernels of each path, as the profiler names them
+PATTERNS = {
+    "fprop": r"igemm_kernel.*GatherProblem<[^<>]*, false>",
+    "dgrad": r"igemm_kernel.*GatherProblem<[^<>]*, true>",
+    "wgrad": r"igemm_kernel.*WgradProblem",
+    "gemm": r"gemm_kernel|cutlass|Sm90|sm90",
+}
+
+
+def _assert_ran(names, expect, what):
+    if not names or expect is None:
+        return  # no kernel names from the profiler, or not this path's problem
+    pats = [PATTERNS[e] for e in expect.split("|")]
+    assert any(re.search(p, n) for p in pats for n in names), (
+        f"{what}: expected the {expect} kernel of the implicit-GEMM path, ran {sorted(set(names))}")
+
+
+class Case:
+    def __init__(self, name, n, c, k, size, ker, stride=1, pad=0, dil=1):
+        self.name, self.n, self.c, self.k = name, n, c, k
+        self.dims = len(size)
+        as_t = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v,) * self.dims  # noqa: E731
+        self.size, self.ker, self.stride, self.pad, self.dil = tuple(size), as_t(ker), as_t(stride), as_t(pad), as_t(dil)
+
+    def __repr__(self):
+        return self.name
+
+    @property
+    def is_1x1(self):
+        return all(k == 1 for k in self.ker) and all(s == 1 for s in self.stride) and all(p == 0 for p in self.pad)
+
+    @property
+    def unit_stride(self):
+        return all(s == 1 for s in self.stride)
+
+    def expect(self):
+        """(fprop, dgrad, wgrad) kernels this path runs; None where the problem is not this path's (strided dgrad
+        goes to the direct kernels) or the layout is not a PyTorch memory format (1-D)."""
+        if self.dims == 1:
+            return None, None, None
+        fwd = "gemm" if self.is_1x1 else "fprop"
+        bwd_in = ("gemm" if self.is_1x1 else "dgrad") if self.unit_stride else None
+        bwd_w = "wgrad|gemm" if self.is_1x1 else "wgrad"
+        return fwd, bwd_in, bwd_w
+
+    def conv(self, lib):
+        f = getattr(lib, f"conv{self.dims}d")
+        return lambda x, w, b: f(x, w, b, self.stride, self.pad, self.dil)
+
+    def inputs(self, dtype):
+        x = _rand((self.n, self.c) + self.size, dtype, -2.0, 2.0)
+        w = _rand((self.k, self.c) + self.ker, dtype, -1.0, 1.0)
+        b = random_like_case((self.k,), dtype, "cuda", low=-1.0, high=1.0)
+        return x, w, b
+
+
+CASES = [
+    # ResNet-50's layers at batch 2
+    Case("r50_3x3_64_56", 2, 64, 64, (56, 56), 3, pad=1),
+    Case("r50_1x1_64_256_56", 2, 64, 256, (56, 56), 1),
+    Case("r50_1x1_256_64_56", 2, 256, 64, (56, 56), 1),
+    Case("r50_3x3s2_128_56", 2, 128, 128, (56, 56), 3, stride=2, pad=1),
+    Case("r50_1x1s2_256_512_56", 2, 256, 512, (56, 56), 1, stride=2),
+    Case("r50_3x3_256_14", 2, 256, 256, (14, 14), 3, pad=1),
+    Case("r50_3x3_512_7", 2, 512, 512, (7, 7), 3, pad=1),
+    Case("r50_1x1_2048_512_7", 2, 2048, 512, (7, 7), 1),
+    # edges: M, N and K tiles cut (M = 507, N = 136, C blocks 32 + 32 + 8), the smallest channel counts
+    Case("tail_13x13", 3, 72, 136, (13, 13), 3, pad=1),
+    Case("min_c8_k8", 1, 8, 8, (5, 5), 3, pad=1),
+    Case("c8_k8_1x1", 1, 8, 8, (7, 5), 1),
+    # pads, dilations, strides, asymmetric kernels, stride > kernel
+    Case("dil2_5x5", 2, 16, 24, (7, 5), 5, pad=4, dil=2),
+    Case("valid_3x3", 2, 32, 32, (9, 9), 3),
+    Case("pad_only_1x1", 2, 16, 16, (6, 6), 1, pad=1),
+    Case("asym_3x1_s21", 2, 24, 16, (13, 7), (3, 1), stride=(2, 1), pad=(1, 0)),
+    Case("stride3_ker2", 2, 16, 32, (11, 13), 2, stride=3),
+    Case("dil3_pad2_s1", 2, 16, 16, (7, 7), 3, pad=2, dil=3),
+    # 3-D and 1-D
+    Case("3d_3x3x3", 2, 16, 24, (5, 6, 7), 3, pad=1),
+    Case("3d_s2", 2, 16, 16, (5, 6, 7), 3, stride=2, pad=1),
+    Case("3d_1x1x1", 2, 32, 16, (3, 4, 5), 1),
+    Case("1d_k5_dil3", 2, 16, 32, (33,), 5, pad=2, dil=3),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_conv_against_pytorch(case, dtype):
+    x, w, b = case.inputs(dtype)
+    with torch.no_grad():
+        y = case.conv(TF)(x, w, b)
+    g = _rand(tuple(y.shape), dtype)
+    for v in check_against_torch(case.conv(F), case.conv(TF), [x, w, b], name=f"{case} {dtype}", grad_output=g):
+        assert v, v.message
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_path_taken(case, dtype):
+    """Each pass of a channels-last 16-bit problem runs this path's kernel, not the direct fallback."""
+    fwd, bwd_in, bwd_w = case.expect()
+    x, w, b = case.inputs(dtype)
+    conv = case.conv(F)
+    _assert_ran(_cuda_kernels(lambda: conv(x, w, b)), fwd, f"{case} forward")
+    xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+    y = conv(xg, w, b)
+    g = _rand(tuple(y.shape), dtype)
+    _assert_ran(_cuda_kernels(lambda: torch.autograd.grad(y, [xg], g)), bwd_in, f"{case} backward (input)")
+    y = conv(x, wg, b)
+    _assert_ran(_cuda_kernels(lambda: torch.autograd.grad(y, [wg], g)), bwd_w, f"{case} backward (weight)")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in ("r50_3x3_64_56", "tail_13x13", "3d_3x3x3",
+                                                                  "r50_1x1_64_256_56")], ids=repr)
+def test_wgrad_split_is_reproducible(case):
+    """wgrad's K splits are summed in a fixed order: two runs are bitwise equal (always, not only under
+    torch.use_deterministic_algorithms)."""
+    x, w, b = case.inputs(torch.bfloat16)
+    wg = w.detach().requires_grad_(True)
+    y = case.conv(F)(x, wg, b)
+    g = _rand(tuple(y.shape), torch.bfloat16)
+    d1 = torch.autograd.grad(y, [wg], g, retain_graph=True)[0]
+    d2 = torch.autograd.grad(y, [wg], g)[0]
+    assert torch.equal(d1, d2)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in ("r50_3x3_64_56", "tail_13x13", "r50_1x1_64_256_56",
+                                                                  "3d_3x3x3")], ids=repr)
+def test_tf32_semantics(case):
+    """float32 with cudnn.allow_tf32 runs TF32 tensor cores (PyTorch's TF32 error); without it, float32 accuracy."""
+    x, w, b = case.inputs(torch.float32)
+    ours, theirs = case.conv(F), case.conv(TF)
+    ref = theirs(x.double(), w.double(), b.double())
+    old = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        y = ours(x, w, b)
+        err = float((y.double() - ref).abs().max() / ref.abs().max())
+        assert err < 1e-5, f"{case}: TF32 off must give float32 accuracy, got {err:.3g}"
+        torch.backends.cudnn.allow_tf32 = True
+        v = compare(ours(x, w, b), theirs(x, w, b), ref, name=f"{case} tf32 on")
+        assert v, v.message
+        fwd, _, _ = case.expect()
+        _assert_ran(_cuda_kernels(lambda: ours(x, w, b)), fwd, f"{case} tf32 forward")
+    finally:
+        torch.backends.cudnn.allow_tf32 = old
+
+
+ACT_REF = {"none": lambda t: t, "relu": torch.relu, "silu": TF.silu, "gelu": TF.gelu}
+
+
+def _geometry_kwargs(fn, case):
+    """stride / padding / dilation keywords for fn, which must take every one the case sets to a non-default."""
+    params = inspect.signature(fn).parameters
+    kw = {"stride": case.stride, "padding": case.pad, "dilation": case.dil}
+    defaults = {"stride": 1, "padding": 0, "dilation": 1}
+    missing = [k for k, v in kw.items() if k not in params and any(e != defaults[k] for e in v)]
+    assert not missing, f"{getattr(fn, '__name__', fn)} takes no {missing}"
+    return {k: v for k, v in kw.items() if k in params}
+
+
+@pytest.mark.parametrize("act", ["none", "relu", "silu", "gelu"])
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in ("r50_3x3_64_56", "r50_1x1_256_64_56", "tail_13x13",
+                                                                  "3d_3x3x3")], ids=repr)
+def test_fused_epilogue(case, act):
+    """conv_bias_add_act: act(conv + bias + residual) in float before one rounding (the gather kernel's epilogue;
+    a 1x1 convolution with the identity as a GEMM with its residual)."""
+    fused = getattr(F, "conv_bias_add_act", None)
+    assert fused is not None, "torch_dnn.functional.conv_bias_add_act is missing"
+    dtype = torch.bfloat16
+    x, w, b = case.inputs(dtype)
+    kw = _geometry_kwargs(fused, case)
+    with torch.no_grad():
+        y_shape = tuple(case.conv(TF)(x, w, b).shape)
+    r = _rand(y_shape, dtype, -2.0, 2.0)
+    ours = lambda x, w, b, r: fused(x, w, b, r, act, **kw)  # noqa: E731
+    peer = lambda x, w, b, r: ACT_REF[act](case.conv(TF)(x, w, b) + r)  # noqa: E731
+    g = _rand(y_shape, dtype)
+    for v in check_against_torch(ours, peer, [x, w, b, r], name=f"{case} {act}", grad_output=g):
+        assert v, v.message
+    fwd, _, _ = case.expect()
+    if fwd == "gemm" and act != "none":
+        fwd = "fprop"  # GemmArgs adds the residual after the activation: the gather kernel takes it
+    _assert_ran(_cuda_kernels(lambda: ours(x, w, b, r)), fwd, f"{case} {act} fused forward")
