@@ -71,17 +71,13 @@ class Case:
     def is_1x1(self):
         return all(k == 1 for k in self.ker) and all(s == 1 for s in self.stride) and all(p == 0 for p in self.pad)
 
-    @property
-    def unit_stride(self):
-        return all(s == 1 for s in self.stride)
-
     def expect(self):
-        """(fprop, dgrad, wgrad) kernels this path runs; None where the problem is not this path's (strided dgrad
-        goes to the direct kernels) or the layout is not a PyTorch memory format (1-D)."""
+        """(fprop, dgrad, wgrad) kernels this path runs; None where the layout is not a PyTorch memory format
+        (1-D: the op layer may copy it)."""
         if self.dims == 1:
             return None, None, None
         fwd = "gemm" if self.is_1x1 else "fprop"
-        bwd_in = ("gemm" if self.is_1x1 else "dgrad") if self.unit_stride else None
+        bwd_in = "gemm" if self.is_1x1 else "dgrad"
         bwd_w = "wgrad|gemm" if self.is_1x1 else "wgrad"
         return fwd, bwd_in, bwd_w
 
@@ -117,6 +113,11 @@ CASES = [
     Case("asym_3x1_s21", 2, 24, 16, (13, 7), (3, 1), stride=(2, 1), pad=(1, 0)),
     Case("stride3_ker2", 2, 16, 32, (11, 13), 2, stride=3),
     Case("dil3_pad2_s1", 2, 16, 16, (7, 7), 3, pad=2, dil=3),
+    # strided dgrad's residue classes: taps that reach only some classes, classes no tap reaches (1x1 / 2),
+    # stride and dilation with a common factor
+    Case("s2_dil2_3x3", 2, 16, 24, (11, 10), 3, stride=2, pad=2, dil=2),
+    Case("s3_dil2_3x3", 2, 24, 16, (13, 11), 3, stride=3, pad=1, dil=2),
+    Case("s2_1x1_odd", 2, 16, 32, (9, 7), 1, stride=2),
     # 3-D and 1-D
     Case("3d_3x3x3", 2, 16, 24, (5, 6, 7), 3, pad=1),
     Case("3d_s2", 2, 16, 16, (5, 6, 7), 3, stride=2, pad=1),
@@ -224,3 +225,35 @@ def test_fused_epilogue(case, act):
     if fwd == "gemm" and act != "none":
         fwd = "fprop"  # GemmArgs adds the residual after the activation: the gather kernel takes it
     _assert_ran(_cuda_kernels(lambda: ours(x, w, b, r)), fwd, f"{case} {act} fused forward")
+
+
+TRANSPOSED = [
+    # (name, N, in channels, out channels, size, kernel, stride, padding, output_padding, dilation)
+    ("t_3x3_s2_op1", 2, 32, 16, (7, 9), 3, 2, 1, 1, 1),
+    ("t_4x4_s2", 2, 16, 24, (6, 5), 4, 2, 1, 0, 1),
+    ("t_3x3_s1_op1_dil2", 2, 16, 16, (5, 6), 3, 1, 1, 1, 2),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("spec", TRANSPOSED, ids=lambda s: s[0])
+def test_conv_transpose(spec, dtype):
+    """A transposed convolution reaches this path as dgrad (forward), fprop (its input's gradient) and wgrad
+    (its weight's), output_padding making dx larger than the convolution's output rule implies."""
+    name, n, cin, cout, size, ker, stride, pad, opad, dil = spec
+    x = _rand((n, cin) + size, dtype, -2.0, 2.0)
+    w = _rand((cin, cout, ker, ker), dtype, -1.0, 1.0)
+    b = random_like_case((cout,), dtype, "cuda", low=-1.0, high=1.0)
+    ours = lambda x, w, b: F.conv_transpose2d(x, w, b, stride, pad, opad, 1, dil)  # noqa: E731
+    peer = lambda x, w, b: TF.conv_transpose2d(x, w, b, stride, pad, opad, 1, dil)  # noqa: E731
+    with torch.no_grad():
+        y_shape = tuple(peer(x, w, b).shape)
+    g = _rand(y_shape, dtype)
+    for v in check_against_torch(ours, peer, [x, w, b], name=f"{name} {dtype}", grad_output=g):
+        assert v, v.message
+    _assert_ran(_cuda_kernels(lambda: ours(x, w, b)), "dgrad", f"{name} forward")
+    xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
+    y = ours(xg, w, b)
+    _assert_ran(_cuda_kernels(lambda: torch.autograd.grad(y, [xg], g)), "fprop", f"{name} backward (input)")
+    y = ours(x, wg, b)
+    _assert_ran(_cuda_kernels(lambda: torch.autograd.grad(y, [wg], g)), "wgrad", f"{name} backward (weight)")

@@ -13,9 +13,11 @@
 //           only the tap's deltas are added and taps outside x are zero-filled by cp.async (source size 0).
 //           B: the weight of the tile's tap, K-major rows. Epilogue (kernels/conv_igemm_epilogue.cuh): bias,
 //           residual, activation in float, one rounding, 16-byte stores.
-//   dgrad   stride 1 only: dx = the convolution of dy with the K <-> C transposed, flipped weight, the same
-//           kernel with the gather over dy (position d + pad - t * dil) and B the weight read in place as
-//           [k][c] per tap (N-major, ldmatrix.trans). Strided dgrad is refused (the direct kernels take it).
+//   dgrad   dx = the convolution of dy with the K <-> C transposed, flipped weight: the same kernel with the
+//           gather over dy (position d + pad - t * dil) and B the weight read in place as [k][c] per tap
+//           (N-major, ldmatrix.trans). A strided dgrad runs as stride^dims launches, one per residue class of
+//           dx's pixels (d = i * stride + rd), each a stride-1 gather over only the taps that reach that class
+//           (run_dgrad): no zero taps are visited; a class no tap reaches is written with zeros.
 //   wgrad   dw[k][(t, r, s, c)] = sum over pixels of dy[pixel][k] x[pixel's tap position][c]
 //           (kernels/conv_igemm_wgrad.cuh): A = dy read M-major (ldmatrix.trans), B = the im2col gather of x.
 //           The reduction over N*P*Q*O pixels is split across CTAs (blockIdx.z) when the output tiles cannot
@@ -157,25 +159,20 @@ cudaError_t launch(const typename Problem::Params& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// fprop (dgrad false) or stride-1 dgrad (true): the output-stationary gather kernel.
+// The gather kernel's parameters common to fprop and dgrad; the caller sets the row grid, the gather's
+// position rule and the taps (fprop: set_fprop_taps, dgrad: one residue class of dgrad_class).
 template <typename T, bool kDgrad>
-cudaError_t run_gather(const ConvArgs& a, cudaStream_t stream) {
-  using Problem = GatherProblem<T, kDgrad>;
+void set_gather_operands(const ConvArgs& a, typename GatherProblem<T, kDgrad>::Params& p) {
   const ConvGeometry& g = a.g;
-  typename Problem::Params p{};
   constexpr int BKE = mma::Tile<T, true>::BK;
   const Operand5& src = kDgrad ? a.y : a.x;  // the gathered activation
   const Operand5& dst = kDgrad ? a.x : a.y;  // the output
   const int64_t* src_sp = kDgrad ? g.out : g.in;
   const int64_t* dst_sp = kDgrad ? g.in : g.out;
-  const int64_t cg = kDgrad ? g.K : g.C, nout = kDgrad ? g.C : g.K;
-  p.M = int(g.N * dst_sp[0] * dst_sp[1] * dst_sp[2]);
-  p.N = int(nout);
+  const int64_t cg = kDgrad ? g.K : g.C;
+  p.N = int(kDgrad ? g.C : g.K);
   p.cblocks = int(cdiv(cg, BKE));
-  p.ktiles = int(g.ker[0] * g.ker[1] * g.ker[2] * p.cblocks);
   p.splits = 1;
-  p.kt_per_split = p.ktiles;
-  p.tiles_m = cdiv(p.M, kBM);
   p.tiles_n = cdiv(p.N, kBN);
   p.act = static_cast<const T*>(src.ptr);
   p.as_n = stride_of(src, 0, g.N);
@@ -184,12 +181,6 @@ cudaError_t run_gather(const ConvArgs& a, cudaStream_t stream) {
   p.as_w = stride_of(src, 4, src_sp[2]);
   p.D = int(src_sp[0]), p.H = int(src_sp[1]), p.W = int(src_sp[2]);
   p.Cg = int(cg);
-  p.P = FastDiv(int(dst_sp[0])), p.Q = FastDiv(int(dst_sp[1])), p.O = FastDiv(int(dst_sp[2]));
-  const int sgn = kDgrad ? -1 : 1;
-  p.str_d = kDgrad ? 1 : int(g.stride[0]), p.str_h = kDgrad ? 1 : int(g.stride[1]), p.str_w = kDgrad ? 1 : int(g.stride[2]);
-  p.off_d = -sgn * int(g.pad[0]), p.off_h = -sgn * int(g.pad[1]), p.off_w = -sgn * int(g.pad[2]);
-  p.tap_d = sgn * int(g.dil[0]), p.tap_h = sgn * int(g.dil[1]), p.tap_w = sgn * int(g.dil[2]);
-  p.R = int(g.ker[1]), p.S = int(g.ker[2]);
   p.wt = static_cast<const T*>(a.w.ptr);
   p.ws_k = stride_of(a.w, 0, g.K);
   p.ws_t = stride_of(a.w, 2, g.ker[0]);
@@ -217,7 +208,83 @@ cudaError_t run_gather(const ConvArgs& a, cudaStream_t stream) {
   o.act = kDgrad ? Act::Identity : a.act;
   o.pa = float(a.act_params.a);
   o.pb = float(a.act_params.b);
+}
+
+// The rows (output pixels of an N x e0 x e1 x e2 grid) and the K tiles of `taps` taps.
+template <typename P>
+void set_rows(P& p, int64_t n, const int64_t (&e)[3], int64_t taps) {
+  p.M = int(n * e[0] * e[1] * e[2]);
+  p.tiles_m = cdiv(p.M, kBM);
+  p.P = FastDiv(int(e[0])), p.Q = FastDiv(int(e[1])), p.O = FastDiv(int(e[2]));
+  p.ktiles = int(taps * p.cblocks);
+  p.kt_per_split = p.ktiles;
+}
+
+template <typename T>
+cudaError_t run_fprop(const ConvArgs& a, cudaStream_t stream) {
+  using Problem = GatherProblem<T, false>;
+  const ConvGeometry& g = a.g;
+  typename Problem::Params p{};
+  set_gather_operands<T, false>(a, p);
+  set_rows(p, g.N, g.out, g.ker[0] * g.ker[1] * g.ker[2]);
+  p.str_d = int(g.stride[0]), p.str_h = int(g.stride[1]), p.str_w = int(g.stride[2]);
+  p.off_d = -int(g.pad[0]), p.off_h = -int(g.pad[1]), p.off_w = -int(g.pad[2]);
+  p.tap_d = int(g.dil[0]), p.tap_h = int(g.dil[1]), p.tap_w = int(g.dil[2]);
+  p.R = int(g.ker[1]), p.S = int(g.ker[2]);
   return launch<T, Problem>(p, stream);
+}
+
+int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
+
+// dgrad, one output residue class per launch (stride^dims classes; one for stride 1):
+//   dx[d] = sum over t of dy[p] w[t], p = (d + pad - t * dil) / stride where that divides exactly.
+// For the pixels d = i * stride + rd of class rd the taps that contribute are t = t0 + j * ts (t0 the first with
+// stride | rd + pad - t0 * dil, ts = stride / gcd(stride, dil)), at p = i + (rd + pad - t0 * dil) / stride - j *
+// (dil / gcd): a stride-1 gather over dy with its own taps, and the class's pixels a strided view of dx. No tap
+// that falls between dy's pixels is visited; a class no tap reaches gets zeros (a launch with no K tiles).
+template <typename T>
+cudaError_t run_dgrad(const ConvArgs& a, cudaStream_t stream) {
+  using Problem = GatherProblem<T, true>;
+  const ConvGeometry& g = a.g;
+  typename Problem::Params base{};
+  set_gather_operands<T, true>(a, base);
+  const int64_t* st = g.stride;
+  for (int64_t rd = 0; rd < st[0]; ++rd)
+    for (int64_t rh = 0; rh < st[1]; ++rh)
+      for (int64_t rw = 0; rw < st[2]; ++rw) {
+        const int64_t rc[3] = {rd, rh, rw};
+        int64_t ext[3], t0[3], nt[3], off[3], step[3];
+        bool empty = false;
+        for (int i = 0; i < 3; ++i) {
+          ext[i] = g.in[i] > rc[i] ? cdiv(g.in[i] - rc[i], st[i]) : 0;
+          empty = empty || ext[i] == 0;
+          const int64_t gg = gcd(st[i], g.dil[i]), ts = st[i] / gg;
+          t0[i] = 0;
+          while (t0[i] < ts && (rc[i] + g.pad[i] - t0[i] * g.dil[i]) % st[i] != 0) ++t0[i];
+          nt[i] = t0[i] < ts && t0[i] < g.ker[i] ? cdiv(g.ker[i] - t0[i], ts) : 0;
+          off[i] = nt[i] > 0 ? (rc[i] + g.pad[i] - t0[i] * g.dil[i]) / st[i] : 0;
+          step[i] = ts;
+        }
+        if (empty) continue;  // no pixel of dx in this class
+        typename Problem::Params p = base;
+        const int64_t taps = nt[0] * nt[1] * nt[2];
+        set_rows(p, g.N, ext, taps);
+        p.str_d = p.str_h = p.str_w = 1;
+        p.off_d = int(off[0]), p.off_h = int(off[1]), p.off_w = int(off[2]);
+        p.tap_d = -int(g.dil[0] / gcd(st[0], g.dil[0]));
+        p.tap_h = -int(g.dil[1] / gcd(st[1], g.dil[1]));
+        p.tap_w = -int(g.dil[2] / gcd(st[2], g.dil[2]));
+        p.R = int(std::max<int64_t>(nt[1], 1)), p.S = int(std::max<int64_t>(nt[2], 1));
+        if (taps > 0) {
+          p.wt += t0[0] * base.ws_t + t0[1] * base.ws_r + t0[2] * base.ws_s;
+          p.ws_t = base.ws_t * step[0], p.ws_r = base.ws_r * step[1], p.ws_s = base.ws_s * step[2];
+        }
+        OutParams<T>& o = p.out;
+        o.y += rd * base.out.ys_d + rh * base.out.ys_h + rw * base.out.ys_w;
+        o.ys_d = base.out.ys_d * st[0], o.ys_h = base.out.ys_h * st[1], o.ys_w = base.out.ys_w * st[2];
+        if (const cudaError_t err = launch<T, Problem>(p, stream); err != cudaSuccess) return err;
+      }
+  return cudaSuccess;
 }
 
 template <typename T>
@@ -374,17 +441,16 @@ cudaError_t conv_igemm_fprop(const ConvArgs& a, cudaStream_t stream) {
   if (!channels_inner(a.x, g.N, g.C, g.in) || !channels_inner(a.y, g.N, g.K, g.out) || !weight_channels_inner(a.w, g))
     return cudaErrorNotSupported;
   if (cudaError_t err; fprop_as_gemm(a, stream, &err)) return err;
-  return dispatch(a.dtype, [&](auto t) { return run_gather<decltype(t), false>(a, stream); });
+  return dispatch(a.dtype, [&](auto t) { return run_fprop<decltype(t)>(a, stream); });
 }
 
 cudaError_t conv_igemm_dgrad(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
   if (!tensor_core_dtype(a) || !geometry_fits(g)) return cudaErrorNotSupported;
-  if (g.stride[0] != 1 || g.stride[1] != 1 || g.stride[2] != 1) return cudaErrorNotSupported;
   if (!channels_inner(a.x, g.N, g.C, g.in) || !channels_inner(a.y, g.N, g.K, g.out) || !weight_channels_inner(a.w, g))
     return cudaErrorNotSupported;
   if (cudaError_t err; dgrad_as_gemm(a, stream, &err)) return err;
-  return dispatch(a.dtype, [&](auto t) { return run_gather<decltype(t), true>(a, stream); });
+  return dispatch(a.dtype, [&](auto t) { return run_dgrad<decltype(t)>(a, stream); });
 }
 
 cudaError_t conv_igemm_wgrad(const ConvArgs& a, cudaStream_t stream) {
