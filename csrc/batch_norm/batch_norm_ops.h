@@ -14,6 +14,8 @@
 #include <torch/library.h>
 
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <tuple>
 
 #include "batch_norm/batch_norm_coeffs.h"
@@ -48,6 +50,50 @@ inline Tensor check_channel(const char* op, const char* arg, const Tensor& x, co
 }
 
 inline Tensor out_like(const Tensor& x) { return at::empty_like(x, x.suggest_memory_format()); }
+
+// The layouts of PyTorch's CUDA kernels where they differ from out_like (torch_dnn/ops/batch_norm.py's fake kernels
+// mirror these). Its forward and training backward give the input's suggested layout as its CPU kernels do
+// (cuDNN's exactly; its native kernel keeps a dense input's own strides, the same for contiguous and channels-last
+// inputs, not for other dense permutations); the rest, in aten/src/ATen/native/cuda/Normalization.cu(h):
+
+// batch_norm_use_channels_last_kernels.
+inline bool cuda_channels_last_kernels(const Tensor& t) {
+  return t.is_contiguous(at::MemoryFormat::ChannelsLast) || t.is_contiguous(at::MemoryFormat::ChannelsLast3d) ||
+         (t.is_contiguous() && t.stride(1) == 1);
+}
+
+// at::cuda::detail::canUse32BitIndexMath: every element's offset (and the count) below 2^31 - 1.
+inline bool fits_32bit_index(const Tensor& t) {
+  const int64_t max = std::numeric_limits<int32_t>::max();
+  if (t.numel() >= max) return false;
+  int64_t offset = 0, linear = t.numel() - 1;
+  for (int64_t d = t.dim() - 1; d >= 0 && linear > 0; --d) {
+    offset += (linear % t.size(d)) * t.stride(d);
+    linear /= t.size(d);
+  }
+  return offset < max;
+}
+
+// The input gradient of batch_norm (and of batch_norm_add_act, whose composite runs it): in evaluation PyTorch's
+// backward is always native_batch_norm_backward (_batch_norm_impl_index_backward falls back to it from cuDNN),
+// whose CUDA paths (batch_norm_backward_cuda_template, batch_norm_elementwise_backward_eval) allocate it
+// contiguous, whatever the layouts of the input and grad_output; otherwise the input's suggested layout.
+inline Tensor dx_like(const Tensor& x, bool training) {
+  if (x.is_cuda() && !training) return at::empty(x.sizes(), x.options());
+  return out_like(x);
+}
+
+// batch_norm_elemt: batch_norm_elemt_cuda returns empty_like(input) (the input's own strides when it is dense).
+inline Tensor elemt_out_like(const Tensor& x) { return x.is_cuda() ? at::empty_like(x) : out_like(x); }
+
+// batch_norm_backward_elemt: batch_norm_backward_elemt_cuda takes its channels-last kernel, which returns
+// empty_like(input), when grad_output and the input both suit it (and grad_output is 32-bit indexable); its
+// other kernel returns a contiguous gradient.
+inline Tensor backward_elemt_dx_like(const Tensor& dy, const Tensor& x) {
+  if (!x.is_cuda()) return out_like(x);
+  if (fits_32bit_index(dy) && cuda_channels_last_kernels(dy) && cuda_channels_last_kernels(x)) return at::empty_like(x);
+  return at::empty(x.sizes(), x.options());
+}
 
 // batch_norm_add_act's residual gradient, the gradient at the activation's input, laid out as PyTorch's composite
 // lays it out: relu's backward (threshold_backward) in its result's layout, out_like(x); silu's in grad_out's, and
@@ -150,7 +196,7 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   }
   const auto pdtype = [&](const OptTensor& p) { return given(p) ? p->scalar_type() : x.scalar_type(); };
   const auto empty0 = [&] { return at::empty({0}, x.options()); };
-  Tensor dx = mask[0] ? out_like(x) : empty0();
+  Tensor dx = mask[0] ? dx_like(x, training) : empty0();
   Tensor dres = mask[1] ? residual_grad_like(dy, x, act) : empty0();
   Tensor dw = mask[2] ? at::empty({C}, x.options().dtype(pdtype(weight))) : empty0();
   // batch_norm_backward takes no bias: d_bias then takes the weight's dtype (PyTorch's convention: weight and
@@ -246,7 +292,7 @@ void register_batch_norm_impls(torch::Library& m) {
     check_input(op, x);
     const Tensor m = check_channel(op, "mean", x, mean), is = check_channel(op, "invstd", x, invstd);
     const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
-    Tensor y = out_like(x);
+    Tensor y = elemt_out_like(x);
     if (x.numel() == 0) return y;
     const Tensor scale = as_stat(x, w.defined() ? is * w : is);
     Tensor shift = -m * scale;
@@ -282,7 +328,7 @@ void register_batch_norm_impls(torch::Library& m) {
     const Tensor s1 = check_channel(op, "sum_dy", x, sum_dy), s2 = check_channel(op, "sum_dy_xmu", x, sum_dy_xmu);
     TORCH_CHECK(count > 0, op, ": expected count (the number of elements per channel over all processes) > 0, but got ",
                 count);
-    Tensor dx = out_like(x);
+    Tensor dx = backward_elemt_dx_like(dy, x);
     if (x.numel() == 0) return dx;
     const Tensor k = as_stat(x, w.defined() ? is * w : is);
     const Tensor a = as_stat(x, s1 / double(count));

@@ -20,6 +20,48 @@ def _out_like(x):
     return torch.empty_like(x, memory_format=torch._prims_common.suggest_memory_format(x))
 
 
+# PyTorch's CUDA layouts where they differ from _out_like: dx_like, elemt_out_like and backward_elemt_dx_like in
+# csrc/batch_norm/batch_norm_ops.h (the real kernels' rules, with the PyTorch sources behind them).
+
+def _cuda_channels_last_kernels(t):
+    return (t.is_contiguous(memory_format=torch.channels_last) or t.is_contiguous(memory_format=torch.channels_last_3d)
+            or (t.is_contiguous() and t.stride(1) == 1))
+
+
+def _fits_32bit_index(t):
+    limit = 2**31 - 1
+    if t.numel() >= limit:
+        return False
+    offset, linear = 0, t.numel() - 1
+    for size, stride in zip(reversed(t.shape), reversed(t.stride())):
+        if linear <= 0:
+            break
+        offset += (linear % size) * stride
+        linear //= size
+    return offset < limit
+
+
+def _contiguous(x):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+def _dx_like(x, training):
+    """The input gradient: contiguous in evaluation on CUDA (native_batch_norm_backward's CUDA paths)."""
+    return _contiguous(x) if x.device.type == "cuda" and not training else _out_like(x)
+
+
+def _elemt_out_like(x):
+    return torch.empty_like(x) if x.device.type == "cuda" else _out_like(x)
+
+
+def _backward_elemt_dx_like(grad_out, x):
+    if x.device.type != "cuda":
+        return _out_like(x)
+    if _fits_32bit_index(grad_out) and _cuda_channels_last_kernels(grad_out) and _cuda_channels_last_kernels(x):
+        return torch.empty_like(x)
+    return _contiguous(x)
+
+
 def _fake_fwd(x):
     c = x.shape[1]
     return _out_like(x), x.new_empty((c,), dtype=_stat_dtype(x.dtype)), x.new_empty((c,), dtype=_stat_dtype(x.dtype))
@@ -37,10 +79,10 @@ def _bnaa_fake(x, residual, weight, bias, running_mean, running_var, training, m
     return _fake_fwd(x)
 
 
-def _fake_grads(x, weight, bias, mask, with_res, grad_out=None, act=0):
+def _fake_grads(x, weight, bias, mask, with_res, training, grad_out=None, act=0):
     c = x.shape[1]
     e = x.new_empty((0,))
-    out = [_out_like(x) if mask[0] else e]
+    out = [_dx_like(x, training) if mask[0] else e]
     if with_res:  # residual_grad_like in csrc/batch_norm/batch_norm_ops.h
         out.append((_out_like(x) if act == 1 else iter_empty(grad_out, x)) if mask[1] else e)
     pm = mask[2:] if with_res else mask[1:]
@@ -54,13 +96,13 @@ def _fake_grads(x, weight, bias, mask, with_res, grad_out=None, act=0):
 @torch.library.register_fake("torch_dnn::batch_norm_backward")
 def _bn_bwd_fake(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, training, eps, mask):
     _checks.batch_norm_backward(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd)
-    return _fake_grads(x, weight, None, mask, False)
+    return _fake_grads(x, weight, None, mask, False, training)
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_add_act_backward")
 def _bnaa_bwd_fake(grad_out, x, residual, weight, bias, save_mean, save_invstd, training, act, mask):
     _checks.batch_norm_add_act_backward(grad_out, x, residual, weight, bias, save_mean, save_invstd)
-    return _fake_grads(x, weight, bias, mask, True, grad_out, act)
+    return _fake_grads(x, weight, bias, mask, True, training, grad_out, act)
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_stats")
@@ -73,7 +115,7 @@ def _stats_fake(x):
 @torch.library.register_fake("torch_dnn::batch_norm_elemt")
 def _elemt_fake(x, mean, invstd, weight, bias):
     _checks.batch_norm_elemt(x, mean, invstd, weight, bias)
-    return _out_like(x)
+    return _elemt_out_like(x)
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_backward_reduce")
@@ -86,7 +128,7 @@ def _bwd_reduce_fake(grad_out, x, mean, invstd):
 @torch.library.register_fake("torch_dnn::batch_norm_backward_elemt")
 def _bwd_elemt_fake(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count):
     _checks.batch_norm_backward_elemt(grad_out, x, mean, invstd, weight, sum_dy, sum_dy_xmu, count)
-    return _out_like(x)
+    return _backward_elemt_dx_like(grad_out, x)
 
 
 # The forward ops mutate the running stats, and a mutating custom op cannot carry a register_autograd formula.

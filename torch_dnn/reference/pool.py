@@ -6,7 +6,7 @@ drops the padding offset when it maps an input pixel to the windows covering it.
 avg_pool2d, so an (N, L, C)-strided 1-D input meets the same kernel. PyTorch's 3-D avg_pool CUDA kernels
 compute on a contiguous copy (no channels_last_3d kernel in its source), so they should be free of it; the
 reference routes every non-contiguous CUDA input through the contiguous kernels all the same, so that it does
-not depend on that, and returns 4-D results in channels_last as PyTorch's own op does.
+not depend on that, and returns its results in the layout PyTorch's own op gives them.
 
 PyTorch's CPU avg_pool3d (and so lp_pool3d) has no float16 / bfloat16 kernel: there the reference computes it in
 float32 and rounds the result once, as PyTorch's 2-D kernels (float accumulation) do in those dtypes; lp_pool3d
@@ -29,11 +29,20 @@ def _through_contiguous(fn, x, *args, rank=None, **kwargs):
     if not (x.is_cuda and not x.is_contiguous()):
         return fn(x, *args, **kwargs)
     y = fn(x.contiguous(), *args, **kwargs)
-    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
-        if isinstance(y, tuple):
-            return tuple(t.contiguous(memory_format=torch.channels_last) for t in y)
-        return y.contiguous(memory_format=torch.channels_last)
-    return y
+    # laid out as PyTorch's op lays out its result for x itself (channels-last for a channels-last batch of
+    # max_pool1d/2d/3d and avg_pool1d/2d, contiguous for avg_pool3d): the strides of its meta kernels, which are
+    # those of the CUDA ones here (the structured max_pool2d_with_indices / avg_pool2d meta functions allocate the
+    # CUDA results, through which the 1-D ops run; max_pool3d's CUDA kernel keeps channels_last_3d for a batch)
+    like = fn(x.detach().to("meta"), *args, **kwargs)
+    if isinstance(y, tuple):
+        return tuple(_restrided(t, m) for t, m in zip(y, like))
+    return _restrided(y, like)
+
+
+def _restrided(t, like):
+    if t.stride() == like.stride():
+        return t
+    return torch.empty_strided(like.shape, like.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
 # PyTorch's CUDA max_pool NHWC kernel writes float64 values to a misaligned shared-memory address (on the H100
