@@ -16,23 +16,13 @@ import torch
 import torch.nn.functional as F
 
 
-def _on_cpu(fn, x, *args, **kwargs):
-    y = fn(x.cpu(), *args, **kwargs)
-    return tuple(t.to(x.device) for t in y) if isinstance(y, tuple) else y.to(x.device)
-
-
-def _through_contiguous(fn, x, *args, rank=None, **kwargs):
-    if x.is_cuda and rank is not None and x.dim() > rank and x.size(x.dim() - rank - 1) == 1:
-        # one channel: a contiguous tensor's strides then read as channels_last as well, PyTorch takes its NHWC
-        # kernel (and its bug) anyway; the CPU kernel is the reference there
-        return _on_cpu(fn, x, *args, **kwargs)
-    if not (x.is_cuda and not x.is_contiguous()):
-        return fn(x, *args, **kwargs)
-    y = fn(x.contiguous(), *args, **kwargs)
-    # laid out as PyTorch's op lays out its result for x itself (channels-last for a channels-last batch of
-    # max_pool1d/2d/3d and avg_pool1d/2d, contiguous for avg_pool3d): the strides of its meta kernels, which are
-    # those of the CUDA ones here (the structured max_pool2d_with_indices / avg_pool2d meta functions allocate the
-    # CUDA results, through which the 1-D ops run; max_pool3d's CUDA kernel keeps channels_last_3d for a batch)
+def _as_on_cuda(y, fn, x, *args, **kwargs):
+    """y, computed for the CUDA input x some other way (on a contiguous copy, or on the CPU), laid out as PyTorch's
+    CUDA op lays out its result for x itself: channels-last for a channels-last batch of max_pool1d/2d/3d and
+    avg_pool1d/2d (also without gradient: PyTorch's CPU-only max_pool1d kernel returns contiguous), contiguous for
+    avg_pool3d. Those are the strides of its meta kernels: the structured max_pool2d_with_indices / avg_pool2d meta
+    functions allocate the CUDA results (the 1-D ops run through them), and max_pool3d's CUDA kernel keeps
+    channels_last_3d for a batch as its meta function does."""
     like = fn(x.detach().to("meta"), *args, **kwargs)
     if isinstance(y, tuple):
         return tuple(_restrided(t, m) for t, m in zip(y, like))
@@ -43,6 +33,22 @@ def _restrided(t, like):
     if t.stride() == like.stride():
         return t
     return torch.empty_strided(like.shape, like.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
+def _on_cpu(fn, x, *args, **kwargs):
+    y = fn(x.cpu(), *args, **kwargs)
+    y = tuple(t.to(x.device) for t in y) if isinstance(y, tuple) else y.to(x.device)
+    return _as_on_cuda(y, fn, x, *args, **kwargs)
+
+
+def _through_contiguous(fn, x, *args, rank=None, **kwargs):
+    if x.is_cuda and rank is not None and x.dim() > rank and x.size(x.dim() - rank - 1) == 1:
+        # one channel: a contiguous tensor's strides then read as channels_last as well, PyTorch takes its NHWC
+        # kernel (and its bug) anyway; the CPU kernel is the reference there
+        return _on_cpu(fn, x, *args, **kwargs)
+    if not (x.is_cuda and not x.is_contiguous()):
+        return fn(x, *args, **kwargs)
+    return _as_on_cuda(fn(x.contiguous(), *args, **kwargs), fn, x, *args, **kwargs)
 
 
 # PyTorch's CUDA max_pool NHWC kernel writes float64 values to a misaligned shared-memory address (on the H100
