@@ -34,6 +34,7 @@
 // extents below 2^31. Everything else answers cudaErrorNotSupported (the direct kernels take it).
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "common/cuda/device.cuh"
 #include "conv/conv_kernels.h"
@@ -60,7 +61,8 @@ struct GatherProblem {
   static constexpr bool kAK = true, kBK = !kDgrad;
   __device__ static __forceinline__ void epilogue(const Params& p, const float* cs, int64_t m0, int64_t n0, int split,
                                                   int tid) {
-    store_pixels(p.out, p.P, p.Q, p.O, p.M, p.N, cs, m0, n0, tid);
+    if (p.splits > 1) store_rows<T>(nullptr, 0, p.ws, split, p.splits, p.M, p.N, cs, m0, n0, tid);
+    else store_pixels(p.out, p.P, p.Q, p.O, p.M, p.N, cs, m0, n0, tid);
   }
 };
 
@@ -160,7 +162,7 @@ cudaError_t launch(const typename Problem::Params& p, cudaStream_t stream) {
 }
 
 // The gather kernel's parameters common to fprop and dgrad; the caller sets the row grid, the gather's
-// position rule and the taps (fprop: set_fprop_taps, dgrad: one residue class of dgrad_class).
+// position rule and the taps (run_fprop; run_dgrad, one residue class a launch).
 template <typename T, bool kDgrad>
 void set_gather_operands(const ConvArgs& a, typename GatherProblem<T, kDgrad>::Params& p) {
   const ConvGeometry& g = a.g;
@@ -220,6 +222,35 @@ void set_rows(P& p, int64_t n, const int64_t (&e)[3], int64_t taps) {
   p.kt_per_split = p.ktiles;
 }
 
+// K splits of an output-stationary launch whose tiles leave at least half the CTA slots (2 an SM) empty: as many
+// as fill the slots, each split at least 8 K tiles, at most 8 splits. Returns the partial sums' bytes (0: none).
+template <typename P>
+int64_t plan_splits(P& p) {
+  const int64_t tiles = p.tiles_m * p.tiles_n, slots = 2 * int64_t(sm_count());
+  int64_t splits = 1;
+  if (2 * tiles <= slots) splits = std::max<int64_t>(1, std::min<int64_t>({slots / tiles, p.ktiles / 8, 8}));
+  p.kt_per_split = int(splits > 1 ? cdiv(p.ktiles, splits) : p.ktiles);
+  p.splits = int(splits > 1 ? cdiv(p.ktiles, p.kt_per_split) : 1);
+  return p.splits > 1 ? int64_t(p.splits) * p.M * p.N * 4 : 0;
+}
+
+template <typename P>
+void no_splits(P& p) {
+  p.splits = 1;
+  p.kt_per_split = p.ktiles;
+}
+
+// The gather kernel, then (K splits) the fixed-order sum of its partials with the epilogue.
+template <typename T, bool kDgrad>
+cudaError_t launch_gather(const typename GatherProblem<T, kDgrad>::Params& p, cudaStream_t stream) {
+  if (const cudaError_t err = launch<T, GatherProblem<T, kDgrad>>(p, stream); err != cudaSuccess || p.splits == 1)
+    return err;
+  const int64_t octs = int64_t(p.M) * p.N / 8;
+  finish_pixel_splits_kernel<T><<<grid_for(octs, 256, 4, 8), 256, 0, stream>>>(p.ws, p.splits, p.M, p.N, p.P, p.Q,
+                                                                                p.O, p.out);
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t run_fprop(const ConvArgs& a, cudaStream_t stream) {
   using Problem = GatherProblem<T, false>;
@@ -231,7 +262,11 @@ cudaError_t run_fprop(const ConvArgs& a, cudaStream_t stream) {
   p.off_d = -int(g.pad[0]), p.off_h = -int(g.pad[1]), p.off_w = -int(g.pad[2]);
   p.tap_d = int(g.dil[0]), p.tap_h = int(g.dil[1]), p.tap_w = int(g.dil[2]);
   p.R = int(g.ker[1]), p.S = int(g.ker[2]);
-  return launch<T, Problem>(p, stream);
+  if (const int64_t bytes = plan_splits(p); bytes > 0) {
+    p.ws = static_cast<float*>(a.workspace.get(bytes));
+    if (p.ws == nullptr) no_splits(p);
+  }
+  return launch_gather<T, false>(p, stream);
 }
 
 int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
@@ -249,6 +284,8 @@ cudaError_t run_dgrad(const ConvArgs& a, cudaStream_t stream) {
   typename Problem::Params base{};
   set_gather_operands<T, true>(a, base);
   const int64_t* st = g.stride;
+  std::vector<typename Problem::Params> launches;
+  int64_t ws_bytes = 0;
   for (int64_t rd = 0; rd < st[0]; ++rd)
     for (int64_t rh = 0; rh < st[1]; ++rh)
       for (int64_t rw = 0; rw < st[2]; ++rw) {
@@ -282,8 +319,16 @@ cudaError_t run_dgrad(const ConvArgs& a, cudaStream_t stream) {
         OutParams<T>& o = p.out;
         o.y += rd * base.out.ys_d + rh * base.out.ys_h + rw * base.out.ys_w;
         o.ys_d = base.out.ys_d * st[0], o.ys_h = base.out.ys_h * st[1], o.ys_w = base.out.ys_w * st[2];
-        if (const cudaError_t err = launch<T, Problem>(p, stream); err != cudaSuccess) return err;
+        ws_bytes = std::max(ws_bytes, plan_splits(p));
+        launches.push_back(p);
       }
+  // one workspace for every class's partial sums: the launches run one after another on the stream
+  float* ws = ws_bytes > 0 ? static_cast<float*>(a.workspace.get(ws_bytes)) : nullptr;
+  for (auto& p : launches) {
+    if (ws == nullptr) no_splits(p);
+    p.ws = ws;
+    if (const cudaError_t err = launch_gather<T, true>(p, stream); err != cudaSuccess) return err;
+  }
   return cudaSuccess;
 }
 

@@ -3,7 +3,8 @@
 // channel count this path takes is a multiple of 8, so 8 columns never straddle the edge of N).
 //   store_pixels: fprop / dgrad, rows are output pixels [n][p][q][o] of a channels-innermost output.
 //                 v = act(acc + bias[k] + residual) in float, then one rounding to T (conv_kernels.h's order:
-//                 the residual is added before the activation).
+//                 the residual is added before the activation). With K splits the CTAs write float partial sums
+//                 (store_rows) and finish_pixel_splits_kernel adds them in split order and finishes them alike.
 //   store_rows:   wgrad, rows are dw's K index, columns its (t, r, s, c) index: dw rows at stride ldw, or the
 //                 float partial sums of a K split (ws[split][M][N]), which sum_splits adds in split order.
 #pragma once
@@ -44,43 +45,68 @@ __device__ __forceinline__ void write8(T* dst, const float (&v)[8]) {
   }
 }
 
+// Columns n .. n+7 of output pixel px: v = act(acc + bias + residual), one rounding, 16-byte stores.
+template <typename T>
+__device__ __forceinline__ void finish8(const OutParams<T>& e, const Pixel& px, int64_t n, float (&v)[8]) {
+  constexpr int KE = 16 / sizeof(T), NV = 8 / KE;
+  if (e.bias) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] += to_acc<float>(e.bias[n + j]);
+  }
+  if (e.res) {
+    const int64_t ro = px.n * e.rs_n + px.p * e.rs_d + px.q * e.rs_h + px.o * e.rs_w;
+    if (e.res_vec) {
+      const T* rp = e.res + ro + n;
+#pragma unroll
+      for (int q = 0; q < NV; ++q) {
+        const Vec<T, KE> w = load_vec<T, KE>(rp + q * KE);
+#pragma unroll
+        for (int j = 0; j < KE; ++j) v[q * KE + j] += to_acc<float>(w.v[j]);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] += to_acc<float>(e.res[ro + (n + j) * e.rs_c]);
+    }
+  }
+  if (e.act != Act::Identity) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = matmul::apply_act<float, kFastMath<T>>(v[j], e.act, e.pa, e.pb);
+  }
+  write8<T>(e.y + (px.n * e.ys_n + px.p * e.ys_d + px.q * e.ys_h + px.o * e.ys_w + n), v);
+}
+
 template <typename T>
 __device__ __forceinline__ void store_pixels(const OutParams<T>& e, const FastDiv& P, const FastDiv& Q,
                                              const FastDiv& O, int M, int N, const float* cs, int64_t m0, int64_t n0,
                                              int tid) {
-  constexpr int KE = 16 / sizeof(T), NV = 8 / KE;
 #pragma unroll 1
   for (int pass = 0; pass < kBM / (kThreads / 16); ++pass) {
     const int r = pass * (kThreads / 16) + tid / 16, c = (tid % 16) * 8;
     const int64_t m = m0 + r, n = n0 + c;
     if (m >= M || n >= N) continue;
-    const Pixel px = pixel_of(int(m), P, Q, O);
     float v[8];
     read8<T>(cs, r, c, v);
-    if (e.bias) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] += to_acc<float>(e.bias[n + j]);
+    finish8(e, pixel_of(int(m), P, Q, O), n, v);
+  }
+}
+
+// The split form of store_pixels: out[m][n] = finish8(sum over s = 0, 1, ... of ws[s][m][n]), in that order
+// (bitwise reproducible), 8 columns a thread.
+template <typename T>
+__global__ void finish_pixel_splits_kernel(const float* __restrict__ ws, int splits, int M, int N, FastDiv P, FastDiv Q,
+                                           FastDiv O, OutParams<T> e) {
+  const int64_t total = int64_t(M) * N, octs = total / 8;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < octs; i += int64_t(gridDim.x) * blockDim.x) {
+    float4 lo = reinterpret_cast<const float4*>(ws)[2 * i], hi = reinterpret_cast<const float4*>(ws)[2 * i + 1];
+    for (int s = 1; s < splits; ++s) {
+      const float4* w = reinterpret_cast<const float4*>(ws + s * total);
+      const float4 a = w[2 * i], b = w[2 * i + 1];
+      lo.x += a.x, lo.y += a.y, lo.z += a.z, lo.w += a.w;
+      hi.x += b.x, hi.y += b.y, hi.z += b.z, hi.w += b.w;
     }
-    if (e.res) {
-      const int64_t ro = px.n * e.rs_n + px.p * e.rs_d + px.q * e.rs_h + px.o * e.rs_w;
-      if (e.res_vec) {
-        const T* rp = e.res + ro + n;
-#pragma unroll
-        for (int q = 0; q < NV; ++q) {
-          const Vec<T, KE> w = load_vec<T, KE>(rp + q * KE);
-#pragma unroll
-          for (int j = 0; j < KE; ++j) v[q * KE + j] += to_acc<float>(w.v[j]);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] += to_acc<float>(e.res[ro + (n + j) * e.rs_c]);
-      }
-    }
-    if (e.act != Act::Identity) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = matmul::apply_act<float, kFastMath<T>>(v[j], e.act, e.pa, e.pb);
-    }
-    write8<T>(e.y + (px.n * e.ys_n + px.p * e.ys_d + px.q * e.ys_h + px.o * e.ys_w + n), v);
+    float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    const int64_t el = i * 8, m = el / N, n = el - m * N;
+    finish8(e, pixel_of(int(m), P, Q, O), n, v);
   }
 }
 

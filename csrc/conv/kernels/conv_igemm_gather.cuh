@@ -33,6 +33,7 @@ struct GatherParams {
   const T* wt;
   int64_t ws_k, ws_t, ws_r, ws_s;
   int wrows, wcols;            // the weight matrix's extents for one tap (K, C)
+  float* ws;                   // K splits (splits > 1): float partial sums [split][M][N]
 };
 
 template <typename T, bool kBK>
