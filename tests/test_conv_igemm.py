@@ -42,8 +42,8 @@ def _cuda_kernels(fn):
 
 # the kernels of each path, as the profiler names them
 PATTERNS = {
-    "fprop": r"igemm_kernel.*GatherProblem<[^<>]*, false>",
-    "dgrad": r"igemm_kernel.*GatherProblem<[^<>]*, true>",
+    "fprop": r"igemm_kernel.*GatherProblem<[^<>]*, false, \d+>",
+    "dgrad": r"igemm_kernel.*GatherProblem<[^<>]*, true, \d+>",
     "wgrad": r"igemm_kernel.*WgradProblem",
     "gemm": r"gemm_kernel|cutlass|Sm90|sm90",
 }

@@ -5,14 +5,18 @@
 // 64 x 32, mma.sync m16n8k16 (float16 / bfloat16) or m16n8k8 TF32 (float32 with allow_tf32, operands rounded to
 // nearest by cvt.rna as they leave shared memory), float accumulation, a 4-stage cp.async pipeline into XOR-
 // swizzled tiles read by ldmatrix / ldmatrix.trans, the float tile staged through shared memory for 16-byte
-// stores. What differs is how the operand tiles are gathered (no im2col is materialised) and the epilogue:
+// stores. Where the output-channel side is at most 64 (N for fprop / dgrad, M for wgrad: ResNet's 64-channel
+// layers) the CTA tile is 128 x 64 (64 x 128 for wgrad), 8 warps of 32 x 32, instead of half a tile of zeros.
+// What differs from the GEMM is how the operand tiles are gathered (no im2col is materialised) and the epilogue:
 //
 //   fprop   y[pixel][k] = act(sum_{tap, c} x[pixel's tap position][c] w[k][tap][c] + bias[k] + residual)
 //           GEMM M = N*P*Q*O pixels, N = K, K = T*R*S*C walked tap-outer, C blocks of BK inner
 //           (kernels/conv_igemm_gather.cuh). A: each row's input position is computed once per CTA; per K tile
 //           only the tap's deltas are added and taps outside x are zero-filled by cp.async (source size 0).
 //           B: the weight of the tile's tap, K-major rows. Epilogue (kernels/conv_igemm_epilogue.cuh): bias,
-//           residual, activation in float, one rounding, 16-byte stores.
+//           residual, activation in float, one rounding, 16-byte stores. Where the tiles leave half the GPU's
+//           CTA slots (2 an SM) empty, K is split across CTAs (at most 8 splits of at least 8 K tiles), the
+//           float partials summed in split order, with the epilogue, by a second kernel (fprop and dgrad).
 //   dgrad   dx = the convolution of dy with the K <-> C transposed, flipped weight: the same kernel with the
 //           gather over dy (position d + pad - t * dil) and B the weight read in place as [k][c] per tap
 //           (N-major, ldmatrix.trans). A strided dgrad runs as stride^dims launches, one per residue class of
@@ -52,30 +56,41 @@ using namespace igemm;
 
 // ---- the problems the kernel template is instantiated for ----
 
-template <typename T, bool kDgrad>
+template <typename T>
+struct GatherLaunch : GatherParams<T> {
+  OutParams<T> out;
+};
+
+// fprop / dgrad on CTA tiles of 128 x BN (BN 64 where N <= 64)
+template <typename T, bool kDgrad, int BN>
 struct GatherProblem {
-  struct Params : GatherParams<T> {
-    OutParams<T> out;
-  };
-  using Loader = GatherLoader<T, !kDgrad>;
+  using Params = GatherLaunch<T>;
+  using Loader = GatherLoader<T, !kDgrad, BN>;
   static constexpr bool kAK = true, kBK = !kDgrad;
+  static constexpr int kBM = 128, kBN = BN;
   __device__ static __forceinline__ void epilogue(const Params& p, const float* cs, int64_t m0, int64_t n0, int split,
                                                   int tid) {
-    if (p.splits > 1) store_rows<T>(nullptr, 0, p.ws, split, p.splits, p.M, p.N, cs, m0, n0, tid);
-    else store_pixels(p.out, p.P, p.Q, p.O, p.M, p.N, cs, m0, n0, tid);
+    if (p.splits > 1) store_rows<T, kBM, kBN>(nullptr, 0, p.ws, split, p.splits, p.M, p.N, cs, m0, n0, tid);
+    else store_pixels<T, kBM, kBN>(p.out, p.P, p.Q, p.O, p.M, p.N, cs, m0, n0, tid);
   }
 };
 
-template <typename T>
+// wgrad on CTA tiles of BM x 128 (BM 64 where K <= 64)
+template <typename T, int BM>
 struct WgradProblem {
   using Params = WgradParams<T>;
-  using Loader = WgradLoader<T>;
+  using Loader = WgradLoader<T, BM>;
   static constexpr bool kAK = false, kBK = false;
+  static constexpr int kBM = BM, kBN = 128;
   __device__ static __forceinline__ void epilogue(const Params& p, const float* cs, int64_t m0, int64_t n0, int split,
                                                   int tid) {
-    store_rows(p.dw, p.ldw, p.ws, split, p.splits, p.M, p.N, cs, m0, n0, tid);
+    store_rows<T, kBM, kBN>(p.dw, p.ldw, p.ws, split, p.splits, p.M, p.N, cs, m0, n0, tid);
   }
 };
+
+// The narrow tiles where the problem's N (fprop / dgrad) or M (wgrad) is at most 64.
+constexpr int kNarrow = 64;
+int tile_extent(int64_t n) { return n <= kNarrow ? kNarrow : 128; }
 
 // ---- operand checks ----
 
@@ -164,7 +179,7 @@ cudaError_t launch(const typename Problem::Params& p, cudaStream_t stream) {
 // The gather kernel's parameters common to fprop and dgrad; the caller sets the row grid, the gather's
 // position rule and the taps (run_fprop; run_dgrad, one residue class a launch).
 template <typename T, bool kDgrad>
-void set_gather_operands(const ConvArgs& a, typename GatherProblem<T, kDgrad>::Params& p) {
+void set_gather_operands(const ConvArgs& a, GatherLaunch<T>& p) {
   const ConvGeometry& g = a.g;
   constexpr int BKE = mma::Tile<T, true>::BK;
   const Operand5& src = kDgrad ? a.y : a.x;  // the gathered activation
@@ -175,7 +190,7 @@ void set_gather_operands(const ConvArgs& a, typename GatherProblem<T, kDgrad>::P
   p.N = int(kDgrad ? g.C : g.K);
   p.cblocks = int(cdiv(cg, BKE));
   p.splits = 1;
-  p.tiles_n = cdiv(p.N, kBN);
+  p.tiles_n = cdiv(p.N, tile_extent(p.N));
   p.act = static_cast<const T*>(src.ptr);
   p.as_n = stride_of(src, 0, g.N);
   p.as_d = stride_of(src, 2, src_sp[0]);
@@ -216,7 +231,7 @@ void set_gather_operands(const ConvArgs& a, typename GatherProblem<T, kDgrad>::P
 template <typename P>
 void set_rows(P& p, int64_t n, const int64_t (&e)[3], int64_t taps) {
   p.M = int(n * e[0] * e[1] * e[2]);
-  p.tiles_m = cdiv(p.M, kBM);
+  p.tiles_m = cdiv(p.M, 128);
   p.P = FastDiv(int(e[0])), p.Q = FastDiv(int(e[1])), p.O = FastDiv(int(e[2]));
   p.ktiles = int(taps * p.cblocks);
   p.kt_per_split = p.ktiles;
@@ -242,9 +257,10 @@ void no_splits(P& p) {
 
 // The gather kernel, then (K splits) the fixed-order sum of its partials with the epilogue.
 template <typename T, bool kDgrad>
-cudaError_t launch_gather(const typename GatherProblem<T, kDgrad>::Params& p, cudaStream_t stream) {
-  if (const cudaError_t err = launch<T, GatherProblem<T, kDgrad>>(p, stream); err != cudaSuccess || p.splits == 1)
-    return err;
+cudaError_t launch_gather(const GatherLaunch<T>& p, cudaStream_t stream) {
+  const cudaError_t err = tile_extent(p.N) == kNarrow ? launch<T, GatherProblem<T, kDgrad, kNarrow>>(p, stream)
+                                                      : launch<T, GatherProblem<T, kDgrad, 128>>(p, stream);
+  if (err != cudaSuccess || p.splits == 1) return err;
   const int64_t octs = int64_t(p.M) * p.N / 8;
   finish_pixel_splits_kernel<T><<<grid_for(octs, 256, 4, 8), 256, 0, stream>>>(p.ws, p.splits, p.M, p.N, p.P, p.Q,
                                                                                 p.O, p.out);
@@ -253,9 +269,8 @@ cudaError_t launch_gather(const typename GatherProblem<T, kDgrad>::Params& p, cu
 
 template <typename T>
 cudaError_t run_fprop(const ConvArgs& a, cudaStream_t stream) {
-  using Problem = GatherProblem<T, false>;
   const ConvGeometry& g = a.g;
-  typename Problem::Params p{};
+  GatherLaunch<T> p{};
   set_gather_operands<T, false>(a, p);
   set_rows(p, g.N, g.out, g.ker[0] * g.ker[1] * g.ker[2]);
   p.str_d = int(g.stride[0]), p.str_h = int(g.stride[1]), p.str_w = int(g.stride[2]);
@@ -279,12 +294,11 @@ int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
 // that falls between dy's pixels is visited; a class no tap reaches gets zeros (a launch with no K tiles).
 template <typename T>
 cudaError_t run_dgrad(const ConvArgs& a, cudaStream_t stream) {
-  using Problem = GatherProblem<T, true>;
   const ConvGeometry& g = a.g;
-  typename Problem::Params base{};
+  GatherLaunch<T> base{};
   set_gather_operands<T, true>(a, base);
   const int64_t* st = g.stride;
-  std::vector<typename Problem::Params> launches;
+  std::vector<GatherLaunch<T>> launches;
   int64_t ws_bytes = 0;
   for (int64_t rd = 0; rd < st[0]; ++rd)
     for (int64_t rh = 0; rh < st[1]; ++rh)
@@ -303,7 +317,7 @@ cudaError_t run_dgrad(const ConvArgs& a, cudaStream_t stream) {
           step[i] = ts;
         }
         if (empty) continue;  // no pixel of dx in this class
-        typename Problem::Params p = base;
+        GatherLaunch<T> p = base;
         const int64_t taps = nt[0] * nt[1] * nt[2];
         set_rows(p, g.N, ext, taps);
         p.str_d = p.str_h = p.str_w = 1;
@@ -334,7 +348,6 @@ cudaError_t run_dgrad(const ConvArgs& a, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t run_wgrad(const ConvArgs& a, int64_t ldy, cudaStream_t stream) {
-  using Problem = WgradProblem<T>;
   const ConvGeometry& g = a.g;
   constexpr int BKE = mma::Tile<T, false>::BK;
   WgradParams<T> p{};
@@ -342,8 +355,8 @@ cudaError_t run_wgrad(const ConvArgs& a, int64_t ldy, cudaStream_t stream) {
   p.N = int(g.ker[0] * g.ker[1] * g.ker[2] * g.C);
   p.npix = int(g.N * g.out[0] * g.out[1] * g.out[2]);
   p.ktiles = int(cdiv(p.npix, BKE));
-  p.tiles_m = cdiv(p.M, kBM);
-  p.tiles_n = cdiv(p.N, kBN);
+  p.tiles_m = cdiv(p.M, tile_extent(p.M));
+  p.tiles_n = cdiv(p.N, 128);
   // K splits while the output tiles fill the GPU less than twice: each split at least 8 K tiles, at most 256
   // splits, partial sums at most 1 GiB
   const int64_t tiles = p.tiles_m * p.tiles_n, sms = sm_count();
@@ -377,7 +390,9 @@ cudaError_t run_wgrad(const ConvArgs& a, int64_t ldy, cudaStream_t stream) {
       p.kt_per_split = p.ktiles;
     }
   }
-  if (const cudaError_t err = launch<T, Problem>(p, stream); err != cudaSuccess || p.splits == 1) return err;
+  const cudaError_t err = tile_extent(p.M) == kNarrow ? launch<T, WgradProblem<T, kNarrow>>(p, stream)
+                                                      : launch<T, WgradProblem<T, 128>>(p, stream);
+  if (err != cudaSuccess || p.splits == 1) return err;
   const int64_t quads = int64_t(p.M) * p.N / 4;
   sum_splits_kernel<T><<<grid_for(quads, 256, 4, 8), 256, 0, stream>>>(p.ws, p.splits, p.M, p.N, p.dw, p.ldw);
   return cudaGetLastError();

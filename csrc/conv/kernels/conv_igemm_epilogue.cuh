@@ -1,5 +1,5 @@
-// The epilogues of the implicit-GEMM convolution kernels. Each reads the CTA's float accumulator tile, staged
-// in shared memory as [128][kLdc] by the mainloop, 8 consecutive columns a thread (16-byte stores; every
+// The epilogues of the implicit-GEMM convolution kernels. Each reads the CTA's BM x BN float accumulator tile,
+// staged in shared memory as [BM][kLdc] by the mainloop, 8 consecutive columns a thread (16-byte stores; every
 // channel count this path takes is a multiple of 8, so 8 columns never straddle the edge of N).
 //   store_pixels: fprop / dgrad, rows are output pixels [n][p][q][o] of a channels-innermost output.
 //                 v = act(acc + bias[k] + residual) in float, then one rounding to T (conv_kernels.h's order:
@@ -75,13 +75,14 @@ __device__ __forceinline__ void finish8(const OutParams<T>& e, const Pixel& px, 
   write8<T>(e.y + (px.n * e.ys_n + px.p * e.ys_d + px.q * e.ys_h + px.o * e.ys_w + n), v);
 }
 
-template <typename T>
+template <typename T, int BM, int BN>
 __device__ __forceinline__ void store_pixels(const OutParams<T>& e, const FastDiv& P, const FastDiv& Q,
                                              const FastDiv& O, int M, int N, const float* cs, int64_t m0, int64_t n0,
                                              int tid) {
+  constexpr int TPR = BN / 8, RPP = kThreads / TPR;  // threads a row, rows a pass
 #pragma unroll 1
-  for (int pass = 0; pass < kBM / (kThreads / 16); ++pass) {
-    const int r = pass * (kThreads / 16) + tid / 16, c = (tid % 16) * 8;
+  for (int pass = 0; pass < BM / RPP; ++pass) {
+    const int r = pass * RPP + tid / TPR, c = (tid % TPR) * 8;
     const int64_t m = m0 + r, n = n0 + c;
     if (m >= M || n >= N) continue;
     float v[8];
@@ -110,12 +111,13 @@ __global__ void finish_pixel_splits_kernel(const float* __restrict__ ws, int spl
   }
 }
 
-template <typename T>
+template <typename T, int BM, int BN>
 __device__ __forceinline__ void store_rows(T* dw, int64_t ldw, float* ws, int split, int splits, int M, int N,
                                            const float* cs, int64_t m0, int64_t n0, int tid) {
+  constexpr int TPR = BN / 8, RPP = kThreads / TPR;  // threads a row, rows a pass
 #pragma unroll 1
-  for (int pass = 0; pass < kBM / (kThreads / 16); ++pass) {
-    const int r = pass * (kThreads / 16) + tid / 16, c = (tid % 16) * 8;
+  for (int pass = 0; pass < BM / RPP; ++pass) {
+    const int r = pass * RPP + tid / TPR, c = (tid % TPR) * 8;
     const int64_t m = m0 + r, n = n0 + c;
     if (m >= M || n >= N) continue;
     if (splits > 1) {

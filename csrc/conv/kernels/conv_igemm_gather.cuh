@@ -36,10 +36,11 @@ struct GatherParams {
   float* ws;                   // K splits (splits > 1): float partial sums [split][M][N]
 };
 
-template <typename T, bool kBK>
+// BN: the CTA tile's N extent (the weight tile's), 128 or 64; the A tile has 128 rows.
+template <typename T, bool kBK, int BN>
 struct GatherLoader {
   using TA = mma::Tile<T, true>;
-  using TB = mma::Tile<T, kBK>;
+  using TB = mma::Tile<T, kBK, BN>;
   static constexpr int KE = TA::KE;       // elements per 16-byte chunk
   static constexpr int BKE = TA::BK;      // K elements per tile
   static constexpr int kRowsPerThread = TA::ROWS * TA::CPR / kThreads;

@@ -34,9 +34,10 @@ struct WgradParams {
   float* ws;
 };
 
-template <typename T>
+// BM: the CTA tile's M extent (dy's tile), 128 or 64; the B tile has 128 columns.
+template <typename T, int BM>
 struct WgradLoader {
-  using TA = mma::Tile<T, false>;
+  using TA = mma::Tile<T, false, BM>;
   using TB = mma::Tile<T, false>;
   static constexpr int KE = TB::KE;
   static constexpr int BKE = TB::BK;

@@ -81,13 +81,14 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
 
 // ---- shared-memory tiles ----
 
-// One operand tile of a stage, stored [ROWS][COLS] elements: K-major [128][BK], or M/N-major [BK][128].
-template <typename T, bool KMAJOR>
+// One operand tile of a stage, stored [ROWS][COLS] elements: K-major [EXT][BK], or M/N-major [BK][EXT] (EXT: the
+// tile's M or N extent, 128 here; the implicit-GEMM convolution also uses 64).
+template <typename T, bool KMAJOR, int EXT = 128>
 struct Tile {
   static constexpr int KE = 16 / sizeof(T);  // elements per 16-byte chunk
   static constexpr int BK = 64 / sizeof(T);  // K per stage
-  static constexpr int ROWS = KMAJOR ? 128 : BK;
-  static constexpr int COLS = KMAJOR ? BK : 128;
+  static constexpr int ROWS = KMAJOR ? EXT : BK;
+  static constexpr int COLS = KMAJOR ? BK : EXT;
   static constexpr int CPR = COLS / KE;  // chunks per row
   static constexpr int ELEMS = ROWS * COLS;
   // Physical chunk of logical chunk c in row r. 64-byte rows: pairs of rows share a 128-byte bank line, so the
@@ -140,20 +141,21 @@ constexpr int smem_bytes() {
   return pipe > epi ? pipe : epi;
 }
 
-// One stage's MMAs for a warp: acc[i][j] is the 16 x 8 tile (warp row 16 i, warp column 8 j).
-template <typename T, bool AK, bool BK>
-__device__ __forceinline__ void compute_stage(const T* sA, const T* sB, float (&acc)[4][4][4], int wm, int wn,
+// One stage's MMAs for a warp of MI x 16 rows and 32 columns (the warp tile at rows wm * MI * 16, columns wn * 32):
+// acc[i][j] is the 16 x 8 tile (warp row 16 i, warp column 8 j). AEXT / BEXT: the A / B tiles' M / N extents.
+template <typename T, bool AK, bool BK, int MI = 4, int AEXT = 128, int BEXT = 128>
+__device__ __forceinline__ void compute_stage(const T* sA, const T* sB, float (&acc)[MI][4][4], int wm, int wn,
                                               int lane) {
-  using TA = Tile<T, AK>;
-  using TB = Tile<T, BK>;
+  using TA = Tile<T, AK, AEXT>;
+  using TB = Tile<T, BK, BEXT>;
   if constexpr (sizeof(T) == 2) {
     const int r = lane & 7, j = lane >> 3;
 #pragma unroll
     for (int ks = 0; ks < TA::BK; ks += 16) {
-      uint32_t a[4][4], b[4][2];
+      uint32_t a[MI][4], b[4][2];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int mb = wm * 64 + i * 16;
+      for (int i = 0; i < MI; ++i) {
+        const int mb = wm * (MI * 16) + i * 16;
         if constexpr (AK) ldmatrix_x4<false>(a[i], sA + TA::off(mb + r + 8 * (j & 1), ks + 8 * (j >> 1)));
         else ldmatrix_x4<true>(a[i], sA + TA::off(ks + r + 8 * (j >> 1), mb + 8 * (j & 1)));
       }
@@ -169,7 +171,7 @@ __device__ __forceinline__ void compute_stage(const T* sA, const T* sB, float (&
         b[2 * p + 1][1] = q[3];
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn) mma_16816<T>(acc[i][jn], a[i], b[jn]);
     }
@@ -179,10 +181,10 @@ __device__ __forceinline__ void compute_stage(const T* sA, const T* sB, float (&
     auto eb = [&](int k, int n) { return sB[BK ? TB::off(n, k) : TB::off(k, n)]; };
 #pragma unroll
     for (int ks = 0; ks < TA::BK; ks += 8) {
-      uint32_t a[4][4], b[4][2];
+      uint32_t a[MI][4], b[4][2];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int mb = wm * 64 + i * 16;
+      for (int i = 0; i < MI; ++i) {
+        const int mb = wm * (MI * 16) + i * 16;
         a[i][0] = to_tf32(ea(mb + g, ks + t));
         a[i][1] = to_tf32(ea(mb + g + 8, ks + t));
         a[i][2] = to_tf32(ea(mb + g, ks + t + 4));
@@ -195,7 +197,7 @@ __device__ __forceinline__ void compute_stage(const T* sA, const T* sB, float (&
         b[jn][1] = to_tf32(eb(ks + t + 4, nb + g));
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < MI; ++i)
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn) mma_1688_tf32(acc[i][jn], a[i], b[jn]);
     }
