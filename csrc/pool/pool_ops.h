@@ -103,11 +103,15 @@ at::Tensor empty_input(const at::Tensor& xd, const PoolShape& s) {
 // contiguous whatever the input's layout (avg_pool3d, adaptive_avg_pool3d, adaptive_max_pool3d and so lp_pool3d;
 // the gradient of a global average pool, which PyTorch computes as a mean).
 template <int R>
-at::Tensor prepare_input(const at::Tensor& x, PoolShape& s, bool keeps_layout = true) {
+void describe_input(const at::Tensor& x, PoolShape& s, bool keeps_layout = true) {
   s.channels_last = keeps_layout && wants_channels_last<R>(x);
   s.N = x.dim() == R + 2 ? x.size(0) : 1;
   s.C = x.size(-R - 1);
   for (int i = 0; i < R; ++i) s.ax[3 - R + i].in = x.size(-R + i);
+}
+template <int R>
+at::Tensor prepare_input(const at::Tensor& x, PoolShape& s, bool keeps_layout = true) {
+  describe_input<R>(x, s, keeps_layout);
   return in_layout<R>(x, s.channels_last);
 }
 
@@ -230,9 +234,9 @@ at::Tensor avg_pool_backward(const at::Tensor& g, const at::Tensor& x, at::IntAr
   const std::string op = op_name("avg_pool", R, "_backward");
   PoolShape s = avg_shape<R>(op.c_str(), x, k, st, pad, ceil_mode, count_include_pad, div);
   check_grad(op.c_str(), g, x);
-  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
+  describe_input<R>(x, s, R != 3);  // the backward reads x's sizes only: no dense copy of it
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
-  at::Tensor dx = empty_input<R>(xd, s);
+  at::Tensor dx = empty_input<R>(x, s);
   if (dx.numel() > 0) B::avg_backward(gd, dx, s);
   return dx;
 }
@@ -274,9 +278,9 @@ at::Tensor adaptive_avg_pool_backward(const at::Tensor& g, const at::Tensor& x) 
   check_grad(op.c_str(), g, x);
   bool global = true;
   for (int i = 3 - R; i < 3; ++i) global = global && s.ax[i].out == 1;
-  const at::Tensor xd = prepare_input<R>(x, s, R != 3 && !global);
+  describe_input<R>(x, s, R != 3 && !global);  // the backward reads x's sizes only: no dense copy of it
   const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
-  at::Tensor dx = empty_input<R>(xd, s);
+  at::Tensor dx = empty_input<R>(x, s);
   if (dx.numel() > 0) B::avg_backward(gd, dx, s);
   // PyTorch's global average is a mean, whose gradient is an elementwise op over grad_output expanded to the input:
   // contiguous where the input suggests channels-last (the mean's result is restrided, and grad_output with it),
