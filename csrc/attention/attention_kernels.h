@@ -1,0 +1,91 @@
+// Torch-free entry points of the attention kernels: the contract between the op layer (attention_ops.h,
+// attention_cuda.cpp) and the CUDA kernels. Every launch enqueues on `stream` and returns a cudaError_t;
+// cudaErrorNotSupported means "this path cannot take the problem" and the caller tries the next one (the
+// flash tensor-core kernels first, the CUDA-core reference kernels last: those take every problem).
+//
+// One problem: for each batch b, query head h (its key/value head h / (Hq / Hkv): GQA) and query row i,
+//   s[j]  = scale * <q[b][h][i], k[b][hk][j]>                       (j < Sk)
+//   s[j]  = softcap > 0 ? softcap * tanh(s[j] / softcap) : s[j]
+//   s[j] += bias[b][h][i][j]                                       (the additive float mask, if any)
+//   s[j]  = -inf where masked: bool mask false, causal, outside the window
+//   p     = softmax(s) (all masked: p = 0 and o = 0, as PyTorch), dropout applied to p (scaled by 1/(1-p_drop))
+//   o[b][h][i] = sum_j p[j] v[b][hk][j];   lse[b][h][i] = log(sum_j exp(s[j])) (+inf where all masked)
+// Causal and the window are aligned by `bottom_right`: with it, row i may see key j iff
+//   j - (i + Sk - Sq) <= window_right (causal: window_right = 0) and (i + Sk - Sq) - j <= window_left (-1: unbounded);
+// without it (PyTorch's is_causal), with Sk - Sq taken as 0.
+// Variable lengths (THD layout): cu_seqlens_q/k (int32, batch + 1 entries) give each sequence's rows within a
+// packed [total][H][D] tensor; B is then the number of sequences and Sq/Sk the maximal lengths.
+//
+// Operands are addressed by element strides over [B][H][S][D]; the head dimension must have stride 1.
+// Accumulation in float (Float64: double, reference kernels only); outputs rounded once to their dtype.
+#pragma once
+#include "common/cuda_decl.h"
+
+#include <cstdint>
+
+#include "common/hd.h"
+
+namespace torch_dnn {
+namespace attention {
+
+// A [B][H][S][D] operand: element (b, h, s, d) at ptr + b * sb + h * sh + s * ss + d (elements).
+struct Operand4 {
+  void* ptr = nullptr;
+  int64_t sb = 0, sh = 0, ss = 0;
+};
+
+enum class MaskKind : int { None = 0, Bool = 1, Additive = 2 };
+
+struct AttnArgs {
+  DType dtype = DType::BFloat16;  // of q, k, v, o and their gradients
+  int64_t B = 0, Hq = 0, Hkv = 0, Sq = 0, Sk = 0, Dqk = 0, Dv = 0;
+  Operand4 q, k, v, o;
+  void* lse = nullptr;  // [B][Hq][Sq] dense, float32 (double for Float64); written by forward, read by backward
+  double scale = 1.0;
+  bool causal = false;
+  bool bottom_right = false;
+  int64_t window_left = -1, window_right = -1;  // -1: unbounded
+  double softcap = 0.0;
+  // The mask, broadcast through zero strides over [B][Hq][Sq][Sk] (last dim stride sk, any value).
+  MaskKind mask_kind = MaskKind::None;
+  const void* mask = nullptr;  // bool (1 byte) or the dtype of q (Additive; Float32 allowed too: mask_dtype)
+  DType mask_dtype = DType::BFloat16;
+  int64_t mask_sb = 0, mask_sh = 0, mask_sq = 0, mask_sk = 0;
+  const float* alibi_slopes = nullptr;  // [Hq] or [B][Hq] (alibi_sb = Hq or 0): s[j] -= slope * |i' - j|
+  int64_t alibi_sb = 0;
+  // Dropout: Philox4x32-10 keyed by (seed, offset), one counter per (b, h, i, j) so that backward regenerates it.
+  double dropout_p = 0.0;
+  uint64_t seed = 0, offset = 0;
+  // Variable lengths (null for fixed-length batches).
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  bool deterministic = false;  // backward: no atomics whose order varies (dq summed in a fixed order)
+};
+
+// Device scratch memory: get(bytes) returns at least `bytes` valid for the work queued on the stream, or null.
+struct Workspace {
+  void* (*fn)(void* ctx, int64_t bytes) = nullptr;
+  void* ctx = nullptr;
+  void* get(int64_t bytes) const { return bytes > 0 && fn != nullptr ? fn(ctx, bytes) : nullptr; }
+};
+
+// Gradients, shaped as their operands: do (read), dq, dk, dv (written; for GQA dk/dv are per key/value head,
+// summed over the query heads that share it), dmask (Additive masks only: d s, shaped as the broadcast mask's
+// full [B][Hq][Sq][Sk] when non-null; the op layer reduces it to the mask's shape).
+struct AttnGrads {
+  Operand4 dout, dq, dk, dv;
+  void* dbias = nullptr;
+  int64_t dbias_sb = 0, dbias_sh = 0, dbias_sq = 0;
+};
+
+// The flash kernels (tensor cores, Float16/BFloat16).
+cudaError_t flash_forward(const AttnArgs& a, const Workspace& ws, cudaStream_t stream);
+cudaError_t flash_backward(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream);
+
+// The reference kernels (CUDA cores, every dtype and option): the fallback, and what the flash kernels are tested
+// against on the GPU.
+cudaError_t reference_forward(const AttnArgs& a, const Workspace& ws, cudaStream_t stream);
+cudaError_t reference_backward(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream);
+
+}  // namespace attention
+}  // namespace torch_dnn
