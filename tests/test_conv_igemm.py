@@ -289,3 +289,38 @@ def test_conv_transpose(spec, dtype):
     _assert_ran(_cuda_kernels(lambda: torch.autograd.grad(y, [xg], g)), "fprop", f"{name} backward (input)")
     y = ours(x, wg, b)
     _assert_ran(_cuda_kernels(lambda: torch.autograd.grad(y, [wg], g)), "wgrad", f"{name} backward (weight)")
+
+
+def test_past_2_31_elements():
+    """x and y of more than 2^31 elements (8 channels of 16400 x 16400, bfloat16): the kernels' offsets are 64-bit.
+    The last rows, which lie past 2^31 elements, are checked against a float64 convolution of a crop, forward and
+    input gradient."""
+    n_rows = 16400
+    need = 5 * 8 * n_rows * n_rows * 2  # x, y, grad_output, dx and slack, bfloat16
+    if torch.cuda.get_device_properties(0).total_memory < 2 * need:
+        pytest.skip("needs a GPU with room for 4 tensors of 4.3 GB")
+    dtype = torch.bfloat16
+    x = _rand((1, 8, n_rows, n_rows), dtype, -2.0, 2.0)
+    assert x.numel() > 2**31
+    w = _rand((8, 8, 3, 3), dtype)
+    b = random_like_case((8,), dtype, "cuda", low=-1.0, high=1.0)
+    xg = x.detach().requires_grad_(True)
+    y = F.conv2d(xg, w, b, 1, 1)
+    crop = 6  # the crop's first output rows see its zero padding; the last `crop - 2` do not
+    xc = x[:, :, -crop:, :]
+    ref = TF.conv2d(xc.double(), w.double(), b.double(), 1, 1)[:, :, 2:, :]
+    peer = TF.conv2d(xc, w, b, 1, 1)[:, :, 2:, :]
+    v = compare(y[:, :, -(crop - 2):, :], peer, ref, name="forward past 2^31")
+    assert v, v.message
+    g = _rand(tuple(y.shape), dtype)
+    dx = torch.autograd.grad(y, [xg], g)[0]
+    del y
+    gc = g[:, :, -crop:, :]
+    # dx's last rows from dy's last rows: through the crop's own convolution (the rows it cuts off reach only its
+    # first two rows)
+    x64 = xc.double().requires_grad_(True)
+    ref_dx = torch.autograd.grad(TF.conv2d(x64, w.double(), None, 1, 1), [x64], gc.double())[0][:, :, 2:, :]
+    xp = xc.detach().requires_grad_(True)
+    peer_dx = torch.autograd.grad(TF.conv2d(xp, w, None, 1, 1), [xp], gc)[0][:, :, 2:, :]
+    v = compare(dx[:, :, -(crop - 2):, :], peer_dx, ref_dx, grad=True, name="input gradient past 2^31")
+    assert v, v.message
