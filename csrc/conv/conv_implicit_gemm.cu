@@ -170,7 +170,11 @@ template <typename T, class Problem>
 cudaError_t launch(const typename Problem::Params& p, cudaStream_t stream) {
   constexpr int smem = smem_bytes<T>();
   if (p.tiles_m * p.tiles_n > int64_t(INT32_MAX) || p.splits > 65535) return cudaErrorNotSupported;
-  if (const cudaError_t err = raise_smem_limit_once<igemm_kernel<T, Problem>>(smem); err != cudaSuccess) return err;
+  // a device this build has no kernel image for (or too little shared memory): the direct kernels' problem
+  if (raise_smem_limit_once<igemm_kernel<T, Problem>>(smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaErrorNotSupported;
+  }
   const dim3 grid(unsigned(p.tiles_m * p.tiles_n), 1, unsigned(p.splits));
   igemm_kernel<T, Problem><<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
