@@ -1,0 +1,267 @@
+// The depthwise kernels' plans and launches (kernels/conv_depthwise_*.cuh): memory-bound, so the plan is about
+// access patterns.
+//
+// Taken: G == C, K = m C, a 2-D problem (D = P = T = 1, no depth padding), every size below 2^31, the items
+// (N x rows x strips) below 2^31, the chunk's weights within 48 KB of shared memory. Else cudaErrorNotSupported
+// and the generic kernels run (3-D depthwise, huge kernels). wgrad (and everything in float64 but its fprop and
+// dgrad) also needs the width to be 3, 5 or 7 with stride 1 or 2 along W and no dilation there.
+//
+// Per problem:
+//   V    16 bytes of channels (8 fp16/bf16, 4 fp32, 2 fp64) where the written operand's and the read operands'
+//        channels are contiguous, aligned and V divides the channels (with m > 1 the input side is gathered
+//        element by element); else 1.
+//   bx   threads along channels: up to 8 vectors (a warp reads 128 bytes of each of 4 pixels) or, with V = 1 and
+//        channels innermost, up to 32 channels; 1 for NCHW-like layouts (a block's 256 threads then take 256
+//        strips of one channel's planes). Halved while the chunk's weights pass 48 KB.
+//   KS, STR  the kernel width and stride along W at compile time for 3/5/7 x 1/2 (unrolled taps, the strip's
+//        input span reused from registers); run-time loops otherwise.
+//   grid  (channel chunks) x (item blocks); item blocks enough for about 32 blocks a SM over all chunks, never
+//        more than the items need: a block loads its chunk's weights once and loops over items.
+#include <algorithm>
+#include <type_traits>
+
+#include "common/cuda/device.cuh"
+#include "common/cuda/int_math.h"
+#include "conv/kernels/conv_depthwise_dgrad.cuh"
+#include "conv/kernels/conv_depthwise_fprop.cuh"
+#include "conv/kernels/conv_depthwise_wgrad.cuh"
+#include "conv/kernels/conv_direct_generic.cuh"
+
+namespace torch_dnn {
+namespace conv {
+namespace {
+
+template <int N>
+using dw_int = std::integral_constant<int, N>;
+
+constexpr int64_t kInt32Max = (int64_t(1) << 31) - 1;
+constexpr size_t kDwSmemLimit = 48 * 1024;
+
+bool fits32(int64_t v) { return v >= -kInt32Max && v <= kInt32Max; }
+
+// The 2-D depthwise problems the kernels take (before layout and size checks of each pass).
+bool is_depthwise_2d(const ConvGeometry& g) {
+  if (!(g.G == g.C && g.C > 0 && g.K % g.C == 0)) return false;
+  if (g.in[0] != 1 || g.out[0] != 1 || g.ker[0] != 1 || g.pad[0] != 0) return false;
+  const int64_t vals[] = {g.N, g.K, g.in[1], g.in[2], g.out[1], g.out[2], g.ker[1], g.ker[2],
+                          g.stride[1], g.stride[2], g.pad[1], g.pad[2], g.dil[1], g.dil[2]};
+  for (int64_t v : vals)
+    if (!fits32(v)) return false;
+  // the index arithmetic of a row (q sh - ph + r dh, and dgrad's h + ph) stays in 32 bits
+  if (!fits32(g.out[1] * g.stride[1] + g.ker[1] * g.dil[1] + g.in[1] + 2 * g.pad[1])) return false;
+  if (!fits32(g.out[2] * g.stride[2] + g.ker[2] * g.dil[2] + g.in[2] + 2 * g.pad[2] + 2 * kDwStrip * g.stride[2]))
+    return false;
+  return true;
+}
+
+// 16-byte vectors of V channels: channels contiguous, the base aligned, every other stride a multiple of V.
+bool vec_ok(const Operand5& o, int64_t channels, int V) {
+  if (V == 1) return true;
+  if (channels % V != 0 || o.stride[1] != 1 || !aligned16(o.ptr)) return false;
+  for (int i : {0, 2, 3, 4})
+    if (o.stride[i] % V != 0) return false;
+  return true;
+}
+
+// Compile-time width and stride along W where the kernels have them; 0 for the run-time loops.
+int fixed_width(const ConvGeometry& g) {
+  const int64_t S = g.ker[2];
+  return (S == 3 || S == 5 || S == 7) && (g.stride[2] == 1 || g.stride[2] == 2) && g.dil[2] == 1 ? int(S) : 0;
+}
+
+DwParams base_params(const ConvArgs& a) {
+  const ConvGeometry& g = a.g;
+  DwParams p{};
+  p.N = int(g.N), p.C = int(g.C), p.K = int(g.K), p.m = int(g.K / g.C);
+  p.H = int(g.in[1]), p.W = int(g.in[2]), p.Q = int(g.out[1]), p.O = int(g.out[2]);
+  p.R = int(g.ker[1]), p.S = int(g.ker[2]);
+  p.sh = int(g.stride[1]), p.sw = int(g.stride[2]), p.ph = int(g.pad[1]), p.pw = int(g.pad[2]);
+  p.dh = int(g.dil[1]), p.dw = int(g.dil[2]);
+  p.div_m = FastDivmod32(uint32_t(p.m));
+  for (int i = 0; i < 5; ++i) p.xs[i] = a.x.stride[i], p.ws[i] = a.w.stride[i], p.ys[i] = a.y.stride[i];
+  return p;
+}
+
+// Threads along channels for `channels` channels in vectors of V, the channel operand's stride `cs`.
+int lanes_for(int64_t channels, int V, int64_t cs) {
+  if (V > 1) return pow2_at_least(channels / V, 8);
+  return cs == 1 && channels > 1 ? pow2_at_least(channels, 32) : 1;
+}
+
+// Fills the strips, items, chunks and divisors; false where the items pass 2^31 or the weights do not fit
+// (bx is halved first). `weights_per_channel` floats of shared memory a channel.
+template <typename A>
+bool finish_plan(DwParams& p, int64_t channels, int V, int64_t rows, int64_t cols, int wshift,
+                 int64_t weights_per_channel, bool uses_smem) {
+  p.wshift = wshift;
+  const int64_t strips = (cols + wshift + kDwStrip - 1) / kDwStrip;
+  const int64_t items = int64_t(p.N) * rows * strips;
+  if (items >= (int64_t(1) << 31) || strips == 0) return false;
+  p.strips = int(strips);
+  p.items = uint32_t(items);
+  p.div_strips = FastDivmod32(uint32_t(strips));
+  p.div_rows = FastDivmod32(uint32_t(rows));
+  if (uses_smem)
+    while (size_t(weights_per_channel) * p.bx * V * sizeof(A) > kDwSmemLimit && p.bx > 1) p.bx /= 2;
+  if (uses_smem && size_t(weights_per_channel) * p.bx * V * sizeof(A) > kDwSmemLimit) return false;
+  const int64_t chunks = (channels + int64_t(p.bx) * V - 1) / (int64_t(p.bx) * V);
+  if (chunks > kMaxGrid) return false;
+  p.chunks = int(chunks);
+  return true;
+}
+
+// Blocks: chunks x item blocks, the item blocks capped near 32 blocks a SM over all chunks.
+int64_t item_grid(const DwParams& p) {
+  const int64_t by = kDwThreads / p.bx;
+  const int64_t need = (int64_t(p.items) + by - 1) / by;
+  const int64_t cap = std::max<int64_t>(1, int64_t(sm_count()) * 32 / p.chunks);
+  const int64_t blocks = std::max<int64_t>(1, std::min(need, cap));
+  return int64_t(p.chunks) * std::min<int64_t>(blocks, kMaxGrid / p.chunks);
+}
+
+// Calls f(dw_int<KS>, dw_int<STR>) for the compile-time width and stride (0, 0: run-time loops).
+template <class F>
+void dispatch_width(int ks, int str, F&& f) {
+  if (ks == 3 && str == 1) f(dw_int<3>{}, dw_int<1>{});
+  else if (ks == 3 && str == 2) f(dw_int<3>{}, dw_int<2>{});
+  else if (ks == 5 && str == 1) f(dw_int<5>{}, dw_int<1>{});
+  else if (ks == 5 && str == 2) f(dw_int<5>{}, dw_int<2>{});
+  else if (ks == 7 && str == 1) f(dw_int<7>{}, dw_int<1>{});
+  else if (ks == 7 && str == 2) f(dw_int<7>{}, dw_int<2>{});
+  else f(dw_int<0>{}, dw_int<0>{});
+}
+
+}  // namespace
+
+cudaError_t depthwise_fprop(const ConvArgs& a, cudaStream_t stream) {
+  const ConvGeometry& g = a.g;
+  if (!is_depthwise_2d(g)) return cudaErrorNotSupported;
+  cudaError_t result = cudaErrorNotSupported;
+  dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    DwParams p = base_params(a);
+    const int m = p.m;
+    constexpr int VV = kVec16<T>;
+    const bool vec = vec_ok(a.y, g.K, VV) && (m > 1 || vec_ok(a.x, g.C, VV));
+    const int V = vec ? VV : 1;
+    p.bx = lanes_for(g.K, V, a.y.stride[1]);
+    if (!finish_plan<A>(p, g.K, V, g.out[1], g.out[2], 0, g.ker[1] * g.ker[2], true)) return;
+    const int ks = std::is_same_v<T, double> ? 0 : fixed_width(g);
+    const size_t smem = size_t(p.R) * p.S * p.bx * V * sizeof(A);
+    const Epilogue<T> ep = make_epilogue<T>(a);
+    const int64_t grid = item_grid(p);
+    const T* x = static_cast<const T*>(a.x.ptr);
+    const T* w = static_cast<const T*>(a.w.ptr);
+    T* y = static_cast<T*>(a.y.ptr);
+    auto go = [&](auto v) {
+      constexpr int VC = decltype(v)::value;
+      dispatch_width(ks, int(g.stride[2]), [&](auto k, auto s) {
+        constexpr int KS = decltype(k)::value, STR = decltype(s)::value;
+        if constexpr (std::is_same_v<T, double> && KS != 0) return;
+        else launch_direct(conv_depthwise_fprop<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, x, w, y, ep,
+                           VC > 1 && m == 1);
+      });
+    };
+    if (vec) go(dw_int<VV>{});
+    else go(dw_int<1>{});
+    result = cudaGetLastError();
+  });
+  return result;
+}
+
+cudaError_t depthwise_dgrad(const ConvArgs& a, cudaStream_t stream) {
+  const ConvGeometry& g = a.g;
+  if (!is_depthwise_2d(g)) return cudaErrorNotSupported;
+  cudaError_t result = cudaErrorNotSupported;
+  dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    DwParams p = base_params(a);
+    const int m = p.m;
+    constexpr int VV = kVec16<T>;
+    const bool vec = vec_ok(a.x, g.C, VV) && (m > 1 || vec_ok(a.y, g.K, VV));
+    const int V = vec ? VV : 1;
+    p.bx = lanes_for(g.C, V, a.x.stride[1]);
+    const int ks = std::is_same_v<T, double> ? 0 : fixed_width(g);
+    const int wshift = ks > 0 ? int(g.pad[2] % g.stride[2]) : 0;
+    if (!finish_plan<A>(p, g.C, V, g.in[1], g.in[2], wshift, int64_t(m) * g.ker[1] * g.ker[2], true)) return;
+    const size_t smem = size_t(m) * p.R * p.S * p.bx * V * sizeof(A);
+    const int64_t grid = item_grid(p);
+    const T* dy = static_cast<const T*>(a.y.ptr);
+    const T* w = static_cast<const T*>(a.w.ptr);
+    T* dx = static_cast<T*>(a.x.ptr);
+    auto go = [&](auto v) {
+      constexpr int VC = decltype(v)::value;
+      dispatch_width(ks, int(g.stride[2]), [&](auto k, auto s) {
+        constexpr int KS = decltype(k)::value, STR = decltype(s)::value;
+        if constexpr (std::is_same_v<T, double> && KS != 0) return;
+        else launch_direct(conv_depthwise_dgrad<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, dy, w, dx,
+                           VC > 1 && m == 1);
+      });
+    };
+    if (vec) go(dw_int<VV>{});
+    else go(dw_int<1>{});
+    result = cudaGetLastError();
+  });
+  return result;
+}
+
+cudaError_t depthwise_wgrad(const ConvArgs& a, cudaStream_t stream) {
+  const ConvGeometry& g = a.g;
+  if (!is_depthwise_2d(g) || a.dtype == DType::Float64 || fixed_width(g) == 0) return cudaErrorNotSupported;
+  cudaError_t result = cudaErrorNotSupported;
+  dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    if constexpr (!std::is_same_v<T, double>) {
+      DwParams p = base_params(a);
+      const int m = p.m;
+      constexpr int VV = kVec16<T>;
+      const bool vec = vec_ok(a.y, g.K, VV) && (m > 1 || vec_ok(a.x, g.C, VV));
+      const int V = vec ? VV : 1;
+      p.bx = lanes_for(g.K, V, a.y.stride[1]);
+      if (!finish_plan<A>(p, g.K, V, g.out[1], g.out[2], 0, 0, false)) return;
+      // slices: enough blocks for about 4 a SM, each item lane with at least 4 items
+      const int64_t base = int64_t(p.R) * p.chunks;
+      const int64_t by = kDwThreads / p.bx;
+      const int64_t target = int64_t(sm_count()) * 4;
+      int64_t splits = 1;
+      if (base < target)
+        splits = std::max<int64_t>(1, std::min<int64_t>((target + base - 1) / base, int64_t(p.items) / (by * 4)));
+      A* partial = nullptr;
+      const int64_t RS = int64_t(p.R) * p.S;
+      if (splits > 1) {
+        partial = static_cast<A*>(a.workspace.get(splits * g.K * RS * int64_t(sizeof(A))));
+        if (partial == nullptr) splits = 1;
+      }
+      if (base * splits >= (int64_t(1) << 31)) return;
+      const int64_t grid = std::min<int64_t>(base * splits, kMaxGrid);
+      const T* dy = static_cast<const T*>(a.y.ptr);
+      const T* x = static_cast<const T*>(a.x.ptr);
+      T* dw = static_cast<T*>(a.w.ptr);
+      auto go = [&](auto v) {
+        constexpr int VC = decltype(v)::value;
+        dispatch_width(fixed_width(g), int(g.stride[2]), [&](auto k, auto s) {
+          constexpr int KS = decltype(k)::value, STR = decltype(s)::value;
+          if constexpr (KS != 0)
+            launch_direct(conv_depthwise_wgrad<T, VC, KS, STR>, grid, kDwThreads, 0, stream, p, dy, x, partial, dw,
+                          VC > 1 && m == 1, int(splits));
+        });
+      };
+      if (vec) go(dw_int<VV>{});
+      else go(dw_int<1>{});
+      if (splits > 1) {
+        const int64_t count = g.K * RS;
+        const int64_t sgrid = std::min<int64_t>((count + kGenericThreads - 1) / kGenericThreads, kMaxGrid);
+        launch_direct(conv_wgrad_sum_splits<T>, sgrid, kGenericThreads, 0, stream, static_cast<const A*>(partial),
+                      splits, g.K, int64_t(1), g.ker[1], g.ker[2], RS, a.w);
+      }
+      result = cudaGetLastError();
+    }
+  });
+  return result;
+}
+
+}  // namespace conv
+}  // namespace torch_dnn

@@ -1,0 +1,219 @@
+"""The direct convolution kernels (csrc/conv/conv_direct*.cu: the generic kernels, the depthwise kernels, the bias
+gradient) run on the CPU (tests/emulation/: the kernel sources compiled by g++ with a shim that runs each block's
+threads on host threads), called through the kernel contract (conv_kernels.h) on 5-D operands of any strides,
+against PyTorch's convolution in float64. This checks the kernels' index arithmetic, layouts and dispatch without
+a GPU; it says nothing of their speed or of device-only behaviour. Opt in with TORCH_DNN_EMULATE=1 (the first run
+builds the emulation: a few minutes)."""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
+                                reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# the contract's Act values (csrc/activation/activation_math.h) with their float64 references
+ACTS = {"identity": (0, lambda v: v), "relu": (1, F.relu), "silu": (8, F.silu), "gelu": (6, F.gelu),
+        "hardswish": (13, F.hardswish)}
+# max |ours - ref| / max(1, max |ref|): the kernels accumulate in float (double), one rounding on store
+TOL = {torch.float64: 1e-11, torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.fixture(scope="module")
+def emu():
+    from torch.utils import cpp_extension
+
+    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    includes = [os.path.join(h, "include") for h in homes if h]
+    found = [d for d in includes if os.path.exists(os.path.join(d, "cuda_bf16.h"))]
+    if not found:
+        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
+    cpp_extension.load(
+        name="torch_dnn_conv_emulation",
+        sources=[os.path.join(HERE, "emulation", "conv_direct_emulation.cpp")],
+        extra_include_paths=[os.path.join(os.path.dirname(HERE), "csrc"), os.path.join(HERE, "emulation"),
+                             found[0]],
+        extra_cflags=["-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-O1", "-std=c++20", "-Wno-attributes"],
+        is_python_module=False, verbose=False)
+    return torch.ops.torch_dnn_conv_emu
+
+
+# Layouts of a 5-D tensor, as the order of its dims in memory (outermost first), optionally with every other
+# element of the innermost memory dim (a sliced view).
+LAYOUTS = {
+    "ncdhw": ((0, 1, 2, 3, 4), False),
+    "ndhwc": ((0, 2, 3, 4, 1), False),
+    "odd": ((2, 0, 4, 1, 3), False),
+    "ndhwc_sliced": ((0, 2, 3, 4, 1), True),
+    "ncdhw_sliced": ((0, 1, 2, 3, 4), True),
+}
+
+
+def make(shape, dtype, layout, gen, fill=None):
+    order, sliced = LAYOUTS[layout]
+    mem_shape = [shape[d] for d in order]
+    if sliced:
+        mem_shape[-1] *= 2
+    if fill is None:
+        base = (torch.rand(mem_shape, generator=gen, dtype=torch.float64) * 2 - 1).to(dtype)
+    else:
+        base = torch.full(mem_shape, fill, dtype=dtype)
+    if sliced:
+        base = base[..., ::2]
+    inverse = [order.index(d) for d in range(5)]
+    t = base.permute(inverse)
+    assert tuple(t.shape) == tuple(shape)
+    return t
+
+
+def out_size(i, k, s, p, d):
+    return (i + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def check_close(name, out, ref, dtype):
+    assert not torch.isnan(out).any(), f"{name}: elements left unwritten (NaN poison)"
+    scale = max(1.0, float(ref.abs().max())) if ref.numel() else 1.0
+    err = float((out.to(torch.float64) - ref).abs().max()) / scale if ref.numel() else 0.0
+    assert err <= TOL[dtype], f"{name}: error {err:.3g} > {TOL[dtype]:.3g}"
+
+
+def run_case(emu, N, C, K, G, spatial, ker, stride, pad, dil, dtype, layout, *, bias=False, residual=False,
+             act="identity", out_layout=None, passes=("fprop", "dgrad", "wgrad", "bias")):
+    gen = torch.Generator().manual_seed(hash((N, C, K, G, spatial, ker, stride, str(dtype), layout)) % 2**31)
+    out_layout = out_layout or layout
+    outs = tuple(out_size(spatial[i], ker[i], stride[i], pad[i], dil[i]) for i in range(3))
+    x = make((N, C) + spatial, dtype, layout, gen)
+    w = make((K, C // G) + ker, dtype, "ncdhw", gen)
+    dy = make((N, K) + outs, dtype, out_layout, gen)
+    x64, w64, dy64 = x.to(torch.float64), w.to(torch.float64), dy.to(torch.float64)
+    label = f"N{N} C{C} K{K} G{G} {spatial} k{ker} s{stride} p{pad} d{dil} {dtype} {layout}"
+    if "fprop" in passes:
+        y = make((N, K) + outs, dtype, out_layout, gen, fill=float("nan"))
+        b = (torch.rand(K, generator=gen, dtype=torch.float64) - 0.5).to(dtype) if bias else None
+        r = make((N, K) + outs, dtype, out_layout, gen) if residual else None
+        code, fn = ACTS[act]
+        emu.fprop(x, w, y, b, r, stride, pad, dil, G, code, 0.0, 0.0)
+        ref = F.conv3d(x64, w64, None, stride, pad, dil, G) if C else torch.zeros((N, K) + outs, dtype=torch.float64)
+        if b is not None:
+            ref = ref + b.to(torch.float64).view(1, K, 1, 1, 1)
+        if r is not None:
+            ref = ref + r.to(torch.float64)
+        check_close(f"fprop {label} {act}", y, fn(ref), dtype)
+    if "dgrad" in passes:
+        dx = make((N, C) + spatial, dtype, layout, gen, fill=float("nan"))
+        emu.dgrad(dy, w, dx, stride, pad, dil, G)
+        ref = torch.nn.grad.conv3d_input(x.shape, w64, dy64, stride, pad, dil, G)
+        check_close(f"dgrad {label}", dx, ref, dtype)
+    if "wgrad" in passes:
+        ref = torch.nn.grad.conv3d_weight(x64, w.shape, dy64, stride, pad, dil, G)
+        runs = []
+        for ws in (True, False):
+            dw = make(tuple(w.shape), dtype, "ncdhw", gen, fill=float("nan"))
+            emu.wgrad(dy, x, dw, stride, pad, dil, G, ws)
+            check_close(f"wgrad {label} workspace={ws}", dw, ref, dtype)
+            runs.append(dw)
+        dw2 = torch.full_like(runs[0], float("nan"))
+        emu.wgrad(dy, x, dw2, stride, pad, dil, G, True)
+        assert torch.equal(dw2, runs[0]), f"wgrad {label}: two runs differ"
+    if "bias" in passes:
+        ref = dy64.sum((0, 2, 3, 4))
+        for ws in (True, False):
+            db = torch.full((K,), float("nan"), dtype=dtype)
+            emu.bias_grad(dy, db, ws)
+            check_close(f"bias_grad {label} workspace={ws}", db, ref, dtype)
+
+
+# (N, C, K, G, spatial, kernel, stride, pad, dil)
+GENERIC = [
+    (2, 4, 6, 2, (3, 5, 6), (2, 3, 3), (1, 2, 1), (1, 1, 0), (1, 1, 2)),   # 3-D, groups, mixed stride/dilation
+    (2, 5, 7, 1, (1, 7, 6), (1, 3, 3), (1, 2, 2), (0, 1, 1), (1, 1, 1)),   # 2-D, stride 2
+    (3, 3, 5, 1, (1, 1, 17), (1, 1, 5), (1, 1, 3), (0, 0, 2), (1, 1, 2)),  # 1-D, stride 3, dilation 2
+    (2, 6, 9, 3, (1, 5, 5), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1)),   # 1x1 grouped
+    (1, 2, 3, 1, (1, 4, 5), (1, 2, 2), (1, 5, 4), (0, 2, 3), (1, 1, 1)),   # stride > kernel, padding > kernel
+    (2, 4, 4, 4, (3, 6, 5), (3, 3, 3), (2, 1, 1), (1, 1, 1), (1, 1, 1)),   # 3-D depthwise (generic kernels)
+    (2, 3, 6, 3, (2, 6, 7), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 2, 1)),   # depthwise x2, dilated (generic)
+]
+
+
+@pytest.mark.parametrize("case", GENERIC, ids=lambda c: "x".join(map(str, c[:4])) + f"_k{c[5]}")
+@pytest.mark.parametrize("layout", ["ncdhw", "ndhwc", "odd", "ndhwc_sliced"])
+def test_generic(emu, case, layout):
+    for dtype in (torch.float32, torch.bfloat16) + ((torch.float64,) if layout == "odd" else ()):
+        run_case(emu, *case, dtype, layout, out_layout="ncdhw" if layout == "odd" else None)
+
+
+def test_generic_epilogue(emu):
+    for act in ("relu", "silu", "gelu", "hardswish"):
+        run_case(emu, 2, 5, 7, 1, (1, 6, 5), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.float32, "ndhwc",
+                 bias=True, residual=True, act=act, passes=("fprop",))
+    run_case(emu, 2, 4, 4, 2, (1, 5, 5), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.float16, "ncdhw",
+             bias=True, residual=True, act="relu", passes=("fprop",))
+
+
+def test_generic_edges(emu):
+    # no input channels: y = bias; no positions in the reduction: dw = 0, db = 0
+    run_case(emu, 2, 0, 3, 1, (1, 4, 4), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.float32, "ncdhw",
+             bias=True, passes=("fprop",))
+    run_case(emu, 0, 3, 4, 1, (1, 4, 4), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.float32, "ncdhw",
+             passes=("fprop", "dgrad", "wgrad", "bias"))
+    # a long reduction against few weights: wgrad's and the bias gradient's slices
+    run_case(emu, 4, 2, 3, 1, (1, 40, 40), (1, 1, 3), (1, 1, 1), (0, 0, 1), (1, 1, 1), torch.float32, "ndhwc",
+             passes=("wgrad", "bias"))
+
+
+# Depthwise (G == C, K = m C), 2-D: the dedicated kernels. (N, C, m, H, W, kernel, stride, pad, dil)
+DEPTHWISE = [
+    (2, 16, 1, 7, 9, 3, 1, 1, 1),     # 3x3/1: the unrolled taps, 16-byte vectors in channels-last bf16
+    (2, 16, 1, 9, 10, 3, 2, 1, 1),    # 3x3/2: dgrad's stride-aligned strips
+    (1, 24, 1, 11, 13, 5, 1, 2, 1),
+    (2, 8, 1, 10, 11, 5, 2, 2, 1),
+    (1, 16, 1, 9, 14, 7, 1, 3, 1),
+    (2, 8, 1, 13, 12, 7, 2, 3, 1),
+    (2, 8, 2, 7, 9, 3, 1, 1, 1),      # multiplier 2: gathered input channels
+    (1, 4, 2, 9, 8, 5, 2, 1, 1),
+    (2, 5, 1, 6, 7, 3, 1, 0, 1),      # odd channels: one channel a thread
+    (1, 8, 1, 9, 11, 3, 1, 2, 2),     # dilation: run-time taps
+    (2, 8, 1, 8, 9, (3, 1), (2, 1), (1, 0), 1),  # non-square, run-time taps
+    (2, 16, 1, 1, 19, (1, 5), (1, 2), (0, 2), 1),  # 1-D
+    (1, 8, 3, 6, 7, 3, 1, 4, 1),      # padding past the kernel, multiplier 3
+    (2, 8, 1, 5, 6, 4, 3, 2, 1),      # even kernel, stride 3: run-time taps
+]
+
+
+def _pair(v):
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: "_".join(str(v) for v in c))
+@pytest.mark.parametrize("layout", ["ndhwc", "ncdhw", "ndhwc_sliced"])
+def test_depthwise(emu, case, layout):
+    N, C, m, H, W, k, s, p, d = case
+    k, s, p, d = _pair(k), _pair(s), _pair(p), _pair(d)
+    dtypes = (torch.bfloat16, torch.float32, torch.float16) + ((torch.float64,) if layout == "ndhwc" else ())
+    for dtype in dtypes:
+        run_case(emu, N, C, C * m, C, (1, H, W), (1,) + k, (1,) + s, (0,) + p, (1,) + d, dtype, layout)
+
+
+def test_depthwise_epilogue(emu):
+    for act in ("relu", "silu"):
+        for layout in ("ndhwc", "ncdhw"):
+            run_case(emu, 2, 16, 16, 16, (1, 6, 9), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.bfloat16,
+                     layout, bias=True, residual=True, act=act, passes=("fprop",))
+    run_case(emu, 2, 8, 16, 8, (1, 6, 9), (1, 5, 5), (1, 2, 2), (0, 2, 2), (1, 1, 1), torch.float32, "ndhwc",
+             bias=True, residual=True, act="gelu", passes=("fprop",))
+
+
+def test_depthwise_mixed_layouts(emu):
+    # x channels-last, y / dy NCHW and the other way round: the vector path only where both sides allow it
+    for layout, out_layout in (("ndhwc", "ncdhw"), ("ncdhw", "ndhwc")):
+        run_case(emu, 2, 16, 16, 16, (1, 7, 9), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.bfloat16, layout,
+                 out_layout=out_layout)
+
+
+def test_depthwise_grid_loops(emu):
+    # more items than the (two-SM) emulated grid: the item and slice loops go round
+    run_case(emu, 3, 8, 8, 8, (1, 30, 29), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.float32, "ndhwc")
+    run_case(emu, 2, 3, 3, 3, (1, 30, 29), (1, 5, 5), (1, 2, 2), (0, 2, 2), (1, 1, 1), torch.float32, "ncdhw")
