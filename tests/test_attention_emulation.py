@@ -1,9 +1,11 @@
-"""The reference attention kernels (csrc/attention/attention_reference.cu) run on the CPU through
-tests/emulation/cuda_host_shim.h against a float64 evaluation of the kernel contract's formulas
-(tests/emulation/attention_reference_emulation.cpp: strides, GQA, masks and their broadcast, causal and window in
-both alignments, softcap, ALiBi, dropout, variable lengths with empty sequences, fully masked rows, wide heads;
-float64, float32, bfloat16, float16). This checks the kernels' index arithmetic without a GPU, not their speed.
-Opt in with TORCH_DNN_EMULATE=1 (g++ builds the program in about a minute)."""
+"""The attention kernels run on the CPU through tests/emulation/cuda_host_shim.h (and mma_emulation.h for the
+tensor-core wrappers): the reference kernels (csrc/attention/attention_reference.cu) against a float64 evaluation of
+the kernel contract's formulas (attention_reference_emulation.cpp: strides, GQA, masks and their broadcast, causal
+and window in both alignments, softcap, ALiBi, dropout, variable lengths with empty sequences, fully masked rows,
+wide heads; float64, float32, bfloat16, float16), then the flash kernels against the reference kernels
+(attention_flash_emulation.cpp: head dims 32-256, both CTA shapes, causal in both alignments, windows, GQA, softcap,
+ALiBi, variable lengths). This checks the kernels' index and fragment arithmetic without a GPU, not their speed.
+Opt in with TORCH_DNN_EMULATE=1 (a few minutes)."""
 import os
 import subprocess
 
@@ -26,13 +28,22 @@ def _cuda_include():
     pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
 
 
-def test_reference_kernels_emulated(tmp_path):
-    exe = str(tmp_path / "attention_reference_emulation")
+def _build_and_run(tmp_path, name):
+    exe = str(tmp_path / name)
     subprocess.run(["g++", "-std=c++20", "-O1", "-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes",
                     f"-I{ROOT}/csrc", f"-I{HERE}/emulation", f"-I{_cuda_include()}",
-                    os.path.join(HERE, "emulation", "attention_reference_emulation.cpp"), "-o", exe, "-pthread"],
-                   check=True)
-    r = subprocess.run([exe], capture_output=True, text=True, timeout=900)
-    lines = r.stdout.splitlines()
+                    os.path.join(HERE, "emulation", name + ".cpp"), "-o", exe, "-pthread"], check=True)
+    r = subprocess.run([exe], capture_output=True, text=True, timeout=1200)
+    return r, r.stdout.splitlines()
+
+
+def test_reference_kernels_emulated(tmp_path):
+    r, lines = _build_and_run(tmp_path, "attention_reference_emulation")
     assert sum(line.startswith("ok ") for line in lines) >= 40, r.stdout  # the cases ran
+    assert r.returncode == 0 and lines[-1] == "ALL OK", r.stdout
+
+
+def test_flash_kernels_emulated(tmp_path):
+    r, lines = _build_and_run(tmp_path, "attention_flash_emulation")
+    assert sum(line.startswith("ok ") for line in lines) >= 20, r.stdout
     assert r.returncode == 0 and lines[-1] == "ALL OK", r.stdout

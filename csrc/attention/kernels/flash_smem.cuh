@@ -1,0 +1,76 @@
+// The flash kernels' shared-memory tiles and their loaders (torch-free, sm_80+): a tile is [rows][D] 16-bit
+// elements, each row D / 8 16-byte chunks, the chunks XOR-swizzled by the row so that the 8 row addresses of an
+// ldmatrix (8 consecutive rows, one chunk column) fall in 8 different bank groups:
+//   D / 8 a multiple of 8 (D = 64, 128, 256): chunk c of row r at c ^ (r & 7)   (rows of 128 bytes or more)
+//   D / 8 a multiple of 4 (D = 32, 96):       chunk c of row r at c ^ ((r >> 1) & 3)
+// (96: rows of 192 bytes alternate between two half-lines, so pairs of rows take the same XOR; the XOR stays
+// inside each aligned group of 4 chunks, so it never leaves the row.) Tiles are filled by cp.async, 16 bytes a
+// copy, rows past the sequence's end zero-filled.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include <type_traits>
+
+#if defined(TORCH_DNN_EMULATE_CUDA)
+#include "mma_emulation.h"  // tests/emulation/: the same wrappers computed on the host
+#else
+#include "matmul/kernels/gemm_mma.cuh"
+#endif
+
+namespace torch_dnn {
+namespace attention {
+namespace flash {
+
+// cp.async, ldmatrix and mma.sync wrappers
+#if defined(TORCH_DNN_EMULATE_CUDA)
+namespace ptx = ::torch_dnn_emu_ptx;
+#else
+namespace ptx = ::torch_dnn::matmul::mma;
+#endif
+
+template <int D>
+struct SmemTile {
+  static constexpr int CPR = D / 8;  // 16-byte chunks a row
+  static_assert(D % 32 == 0 && CPR % 4 == 0, "head dims that are multiples of 32");
+  __device__ static __forceinline__ int swz(int r, int c) {
+    if constexpr (CPR % 8 == 0) return c ^ (r & 7);
+    else return c ^ ((r >> 1) & 3);
+  }
+  // Element offset of (r, col); col a multiple of 8 gives a chunk's start (an ldmatrix row address).
+  __device__ static __forceinline__ int off(int r, int col) { return r * D + swz(r, col >> 3) * 8 + (col & 7); }
+};
+
+// Starts the copy of rows [r0, r0 + ROWS) of an operand slice (row r at g + r * ld, 16-byte aligned rows) into
+// the tile s; rows at or past `nrows` are zero-filled. All THREADS threads of the block take part.
+template <int D, int ROWS, int THREADS, typename T>
+__device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t ld, int64_t r0, int64_t nrows, int tid) {
+  constexpr int CPR = D / 8, TOTAL = ROWS * CPR;
+#pragma unroll
+  for (int it = 0; it < (TOTAL + THREADS - 1) / THREADS; ++it) {
+    const int idx = tid + it * THREADS;
+    if (TOTAL % THREADS == 0 || idx < TOTAL) {
+      const int r = idx / CPR, c = idx % CPR;
+      const int64_t gr = r0 + r;
+      const bool ok = gr < nrows;
+      ptx::cp_async16(s + r * D + SmemTile<D>::swz(r, c) * 8, ok ? g + gr * ld + c * 8 : g, ok ? 16 : 0);
+    }
+  }
+}
+
+// Two floats as the 16-bit pair of one mma operand register (lo: the lower column).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+}
+
+}  // namespace flash
+}  // namespace attention
+}  // namespace torch_dnn
