@@ -126,6 +126,17 @@ def _matmul(t, pos):
     }
 
 
+def _conv(t, pos):
+    x, w, b, g = t(2, 3, 5, 5), t(4, 3, 3, 3), t(4), t(2, 4, 5, 5)
+    geo = ([1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    return {
+        "convolution": ((x, w, b, *geo), {}),
+        "conv_backward_input": ((g, w, [2, 3, 5, 5], *geo), {}),
+        "conv_backward_weight": ((g, x, [4, 3, 3, 3], *geo), {}),
+        "conv_backward_bias": ((g,), {}),
+    }
+
+
 def op_samples(device="cpu", dtype=torch.float64, seed=0) -> dict:
     """{op name: (args, kwargs)}: a valid call of each op, tensors of `dtype` on `device`."""
     gen = torch.Generator().manual_seed(seed)
@@ -139,7 +150,7 @@ def op_samples(device="cpu", dtype=torch.float64, seed=0) -> dict:
     s = {}
     s.update(_activation(t))
     s.update(_softmax(t))
-    for family in (_norm, _pool, _batch_norm, _group_norm, _lrn, _matmul):
+    for family in (_norm, _pool, _batch_norm, _group_norm, _lrn, _matmul, _conv):
         s.update(family(t, pos))
     names = [n for family in FAMILIES.values() for n in family]
     missing = sorted(set(names) - set(s))

@@ -125,6 +125,19 @@ def _scalar_mutations(name, args, kwargs):
         return [("activation", _replace(a, 3, "swish"), kwargs)]
     if name == "linear_act_backward":
         return [("activation", _replace(a, 4, "swish"), kwargs), ("no preact", _replace(a, 3, None), kwargs)]
+    if name in ("convolution", "conv_backward_input", "conv_backward_weight"):
+        # geometry after the two tensors (and the backward ops' size list): stride, padding, dilation, transposed,
+        # output_padding, groups
+        at = 2 if name == "convolution" else 3
+        out = [("stride 0", _replace(a, at, [0, 0]), kwargs), ("padding negative", _replace(a, at + 1, [-1]), kwargs),
+               ("dilation 0", _replace(a, at + 2, [0]), kwargs), ("groups 3", _replace(a, at + 5, 3), kwargs),
+               ("kernel larger than the padded input", _replace(_replace(a, at + 1, [0]), at + 2, [3]), kwargs),
+               ("output_padding too large", _replace(_replace(a, at + 3, True), at + 4, [2]), kwargs),
+               ("stride of 3 values", _replace(a, at, [1, 1, 1]), kwargs)]
+        if name != "convolution":
+            out.append(("size list", _replace(a, 2, [2, 3, 6, 6] if name == "conv_backward_input" else [4, 3, 2, 2]),
+                        kwargs))
+        return out
     if "_pool" in name and name[-1] != "_":
         return [(label, args_, kwargs) for label, args_ in _pool_scalars(name, args)]
     return []

@@ -271,6 +271,21 @@ case("linear_act[relu,3d]", lambda x, w, b: TD.linear_act(x, w, b, "relu"),
      lambda x, w, b: linear_act_reference(x, w, b, "relu"), ((3, 5, 7), (6, 7), (6,)),
      ("linear_act", "linear_act_backward"), matrix=True)
 
+# convolutions: the input and the weight each in every layout of their rank (PyTorch's result is channels-last
+# when either suggests it, as its backend decides), the bias contiguous
+_CONV_OPS = ("convolution", "conv_backward_input", "conv_backward_weight", "conv_backward_bias")
+case("conv2d", lambda x, w, b: TD.conv2d(x, w, b, padding=1), lambda x, w, b: F.conv2d(x, w, b, padding=1),
+     (N4, (4, 6, 3, 3), (4,)), _CONV_OPS, each=True)
+case("conv2d[depthwise,stride 2]", lambda x, w: TD.conv2d(x, w, stride=2, groups=6),
+     lambda x, w: F.conv2d(x, w, stride=2, groups=6), (N4, (12, 1, 3, 3)), _CONV_OPS[:3], each=True)
+case("conv_transpose2d", lambda x, w, b: TD.conv_transpose2d(x, w, b, stride=2, output_padding=1),
+     lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, output_padding=1), (N4, (6, 4, 3, 3), (4,)), _CONV_OPS,
+     each=True)
+case("conv1d", lambda x, w, b: TD.conv1d(x, w, b, padding=1), lambda x, w, b: F.conv1d(x, w, b, padding=1),
+     (N3, (4, 6, 3), (4,)), _CONV_OPS, each=True)
+case("conv3d", lambda x, w, b: TD.conv3d(x, w, b, padding=1), lambda x, w, b: F.conv3d(x, w, b, padding=1),
+     (N5, (4, 6, 3, 3, 3), (4,)), _CONV_OPS, each=True)
+
 # SyncBatchNorm's pieces: PyTorch has them on CUDA only. Per-channel arguments: (C,) tensors after the input(s).
 _C4 = (N4[1],)
 case("batch_norm_elemt", lambda x, m, s, w, b: torch.ops.torch_dnn.batch_norm_elemt(x, m, s, w, b),

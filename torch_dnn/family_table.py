@@ -65,4 +65,5 @@ TABLE = (
     Family("group_norm"),
     Family("lrn"),
     Family("matmul", nn="linear"),
+    Family("conv"),
 )

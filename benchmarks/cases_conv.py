@@ -1,0 +1,86 @@
+"""Benchmark cases of the convolution family (TFLOP/s): ResNet-50's distinct convolutions and a MobileNet-style
+depthwise 3x3, N = 64, bf16, channels_last, forward alone and forward+backward (autograd: d_input, d_weight),
+against F.conv2d (cuDNN, torch.backends.cudnn.benchmark = True, as issue 36's targets are measured) and its
+torch.compile. FLOPs are the convolution's multiply-adds x 2 (x 3 for forward+backward: dgrad and wgrad each
+cost the forward's); bytes the minimum traffic (input, weight and output once each; x 3 for forward+backward)."""
+import torch
+import torch.nn.functional as TF
+
+import torch_dnn.functional as F
+from benchmarks.harness import Case, rand_cuda
+
+N = 64
+
+# (label, C_in, C_out, kernel, stride, padding, spatial input size, groups)
+LAYERS = [
+    ("3x3 64->64 @56", 64, 64, 3, 1, 1, 56, 1),
+    ("3x3 128->128 @28", 128, 128, 3, 1, 1, 28, 1),
+    ("3x3 256->256 @14", 256, 256, 3, 1, 1, 14, 1),
+    ("3x3 512->512 @7", 512, 512, 3, 1, 1, 7, 1),
+    ("1x1 256->64 @56", 256, 64, 1, 1, 0, 56, 1),
+    ("1x1 64->256 @56", 64, 256, 1, 1, 0, 56, 1),
+    ("1x1/2 1024->2048 @14", 1024, 2048, 1, 2, 0, 14, 1),
+    ("7x7/2 stem 3->64 @224", 3, 64, 7, 2, 3, 224, 1),
+    ("depthwise 3x3 384 @28", 384, 384, 3, 1, 1, 28, 384),
+]
+
+# cuDNN's targets of issue 36 (TFLOP/s, fwd / fwd+bwd), where measured
+TARGETS = {"3x3 64->64 @56": (313, 176), "3x3 256->256 @14": (456, 330), "1x1 256->64 @56": (118, 106),
+           "7x7/2 stem 3->64 @224": (32.5, 26.5), "1x1/2 1024->2048 @14": (412, 329),
+           "depthwise 3x3 384 @28": (7.8, 6.6)}
+
+
+def _cudnn_benchmark(fn):
+    """fn with torch.backends.cudnn.benchmark on (cuDNN autotunes each shape once, as the targets were measured)."""
+    def run(*args):
+        old = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = True
+        try:
+            return fn(*args)
+        finally:
+            torch.backends.cudnn.benchmark = old
+    return run
+
+
+def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
+    es = torch.empty((), dtype=dtype).element_size()
+    out = (size + 2 * pad - k) // stride + 1
+    flops = 2 * N * cout * out * out * (cin // groups) * k * k
+    x_bytes, w_bytes, y_bytes = N * cin * size * size * es, cout * (cin // groups) * k * k * es, N * cout * out * out * es
+
+    def conv(fn):
+        return lambda x, w: fn(x, w, None, stride, pad, 1, groups)
+
+    def inputs(grad=False):
+        x = rand_cuda((N, cin, size, size), dtype, "NHWC", -1, 1)
+        w = rand_cuda((cout, cin // groups, k, k), dtype, "NHWC", -0.1, 0.1)
+        if not grad:
+            return x, w
+        g = rand_cuda((N, cout, out, out), dtype, "NHWC", -1, 1)
+        return x.requires_grad_(), w.requires_grad_(), g
+
+    def fwd_bwd(fn):
+        def run(x, w, g):
+            return torch.autograd.grad(fn(x, w), [x, w], g)
+        return run
+
+    eager = conv(TF.conv2d)
+    compiled = torch.compile(eager, dynamic=False)
+    fwd_target, fb_target = TARGETS.get(label, (None, None))
+    target = (lambda t: f">= cuDNN ({t} TFLOP/s)" if t else ">= cuDNN")
+    fwd = Case("conv", f"conv {label} fwd bf16 NHWC", inputs,
+               {"torch_dnn": conv(F.conv2d), "cuDNN (F.conv2d)": _cudnn_benchmark(eager),
+                "compile": _cudnn_benchmark(compiled)},
+               bytes=x_bytes + w_bytes + y_bytes, flops=flops, group="conv forward bf16 NHWC",
+               target=target(fwd_target))
+    fb = Case("conv", f"conv {label} fwd+bwd bf16 NHWC", lambda: inputs(True),
+              {"torch_dnn": fwd_bwd(conv(F.conv2d)), "cuDNN (F.conv2d)": _cudnn_benchmark(fwd_bwd(eager)),
+               "compile": _cudnn_benchmark(fwd_bwd(compiled))},
+              bytes=3 * (x_bytes + w_bytes + y_bytes), flops=3 * flops, group="conv forward+backward bf16 NHWC",
+              target=target(fb_target))
+    return [fwd, fb]
+
+
+def cases(quick: bool = False):
+    layers = LAYERS[:1] + LAYERS[-2:] if quick else LAYERS
+    return [c for layer in layers for c in _cases_of(*layer, torch.bfloat16)]

@@ -1,0 +1,218 @@
+// Convolution family: autograd of every op in C++ (the Autograd dispatch key), so that an eager training step runs no
+// Python; torch_dnn/ops/conv.py keeps the same formulas for torch.func's transforms.
+//
+// convolution's gradients are the three backward ops, called with grad_output laid out exactly as the forward's
+// result (PyTorch's layout rule, conv_ops.h), so that they return gradients in that layout as PyTorch's backward
+// does. Each backward op is linear in each of its tensor arguments, and its derivatives are the family's ops again
+// (with grad mode on they record their own graphs, so any order of derivative works):
+//   dx = conv_backward_input(g, w):   d/dg = convolution(ggx, w)              d/dw = conv_backward_weight(g, ggx)
+//   dw = conv_backward_weight(g, x):  d/dg = convolution(x, ggw)              d/dx = conv_backward_input(g, ggw)
+//   db = conv_backward_bias(g):       d/dg = ggb broadcast over g's shape
+// (each with the forward's geometry and transposed flag: a transposed convolution and its backward ops are the same
+// adjoint pairs).
+#include "common/autograd_kernel.h"
+#include "conv/conv_ops.h"
+
+namespace torch_dnn {
+namespace conv {
+namespace {
+
+using namespace torch_dnn::autograd_kernel;
+using OptTensor = OptionalTensor;
+using Ints = std::vector<int64_t>;
+
+using ConvSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
+                           IntArrayRef, bool, IntArrayRef, int64_t);
+using BackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
+                               IntArrayRef, bool, IntArrayRef, int64_t);
+using BiasSig = at::Tensor(const at::Tensor&);
+
+const c10::TypedOperatorHandle<ConvSig>& convolution_op() {
+  static const auto op = op_handle<ConvSig>("torch_dnn::convolution");
+  return op;
+}
+const c10::TypedOperatorHandle<BackwardSig>& backward_input_op() {
+  static const auto op = op_handle<BackwardSig>("torch_dnn::conv_backward_input");
+  return op;
+}
+const c10::TypedOperatorHandle<BackwardSig>& backward_weight_op() {
+  static const auto op = op_handle<BackwardSig>("torch_dnn::conv_backward_weight");
+  return op;
+}
+const c10::TypedOperatorHandle<BiasSig>& backward_bias_op() {
+  static const auto op = op_handle<BiasSig>("torch_dnn::conv_backward_bias");
+  return op;
+}
+
+// The geometry arguments every op shares, kept in the node.
+struct Geometry {
+  Ints stride, padding, dilation, output_padding;
+  bool transposed = false;
+  int64_t groups = 1;
+
+  void save(AutogradContext* ctx) const {
+    ctx->saved_data["stride"] = stride;
+    ctx->saved_data["padding"] = padding;
+    ctx->saved_data["dilation"] = dilation;
+    ctx->saved_data["output_padding"] = output_padding;
+    ctx->saved_data["transposed"] = transposed;
+    ctx->saved_data["groups"] = groups;
+  }
+  static Geometry load(AutogradContext* ctx) {
+    return {ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
+            ctx->saved_data["dilation"].toIntVector(), ctx->saved_data["output_padding"].toIntVector(),
+            ctx->saved_data["transposed"].toBool(), ctx->saved_data["groups"].toInt()};
+  }
+  at::Tensor conv(const at::Tensor& x, const at::Tensor& w) const {
+    return convolution_op().call(x, w, c10::nullopt, stride, padding, dilation, transposed, output_padding, groups);
+  }
+  at::Tensor backward_input(const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size) const {
+    return backward_input_op().call(g, w, input_size, stride, padding, dilation, transposed, output_padding, groups);
+  }
+  at::Tensor backward_weight(const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size) const {
+    return backward_weight_op().call(g, x, weight_size, stride, padding, dilation, transposed, output_padding,
+                                     groups);
+  }
+};
+
+Geometry geometry_of(IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
+                     IntArrayRef output_padding, int64_t groups) {
+  return {stride.vec(), padding.vec(), dilation.vec(), output_padding.vec(), transposed, groups};
+}
+
+struct ConvolutionFn : torch::autograd::Function<ConvolutionFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
+                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
+                               IntArrayRef output_padding, int64_t groups) {
+    at::Tensor y;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      y = convolution_op().call(x, w, b, stride, padding, dilation, transposed, output_padding, groups);
+    }
+    // the layout of the result (the op has checked the arguments): its gradients take it too
+    const Params p = check_params("torch_dnn.convolution", x.dim() - 2, stride, padding, dilation, transposed,
+                                  output_padding, groups);
+    ctx->saved_data["channels_last"] = conv_channels_last(x, w, p);
+    ctx->saved_data["bias_size"] = is_given(b) ? b->size(0) : int64_t(-1);
+    geometry_of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
+    ctx->save_for_backward({x, w});
+    return {y};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(9);  // input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+    if (!grads[0].defined()) return out;
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &x = s[0], &w = s[1];
+    const Geometry geo = Geometry::load(ctx);
+    const at::Tensor g = exactly_in_layout(grads[0], ctx->saved_data["channels_last"].toBool());
+    // a first-order backward records nothing: the ops' own autograd kernels are skipped (host time)
+    std::optional<at::AutoDispatchBelowADInplaceOrView> below;
+    if (!at::GradMode::is_enabled()) below.emplace();
+    if (needs_grad(ctx, 0)) out[0] = geo.backward_input(g, w, x.sizes());
+    if (needs_grad(ctx, 1)) out[1] = geo.backward_weight(g, x, w.sizes());
+    const int64_t bias_size = ctx->saved_data["bias_size"].toInt();
+    if (bias_size >= 0 && needs_grad(ctx, 2)) {
+      // a result without channels (an input without them) leaves the bias without a gradient: zeros
+      out[2] = g.size(1) == bias_size ? backward_bias_op().call(g) : at::zeros({bias_size}, g.options());
+    }
+    return out;
+  }
+};
+
+struct BackwardInputFn : torch::autograd::Function<BackwardInputFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size,
+                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
+                               IntArrayRef output_padding, int64_t groups) {
+    at::Tensor dx;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      dx = backward_input_op().call(g, w, input_size, stride, padding, dilation, transposed, output_padding, groups);
+    }
+    geometry_of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
+    ctx->save_for_backward({g, w});
+    return {dx};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(9);  // grad_output, weight, input_size, then the geometry
+    if (!grads[0].defined()) return out;
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &g = s[0], &w = s[1];
+    const Geometry geo = Geometry::load(ctx);
+    if (needs_grad(ctx, 0)) out[0] = geo.conv(grads[0], w);
+    if (needs_grad(ctx, 1)) out[1] = geo.backward_weight(g, grads[0], w.sizes());
+    return out;
+  }
+};
+
+struct BackwardWeightFn : torch::autograd::Function<BackwardWeightFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size,
+                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
+                               IntArrayRef output_padding, int64_t groups) {
+    at::Tensor dw;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      dw = backward_weight_op().call(g, x, weight_size, stride, padding, dilation, transposed, output_padding, groups);
+    }
+    geometry_of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
+    ctx->save_for_backward({g, x});
+    return {dw};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(9);  // grad_output, input, weight_size, then the geometry
+    if (!grads[0].defined()) return out;
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &g = s[0], &x = s[1];
+    const Geometry geo = Geometry::load(ctx);
+    if (needs_grad(ctx, 0)) out[0] = geo.conv(x, grads[0]);
+    if (needs_grad(ctx, 1)) out[1] = geo.backward_input(g, grads[0], x.sizes());
+    return out;
+  }
+};
+
+struct BackwardBiasFn : torch::autograd::Function<BackwardBiasFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& g) {
+    at::Tensor db;
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      db = backward_bias_op().call(g);
+    }
+    ctx->saved_data["sizes"] = g.sizes().vec();
+    return {db};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor()};
+    const Ints sizes = ctx->saved_data["sizes"].toIntVector();
+    return {per_channel(grads[0], int64_t(sizes.size())).expand(sizes)};
+  }
+};
+
+}  // namespace
+}  // namespace conv
+}  // namespace torch_dnn
+
+TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
+  using namespace torch_dnn::conv;
+  m.impl("convolution", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, IntArrayRef stride,
+                           IntArrayRef padding, IntArrayRef dilation, bool transposed, IntArrayRef output_padding,
+                           int64_t groups) {
+    check_no_tangent("torch_dnn.convolution", x, w, b);
+    return ConvolutionFn::apply(x, w, b, stride, padding, dilation, transposed, output_padding, groups)[0];
+  });
+  m.impl("conv_backward_input", [](const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size,
+                                   IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
+                                   IntArrayRef output_padding, int64_t groups) {
+    check_no_tangent("torch_dnn.conv_backward_input", g, w);
+    return BackwardInputFn::apply(g, w, input_size, stride, padding, dilation, transposed, output_padding, groups)[0];
+  });
+  m.impl("conv_backward_weight", [](const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size,
+                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
+                                    IntArrayRef output_padding, int64_t groups) {
+    check_no_tangent("torch_dnn.conv_backward_weight", g, x);
+    return BackwardWeightFn::apply(g, x, weight_size, stride, padding, dilation, transposed, output_padding,
+                                   groups)[0];
+  });
+  m.impl("conv_backward_bias", [](const at::Tensor& g) {
+    check_no_tangent("torch_dnn.conv_backward_bias", g);
+    return BackwardBiasFn::apply(g)[0];
+  });
+}

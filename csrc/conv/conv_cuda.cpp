@@ -1,0 +1,77 @@
+// CUDA launcher of the convolution family: fills the kernels' ConvArgs from PyTorch's switches, gives them workspace
+// from the caching allocator, and calls the torch-free entry points of conv_kernels.h on the current stream: the
+// implicit-GEMM tensor-core path first, the direct kernels when it answers cudaErrorNotSupported (they take every
+// problem). Registered for the CUDA dispatch key only.
+#include <vector>
+
+#include "common/cuda_utils.h"
+#include "conv/conv_kernels.h"
+#include "conv/conv_ops.h"
+
+namespace torch_dnn {
+namespace conv {
+namespace {
+
+// The workspaces one call's launches ask for (ConvArgs::workspace), from the caching allocator (stream-ordered, so
+// graph-capture safe), held until the launches are queued.
+struct CallWorkspace {
+  const at::Tensor& like;
+  std::vector<at::Tensor> held;
+  explicit CallWorkspace(const at::Tensor& l) : like(l) {}
+  static void* get(void* self, int64_t bytes) {
+    auto* w = static_cast<CallWorkspace*>(self);
+    w->held.push_back(at::empty({bytes}, w->like.options().dtype(at::kByte)));
+    return w->held.back().data_ptr();
+  }
+  Workspace source() { return {&CallWorkspace::get, this}; }
+};
+
+using Entry = cudaError_t (*)(const ConvArgs&, cudaStream_t);
+
+Entry implicit_gemm(Pass pass) {
+  switch (pass) {
+    case Pass::Fprop: return &conv_igemm_fprop;
+    case Pass::Dgrad: return &conv_igemm_dgrad;
+    default: return &conv_igemm_wgrad;
+  }
+}
+
+Entry direct(Pass pass) {
+  switch (pass) {
+    case Pass::Fprop: return &conv_direct_fprop;
+    case Pass::Dgrad: return &conv_direct_dgrad;
+    default: return &conv_direct_wgrad;
+  }
+}
+
+struct CudaBackend {
+  static void run(Pass pass, ConvArgs& a, const at::Tensor& like) {
+    c10::cuda::CUDAGuard guard(like.device());
+    auto& ctx = at::globalContext();
+    a.allow_tf32 = ctx.allowTF32CuDNN();  // torch.backends.cudnn.allow_tf32, the switch of PyTorch's convolutions
+    a.deterministic = ctx.deterministicAlgorithms() || ctx.deterministicCuDNN();
+    CallWorkspace ws(like);
+    a.workspace = ws.source();
+    const cudaStream_t stream = current_stream();
+    const cudaError_t err = implicit_gemm(pass)(a, stream);
+    if (err == cudaSuccess) return;
+    TORCH_CHECK(err == cudaErrorNotSupported, "torch_dnn: the implicit-GEMM convolution failed: ",
+                cudaGetErrorString(err));
+    (void)cudaGetLastError();  // not taken: the direct kernels take every problem
+    TD_CHECK_LAUNCH(direct(pass)(a, stream));
+  }
+
+  static void bias_grad(const ConvGeometry& g, const Operand5& dy, const at::Tensor& db) {
+    c10::cuda::CUDAGuard guard(db.device());
+    CallWorkspace ws(db);
+    TD_CHECK_LAUNCH(conv_bias_grad(to_dtype(db.scalar_type()), g, dy, db.data_ptr(), ws.source(), current_stream()));
+  }
+};
+
+}  // namespace
+}  // namespace conv
+}  // namespace torch_dnn
+
+TORCH_LIBRARY_IMPL(torch_dnn, CUDA, m) {
+  torch_dnn::conv::register_conv_impls<torch_dnn::conv::CudaBackend>(m);
+}

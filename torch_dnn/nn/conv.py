@@ -1,0 +1,71 @@
+"""Drop-in Conv1d/2d/3d and ConvTranspose1d/2d/3d: subclasses of torch.nn's (same constructor, parameters,
+initialisation and state_dict) whose forward runs torch_dnn's convolution. padding_mode reflect / replicate / circular
+pads the input with torch.nn.functional.pad first, as PyTorch's modules do; the transposed modules take forward's
+output_size as PyTorch's (its _output_padding)."""
+import torch
+
+from torch_dnn.convert import register_swap
+from torch_dnn.ops import conv as F
+
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
+
+
+class _ConvForward:
+    """nn.Conv*d's _conv_forward (which forward calls) with torch_dnn's convolution."""
+
+    _conv = None  # torch_dnn.functional.conv1d / 2d / 3d
+
+    def _conv_forward(self, input, weight, bias):
+        conv = type(self)._conv
+        if self.padding_mode != "zeros":
+            padded = torch.nn.functional.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            return conv(padded, weight, bias, self.stride, 0, self.dilation, self.groups)
+        return conv(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+@register_swap(torch.nn.Conv1d)
+class Conv1d(_ConvForward, torch.nn.Conv1d):
+    _conv = staticmethod(F.conv1d)
+
+
+@register_swap(torch.nn.Conv2d)
+class Conv2d(_ConvForward, torch.nn.Conv2d):
+    _conv = staticmethod(F.conv2d)
+
+
+@register_swap(torch.nn.Conv3d)
+class Conv3d(_ConvForward, torch.nn.Conv3d):
+    _conv = staticmethod(F.conv3d)
+
+
+class _ConvTransposeForward:
+    """nn.ConvTranspose*d's forward with torch_dnn's transposed convolution."""
+
+    _conv = None  # torch_dnn.functional.conv_transpose1d / 2d / 3d
+    _rank = 0
+
+    def forward(self, input, output_size=None):
+        if self.padding_mode != "zeros":
+            raise ValueError(f"Only `zeros` padding mode is supported for {type(self).__name__}")
+        output_padding = self._output_padding(input, output_size, self.stride, self.padding, self.kernel_size,
+                                              self._rank, self.dilation)
+        return type(self)._conv(input, self.weight, self.bias, self.stride, self.padding, output_padding, self.groups,
+                                self.dilation)
+
+
+@register_swap(torch.nn.ConvTranspose1d)
+class ConvTranspose1d(_ConvTransposeForward, torch.nn.ConvTranspose1d):
+    _conv = staticmethod(F.conv_transpose1d)
+    _rank = 1
+
+
+@register_swap(torch.nn.ConvTranspose2d)
+class ConvTranspose2d(_ConvTransposeForward, torch.nn.ConvTranspose2d):
+    _conv = staticmethod(F.conv_transpose2d)
+    _rank = 2
+
+
+@register_swap(torch.nn.ConvTranspose3d)
+class ConvTranspose3d(_ConvTransposeForward, torch.nn.ConvTranspose3d):
+    _conv = staticmethod(F.conv_transpose3d)
+    _rank = 3
