@@ -1,4 +1,4 @@
-// The flash attention kernels (csrc/attention/flash_forward.cu) run on the CPU through cuda_host_shim.h, with
+// The flash attention kernels (csrc/attention/flash_forward.cu, flash_backward.cu) run on the CPU through cuda_host_shim.h, with
 // cp.async / ldmatrix / mma.sync computed by mma_emulation.h from the PTX fragment layouts, against the reference
 // kernels (themselves checked against float64 by attention_reference_emulation.cpp), emulated alike. This checks
 // the fragment, swizzle, tiling and masking arithmetic of the tensor-core kernels without a GPU. A standalone
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attention/attention_reference.cu"
+#include "attention/flash_backward.cu"
 #include "attention/flash_forward.cu"
 
 using namespace torch_dnn;
@@ -52,7 +53,7 @@ struct Case {
 // [B][S][H][D] (or packed [total][H][D]) operands, the layout q/k/v have after a transpose in a model.
 template <typename T>
 struct Operands {
-  std::vector<T> q, k, v, o_ref, o_flash;
+  std::vector<T> q, k, v, o_ref, o_flash, dout, dq_ref, dk_ref, dv_ref, dq_flash, dk_flash, dv_flash;
   std::vector<float> lse_ref, lse_flash;
 };
 
@@ -141,7 +142,61 @@ bool run_case(const Case& c) {
       ok = false;
     }
   }
-  if (ok) std::printf("ok   %s [%s] (max |o - o_ref| %.2e)\n", c.name, dtype_name(a.dtype), worst);
+  if (!ok) return false;
+
+  // backward from the reference's forward (the same o and lse for both), gradients laid out as their operands
+  x.dout.resize(x.q.size());
+  for (auto& e : x.dout) e = fromd<T>(urand(-1, 1));
+  x.dq_ref.assign(x.q.size(), fromd<T>(777.0));
+  x.dk_ref.assign(x.k.size(), fromd<T>(777.0));
+  x.dv_ref.assign(x.v.size(), fromd<T>(777.0));
+  x.dq_flash = x.dq_ref, x.dk_flash = x.dk_ref, x.dv_flash = x.dv_ref;
+  auto grads = [&](std::vector<T>& dq, std::vector<T>& dk, std::vector<T>& dv) {
+    AttnGrads gr;
+    gr.dout = op(x.dout, c.Hq, Sq);
+    gr.dq = op(dq, c.Hq, Sq);
+    gr.dk = op(dk, c.Hkv, Sk);
+    gr.dv = op(dv, c.Hkv, Sk);
+    return gr;
+  };
+  if (reference_backward(r, grads(x.dq_ref, x.dk_ref, x.dv_ref), ws, nullptr) != cudaSuccess) {
+    std::printf("FAIL %s: reference backward refused\n", c.name);
+    return false;
+  }
+  AttnArgs fb = r;  // the reference forward's o and lse
+  const cudaError_t eb = flash_backward(fb, grads(x.dq_flash, x.dk_flash, x.dv_flash), ws, nullptr);
+  if (c.D == 256) {  // the flash backward refuses head dim 256
+    if (eb != cudaErrorNotSupported) {
+      std::printf("FAIL %s [%s]: flash_backward took head dim 256 (%d)\n", c.name, dtype_name(a.dtype), int(eb));
+      return false;
+    }
+  } else {
+    if (eb != cudaSuccess) {
+      std::printf("FAIL %s [%s]: flash_backward returned %d\n", c.name, dtype_name(a.dtype), int(eb));
+      return false;
+    }
+    // gradient error against the largest reference entry (dS and P are rounded to 16 bits for the mma)
+    const double gtol = std::is_same_v<T, __half> ? 6e-3 : 3e-2;
+    auto compare = [&](const char* what, const std::vector<T>& got, const std::vector<T>& want) {
+      double mx = 0, err = 0;
+      size_t at = 0;
+      for (size_t i = 0; i < want.size(); ++i) mx = std::max(mx, std::fabs(tod(want[i])));
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double d = std::fabs(tod(got[i]) - tod(want[i]));
+        if (!(d <= err)) err = d, at = i;
+      }
+      if (!(err <= gtol * std::max(mx, 1e-3))) {
+        std::printf("FAIL %s [%s] %s: max error %.3g at %zu (flash %.6g reference %.6g), max |ref| %.3g\n", c.name,
+                    dtype_name(a.dtype), what, err, at, tod(got[at]), tod(want[at]), mx);
+        ok = false;
+      }
+      return err / std::max(mx, 1e-3);
+    };
+    const double e1 = compare("dq", x.dq_flash, x.dq_ref), e2 = compare("dk", x.dk_flash, x.dk_ref),
+                 e3 = compare("dv", x.dv_flash, x.dv_ref);
+    worst = std::max(worst, std::max(e1, std::max(e2, e3)));
+  }
+  if (ok) std::printf("ok   %s [%s] (max error %.2e)\n", c.name, dtype_name(a.dtype), worst);
   return ok;
 }
 

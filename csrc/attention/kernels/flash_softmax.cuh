@@ -94,6 +94,19 @@ __device__ __forceinline__ void scores_tile(float (&s)[NT][4], const ScoreParams
   }
 }
 
+// One raw dot product -> its log2-unit score, and (CAP) softcap's derivative 1 - tanh^2 (1 without softcap).
+template <bool CAP>
+__device__ __forceinline__ float score_log2(float dot, const ScoreParams& sp, float& dcap) {
+  if constexpr (CAP) {
+    const float t = tanhf(dot * sp.cap_inv_scale);
+    dcap = 1.f - t * t;
+    return sp.cap_log2 * t;
+  } else {
+    dcap = 1.f;
+    return dot * sp.scale_log2;
+  }
+}
+
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
