@@ -553,6 +553,90 @@ def test_cuda_benchmark_shape():
                              [x, w, b], name=f"group_norm 8x256x56x56 {layout}")
 
 
+def _channels_last_view(shape, dtype, offset=0, low=-3.0, high=5.0):
+    """A dense channels-last CUDA tensor of any rank >= 3 ([N][spatial][C] in memory), starting `offset` elements
+    into its storage (1: not 16-byte aligned; the allocator's blocks are)."""
+    src = random_like_case(shape, dtype, "cuda", low=low, high=high)
+    storage = torch.empty(offset + src.numel(), dtype=dtype, device="cuda")
+    base = storage[offset:].view(shape[0], *shape[2:], shape[1])
+    x = base.permute(0, len(shape) - 1, *range(1, len(shape) - 1))
+    x.copy_(src)
+    assert x.storage_offset() == offset and x.stride(1) == 1
+    return x
+
+
+# On CUDA a channels-last input (and grad_output) is made contiguous by the tiled layout transpose
+# (csrc/common/layout_transpose.cu, 64 x 64 tiles) before the NCHW kernels run. (shape, num_groups, storage offset):
+# tiles cut by the sizes, channel or spatial sizes that are not whole 16-byte vectors (element accesses on that
+# side: C = 6 or 20 in 16 bits, S = 35, 99 or 4290), 1-D to 3-D spatial, and inputs not 16-byte aligned.
+CL_TRANSPOSE_CASES = [
+    ((2, 6, 7, 5), 3, 0),        # element accesses on both sides (vector loads for float64)
+    ((3, 72, 9, 11), 8, 0),      # vectors along C (two column tiles, the second of 8), elements along S = 99
+    ((2, 136, 8, 9), 17, 0),     # vectors on both sides, every tile cut both ways
+    ((2, 20, 66, 65), 5, 0),     # 68 row tiles, the last of 2 rows
+    ((1, 256, 56, 56), 32, 0),   # the benchmark's layer
+    ((2, 3, 65, 67), 3, 0),      # three channels: one column tile of 3
+    ((2, 24, 3, 5, 7), 6, 0),    # channels_last_3d
+    ((3, 40, 67), 4, 0),         # channels-last 1-D
+    ((2, 64, 9, 8), 8, 1),       # not 16-byte aligned: element accesses on the load side
+    ((2, 64, 9, 8), 8, 8),       # 16 bytes or more in: aligned again
+]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_cuda_channels_last_input(dtype):
+    # forward and backward against PyTorch (the error rule) with PyTorch's strides (contiguous results and
+    # gradients), grad_output contiguous or channels-last; the input itself is passed (its alignment kept)
+    ran = 0
+    for shape, G, offset in CL_TRANSPOSE_CASES:
+        x = _channels_last_view(shape, dtype, offset)
+        w, b = _params(shape[1], dtype, "cuda")
+        for g_layout in ("contiguous", "channels_last"):
+            g = (_channels_last_view(shape, dtype, offset, -1, 1) if g_layout == "channels_last"
+                 else _input(shape, dtype, "cuda", "contiguous", -1, 1))
+            name = f"group_norm {shape} G={G} offset={offset} {dtype} grad_output {g_layout}"
+            xo, wo, bo = (t.detach().requires_grad_() for t in (x, w, b))  # x's storage, offset and strides
+            xp, wp, bp = (t.detach().clone().requires_grad_() for t in (x, w, b))
+            xr, wr, br = (t.detach().double().requires_grad_() for t in (x, w, b))
+            assert xo.storage_offset() == offset
+            y, yp, yr = F.group_norm(xo, G, wo, bo), _torch_group_norm(xp, G, wp, bp), _torch_group_norm(xr, G, wr, br)
+            assert y.stride() == yp.stride(), f"{name}: output strides {y.stride()} != PyTorch's {yp.stride()}"
+            v = compare(y, yp, yr, name=f"{name} forward")
+            assert v, v.message
+            ours = torch.autograd.grad(y, [xo, wo, bo], g)
+            peer = torch.autograd.grad(yp, [xp, wp, bp], g)
+            ref = torch.autograd.grad(yr, [xr, wr, br], g.double())
+            for what, a, p, r in zip(("input", "weight", "bias"), ours, peer, ref):
+                assert a.stride() == p.stride(), f"{name}: {what} gradient strides {a.stride()} != {p.stride()}"
+                v = compare(a, p, r, grad=True, name=f"{name} {what} gradient")
+                assert v, v.message
+            ran += 1
+    assert ran == 2 * len(CL_TRANSPOSE_CASES)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_cuda_layout_transpose_exact(dtype):
+    # The transpose alone, bit for bit: group_norm_with_stats with mean 0, rstd 1 and no affine map is the identity,
+    # so its result is the channels-last input's contiguous copy; its backward (given statistics, no weight:
+    # dx = rstd * dy) is grad_output's. Every access variant of the kernel in every dtype, tiles cut by the sizes.
+    stat = torch.float64 if dtype == torch.float64 else torch.float32
+    ran = 0
+    for shape, _, offset in CL_TRANSPOSE_CASES + [((1, 130, 3, 43), 1, 0), ((3, 64, 8, 8), 1, 0),
+                                                  ((2, 128, 129), 1, 0), ((2, 9, 1, 2, 63), 1, 1)]:
+        x = _channels_last_view(shape, dtype, offset)
+        g = _channels_last_view(shape, dtype, offset, -1, 1)
+        mean = torch.zeros(shape[0], 1, dtype=stat, device="cuda")
+        rstd = torch.ones(shape[0], 1, dtype=stat, device="cuda")
+        y = ops.group_norm_with_stats(x, 1, mean, rstd, None, None)
+        assert y.is_contiguous() and torch.equal(y, x), f"{shape} offset={offset} {dtype}: forward copy"
+        dx = ops.group_norm_backward(g, x, mean, rstd, None, 1, True, [True, False, False])[0]
+        assert dx.is_contiguous() and torch.equal(dx, g), f"{shape} offset={offset} {dtype}: grad_output copy"
+        ran += 1
+    assert ran == len(CL_TRANSPOSE_CASES) + 4
+
+
 @pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
                     reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation (about two minutes)")
 def test_cluster_emulation(tmp_path):

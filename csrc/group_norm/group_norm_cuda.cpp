@@ -1,6 +1,7 @@
 // CUDA launchers of the group_norm family: raw pointers, workspaces from the caching allocator and the current
 // stream to the torch-free entry points. Registered for the CUDA dispatch key only.
 #include "common/cuda_utils.h"
+#include "common/layout_transpose.h"
 #include "group_norm/group_norm_ops.h"
 
 namespace torch_dnn {
@@ -10,7 +11,34 @@ namespace {
 const void* cptr(const at::Tensor& t) { return t.defined() ? t.const_data_ptr() : nullptr; }
 void* mptr(at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
+// (N, C, *) laid out densely as [N][spatial][C] (channels_last, channels_last_3d, a channels-last 1-D layout);
+// strides of size-1 dims do not matter.
+bool channels_last_dense(const at::Tensor& x) {
+  int64_t expected = 1;
+  const auto next = [&](int64_t d) {
+    if (x.size(d) != 1 && x.stride(d) != expected) return false;
+    expected *= x.size(d);
+    return true;
+  };
+  if (!next(1)) return false;
+  for (int64_t d = x.dim() - 1; d >= 2; --d)
+    if (!next(d)) return false;
+  return next(0);
+}
+
 struct CudaBackend {
+  // x (not contiguous) as a contiguous tensor: a dense channels-last one by the tiled layout transpose (16-byte
+  // accesses on both sides where sizes and alignment allow; ATen's permuting copy measured ~0.6 TB/s), others by
+  // ATen.
+  static at::Tensor contiguous(const at::Tensor& x) {
+    if (x.dim() < 3 || !channels_last_dense(x)) return x.contiguous();
+    c10::cuda::CUDAGuard guard(x.device());
+    at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    const int64_t S = x.numel() == 0 ? 0 : x.numel() / (x.size(0) * x.size(1));
+    TD_CHECK_LAUNCH(launch_layout_transpose(to_dtype(x.scalar_type()), x.const_data_ptr(), out.data_ptr(), x.size(0),
+                                            S, x.size(1), /*to_channels_last=*/false, current_stream()));
+    return out;
+  }
   static void forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor& y, at::Tensor& mean,
                       at::Tensor& rstd, const GnShape& s, double eps, bool stats_given) {
     c10::cuda::CUDAGuard guard(x.device());
