@@ -89,6 +89,13 @@ cudaError_t conv_igemm_fprop(const ConvArgs& a, cudaStream_t stream);
 cudaError_t conv_igemm_dgrad(const ConvArgs& a, cudaStream_t stream);
 cudaError_t conv_igemm_wgrad(const ConvArgs& a, cudaStream_t stream);
 
+// The Hopper implicit-GEMM path (conv_sm90.cu: CUTLASS's sm_90a conv kernels, TMA im2col + wgmma): Float16/BFloat16
+// in channels-last layouts, on sm_90 devices of builds with CUTLASS and sm_90a; cudaErrorNotSupported otherwise
+// and for what it does not take (the caller then tries conv_igemm_*).
+cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream);
+cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream);
+cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream);
+
 // Bias gradient: db[k] = sum over n and the spatial positions of dy[n][k][...] (Operand5 `dy`, shape of y),
 // written to dense db [K] in the same dtype, accumulated in float (double for Float64), in a fixed order.
 cudaError_t conv_bias_grad(DType dtype, const ConvGeometry& g, const Operand5& dy, void* db, const Workspace& ws,

@@ -1,0 +1,580 @@
+// The Hopper implicit-GEMM path of convolution (conv_kernels.h: conv_sm90_fprop / _dgrad / _wgrad): CUTLASS 3.x's
+// sm_90a implicit-GEMM conv kernels (cutlass/conv/collective/sm90_implicit_gemm_gmma_ss_warpspecialized.hpp): the
+// activation gathered by TMA in im2col mode (the filter by tiled TMA), wgmma on operands in shared memory, one
+// producer and one consumer warpgroup a CTA (CUTLASS has no persistent schedule for conv on sm_90), float
+// accumulation, the output stored by TMA. Built only when setup.py finds the CUTLASS headers
+// (TORCH_DNN_WITH_SM90_GEMM); the kernels' bodies exist only in the sm_90a device code, and every entry point
+// answers cudaErrorNotSupported on any other device, in a build without sm_90a, or without CUTLASS.
+//
+// Instantiations (6): bf16 and fp16, 2-D (NHWC), CTA tile 128 x 128 x 64, cluster 1x1:
+//   fprop  y = act(x * w + bias + residual): the epilogue is one visitor tree (matmul's kernels/sm90_epilogue.cuh
+//          nodes: bias broadcast, the residual read through the epilogue's C operand only when there is one;
+//          the activation a run-time switch inside one node), applied in float with one rounding.
+//   dgrad  dx = dy *^T w, stride 1 only (CUTLASS's sm_90 dgrad has no strided form: the sm_80 path's residue
+//          classes take strided problems).
+//   wgrad  dw = dy^T * im2col(x), only where its output tiles fill the GPU (no split of the pixel reduction:
+//          the sm_80 path's split-K takes the others).
+// 1-D problems run as 2-D with H = 1; 3-D problems whose depth is not convolved (kernel depth 1, stride 1,
+// padding 0) with the depth folded into the batch where the strides allow it; other 3-D problems are refused.
+// 1x1 convolutions with stride 1 and no padding are refused (conv_igemm_* runs them as GEMMs on the matmul
+// family's persistent Hopper kernels), unless TORCH_DNN_CONV_SM90=all.
+//
+// Taken: Float16 and BFloat16; groups 1; C and K multiples of 8; x, y, dx, dy and residual with the channel
+// stride 1 and every other stride a positive multiple of 8 elements (TMA: 16 bytes), any order; the weight in
+// [K][R][S][C] order with channel stride 1 (wgrad: dw dense, dy dense); 16-byte aligned pointers and bias;
+// stride <= 8, padding and dilation within TMA's im2col corner ranges (CUTLASS's can_implement); extents below
+// 2^31; bias / residual / activation in fprop only, activations of sm90::epilogue_act_supported.
+// TORCH_DNN_CONV_SM90=0 (read at every call) turns the path off; =all takes the 1x1 convolutions too.
+//
+// NDEBUG before any include: CUTLASS's device-side asserts become calls to __assertfail, and a call inside the
+// mainloop makes ptxas serialise the wgmma pipeline (warning C7510).
+#ifndef NDEBUG
+#define NDEBUG 1
+#endif
+#include "conv/conv_kernels.h"
+
+#ifndef TORCH_DNN_WITH_SM90_GEMM
+
+namespace torch_dnn {
+namespace conv {
+cudaError_t conv_sm90_fprop(const ConvArgs&, cudaStream_t) { return cudaErrorNotSupported; }
+cudaError_t conv_sm90_dgrad(const ConvArgs&, cudaStream_t) { return cudaErrorNotSupported; }
+cudaError_t conv_sm90_wgrad(const ConvArgs&, cudaStream_t) { return cudaErrorNotSupported; }
+}  // namespace conv
+}  // namespace torch_dnn
+
+#else
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+// CUTLASS makes its TMA descriptors through the driver's cuTensorMapEncodeTiled / cuTensorMapEncodeIm2col, which
+// it looks up by name at every call, and under NDEBUG ignores their results. With its direct driver calls on, both
+// names are routed here (as matmul/kernels/sm90_gemm.cuh routes the tiled one; that header cannot be included
+// here: its GEMM adapter brings CUTLASS 2.x's GemmUniversal, whose partial specialization also matches the conv
+// kernels): each function is looked up once (the extension does not link libcuda), and a failed encoding is
+// recorded so that the launch answers cudaErrorNotSupported instead of running with a bad descriptor.
+#define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1
+
+namespace torch_dnn {
+namespace conv {
+namespace sm90 {
+inline thread_local bool encode_failed = false;
+
+template <class Fn>
+Fn driver_function(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    p = nullptr;
+  }
+  return reinterpret_cast<Fn>(p);
+}
+
+inline CUresult encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                                        const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                        const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
+                                        CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                        CUtensorMapFloatOOBfill oob_fill) {
+  static const auto fn = driver_function<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
+  const CUresult r = fn == nullptr ? CUDA_ERROR_NOT_FOUND
+                                   : fn(map, type, rank, address, dims, strides, box, element_strides, interleave,
+                                        swizzle, l2, oob_fill);
+  if (r != CUDA_SUCCESS) encode_failed = true;
+  return r;
+}
+
+inline CUresult encode_tensor_map_im2col(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                                         const cuuint64_t* dims, const cuuint64_t* strides, const int* lower,
+                                         const int* upper, cuuint32_t channels, cuuint32_t pixels,
+                                         const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
+                                         CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                         CUtensorMapFloatOOBfill oob_fill) {
+  static const auto fn = driver_function<PFN_cuTensorMapEncodeIm2col_v12000>("cuTensorMapEncodeIm2col");
+  const CUresult r = fn == nullptr ? CUDA_ERROR_NOT_FOUND
+                                   : fn(map, type, rank, address, dims, strides, lower, upper, channels, pixels,
+                                        element_strides, interleave, swizzle, l2, oob_fill);
+  if (r != CUDA_SUCCESS) encode_failed = true;
+  return r;
+}
+}  // namespace sm90
+}  // namespace conv
+}  // namespace torch_dnn
+#define cuTensorMapEncodeIm2col ::torch_dnn::conv::sm90::encode_tensor_map_im2col
+#define cuTensorMapEncodeTiled ::torch_dnn::conv::sm90::encode_tensor_map_tiled
+
+#include <mutex>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/kernel_hardware_info.hpp"
+#include "cutlass/conv/collective/collective_builder.hpp"
+#include "cutlass/conv/convnd_problem_shape.hpp"
+#include "cutlass/conv/dispatch_policy.hpp"
+#include "cutlass/conv/kernel/conv_universal.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "common/env.h"
+#include "matmul/kernels/sm90_epilogue.cuh"
+
+namespace torch_dnn {
+namespace conv {
+namespace sm90 {
+namespace {
+
+using namespace cute;
+namespace msm90 = ::torch_dnn::matmul::sm90;
+using cutlass::conv::Operator;
+
+// ---- fprop's epilogue: y = act(acc + bias + residual) ---------------------------------------------------------
+
+// out = act(pre + res), elementwise over one register fragment (conv_kernels.h: the residual is added before the
+// activation, where matmul's epilogue adds it after). FAST: the result is stored in 16 bits.
+template <bool FAST>
+struct ActOfSum {
+  template <class T>
+  struct Fn {
+    using Arguments = msm90::ActResidualArgs;
+
+    template <Act K, int N>
+    CUTLASS_DEVICE static void apply(cutlass::Array<float, N>& out, cutlass::Array<float, N> const& pre,
+                                     cutlass::Array<float, N> const& res, float a, float b) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) out[i] = activation::act_forward<K, float, FAST>(pre[i] + res[i], a, b);
+    }
+
+    template <int N>
+    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& pre,
+                                                       cutlass::Array<float, N> const& res,
+                                                       Arguments const& p) const {
+      cutlass::Array<float, N> out;
+      switch (static_cast<Act>(p.act)) {
+        case Act::Relu: apply<Act::Relu>(out, pre, res, p.a, p.b); break;
+        case Act::Gelu: apply<Act::Gelu>(out, pre, res, p.a, p.b); break;
+        case Act::GeluTanh: apply<Act::GeluTanh>(out, pre, res, p.a, p.b); break;
+        case Act::Silu: apply<Act::Silu>(out, pre, res, p.a, p.b); break;
+        default: apply<Act::Identity>(out, pre, res, p.a, p.b); break;
+      }
+      return out;
+    }
+  };
+};
+
+template <class Tile, class T>
+using FpropEpilogueTree = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<ActOfSum<true>::template Fn, T, float,
+                                           cutlass::FloatRoundStyle::round_to_nearest>,  // act(pre + res)
+    cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, float, float,
+                                               cutlass::FloatRoundStyle::round_to_nearest>,  // acc + bias
+        cutlass::epilogue::fusion::Sm90AccFetch, msm90::BiasBroadcast<Tile, T, false>>,
+    msm90::OptionalSrcFetch<T>>;
+
+struct FpropEpilogueParams {
+  const void* bias = nullptr;
+  bool residual = false;
+  msm90::ActResidualArgs act;
+};
+
+template <class Tile, class T>
+struct FpropEpilogue : FpropEpilogueTree<Tile, T> {
+  using Impl = FpropEpilogueTree<Tile, T>;
+
+  struct Arguments {
+    FpropEpilogueParams p;
+
+    operator typename Impl::Arguments() const {
+      using StrideBias = typename msm90::BiasBroadcast<Tile, T, false>::StrideMNL;
+      return {
+          {
+              {},                                                              // acc
+              {static_cast<T const*>(p.bias), T(0), StrideBias{}},             // bias[k] (null: 0)
+              {}                                                               // plus
+          },
+          {p.residual},  // C = residual, loaded only when present
+          p.act          // activation
+      };
+    }
+  };
+
+  using Impl::Impl;
+};
+
+// ---- the kernels -----------------------------------------------------------------------------------------------
+
+using Cluster11 = Shape<_1, _1, _1>;
+using Nhwc = cutlass::layout::TensorNHWC;
+constexpr int kAlign = 8;  // 16 bytes of 16-bit elements: TMA's unit
+
+// fprop / dgrad: M = output (dgrad: input) pixels, N = output (dgrad: input) channels, K = (channels, taps), the
+// channel block the tile's K extent (Shape<_64>: the channel mode alone is tiled, the taps walked one by one).
+using TileMN = Shape<_128, _128, Shape<_64>>;
+// wgrad: M = K, N = (C, S, R) with the channel mode tiled, K = the pixels.
+using TileW = Shape<_128, Shape<_128>, Shape<_64>>;
+
+template <class T>
+struct FpropKernel {
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileMN, Cluster11,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, T, Nhwc, kAlign, T, Nhwc, kAlign,
+      cutlass::epilogue::TmaWarpSpecialized, FpropEpilogue<TileMN, T>>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Operator::kFprop, T, Nhwc, kAlign, T, Nhwc, kAlign, float,
+      TileMN, Cluster11,
+      cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::conv::collective::KernelScheduleAuto>::CollectiveOp;
+  using ProblemShape = cutlass::conv::ConvProblemShape<Operator::kFprop, 2>;
+  using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+};
+
+// dgrad and wgrad store the accumulator alone (alpha 1, no source operand).
+template <class T, Operator Op>
+struct GradKernel {
+  static constexpr bool kWgrad = Op == Operator::kWgrad;
+  using Tile = cute::conditional_t<kWgrad, TileW, TileMN>;
+  using LayoutOut = cute::conditional_t<kWgrad, cutlass::layout::TensorKCSR, Nhwc>;
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster11,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutOut, kAlign, T, LayoutOut, kAlign,
+      cutlass::epilogue::TmaWarpSpecialized>::CollectiveOp;
+  using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, T, Nhwc, kAlign, T, Nhwc, kAlign, float, Tile,
+      Cluster11,
+      cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::conv::collective::KernelScheduleAuto>::CollectiveOp;
+  using ProblemShape = cutlass::conv::ConvProblemShape<Op, 2>;
+  using Kernel = cutlass::conv::kernel::ConvUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+};
+
+// ---- the problem as CUTLASS's 2-D one --------------------------------------------------------------------------
+
+// One NHWC operand: extents and element strides in n, h, w, c order.
+struct Nhwc4 {
+  const void* ptr = nullptr;
+  int64_t ext[4] = {1, 1, 1, 1};
+  int64_t st[4] = {0, 0, 0, 1};
+};
+
+// The 2-D problem: x [n][h][w][c], w [k][r][s][c], y [n][p][q][k].
+struct Problem2d {
+  int64_t n = 0, h = 0, w = 0, c = 0, k = 0, r = 1, s = 1, p = 0, q = 0;
+  int64_t pad[2] = {0, 0}, stride[2] = {1, 1}, dil[2] = {1, 1};
+  Nhwc4 x, wt, y, res;
+};
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
+
+// A [n][c][d][h][w] Operand5 as [n'][h][w][c], with the depth (extent `d`, not convolved) folded into the batch:
+// false where the strides do not allow it. Strides of unit extents are replaced by the packed value (TMA wants
+// every stride a multiple of 16 bytes, and a unit extent's stride is never stepped along).
+bool to_nhwc(const Operand5& o, int64_t n, int64_t c, int64_t d, int64_t h, int64_t w, Nhwc4* out) {
+  int64_t sn = o.stride[0];
+  if (d > 1) {
+    if (n > 1 && sn != d * o.stride[2]) return false;
+    sn = o.stride[2];
+  }
+  out->ptr = o.ptr;
+  const int64_t ext[4] = {n * d, h, w, c};
+  const int64_t st[4] = {sn, o.stride[3], o.stride[4], o.stride[1]};
+  if (c > 1 && st[3] != 1) return false;
+  out->ext[3] = c, out->st[3] = 1;
+  for (int j = 2; j >= 0; --j) {
+    out->ext[j] = ext[j];
+    out->st[j] = ext[j] == 1 ? out->ext[j + 1] * out->st[j + 1] : st[j];
+  }
+  return true;
+}
+
+// TMA's rules for a 16-bit NHWC operand: 16-byte aligned base, every stride but the channel one a positive
+// multiple of 16 bytes and below 2^40 bytes.
+bool tma_operand_ok(const Nhwc4& o) {
+  if (o.ptr == nullptr || !aligned16(o.ptr)) return false;
+  for (int j = 0; j < 3; ++j)
+    if (o.st[j] <= 0 || o.st[j] % 8 != 0 || o.st[j] >= (int64_t(1) << 39)) return false;
+  for (int j = 0; j < 4; ++j)
+    if (!fits_int(o.ext[j])) return false;
+  return true;
+}
+
+bool sm90_enabled() { return !env::is("TORCH_DNN_CONV_SM90", "0"); }
+
+// 1x1 convolutions (stride 1, no padding) are plain GEMMs, which conv_igemm_* runs on the matmul family's
+// persistent kernels; TORCH_DNN_CONV_SM90=all takes them here too (to compare the two).
+bool plain_gemm(const Problem2d& pb) {
+  return pb.r == 1 && pb.s == 1 && pb.stride[0] == 1 && pb.stride[1] == 1 && pb.pad[0] == 0 && pb.pad[1] == 0 &&
+         !env::is("TORCH_DNN_CONV_SM90", "all");
+}
+
+// ---- device facts, queried once per device ----
+
+struct DeviceInfo {
+  bool sm90 = false;  // an sm_90 device, and this build has sm_90a code
+  int sm_count = 0;
+};
+
+constexpr int kMaxDevices = 64;
+
+bool build_has_sm90a() {
+#ifdef TORCH_DNN_CUDA_ARCHS
+  const char* archs = TORCH_DNN_CUDA_ARCHS;
+  return std::strstr(archs, "9.0a") != nullptr || std::strstr(archs, "90a") != nullptr;
+#else
+  return true;  // built outside setup.py: assume the caller compiled for sm_90a
+#endif
+}
+
+const DeviceInfo& device_info() {
+  static DeviceInfo infos[kMaxDevices];
+  static std::once_flag flags[kMaxDevices];
+  static DeviceInfo none;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
+    (void)cudaGetLastError();
+    return none;
+  }
+  std::call_once(flags[dev], [dev] {
+    int major = 0, minor = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    infos[dev].sm90 = major == 9 && minor == 0 && build_has_sm90a();
+    infos[dev].sm_count = sms;
+  });
+  return infos[dev];
+}
+
+// The checks common to the three passes, and the 2-D problem.
+bool make_problem(const ConvArgs& a, Problem2d* pb) {
+  if (!sm90_enabled() || !device_info().sm90) return false;
+  if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
+  const ConvGeometry& g = a.g;
+  if (g.G != 1 || g.C % 8 != 0 || g.K % 8 != 0 || g.N < 1) return false;
+  // the depth is folded into the batch where it is not convolved
+  if (g.ker[0] != 1 || g.stride[0] != 1 || g.pad[0] != 0 || g.in[0] != g.out[0]) return false;
+  const int64_t d = g.in[0];
+  pb->n = g.N * d, pb->h = g.in[1], pb->w = g.in[2], pb->c = g.C, pb->k = g.K;
+  pb->r = g.ker[1], pb->s = g.ker[2], pb->p = g.out[1], pb->q = g.out[2];
+  for (int i = 0; i < 2; ++i) {
+    pb->pad[i] = g.pad[i + 1], pb->stride[i] = g.stride[i + 1], pb->dil[i] = g.dil[i + 1];
+    // TMA im2col's traversal stride is at most 8
+    if (pb->stride[i] < 1 || pb->stride[i] > 8 || pb->dil[i] < 1 || pb->pad[i] < 0) return false;
+  }
+  // the output extents CUTLASS derives must be the problem's
+  if ((pb->h + 2 * pb->pad[0] - pb->dil[0] * (pb->r - 1) - 1) / pb->stride[0] + 1 != pb->p) return false;
+  if ((pb->w + 2 * pb->pad[1] - pb->dil[1] * (pb->s - 1) - 1) / pb->stride[1] + 1 != pb->q) return false;
+  if (!fits_int(pb->n) || !fits_int(pb->h) || !fits_int(pb->w) || !fits_int(pb->p) || !fits_int(pb->q)) return false;
+  if (!fits_int(pb->n * pb->p * pb->q) || !fits_int(pb->n * pb->h * pb->w)) return false;
+  if (!to_nhwc(a.x, g.N, g.C, d, pb->h, pb->w, &pb->x) || !tma_operand_ok(pb->x)) return false;
+  if (!to_nhwc(a.y, g.N, g.K, d, pb->p, pb->q, &pb->y) || !tma_operand_ok(pb->y)) return false;
+  // the weight [K][C][1][R][S] as [K][R][S][C]
+  if (!to_nhwc(a.w, g.K, g.C, 1, pb->r, pb->s, &pb->wt) || !tma_operand_ok(pb->wt)) return false;
+  return true;
+}
+
+template <class Shape>
+Shape extent4(int64_t a0, int64_t a1, int64_t a2, int64_t a3) {
+  Shape s{};
+  s[0] = int(a0), s[1] = int(a1), s[2] = int(a2), s[3] = int(a3);
+  return s;
+}
+
+template <class Stride>
+Stride strides4(const Nhwc4& o) {
+  Stride s{};
+  for (int j = 0; j < 4; ++j) s[j] = o.st[j];
+  return s;
+}
+
+// CUTLASS's problem: activation x, filter w, and the transformed activation (y, or dy) with its own strides.
+template <class PS>
+PS problem_shape(const Problem2d& pb) {
+  using Ext = typename PS::TensorExtent;
+  using Str = typename PS::TensorStride;
+  using Sp = typename PS::SpatialExtent;
+  Sp pad{}, stride{}, dil{};
+  for (int i = 0; i < 2; ++i) pad[i] = int(pb.pad[i]), stride[i] = int(pb.stride[i]), dil[i] = int(pb.dil[i]);
+  return PS(cutlass::conv::Mode::kCrossCorrelation, extent4<Ext>(pb.n, pb.h, pb.w, pb.c), strides4<Str>(pb.x),
+            extent4<Ext>(pb.k, pb.r, pb.s, pb.c), strides4<Str>(pb.wt), strides4<Str>(pb.y), pad, pad, stride, dil, 1);
+}
+
+// The ((w, h, n), c) stride of an NHWC output or source operand of the epilogue.
+template <class StrideC>
+StrideC epilogue_stride(const Nhwc4& o) {
+  StrideC s{};
+  get<0, 0>(s) = o.st[2];
+  get<0, 1>(s) = o.st[1];
+  get<0, 2>(s) = o.st[0];
+  return s;
+}
+
+cutlass::KernelHardwareInfo hw_info() {
+  cutlass::KernelHardwareInfo hw;
+  cudaGetDevice(&hw.device_id);
+  hw.sm_count = device_info().sm_count > 0 ? device_info().sm_count : 132;
+  return hw;
+}
+
+// The kernel's dynamic shared-memory limit, raised once per device.
+template <class Kernel>
+cudaError_t raise_smem_limit() {
+  static std::once_flag flags[kMaxDevices];
+  static cudaError_t results[kMaxDevices];
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  std::call_once(flags[dev], [dev] {
+    constexpr int smem = Kernel::SharedStorageSize;
+    results[dev] = smem >= (48 << 10) ? cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
+                                      : cudaSuccess;
+  });
+  return results[dev];
+}
+
+// can_implement, the kernel parameters (TMA descriptors), and the launch of ConvUniversalAdapter::run without its
+// per-call cudaFuncSetAttribute (the shared-memory limit is raised once; the cluster is within the portable size).
+template <class Kernel>
+cudaError_t run(const typename Kernel::Arguments& args, cudaStream_t stream) {
+  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
+  if (!Kernel::can_implement(args)) return cudaErrorNotSupported;
+  if (Kernel::get_workspace_size(args) != 0) return cudaErrorNotSupported;
+  if (cudaError_t e = raise_smem_limit<Kernel>(); e != cudaSuccess) return e;
+  encode_failed = false;
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
+  if (encode_failed) return cudaErrorNotSupported;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = Kernel::get_grid_shape(params);
+  cfg.blockDim = Kernel::get_block_shape();
+  cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(size<0>(Cluster{}));
+  attr[0].val.clusterDim.y = unsigned(size<1>(Cluster{}));
+  attr[0].val.clusterDim.z = unsigned(size<2>(Cluster{}));
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  void* kernel_args[] = {&params};
+  return cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args);
+}
+
+template <class T>
+cudaError_t fprop(const ConvArgs& a, const Problem2d& pb, cudaStream_t stream) {
+  using Kernel = typename FpropKernel<T>::Kernel;
+  using PS = typename FpropKernel<T>::ProblemShape;
+  FpropEpilogueParams ep;
+  ep.bias = a.bias;
+  ep.residual = a.residual.ptr != nullptr;
+  ep.act.act = static_cast<int>(a.act);
+  ep.act.a = static_cast<float>(a.act_params.a);
+  ep.act.b = static_cast<float>(a.act_params.b);
+  typename Kernel::MainloopArguments mainloop{static_cast<T const*>(pb.x.ptr), static_cast<T const*>(pb.wt.ptr)};
+  // C is the residual; without one its load is skipped, and y stands in for a valid descriptor.
+  const Nhwc4& src = ep.residual ? pb.res : pb.y;
+  typename Kernel::EpilogueArguments epilogue{{ep},
+                                              static_cast<T const*>(src.ptr),
+                                              epilogue_stride<typename Kernel::StrideC>(src),
+                                              static_cast<T*>(const_cast<void*>(pb.y.ptr)),
+                                              epilogue_stride<typename Kernel::StrideD>(pb.y)};
+  typename Kernel::Arguments args(problem_shape<PS>(pb), mainloop, epilogue, hw_info());
+  return run<Kernel>(args, stream);
+}
+
+template <class T>
+cudaError_t dgrad(const Problem2d& pb, cudaStream_t stream) {
+  using K = GradKernel<T, Operator::kDgrad>;
+  using Kernel = typename K::Kernel;
+  using PS = typename K::ProblemShape;
+  // A = dy (in y's place), B = w, D = dx (in x's place)
+  typename Kernel::MainloopArguments mainloop{static_cast<T const*>(pb.y.ptr), static_cast<T const*>(pb.wt.ptr)};
+  typename Kernel::EpilogueArguments epilogue{{},
+                                              nullptr,
+                                              epilogue_stride<typename Kernel::StrideC>(pb.x),
+                                              static_cast<T*>(const_cast<void*>(pb.x.ptr)),
+                                              epilogue_stride<typename Kernel::StrideD>(pb.x)};
+  epilogue.thread.alpha = 1.f;
+  epilogue.thread.beta = 0.f;
+  typename Kernel::Arguments args(problem_shape<PS>(pb), mainloop, epilogue, hw_info());
+  return run<Kernel>(args, stream);
+}
+
+template <class T>
+cudaError_t wgrad(const Problem2d& pb, cudaStream_t stream) {
+  using K = GradKernel<T, Operator::kWgrad>;
+  using Kernel = typename K::Kernel;
+  using PS = typename K::ProblemShape;
+  // A = dy, B = x (im2col), D = dw [K][(C, S, R)], dense
+  typename Kernel::MainloopArguments mainloop{static_cast<T const*>(pb.y.ptr), static_cast<T const*>(pb.x.ptr)};
+  typename Kernel::StrideD dw{};
+  get<0>(dw) = pb.wt.st[0];
+  get<1, 1>(dw) = pb.wt.st[2];
+  get<1, 2>(dw) = pb.wt.st[1];
+  typename Kernel::EpilogueArguments epilogue{{}, nullptr, dw, static_cast<T*>(const_cast<void*>(pb.wt.ptr)), dw};
+  epilogue.thread.alpha = 1.f;
+  epilogue.thread.beta = 0.f;
+  typename Kernel::Arguments args(problem_shape<PS>(pb), mainloop, epilogue, hw_info());
+  return run<Kernel>(args, stream);
+}
+
+bool dense(const Nhwc4& o) {
+  return o.st[3] == 1 && o.st[2] == o.ext[3] && o.st[1] == o.ext[2] * o.st[2] && o.st[0] == o.ext[1] * o.st[1];
+}
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+}  // namespace sm90
+
+cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream) {
+  sm90::Problem2d pb;
+  if (!sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  if (!matmul::sm90::epilogue_act_supported(a.act)) return cudaErrorNotSupported;
+  // the GEMM's epilogue adds the residual after the activation: it takes a residual only without one
+  if (sm90::plain_gemm(pb) && (a.residual.ptr == nullptr || a.act == Act::Identity)) return cudaErrorNotSupported;
+  // the bias is read in 16-byte vectors
+  if (a.bias != nullptr && !sm90::aligned16(a.bias)) return cudaErrorNotSupported;
+  if (a.residual.ptr != nullptr) {
+    if (!sm90::to_nhwc(a.residual, a.g.N, a.g.K, a.g.in[0], pb.p, pb.q, &pb.res) || !sm90::tma_operand_ok(pb.res))
+      return cudaErrorNotSupported;
+  }
+  return a.dtype == DType::BFloat16 ? sm90::fprop<cutlass::bfloat16_t>(a, pb, stream)
+                                    : sm90::fprop<cutlass::half_t>(a, pb, stream);
+}
+
+cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream) {
+  sm90::Problem2d pb;
+  if (!sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb)) return cudaErrorNotSupported;
+  return a.dtype == DType::BFloat16 ? sm90::dgrad<cutlass::bfloat16_t>(pb, stream)
+                                    : sm90::dgrad<cutlass::half_t>(pb, stream);
+}
+
+cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream) {
+  sm90::Problem2d pb;
+  if (!sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  // CUTLASS's wgrad wants dy and dw dense (x, gathered by im2col, may be strided)
+  if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb)) return cudaErrorNotSupported;
+  // no split of the pixel reduction: only problems whose output tiles fill the GPU
+  const int64_t tiles = sm90::cdiv(pb.k, 128) * sm90::cdiv(pb.c, 128) * pb.r * pb.s;
+  if (tiles < std::max(sm90::device_info().sm_count, 1)) return cudaErrorNotSupported;
+  return a.dtype == DType::BFloat16 ? sm90::wgrad<cutlass::bfloat16_t>(pb, stream)
+                                    : sm90::wgrad<cutlass::half_t>(pb, stream);
+}
+
+}  // namespace conv
+}  // namespace torch_dnn
+
+#endif  // TORCH_DNN_WITH_SM90_GEMM
