@@ -59,10 +59,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dq_kernel(const AttnA
   T* sK = sO + BM * D;      // [2][BN][D]
   T* sV = sK + 2 * BN * D;  // [2][BN][D]
 
+  // the last query tile first, as the forward
   const int64_t mblocks = (a.Sq + BM - 1) / BM;
   const int64_t bid = blockIdx.x, b = bid / (mblocks * a.Hq), h = (bid / mblocks) % a.Hq;
   const Seq seq = make_seq(a, b);
-  const int64_t m0 = (bid % mblocks) * BM;
+  const int64_t m0 = (mblocks - 1 - bid % mblocks) * BM;
   if (m0 >= seq.sq) return;
   const Visibility vis = make_visibility(a, seq);
   const int64_t hk = h / (a.Hq / a.Hkv);

@@ -39,11 +39,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_forward_kernel(const Attn
   T* sK = sQ + BM * D;      // [2][BN][D]
   T* sV = sK + 2 * BN * D;  // [2][BN][D]
 
-  // 1-D grid: query tiles fastest, then heads, then batches (neighbouring CTAs share K/V in L2)
+  // 1-D grid: query tiles fastest, then heads, then batches (neighbouring CTAs share K/V in L2); the last query
+  // tile first, which under causal masking has the most keys to visit (the short tiles fill the tail)
   const int64_t mblocks = (a.Sq + BM - 1) / BM;
   const int64_t bid = blockIdx.x, b = bid / (mblocks * a.Hq), h = (bid / mblocks) % a.Hq;
   const Seq seq = make_seq(a, b);
-  const int64_t m0 = (bid % mblocks) * BM;
+  const int64_t m0 = (mblocks - 1 - bid % mblocks) * BM;
   if (m0 >= seq.sq) return;  // the whole CTA
   const Visibility vis = make_visibility(a, seq);
   const int64_t hk = h / (a.Hq / a.Hkv);
