@@ -25,6 +25,12 @@ VOCAB = 32000
 DEVICE = "cuda"  # the harness times CUDA; another value only to try the steps out
 
 
+# The CNN cases also time the model converted with its convolutions left native ("torch_dnn conv native"): what
+# the other families give, apart from the convolution family's own share.
+CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d,
+         torch.nn.ConvTranspose3d)
+
+
 class ModelPair:
     """A native model and its converted copy (same weights), built on first use."""
 
@@ -40,7 +46,8 @@ class ModelPair:
                 native = native.to(memory_format=torch.channels_last)
             ours, report = torch_dnn.convert(native)
             print(f"[models] {self.label}: {str(report).splitlines()[0]}", flush=True)
-            self.models = {"torch_dnn": ours, "native": native}
+            self.models = {"torch_dnn": ours, "native": native,
+                           "torch_dnn conv native": torch_dnn.convert(native, exclude=CONVS)[0]}
         return self.models
 
 
@@ -64,10 +71,12 @@ def _step(pair, which):
     return run
 
 
-def _case(label, build, make_inputs, fmt, group, batch):
+def _case(label, build, make_inputs, fmt, group, batch, conv=False):
     pair = ModelPair(f"{label} {fmt}", build, fmt == "channels_last")
-    return Case("models", f"{label} train step b{batch} {fmt} bf16", make_inputs,
-                {"torch_dnn": _step(pair, "torch_dnn"), "native": _step(pair, "native")},
+    impls = {"torch_dnn": _step(pair, "torch_dnn"), "native": _step(pair, "native")}
+    if conv:
+        impls["torch_dnn conv native"] = _step(pair, "torch_dnn conv native")
+    return Case("models", f"{label} train step b{batch} {fmt} bf16", make_inputs, impls,
                 target=">=1.0x native", group=group, rounds=ROUNDS, warmup_ms=WARMUP_MS)
 
 
@@ -92,7 +101,7 @@ def _token_inputs(batch, tokens, vocab=VOCAB, target_vocab=None):
 
 
 def _cnn_cases(label, build, batches, group):
-    return [_case(label, build, _image_inputs(b, fmt), fmt, f"{group} {fmt}", b)
+    return [_case(label, build, _image_inputs(b, fmt), fmt, f"{group} {fmt}", b, conv=True)
             for fmt in ("NCHW", "channels_last") for b in batches]
 
 

@@ -81,3 +81,11 @@ def test_convert_inplace_and_subclass():
     assert out is m and isinstance(m[0], torch_dnn.nn.GELU)
     assert type(m[1]) is MyReLU
     assert any("subclass of ReLU" in why for _, _, why in report.left)
+
+
+def test_convert_exclude_leaves_those_types_native():
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 1))
+    out, report = torch_dnn.convert(m, exclude=(torch.nn.Conv2d,))
+    assert type(out[0]) is torch.nn.Conv2d and type(out[2]) is torch.nn.Conv2d
+    assert isinstance(out[1], torch_dnn.nn.ReLU)
+    assert sorted(n for n, _, why in report.left if why == "excluded") == ["0", "2"]

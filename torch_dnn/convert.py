@@ -103,9 +103,11 @@ def _fuse_linear_act(model, report) -> None:
             report.fused.append((q_lin, q_act, spec[0]))
 
 
-def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False):
+def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, exclude=()):
     """Return (model, report). With inplace=False the model is deep-copied first and the input is untouched.
-    fuse=True also fuses Linear + activation pairs of nn.Sequential containers into LinearAct (see above)."""
+    fuse=True also fuses Linear + activation pairs of nn.Sequential containers into LinearAct (see above).
+    exclude: torch.nn types left native (e.g. (torch.nn.Conv2d,)), reported as left with the reason "excluded"."""
+    exclude = tuple(exclude)
     if not inplace:
         model = copy.deepcopy(model)
     report = ConvertReport()
@@ -113,7 +115,9 @@ def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False):
         _fuse_linear_act(model, report)
     for name, module in model.named_modules():
         t = type(module)
-        if t in SWAPS:
+        if t in exclude:
+            report.left.append((name, t.__name__, "excluded"))
+        elif t in SWAPS:
             module.__class__ = SWAPS[t]
             report.swapped.append((name, t.__name__, SWAPS[t].__name__))
         else:
