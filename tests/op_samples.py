@@ -137,6 +137,19 @@ def _conv(t, pos):
     }
 
 
+def _attention(t, pos):
+    # GQA (4 query heads over 2), a broadcast additive mask, ALiBi, d_qk != d_v
+    q, k, v, mask = t(2, 4, 5, 8), t(2, 2, 7, 8), t(2, 2, 7, 6), t(2, 1, 5, 7)
+    alibi = pos(4).to(torch.float32)
+    out, lse, rng = ops.attention_forward(q, k, v, mask, 0.0, False, None, alibi_slopes=alibi)
+    return {
+        # (tensors only positional: the tests that go over every op make those fake / move them)
+        "attention_forward": ((q, k, v, mask, 0.0, True, 0.3), {"softcap": 2.0, "window_left": 3}),
+        "attention_backward": ((t(*out.shape), q, k, v, out, lse, rng, mask, 0.0, False, None, False, -1, -1, 0.0,
+                                alibi, None, None, 0, 0, False, True), {}),
+    }
+
+
 def op_samples(device="cpu", dtype=torch.float64, seed=0) -> dict:
     """{op name: (args, kwargs)}: a valid call of each op, tensors of `dtype` on `device`."""
     gen = torch.Generator().manual_seed(seed)
@@ -150,7 +163,7 @@ def op_samples(device="cpu", dtype=torch.float64, seed=0) -> dict:
     s = {}
     s.update(_activation(t))
     s.update(_softmax(t))
-    for family in (_norm, _pool, _batch_norm, _group_norm, _lrn, _matmul, _conv):
+    for family in (_norm, _pool, _batch_norm, _group_norm, _lrn, _matmul, _conv, _attention):
         s.update(family(t, pos))
     names = [n for family in FAMILIES.values() for n in family]
     missing = sorted(set(names) - set(s))

@@ -29,6 +29,16 @@ def register_swap(torch_type):
     return deco
 
 
+# Functions (model, report) -> None run on the model after the swaps, registered by the families' nn modules with
+# @register_pass (attention's routes the F.scaled_dot_product_attention calls of models' own modules to torch_dnn's).
+PASSES: list = []
+
+
+def register_pass(fn):
+    PASSES.append(fn)
+    return fn
+
+
 @dataclass
 class ConvertReport:
     swapped: list = field(default_factory=list)  # (qualified name, torch type name, torch_dnn type name)
@@ -124,4 +134,6 @@ def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, e
             why = _why_left(module)
             if why:
                 report.left.append((name, t.__name__, why))
+    for run_pass in PASSES:
+        run_pass(model, report)
     return model, report

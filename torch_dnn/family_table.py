@@ -66,4 +66,5 @@ TABLE = (
     Family("lrn"),
     Family("matmul", nn="linear"),
     Family("conv"),
+    Family("attention"),
 )

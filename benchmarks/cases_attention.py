@@ -1,0 +1,76 @@
+"""Benchmark cases of the attention family (TFLOP/s), bf16, issue 37's shapes: B4 H16 S4096 D128 forward and
+backward, plain and causal, and B8 H16 S2048 D64, against F.scaled_dot_product_attention with its cuDNN and flash
+backends (torch.nn.attention.sdpa_kernel). FLOPs as FlashAttention counts them: 4 B H Sq Sk D forward, 2.5x that
+backward, half of each when causal. A backward row times torch.autograd.grad through a forward made once per
+implementation (each backend's own backward kernel, picked by its forward)."""
+
+import torch
+import torch.nn.functional as TF
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import torch_dnn.functional as F
+from benchmarks.harness import Case, with_env
+
+_TAKE_TURNS = {"rounds": 4, "warmup_ms": 150.0}  # compute-bound at the power cap (see cases_matmul.py)
+_BACKENDS = {"cuDNN (sdpa)": SDPBackend.CUDNN_ATTENTION, "FA2 (sdpa flash)": SDPBackend.FLASH_ATTENTION}
+
+
+def _inputs(B, H, S, D, grad=False):
+    def make():
+        q, k, v = (torch.empty(B, H, S, D, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1).requires_grad_(grad)
+                   for _ in range(3))
+        if not grad:
+            return q, k, v
+        return q, k, v, torch.empty(B, H, S, D, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
+    return make
+
+
+def _on(backend, fn):
+    def run(*args):
+        with sdpa_kernel(backend):
+            return fn(*args)
+    return run
+
+
+def _forward_impls(causal):
+    ours = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    theirs = lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    impls = {"torch_dnn": ours, "torch_dnn reference": with_env(ours, TORCH_DNN_ATTENTION_PATH="reference")}
+    impls.update({name: _on(b, theirs) for name, b in _BACKENDS.items()})
+    return impls
+
+
+def _backward(forward):
+    """The backward of forward(q, k, v): the graph made on the first call for these inputs, then only
+    torch.autograd.grad."""
+    state = {}
+
+    def run(q, k, v, g):
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+        if state.get("key") != key:
+            state.clear()
+            state.update(key=key, out=forward(q, k, v))
+        return torch.autograd.grad(state["out"], (q, k, v), g, retain_graph=True)
+    return run
+
+
+def _cases(B, H, S, D, causal, group):
+    flops = 4 * B * H * S * S * D // (2 if causal else 1)
+    name = f"B{B} H{H} S{S} D{D}{' causal' if causal else ''}"
+    fwd = _forward_impls(causal)
+    return [
+        Case("attention", f"fwd {name}", _inputs(B, H, S, D), fwd, flops=flops, group=group,
+             target=">= cuDNN", **_TAKE_TURNS),
+        Case("attention", f"bwd {name}", _inputs(B, H, S, D, grad=True),
+             {n: _backward(f) for n, f in fwd.items()}, flops=int(2.5 * flops), group=group, target=">= cuDNN",
+             **_TAKE_TURNS),
+    ]
+
+
+def cases(quick: bool = False):
+    out = []
+    for causal in (False, True):
+        out += _cases(4, 16, 4096, 128, causal, "SDPA bf16 D128")
+    if not quick:
+        out += _cases(8, 16, 2048, 64, False, "SDPA bf16 D64")
+    return out

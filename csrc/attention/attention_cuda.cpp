@@ -1,0 +1,97 @@
+// CUDA launcher of the attention family: fills the problem (attention_ops.h), draws the dropout key from torch's
+// CUDA generator as PyTorch's own SDPA does (so torch.manual_seed reproduces a dropout mask), takes workspaces
+// from the caching allocator and calls the torch-free entry points on the current stream: the flash tensor-core
+// kernels first, the reference kernels when those answer cudaErrorNotSupported.
+// TORCH_DNN_ATTENTION_PATH=auto|flash|reference overrides the choice (tests and benchmarks; flash on a problem
+// that it cannot take is an error, not a fallback).
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "attention/attention_kernels.h"
+#include "attention/attention_ops.h"
+#include "common/cuda_utils.h"
+#include "common/env.h"
+
+namespace torch_dnn {
+namespace attention {
+namespace {
+
+enum class Path { Auto, Flash, Reference };
+
+Path requested_path() {
+  const char* s = env::get("TORCH_DNN_ATTENTION_PATH");
+  if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return Path::Auto;
+  if (std::strcmp(s, "flash") == 0) return Path::Flash;
+  if (std::strcmp(s, "reference") == 0) return Path::Reference;
+  TORCH_CHECK(false, "torch_dnn: TORCH_DNN_ATTENTION_PATH must be auto, flash or reference, but got '", s, "'");
+}
+
+// The workspaces one call asks for, from the caching allocator (graph-capture safe), held until its launches are
+// queued (the allocator keeps the memory for the stream's queued work).
+struct CallWorkspace {
+  at::TensorOptions opts;
+  std::vector<at::Tensor> held;
+  explicit CallWorkspace(const at::Tensor& like) : opts(like.options().dtype(at::kByte)) {}
+  static void* get(void* self, int64_t bytes) {
+    auto* w = static_cast<CallWorkspace*>(self);
+    w->held.push_back(at::empty({bytes}, w->opts));
+    return w->held.back().data_ptr();
+  }
+  Workspace source() { return {&CallWorkspace::get, this}; }
+};
+
+// flash first, then the reference kernels where flash answers cudaErrorNotSupported (as the path asks).
+template <class Flash, class Reference>
+void launch(const char* what, Flash flash, Reference reference, const at::Tensor& like) {
+  c10::cuda::CUDAGuard guard(like.device());
+  const env::Scope knobs;
+  const Path path = requested_path();
+  CallWorkspace ws(like);
+  cudaError_t err = cudaErrorNotSupported;
+  if (path != Path::Reference) {
+    err = flash(ws.source(), current_stream());
+    TORCH_CHECK(err != cudaErrorNotSupported || path != Path::Flash, "torch_dnn: TORCH_DNN_ATTENTION_PATH=flash, ",
+                "but the flash ", what, " cannot take this problem");
+    if (err == cudaErrorNotSupported) (void)cudaGetLastError();  // not supported: nothing was launched
+  }
+  if (err == cudaErrorNotSupported) err = reference(ws.source(), current_stream());
+  TD_CHECK_LAUNCH(err);
+}
+
+struct CudaBackend {
+  static std::pair<uint64_t, uint64_t> philox_seed_offset(const at::Tensor& like) {
+    TORCH_CHECK(c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None,
+                "torch_dnn.attention_forward: dropout_p > 0 is not supported inside CUDA graph capture (the dropout "
+                "key is passed by value)");
+    auto* gen = at::get_generator_or_default<at::CUDAGeneratorImpl>(
+        std::nullopt, at::cuda::detail::getDefaultCUDAGenerator(like.device().index()));
+    std::lock_guard<std::mutex> lock(gen->mutex_);
+    // one Philox counter per (b, h, i, j) below the offset's 64 bits (philox.h): any increment separates calls
+    const at::PhiloxCudaState st = gen->philox_cuda_state(4);
+    return {st.seed_.val, st.offset_.val};
+  }
+
+  static void forward(const AttnArgs& a, const at::Tensor& like) {
+    launch(
+        "forward", [&](const Workspace& ws, cudaStream_t s) { return flash_forward(a, ws, s); },
+        [&](const Workspace& ws, cudaStream_t s) { return reference_forward(a, ws, s); }, like);
+  }
+
+  static void backward(const AttnArgs& a, const AttnGrads& g, const at::Tensor& like) {
+    launch(
+        "backward", [&](const Workspace& ws, cudaStream_t s) { return flash_backward(a, g, ws, s); },
+        [&](const Workspace& ws, cudaStream_t s) { return reference_backward(a, g, ws, s); }, like);
+  }
+};
+
+}  // namespace
+}  // namespace attention
+}  // namespace torch_dnn
+
+TORCH_LIBRARY_IMPL(torch_dnn, CUDA, m) {
+  torch_dnn::attention::register_attention_impls<torch_dnn::attention::CudaBackend>(m);
+}
