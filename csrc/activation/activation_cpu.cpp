@@ -4,7 +4,7 @@
 // with exp, expm1, log1p, tanh and erf that vectorise), double through libm, scalar where it calls libm, so that
 // float64 is as exact as libm. The buffers also keep the in-place form (y is x) and the parameters out of the
 // vectoriser's aliasing analysis. On x86-64 every block loop is compiled twice, for the baseline ISA and for
-// AVX2, and picked at run time; neither contracts a*b+c into an FMA, so both give the same bits.
+// AVX2, and picked at run time (cpu_isa.h).
 
 // The formulas' ternaries (x > 0 ? x : a * expm1(x)) vectorise only if both sides may be computed for every
 // element, which GCC allows only when it may assume that no float operation traps. No value changes (NaN and the
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "activation/activation_cpu_vec.h"
+#include "activation/cpu_isa.h"
 
 namespace torch_dnn {
 namespace activation {
@@ -136,28 +137,7 @@ struct BiasBackwardRows {
   }
 };
 
-// Kernel::run compiled with everything it calls inlined, for the baseline ISA and (x86-64) for AVX2.
-template <class Kernel, class... Args>
-__attribute__((flatten)) void run_baseline(Args... args) {
-  Kernel::run(args...);
-}
-#if defined(__x86_64__) && defined(__GNUC__)
-template <class Kernel, class... Args>
-__attribute__((flatten, target("avx2"))) void run_avx2(Args... args) {
-  Kernel::run(args...);
-}
-bool cpu_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
-#endif
-template <class Kernel, class... Args>
-void run_kernel(Args... args) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (cpu_has_avx2()) return run_avx2<Kernel>(args...);
-#endif
-  run_baseline<Kernel>(args...);
-}
+using cpu_isa::run_kernel;
 
 }  // namespace
 

@@ -1,24 +1,33 @@
 // CPU GEMM: our own cache-blocked loops (not at::mm, so that the tests compare two implementations), with the
 // same fused epilogue as the CUDA kernels. Work splits over (batch, block of MB rows) with at::parallel_for;
 // each task walks N in blocks of NB columns and K in blocks of KB, packs the A and B blocks into contiguous
-// accumulation-type buffers (which also turns any operand layout into one), and accumulates an MB x NB block
-// in the accumulation type with a unit-stride inner loop the compiler vectorises. Each output element is
-// summed over k in increasing order: the result does not depend on the thread count.
+// accumulation-type buffers (which also turns any operand layout into one; rows and columns padded with zeros to
+// whole tiles), and accumulates the MB x NB block in MR x NR register tiles (MicroTiles: GCC vector types, a
+// broadcast of A times a row of B per k). Each output element is summed over k in increasing order, one
+// multiply and one add per term: the result does not depend on the thread count or on the ISA (cpu_isa.h).
 #include "matmul/matmul_cpu.h"
 
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <vector>
+#include <cstring>
+#include <memory>
 
 #include "activation/activation_cpu.h"
+#include "activation/cpu_isa.h"
 
 namespace torch_dnn {
 namespace matmul {
 namespace {
 
-constexpr int64_t MB = 32, NB = 256, KB = 256;
+constexpr int64_t MR = 6;
+constexpr int64_t MB = 8 * MR, NB = 256, KB = 256;
+// a register tile is MR rows of 64 bytes: 16 floats or 8 doubles
+template <typename A>
+constexpr int64_t kNR = 64 / sizeof(A);
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 template <typename T>
 struct Operand {
@@ -27,6 +36,35 @@ struct Operand {
   bool col;
   Operand(const MatrixRef& r) : p(static_cast<const T*>(r.ptr)), ld(r.ld), bs(r.batch_stride), col(r.col_major) {}
   T at(int64_t b, int64_t r, int64_t c) const { return p[b * bs + (col ? c * ld + r : r * ld + c)]; }
+};
+
+// acc[mb x nb] (ld ldc) += ap[mb x kb] (ld lda) bp[kb x nb] (ld ldb), mb a multiple of MR and nb of NR, in
+// vectors of W bytes (16 for the baseline x86-64 ISA, 32 for AVX2).
+template <typename A, int W>
+struct MicroTiles {
+  static inline __attribute__((always_inline)) void tile(const A* __restrict ap, int64_t lda, const A* __restrict bp,
+                                                         int64_t ldb, A* __restrict c, int64_t ldc, int64_t kb) {
+    typedef A V __attribute__((vector_size(W)));
+    constexpr int L = W / sizeof(A), NV = kNR<A> / L;
+    V r[MR][NV];
+    for (int i = 0; i < MR; ++i)
+      for (int h = 0; h < NV; ++h) std::memcpy(&r[i][h], c + i * ldc + h * L, sizeof(V));
+    for (int64_t k = 0; k < kb; ++k) {
+      V b[NV];
+      for (int h = 0; h < NV; ++h) std::memcpy(&b[h], bp + k * ldb + h * L, sizeof(V));
+      for (int i = 0; i < MR; ++i) {
+        const A a = ap[i * lda + k];
+        for (int h = 0; h < NV; ++h) r[i][h] += a * b[h];
+      }
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int h = 0; h < NV; ++h) std::memcpy(c + i * ldc + h * L, &r[i][h], sizeof(V));
+  }
+  static inline __attribute__((always_inline)) void run(const A* ap, int64_t lda, const A* bp, int64_t ldb, A* c,
+                                                        int64_t ldc, int64_t mb, int64_t nb, int64_t kb) {
+    for (int64_t i = 0; i < mb; i += MR)
+      for (int64_t j = 0; j < nb; j += kNR<A>) tile(ap + i * lda, lda, bp + j, ldb, c + i * ldc + j, ldc, kb);
+  }
 };
 
 template <typename T>
@@ -40,35 +78,35 @@ void gemm_typed(const GemmArgs& g) {
   const A alpha = A(g.alpha), pa = A(g.act_params.a), pb = A(g.act_params.b);
   const int64_t M = g.M, N = g.N, K = g.K;
   const int64_t mblocks = (M + MB - 1) / MB;
+  constexpr int64_t NR = kNR<A>;
+  // buffer sizes: the blocks, no larger than the problem, padded to whole tiles
+  const int64_t mbp_max = round_up(std::min(MB, M), MR), nbp_max = round_up(std::min(NB, N), NR);
+  const int64_t kb_max = std::max<int64_t>(1, std::min(KB, K));
   activation::dispatch_act(g.act, [&]<Act ACT>() {
     at::parallel_for(0, g.batch * mblocks, 1, [&](int64_t begin, int64_t end) {
-      std::vector<A> acc(MB * NB), ap(MB * KB), bp(KB * NB);
+      std::unique_ptr<A[]> acc(new A[mbp_max * nbp_max]), ap(new A[mbp_max * kb_max]), bp(new A[kb_max * nbp_max]);
       for (int64_t task = begin; task < end; ++task) {
         const int64_t bi = task / mblocks, m0 = (task % mblocks) * MB, mb = std::min(MB, M - m0);
+        const int64_t mbp = round_up(mb, MR);
         for (int64_t n0 = 0; n0 < N; n0 += NB) {
-          const int64_t nb = std::min(NB, N - n0);
-          std::fill(acc.begin(), acc.end(), A(0));
+          const int64_t nb = std::min(NB, N - n0), nbp = round_up(nb, NR);
+          std::fill(acc.get(), acc.get() + mbp * nbp, A(0));
           for (int64_t k0 = 0; k0 < K; k0 += KB) {
             const int64_t kb = std::min(KB, K - k0);
-            for (int64_t i = 0; i < mb; ++i)
-              for (int64_t k = 0; k < kb; ++k) ap[i * KB + k] = A(a.at(bi, m0 + i, k0 + k));
+            for (int64_t i = 0; i < mbp; ++i)
+              for (int64_t k = 0; k < kb; ++k) ap[i * kb + k] = i < mb ? A(a.at(bi, m0 + i, k0 + k)) : A(0);
             for (int64_t k = 0; k < kb; ++k)
-              for (int64_t j = 0; j < nb; ++j) bp[k * NB + j] = A(b.at(bi, k0 + k, n0 + j));
-            for (int64_t i = 0; i < mb; ++i) {
-              A* row = acc.data() + i * NB;
-              for (int64_t k = 0; k < kb; ++k) {
-                const A x = ap[i * KB + k];
-                const A* brow = bp.data() + k * NB;
-                for (int64_t j = 0; j < nb; ++j) row[j] += x * brow[j];
-              }
-            }
+              for (int64_t j = 0; j < nbp; ++j) bp[k * nbp + j] = j < nb ? A(b.at(bi, k0 + k, n0 + j)) : A(0);
+            cpu_isa::run_kernel<MicroTiles<A, 16>, MicroTiles<A, 32>>(static_cast<const A*>(ap.get()), kb,
+                                                                      static_cast<const A*>(bp.get()), nbp, acc.get(),
+                                                                      nbp, mbp, nbp, kb);
           }
           // epilogue: pre = alpha * acc + bias; D = act(pre) + residual
           for (int64_t i = 0; i < mb; ++i) {
             const int64_t m = m0 + i;
             for (int64_t j = 0; j < nb; ++j) {
               const int64_t n = n0 + j;
-              A v = alpha * acc[i * NB + j];
+              A v = alpha * acc[i * nbp + j];
               if (bias) v += A(bias[n]);
               const int64_t o = bi * g.batch_stride_d + m * g.ldd + n;
               if (pre) pre[o] = T(v);
