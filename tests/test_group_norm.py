@@ -654,3 +654,24 @@ def test_cluster_emulation(tmp_path):
                     f"-I{found[0]}", os.path.join(here, "emulation", "gn_cluster_emulation.cpp"), "-o", exe], check=True)
     r = subprocess.run([exe], capture_output=True, text=True)
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+@pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
+                    reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation (about a minute)")
+def test_layout_transpose_emulation(tmp_path):
+    # the layout transpose that makes a channels-last input contiguous (csrc/common/layout_transpose.cu) on the CPU,
+    # both directions, every dtype size and access variant, exact: tests/emulation/layout_transpose_emulation.cpp
+    from torch.utils import cpp_extension
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    found = [os.path.join(h, "include") for h in homes if h and os.path.exists(os.path.join(h, "include", "cuda_bf16.h"))]
+    if not found:
+        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
+    exe = str(tmp_path / "layout_transpose_emu")
+    subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O1", "-pthread", "-DTORCH_DNN_EMULATE_CUDA",
+                    "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes", f"-I{os.path.join(os.path.dirname(here), 'csrc')}",
+                    f"-I{os.path.join(here, 'emulation')}", f"-I{found[0]}",
+                    os.path.join(here, "emulation", "layout_transpose_emulation.cpp"), "-o", exe], check=True)
+    r = subprocess.run([exe], capture_output=True, text=True)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

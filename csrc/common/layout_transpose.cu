@@ -5,6 +5,7 @@
 #include "common/layout_transpose.h"
 
 #include <cstdint>
+#include <cstring>
 
 #include "common/cuda/device.cuh"
 #include "common/cuda/vec.cuh"
@@ -59,7 +60,11 @@ __device__ __forceinline__ uint4 as_words(const Vec<uint64_t, 2>& y) {
 // words) into 2- to 8-byte pieces. No "memory" clobber: nothing in the kernel reads dst, so the compiler stays free
 // to move the next shared-memory loads above it.
 __device__ __forceinline__ void store16(void* p, const uint4& w) {
+#if defined(TORCH_DNN_EMULATE_CUDA)
+  std::memcpy(p, &w, 16);
+#else
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w));
+#endif
 }
 
 // LW, SW: the elements one global load / store moves: V (16-byte accesses) or 1, where the rows of that side
@@ -133,7 +138,13 @@ cudaError_t run(const U* src, U* dst, int64_t N, int64_t R, int64_t K, cudaStrea
   const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_k = (K + kTile - 1) / kTile;
   const int64_t tiles = N * tiles_r * tiles_k;
   const unsigned grid = grid_for(tiles, 1, /*waves=*/16);
-  const auto go = [&](auto kernel) { kernel<<<grid, kThreads, 0, stream>>>(src, dst, R, K, tiles_r, tiles_k, tiles); };
+  const auto go = [&](auto kernel) {
+#if defined(TORCH_DNN_EMULATE_CUDA)  // the threads on the CPU: tests/emulation/layout_transpose_emulation.cpp
+    emulate_launch(kernel, grid, kThreads, src, dst, R, K, tiles_r, tiles_k, tiles);
+#else
+    kernel<<<grid, kThreads, 0, stream>>>(src, dst, R, K, tiles_r, tiles_k, tiles);
+#endif
+  };
   if (vec_load && vec_store) {
     go(layout_transpose_kernel<U, V, V>);
   } else if (vec_load) {
