@@ -108,12 +108,18 @@ class Case:
         return all(k == 1 for k in self.ker) and all(s == 1 for s in self.stride) and all(p == 0 for p in self.pad)
 
     def takes_fprop(self):
+        if self.dims == 1:
+            return None
         return self._common() and not self._is_1x1()
 
     def takes_dgrad(self):
+        if self.dims == 1:
+            return None
         return self._common() and not self._is_1x1() and all(s == 1 for s in self.stride)
 
     def takes_wgrad(self):
+        if self.dims == 1:
+            return None
         if not self._common() or self._is_1x1():
             return False
         taps = 1
@@ -166,7 +172,11 @@ def _torch_wgrad(case, x, w_shape, g):
 
 
 def _assert_path(names, taken, what):
+    """taken: whether the Hopper kernel must run (True), must not (False), or either (None: 1-D, whose layout the
+    op layer may change)."""
     assert names, f"{what}: the profiler saw no CUDA kernel"
+    if taken is None:
+        return
     ran = any(SM90_KERNEL in n for n in names)
     if taken:
         assert ran, f"{what}: expected the Hopper conv kernel, ran {sorted(set(names))}"

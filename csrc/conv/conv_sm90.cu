@@ -6,7 +6,8 @@
 // (TORCH_DNN_WITH_SM90_GEMM); the kernels' bodies exist only in the sm_90a device code, and every entry point
 // answers cudaErrorNotSupported on any other device, in a build without sm_90a, or without CUTLASS.
 //
-// Instantiations (6): bf16 and fp16, 2-D (NHWC), CTA tile 128 x 128 x 64, cluster 1x1:
+// Instantiations (10): bf16 and fp16, 2-D (NHWC), CTA tile 128 x 128 x 64 (fprop and dgrad also 128 x 64 x 64,
+// where the GEMM's N, the output channels, is at most 64), cluster 1x1:
 //   fprop  y = act(x * w + bias + residual): the epilogue is one visitor tree (matmul's kernels/sm90_epilogue.cuh
 //          nodes: bias broadcast, the residual read through the epilogue's C operand only when there is one;
 //          the activation a run-time switch inside one node), applied in float with one rounding.
@@ -216,18 +217,21 @@ constexpr int kAlign = 8;  // 16 bytes of 16-bit elements: TMA's unit
 // fprop / dgrad: M = output (dgrad: input) pixels, N = output (dgrad: input) channels, K = (channels, taps), the
 // channel block the tile's K extent (Shape<_64>: the channel mode alone is tiled, the taps walked one by one).
 using TileMN = Shape<_128, _128, Shape<_64>>;
+// where N is at most 64 (ResNet's 64-channel layers): 128 x 64, instead of half a tile of zeros
+using TileNarrow = Shape<_128, _64, Shape<_64>>;
+constexpr int64_t kNarrow = 64;
 // wgrad: M = K, N = (C, S, R) with the channel mode tiled, K = the pixels.
 using TileW = Shape<_128, Shape<_128>, Shape<_64>>;
 
-template <class T>
+template <class T, class Tile>
 struct FpropKernel {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileMN, Cluster11,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster11,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, T, Nhwc, kAlign, T, Nhwc, kAlign,
-      cutlass::epilogue::TmaWarpSpecialized, FpropEpilogue<TileMN, T>>::CollectiveOp;
+      cutlass::epilogue::TmaWarpSpecialized, FpropEpilogue<Tile, T>>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Operator::kFprop, T, Nhwc, kAlign, T, Nhwc, kAlign, float,
-      TileMN, Cluster11,
+      Tile, Cluster11,
       cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       cutlass::conv::collective::KernelScheduleAuto>::CollectiveOp;
@@ -236,10 +240,10 @@ struct FpropKernel {
 };
 
 // dgrad and wgrad store the accumulator alone (alpha 1, no source operand).
-template <class T, Operator Op>
+template <class T, Operator Op, class TileFD = TileMN>
 struct GradKernel {
   static constexpr bool kWgrad = Op == Operator::kWgrad;
-  using Tile = cute::conditional_t<kWgrad, TileW, TileMN>;
+  using Tile = cute::conditional_t<kWgrad, TileW, TileFD>;
   using LayoutOut = cute::conditional_t<kWgrad, cutlass::layout::TensorKCSR, Nhwc>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster11,
@@ -356,9 +360,8 @@ const DeviceInfo& device_info() {
   return infos[dev];
 }
 
-// The checks common to the three passes, and the 2-D problem.
+// The checks common to the three passes, and the 2-D problem (the device aside: path_on).
 bool make_problem(const ConvArgs& a, Problem2d* pb) {
-  if (!sm90_enabled() || !device_info().sm90) return false;
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
   const ConvGeometry& g = a.g;
   if (g.G != 1 || g.C % 8 != 0 || g.K % 8 != 0 || g.N < 1) return false;
@@ -420,6 +423,8 @@ StrideC epilogue_stride(const Nhwc4& o) {
   return s;
 }
 
+bool path_on() { return sm90_enabled() && device_info().sm90; }
+
 cutlass::KernelHardwareInfo hw_info() {
   cutlass::KernelHardwareInfo hw;
   cudaGetDevice(&hw.device_id);
@@ -471,10 +476,11 @@ cudaError_t run(const typename Kernel::Arguments& args, cudaStream_t stream) {
   return cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args);
 }
 
-template <class T>
-cudaError_t fprop(const ConvArgs& a, const Problem2d& pb, cudaStream_t stream) {
-  using Kernel = typename FpropKernel<T>::Kernel;
-  using PS = typename FpropKernel<T>::ProblemShape;
+// CUTLASS's arguments of each pass (host only: the harness of can_implement needs no GPU).
+template <class T, class Tile>
+typename FpropKernel<T, Tile>::Kernel::Arguments fprop_arguments(const ConvArgs& a, const Problem2d& pb) {
+  using Kernel = typename FpropKernel<T, Tile>::Kernel;
+  using PS = typename FpropKernel<T, Tile>::ProblemShape;
   FpropEpilogueParams ep;
   ep.bias = a.bias;
   ep.residual = a.residual.ptr != nullptr;
@@ -489,15 +495,13 @@ cudaError_t fprop(const ConvArgs& a, const Problem2d& pb, cudaStream_t stream) {
                                               epilogue_stride<typename Kernel::StrideC>(src),
                                               static_cast<T*>(const_cast<void*>(pb.y.ptr)),
                                               epilogue_stride<typename Kernel::StrideD>(pb.y)};
-  typename Kernel::Arguments args(problem_shape<PS>(pb), mainloop, epilogue, hw_info());
-  return run<Kernel>(args, stream);
+  return typename Kernel::Arguments(problem_shape<PS>(pb), mainloop, epilogue, hw_info());
 }
 
-template <class T>
-cudaError_t dgrad(const Problem2d& pb, cudaStream_t stream) {
-  using K = GradKernel<T, Operator::kDgrad>;
+template <class T, class Tile>
+typename GradKernel<T, Operator::kDgrad, Tile>::Kernel::Arguments dgrad_arguments(const Problem2d& pb) {
+  using K = GradKernel<T, Operator::kDgrad, Tile>;
   using Kernel = typename K::Kernel;
-  using PS = typename K::ProblemShape;
   // A = dy (in y's place), B = w, D = dx (in x's place)
   typename Kernel::MainloopArguments mainloop{static_cast<T const*>(pb.y.ptr), static_cast<T const*>(pb.wt.ptr)};
   typename Kernel::EpilogueArguments epilogue{{},
@@ -507,15 +511,13 @@ cudaError_t dgrad(const Problem2d& pb, cudaStream_t stream) {
                                               epilogue_stride<typename Kernel::StrideD>(pb.x)};
   epilogue.thread.alpha = 1.f;
   epilogue.thread.beta = 0.f;
-  typename Kernel::Arguments args(problem_shape<PS>(pb), mainloop, epilogue, hw_info());
-  return run<Kernel>(args, stream);
+  return typename Kernel::Arguments(problem_shape<typename K::ProblemShape>(pb), mainloop, epilogue, hw_info());
 }
 
 template <class T>
-cudaError_t wgrad(const Problem2d& pb, cudaStream_t stream) {
+typename GradKernel<T, Operator::kWgrad>::Kernel::Arguments wgrad_arguments(const Problem2d& pb) {
   using K = GradKernel<T, Operator::kWgrad>;
   using Kernel = typename K::Kernel;
-  using PS = typename K::ProblemShape;
   // A = dy, B = x (im2col), D = dw [K][(C, S, R)], dense
   typename Kernel::MainloopArguments mainloop{static_cast<T const*>(pb.y.ptr), static_cast<T const*>(pb.x.ptr)};
   typename Kernel::StrideD dw{};
@@ -525,8 +527,27 @@ cudaError_t wgrad(const Problem2d& pb, cudaStream_t stream) {
   typename Kernel::EpilogueArguments epilogue{{}, nullptr, dw, static_cast<T*>(const_cast<void*>(pb.wt.ptr)), dw};
   epilogue.thread.alpha = 1.f;
   epilogue.thread.beta = 0.f;
-  typename Kernel::Arguments args(problem_shape<PS>(pb), mainloop, epilogue, hw_info());
-  return run<Kernel>(args, stream);
+  return typename Kernel::Arguments(problem_shape<typename K::ProblemShape>(pb), mainloop, epilogue, hw_info());
+}
+
+template <class T>
+cudaError_t fprop(const ConvArgs& a, const Problem2d& pb, cudaStream_t stream) {
+  if (pb.k <= kNarrow)
+    return run<typename FpropKernel<T, TileNarrow>::Kernel>(fprop_arguments<T, TileNarrow>(a, pb), stream);
+  return run<typename FpropKernel<T, TileMN>::Kernel>(fprop_arguments<T, TileMN>(a, pb), stream);
+}
+
+template <class T>
+cudaError_t dgrad(const Problem2d& pb, cudaStream_t stream) {
+  using Narrow = GradKernel<T, Operator::kDgrad, TileNarrow>;
+  using Wide = GradKernel<T, Operator::kDgrad, TileMN>;
+  if (pb.c <= kNarrow) return run<typename Narrow::Kernel>(dgrad_arguments<T, TileNarrow>(pb), stream);
+  return run<typename Wide::Kernel>(dgrad_arguments<T, TileMN>(pb), stream);
+}
+
+template <class T>
+cudaError_t wgrad(const Problem2d& pb, cudaStream_t stream) {
+  return run<typename GradKernel<T, Operator::kWgrad>::Kernel>(wgrad_arguments<T>(pb), stream);
 }
 
 bool dense(const Nhwc4& o) {
@@ -540,7 +561,7 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
-  if (!sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  if (!sm90::path_on() || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
   if (!matmul::sm90::epilogue_act_supported(a.act)) return cudaErrorNotSupported;
   // the GEMM's epilogue adds the residual after the activation: it takes a residual only without one
   if (sm90::plain_gemm(pb) && (a.residual.ptr == nullptr || a.act == Act::Identity)) return cudaErrorNotSupported;
@@ -556,7 +577,7 @@ cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream) {
 
 cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
-  if (!sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  if (!sm90::path_on() || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
   if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb)) return cudaErrorNotSupported;
   return a.dtype == DType::BFloat16 ? sm90::dgrad<cutlass::bfloat16_t>(pb, stream)
                                     : sm90::dgrad<cutlass::half_t>(pb, stream);
@@ -564,7 +585,7 @@ cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream) {
 
 cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
-  if (!sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  if (!sm90::path_on() || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
   // CUTLASS's wgrad wants dy and dw dense (x, gathered by im2col, may be strided)
   if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb)) return cudaErrorNotSupported;
   // no split of the pixel reduction: only problems whose output tiles fill the GPU
