@@ -65,7 +65,7 @@ class TestAttention(FamilyTester):
                                 device)
             yield sdpa_case("scale 0.3", ((2, 2, 9, 32), (2, 2, 13, 32), (2, 2, 13, 32)), dtype, device, scale=0.3)
         elif variant == "masks":
-            B, H, Sq, Sk, D = 2, 3, 17, 33, 32
+            B, H, Sq, Sk, D = 2, 2, 17, 33, 32
             shapes = ((B, H, Sq, D), (B, H, Sk, D), (B, H, Sk, D))
             gen = torch.Generator().manual_seed(0)
 
@@ -122,9 +122,7 @@ class TestAttention(FamilyTester):
         fwd = ops.attention_forward.default
         out, lse, rng = ops.attention_forward(q.detach(), k.detach(), v.detach(), None, 0.0, True, None)
         return [
-            (fwd, (q, k, v), {}),
             (fwd, (q, k, v, t(2, 1, 5, 7), 0.0, False, 0.3), {}),
-            (fwd, (q, k, v, rnd((5, 7), torch.float64, device)[None, None] > 0), {}),
             (fwd, (q, k, v, None, 0.0, True, None), {"bottom_right": True, "window_left": 2, "softcap": 3.0,
                                                      "alibi_slopes": alibi}),
             (fwd, tuple(packed), {"cu_seqlens_q": cu, "cu_seqlens_k": cu, "max_seqlen_q": 5, "max_seqlen_k": 5}),
@@ -183,8 +181,6 @@ class TestAttention(FamilyTester):
 
     def compile_cases(self, device):
         dtype = torch.float32
-        yield sdpa_case("compile causal", ((2, 2, 9, 32), (2, 2, 13, 32), (2, 2, 13, 32)), dtype, device,
-                        is_causal=True)
         yield sdpa_case("compile float mask", ((2, 2, 9, 32), (2, 2, 13, 32), (2, 2, 13, 32)), dtype, device,
                         mask=rnd((2, 1, 9, 13), dtype, device), grad_mask=True)
         yield sdpa_case("compile gqa 5-D", ((2, 2, 4, 9, 32), (2, 2, 2, 13, 32), (2, 2, 2, 13, 32)), dtype, device,

@@ -115,6 +115,10 @@ def _cpp_cases(device):
             cases.append(("linear_act", lambda op, x, save=save: op(x, w7, b7, "gelu", r7, save_preact=save),
                           (x2, w7, b7, r7), used if save else (0,)))
     cases.append(("linear_act", lambda op, x: op(x, w7, None, "leaky_relu", None, 0.2), (x2, w7), (0,)))
+    # attention: GQA, an additive mask (its gradient), causal; lse and the dropout key are not differentiable
+    q, k, v, m = (_inp(s, device) for s in ((2, 4, 5, 8), (2, 2, 7, 8), (2, 2, 7, 6), (2, 1, 5, 7)))
+    cases.append(("attention_forward", lambda op, x: op(x, k, v, m, 0.0, True, None, softcap=3.0), (q, k, v, m),
+                  (0,)))
     return cases
 
 
