@@ -135,6 +135,9 @@ GENERIC = [
     (1, 2, 3, 1, (1, 4, 5), (1, 2, 2), (1, 5, 4), (0, 2, 3), (1, 1, 1)),   # stride > kernel, padding > kernel
     (2, 4, 4, 4, (3, 6, 5), (3, 3, 3), (2, 1, 1), (1, 1, 1), (1, 1, 1)),   # 3-D depthwise (generic kernels)
     (2, 3, 6, 3, (2, 6, 7), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 2, 1)),   # depthwise x2, dilated (generic)
+    # staged weights in several chunks: 40 input channels (32 + 8), 45 taps (32 + 13), a partial tile of 8
+    (1, 40, 12, 1, (3, 5, 6), (3, 3, 5), (1, 1, 1), (1, 1, 2), (1, 1, 1)),
+    (1, 12, 40, 1, (3, 5, 6), (3, 3, 5), (1, 2, 1), (1, 1, 2), (1, 1, 1)),  # dgrad's 40 output channels
 ]
 
 
@@ -217,3 +220,9 @@ def test_depthwise_grid_loops(emu):
     # more items than the (two-SM) emulated grid: the item and slice loops go round
     run_case(emu, 3, 8, 8, 8, (1, 30, 29), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.float32, "ndhwc")
     run_case(emu, 2, 3, 3, 3, (1, 30, 29), (1, 5, 5), (1, 2, 2), (0, 2, 2), (1, 1, 1), torch.float32, "ncdhw")
+
+
+def test_depthwise_empty_batch(emu):
+    # nothing to sum: the weight and bias gradients are zeros
+    for layout in ("ndhwc", "ncdhw"):
+        run_case(emu, 0, 8, 8, 8, (1, 6, 7), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.bfloat16, layout)

@@ -1,21 +1,42 @@
 // The direct convolution kernels' entry points (conv_kernels.h): CUDA cores, every dtype, geometry and stride
-// pattern; the fallback behind the tensor-core path, so they must never be wrong.
+// pattern; the fallback behind the tensor-core path (which takes groups == 1 with C, K multiples of 8 in 16-bit or
+// TF32), so they must never be wrong. Accumulation in float (double for float64), one rounding on store.
 //
 // Which kernel runs:
-//   depthwise (G == C, K = m C), 2-D (D = P = T = 1), no dilation along W, every dim < 2^31:
-//       conv_direct_depthwise.cu (kernels/conv_depthwise_*.cuh): memory-bound kernels, one thread a vector of
-//       channels (channels-last) or a strip of a plane (NCHW); see that file.
+//   depthwise (G == C, K = m C), 2-D (D = P = T = 1), every size < 2^31: conv_direct_depthwise.cu, kernels
+//       kernels/conv_depthwise_{fprop,dgrad,wgrad}.cuh. Memory-bound (3x3: 9 FMAs a 4-byte bf16 read + write),
+//       so the design is about access patterns: a thread owns V channels (a 16-byte vector where the channels are
+//       innermost and aligned, else 1) and a strip of 4 neighbouring outputs along a row; a filter row's taps sit
+//       in registers (staged per block in shared memory as float) while the strip's input span streams past
+//       once, each input vector feeding up to 4 outputs; neighbouring strips share their halos through L1.
+//       Blocks of 256 threads: up to 8 channel lanes x 32 item lanes (channels-last: a warp reads 128 contiguous
+//       bytes of each of 4 pixels), or 256 item lanes of one channel (NCHW, run with H and W swapped so that a
+//       warp takes 32 neighbouring columns); about 8 blocks a SM, each looping over items.
+//       fprop  the epilogue (bias, residual, activation) on the strip's accumulators.
+//       dgrad  the gather form (no atomics): strips aligned so that w0 + pad is a multiple of the stride, which
+//              makes each dy vector's tap for each strip output a compile-time constant; a strided convolution
+//              visits only the taps that reach each dx element.
+//       wgrad  a block per (filter row, channel chunk, slice of the items): the row's S x V sums in registers,
+//              a fixed-order tree over the item lanes, slices summed in slice order by a second kernel through a
+//              float workspace (none when the blocks fill the GPU without slicing).
 //   everything else: kernels/conv_direct_generic.cuh
-//       fprop  256 threads, one output position a thread, KT = 4 output channels of one group a thread (1 where
-//              a group has fewer than 4); grid = (channel tiles) x (position blocks, at most 16 a SM).
-//       dgrad  the same shape over dx's positions and CT = 4 (or 1) input channels: the gather form, each dx
-//              element summing the dy taps that reach it, no atomics.
-//       wgrad  one block (256 threads) per (k, c', 8 taps), reducing over a slice of the N P Q O positions in
-//              a fixed tree; when (K C/G taps/8) blocks cannot fill the GPU, the positions are cut into slices
-//              whose sums go to a float workspace, added up in slice order by a second kernel.
-//   bias gradient: kernels/conv_direct_bias_grad.cuh, the same two-pass scheme over a tile of channels.
-// Every reduction is in a fixed order (no atomics): results are bitwise reproducible on one device, whatever
-// ConvArgs::deterministic says. Empty problems return cudaSuccess before any launch.
+//       fprop  256 threads, 2 output positions and KT = 8 output channels of one group a thread (4 or 1 where a
+//              group has fewer): the block's weights staged in shared memory as float ([tap][c][KT], chunks of
+//              32 channels x the taps that fit 32 KB), so that each input load feeds KT FMAs and each 16-byte
+//              shared load 8 of them; grid = (channel tiles) x (position blocks, at most 16 a SM).
+//       dgrad  the same shape over dx's positions and CT input channels, weights staged [tap][k][CT]: the gather
+//              form, each dx element summing the dy taps that reach it (p = (i + pad - t dil) / stride whole and
+//              in range); a tap that reaches none of a thread's positions is skipped.
+//       wgrad  one block (256 threads) per (8 output channels, c', 8 taps), each thread summing the 64 products
+//              over its positions of a slice of the N P Q O ones (the positions advanced by digit carries, not
+//              divisions), then a fixed tree; when the blocks cannot fill the GPU, the positions are cut into
+//              slices whose sums go to a float workspace, added up in slice order by conv_wgrad_sum_splits.
+//   bias gradient: kernels/conv_direct_bias_grad.cuh, the same two-pass scheme over a tile of channels (32
+//       channels x 8 row lanes where channels are innermost, 256 row lanes of one channel otherwise).
+// Every reduction is in a fixed order (no atomics): results are bitwise reproducible on one device whatever
+// ConvArgs::deterministic says. Empty problems return cudaSuccess before any launch; an empty reduction (no
+// input channels, no output positions) writes its zeros (plus bias and residual for fprop).
+// tests/test_conv_emulation.py runs all of these on the CPU (TORCH_DNN_EMULATE=1) against PyTorch.
 #include <algorithm>
 #include <type_traits>
 
@@ -50,17 +71,27 @@ void tile_grid(int64_t positions, int64_t tiles, int64_t& pblocks, int64_t& grid
 
 cudaError_t generic_fprop(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
-  const int64_t Kg = g.K / g.G;
+  const int64_t Kg = g.K / g.G, Cg = g.C / g.G, TRS = spatial(g.ker);
+  constexpr int PT = 2;
+  constexpr int64_t kStageBytes = 32 * 1024;
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
+    using A = acc_t<T>;
     const Epilogue<T> ep = make_epilogue<T>(a);
     auto go = [&](auto kt) {
       constexpr int KT = decltype(kt)::value;
+      // weight chunks: up to 32 input channels, then as many taps as fit kStageBytes
+      const int64_t CB = std::max<int64_t>(1, std::min<int64_t>(Cg, 32));
+      const int64_t TC = std::max<int64_t>(1, std::min<int64_t>(TRS, kStageBytes / (CB * KT * int64_t(sizeof(A)))));
+      const size_t smem = size_t(CB * TC * KT) * sizeof(A);
       int64_t pblocks, grid;
-      tile_grid(g.N * spatial(g.out), g.G * ((Kg + KT - 1) / KT), pblocks, grid);
-      launch_direct(conv_generic_fprop<T, KT>, grid, kGenericThreads, 0, stream, g, a.x, a.w, a.y, ep, pblocks);
+      tile_grid((g.N * spatial(g.out) + PT - 1) / PT, g.G * ((Kg + KT - 1) / KT), pblocks, grid);
+      launch_direct(conv_generic_fprop<T, KT, PT>, grid, kGenericThreads, smem, stream, g, a.x, a.w, a.y, ep, pblocks,
+                    int(CB), int(TC));
     };
-    if (Kg >= 4) go(int_c<4>{});
+    constexpr bool wide = !std::is_same_v<T, double>;  // (double: 8 x 2 accumulators spill)
+    if (Kg >= 8 && wide) go(int_c<wide ? 8 : 4>{});
+    else if (Kg >= 4) go(int_c<4>{});
     else go(int_c<1>{});
   });
   return cudaGetLastError();
@@ -68,16 +99,25 @@ cudaError_t generic_fprop(const ConvArgs& a, cudaStream_t stream) {
 
 cudaError_t generic_dgrad(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
-  const int64_t Cg = g.C / g.G;
+  const int64_t Cg = g.C / g.G, Kg = g.K / g.G, TRS = spatial(g.ker);
+  constexpr int PT = 2;
+  constexpr int64_t kStageBytes = 32 * 1024;
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
+    using A = acc_t<T>;
     auto go = [&](auto ct) {
       constexpr int CT = decltype(ct)::value;
+      const int64_t CB = std::max<int64_t>(1, std::min<int64_t>(Kg, 32));
+      const int64_t TC = std::max<int64_t>(1, std::min<int64_t>(TRS, kStageBytes / (CB * CT * int64_t(sizeof(A)))));
+      const size_t smem = size_t(CB * TC * CT) * sizeof(A);
       int64_t pblocks, grid;
-      tile_grid(g.N * spatial(g.in), g.G * ((Cg + CT - 1) / CT), pblocks, grid);
-      launch_direct(conv_generic_dgrad<T, CT>, grid, kGenericThreads, 0, stream, g, a.y, a.w, a.x, pblocks);
+      tile_grid((g.N * spatial(g.in) + PT - 1) / PT, g.G * ((Cg + CT - 1) / CT), pblocks, grid);
+      launch_direct(conv_generic_dgrad<T, CT, PT>, grid, kGenericThreads, smem, stream, g, a.y, a.w, a.x, pblocks,
+                    int(CB), int(TC));
     };
-    if (Cg >= 4) go(int_c<4>{});
+    constexpr bool wide = !std::is_same_v<T, double>;
+    if (Cg >= 8 && wide) go(int_c<wide ? 8 : 4>{});
+    else if (Cg >= 4) go(int_c<4>{});
     else go(int_c<1>{});
   });
   return cudaGetLastError();
@@ -94,13 +134,13 @@ int64_t reduction_splits(int64_t blocks, int64_t length, int64_t min_terms) {
 
 cudaError_t generic_wgrad(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
-  const int64_t Cg = g.C / g.G, TRS = spatial(g.ker), L = g.N * spatial(g.out);
+  const int64_t Cg = g.C / g.G, Kg = g.K / g.G, TRS = spatial(g.ker), L = g.N * spatial(g.out);
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    auto go = [&](auto tt) {
-      constexpr int TT = decltype(tt)::value;
-      const int64_t items = g.K * Cg * ((TRS + TT - 1) / TT);
+    auto go = [&](auto kt, auto tt) {
+      constexpr int KT = decltype(kt)::value, TT = decltype(tt)::value;
+      const int64_t items = g.G * ((Kg + KT - 1) / KT) * Cg * ((TRS + TT - 1) / TT);
       int64_t splits = reduction_splits(items, L, 8);
       A* partial = nullptr;
       if (splits > 1) {
@@ -108,7 +148,7 @@ cudaError_t generic_wgrad(const ConvArgs& a, cudaStream_t stream) {
         if (partial == nullptr) splits = 1;
       }
       const int64_t grid = std::min<int64_t>(items * splits, kMaxGrid);
-      launch_direct(conv_generic_wgrad<T, TT>, grid, kGenericThreads, 0, stream, g, a.y, a.x, a.w, partial, items,
+      launch_direct(conv_generic_wgrad<T, KT, TT>, grid, kGenericThreads, 0, stream, g, a.y, a.x, a.w, partial, items,
                     splits);
       if (splits > 1) {
         const int64_t count = g.K * Cg * TRS;
@@ -117,8 +157,14 @@ cudaError_t generic_wgrad(const ConvArgs& a, cudaStream_t stream) {
                       splits, g.K, Cg, g.ker[1], g.ker[2], TRS, a.w);
       }
     };
-    if (TRS >= 8) go(int_c<8>{});
-    else go(int_c<1>{});
+    auto go_taps = [&](auto kt) {
+      if (TRS >= 8) go(kt, int_c<8>{});
+      else go(kt, int_c<1>{});
+    };
+    constexpr bool wide = !std::is_same_v<T, double>;  // (double: 64 accumulators spill)
+    if (Kg >= 8 && wide) go_taps(int_c<wide ? 8 : 4>{});
+    else if (Kg >= 4) go_taps(int_c<4>{});
+    else go_taps(int_c<1>{});
   });
   return cudaGetLastError();
 }

@@ -3,20 +3,23 @@
 //
 // Taken: G == C, K = m C, a 2-D problem (D = P = T = 1, no depth padding), every size below 2^31, the items
 // (N x rows x strips) below 2^31, the chunk's weights within 48 KB of shared memory. Else cudaErrorNotSupported
-// and the generic kernels run (3-D depthwise, huge kernels). wgrad (and everything in float64 but its fprop and
-// dgrad) also needs the width to be 3, 5 or 7 with stride 1 or 2 along W and no dilation there.
+// and the generic kernels run (3-D depthwise, huge kernels). wgrad also needs the kernel extent along the strips
+// to be 3, 5 or 7 with stride 1 or 2 and no dilation there, and a dtype other than float64 (else generic).
 //
 // Per problem:
+//   orientation  channels-last: strips along W, items (n, row, strip). NCHW (channels not innermost, several
+//        rows): the problem with H and W swapped, items (n, strip, row): strips run down the columns and a
+//        warp's 32 threads take 32 neighbouring columns, so each load instruction reads 32 contiguous elements.
 //   V    16 bytes of channels (8 fp16/bf16, 4 fp32, 2 fp64) where the written operand's and the read operands'
 //        channels are contiguous, aligned and V divides the channels (with m > 1 the input side is gathered
 //        element by element); else 1.
 //   bx   threads along channels: up to 8 vectors (a warp reads 128 bytes of each of 4 pixels) or, with V = 1 and
 //        channels innermost, up to 32 channels; 1 for NCHW-like layouts (a block's 256 threads then take 256
-//        strips of one channel's planes). Halved while the chunk's weights pass 48 KB.
-//   KS, STR  the kernel width and stride along W at compile time for 3/5/7 x 1/2 (unrolled taps, the strip's
-//        input span reused from registers); run-time loops otherwise.
-//   grid  (channel chunks) x (item blocks); item blocks enough for about 32 blocks a SM over all chunks, never
-//        more than the items need: a block loads its chunk's weights once and loops over items.
+//        items of one channel's planes). Halved while the chunk's weights pass 48 KB.
+//   KS, STR  the kernel extent and stride along the strips at compile time for 3/5/7 x 1/2 (unrolled taps, the
+//        strip's input span reused from registers); run-time loops otherwise (float64 always).
+//   grid  (channel chunks) x (item blocks); item blocks enough for about 8 blocks a SM over all chunks, never
+//        more than the items need: a block stages its chunk's weights once and loops over items.
 #include <algorithm>
 #include <type_traits>
 
@@ -82,6 +85,23 @@ DwParams base_params(const ConvArgs& a) {
   return p;
 }
 
+// H and W exchanged in the geometry and in every operand's strides.
+ConvArgs swap_hw(const ConvArgs& a) {
+  ConvArgs b = a;
+  for (int64_t* v : {b.g.in, b.g.out, b.g.ker, b.g.stride, b.g.pad, b.g.dil}) std::swap(v[1], v[2]);
+  for (Operand5* o : {&b.x, &b.w, &b.y, &b.residual}) std::swap(o->stride[3], o->stride[4]);
+  return b;
+}
+
+// Where the channels of the operand the items walk are not innermost (one channel a block, bx = 1) and W is its
+// innermost spatial dim (NCHW), the kernels run on the problem with H and W swapped and rows fastest: a strip
+// runs down a column and neighbouring threads take neighbouring columns, so that a warp's load is 32 contiguous
+// elements instead of 32 elements 4 apart. Not for a single row (1-D), whose strips are along W anyway.
+ConvArgs plan_orientation(const ConvArgs& a, const Operand5& walked, int64_t rows, bool& rows_fastest) {
+  rows_fastest = walked.stride[1] != 1 && rows > 1 && std::abs(walked.stride[4]) <= std::abs(walked.stride[3]);
+  return rows_fastest ? swap_hw(a) : a;
+}
+
 // Threads along channels for `channels` channels in vectors of V, the channel operand's stride `cs`.
 int lanes_for(int64_t channels, int V, int64_t cs) {
   if (V > 1) return pow2_at_least(channels / V, 8);
@@ -96,7 +116,7 @@ bool finish_plan(DwParams& p, int64_t channels, int V, int64_t rows, int64_t col
   p.wshift = wshift;
   const int64_t strips = (cols + wshift + kDwStrip - 1) / kDwStrip;
   const int64_t items = int64_t(p.N) * rows * strips;
-  if (items >= (int64_t(1) << 31) || strips == 0) return false;
+  if (items >= (int64_t(1) << 31) || strips == 0 || rows == 0) return false;  // (no positions: generic)
   p.strips = int(strips);
   p.items = uint32_t(items);
   p.div_strips = FastDivmod32(uint32_t(strips));
@@ -110,11 +130,13 @@ bool finish_plan(DwParams& p, int64_t channels, int V, int64_t rows, int64_t col
   return true;
 }
 
-// Blocks: chunks x item blocks, the item blocks capped near 32 blocks a SM over all chunks.
+// Blocks: chunks x item blocks, about 8 blocks a SM over all chunks (2 resident a SM at 100-166 registers a
+// thread, so four waves), never more than the items need: each thread then takes several items, which spreads
+// the block's weight staging over them.
 int64_t item_grid(const DwParams& p) {
   const int64_t by = kDwThreads / p.bx;
   const int64_t need = (int64_t(p.items) + by - 1) / by;
-  const int64_t cap = std::max<int64_t>(1, int64_t(sm_count()) * 32 / p.chunks);
+  const int64_t cap = std::max<int64_t>(1, (int64_t(sm_count()) * 8 + p.chunks - 1) / p.chunks);
   const int64_t blocks = std::max<int64_t>(1, std::min(need, cap));
   return int64_t(p.chunks) * std::min<int64_t>(blocks, kMaxGrid / p.chunks);
 }
@@ -133,14 +155,17 @@ void dispatch_width(int ks, int str, F&& f) {
 
 }  // namespace
 
-cudaError_t depthwise_fprop(const ConvArgs& a, cudaStream_t stream) {
+cudaError_t depthwise_fprop(const ConvArgs& args, cudaStream_t stream) {
+  if (!is_depthwise_2d(args.g)) return cudaErrorNotSupported;
+  bool rows_fastest;
+  const ConvArgs a = plan_orientation(args, args.y, args.g.out[1], rows_fastest);
   const ConvGeometry& g = a.g;
-  if (!is_depthwise_2d(g)) return cudaErrorNotSupported;
   cudaError_t result = cudaErrorNotSupported;
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     DwParams p = base_params(a);
+    p.rows_fastest = rows_fastest;
     const int m = p.m;
     constexpr int VV = kVec16<T>;
     const bool vec = vec_ok(a.y, g.K, VV) && (m > 1 || vec_ok(a.x, g.C, VV));
@@ -170,14 +195,17 @@ cudaError_t depthwise_fprop(const ConvArgs& a, cudaStream_t stream) {
   return result;
 }
 
-cudaError_t depthwise_dgrad(const ConvArgs& a, cudaStream_t stream) {
+cudaError_t depthwise_dgrad(const ConvArgs& args, cudaStream_t stream) {
+  if (!is_depthwise_2d(args.g)) return cudaErrorNotSupported;
+  bool rows_fastest;
+  const ConvArgs a = plan_orientation(args, args.x, args.g.in[1], rows_fastest);
   const ConvGeometry& g = a.g;
-  if (!is_depthwise_2d(g)) return cudaErrorNotSupported;
   cudaError_t result = cudaErrorNotSupported;
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     DwParams p = base_params(a);
+    p.rows_fastest = rows_fastest;
     const int m = p.m;
     constexpr int VV = kVec16<T>;
     const bool vec = vec_ok(a.x, g.C, VV) && (m > 1 || vec_ok(a.y, g.K, VV));
@@ -207,15 +235,19 @@ cudaError_t depthwise_dgrad(const ConvArgs& a, cudaStream_t stream) {
   return result;
 }
 
-cudaError_t depthwise_wgrad(const ConvArgs& a, cudaStream_t stream) {
+cudaError_t depthwise_wgrad(const ConvArgs& args, cudaStream_t stream) {
+  if (!is_depthwise_2d(args.g) || args.dtype == DType::Float64) return cudaErrorNotSupported;
+  bool rows_fastest;
+  const ConvArgs a = plan_orientation(args, args.y, args.g.out[1], rows_fastest);
   const ConvGeometry& g = a.g;
-  if (!is_depthwise_2d(g) || a.dtype == DType::Float64 || fixed_width(g) == 0) return cudaErrorNotSupported;
+  if (fixed_width(g) == 0) return cudaErrorNotSupported;
   cudaError_t result = cudaErrorNotSupported;
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     if constexpr (!std::is_same_v<T, double>) {
       DwParams p = base_params(a);
+      p.rows_fastest = rows_fastest;
       const int m = p.m;
       constexpr int VV = kVec16<T>;
       const bool vec = vec_ok(a.y, g.K, VV) && (m > 1 || vec_ok(a.x, g.C, VV));

@@ -24,8 +24,24 @@ struct DwParams {
   FastDivmod32 div_strips, div_rows, div_m;
   int bx;            // threads along channels (a power of two), each V channels
   int chunks;        // channel chunks of bx * V (the blocks' first index)
+  bool rows_fastest; // items ordered (n, strip, row) instead of (n, row, strip): see split_item
   int64_t xs[5], ws[5], ys[5];  // element strides of x, w, y
 };
+
+// An item's batch index, row and strip. Rows fastest serves NCHW, which the plan hands over with H and W swapped
+// (the strips then run down a column and neighbouring threads take neighbouring columns: a warp's load is 32
+// contiguous elements); else strips fastest.
+__device__ __forceinline__ void split_item(const DwParams& p, uint32_t item, uint32_t& n, uint32_t& row,
+                                           uint32_t& strip) {
+  uint32_t rest;
+  if (p.rows_fastest) {
+    p.div_rows.divmod(item, rest, row);
+    p.div_strips.divmod(rest, n, strip);
+  } else {
+    p.div_strips.divmod(item, rest, strip);
+    p.div_rows.divmod(rest, n, row);
+  }
+}
 
 // V values in the accumulation type from a thread's V channels of one pixel, `pix` addressing its channel 0:
 // a vector at channel c0 where `vec` (channels contiguous and aligned), else element channel(v) * cs, with
@@ -55,23 +71,6 @@ __device__ __forceinline__ void load_out_channels(const T* pix, bool vec, int c0
   }
 #pragma unroll
   for (int v = 0; v < V; ++v) out[v] = to_acc<A>(pix[int64_t((c0 + v) * m + j) * cs]);
-}
-
-// V float (double) weights from shared memory, 16 bytes at a time where the row allows.
-template <int V, typename A>
-__device__ __forceinline__ void load_smem_weights(const A* p, A (&out)[V]) {
-  constexpr int E = 16 / int(sizeof(A));
-  if constexpr (V % E == 0) {
-#pragma unroll
-    for (int i = 0; i < V / E; ++i) {
-      const Vec<A, E> v = *reinterpret_cast<const Vec<A, E>*>(p + i * E);
-#pragma unroll
-      for (int e = 0; e < E; ++e) out[i * E + e] = v.v[e];
-    }
-  } else {
-#pragma unroll
-    for (int v = 0; v < V; ++v) out[v] = p[v];
-  }
 }
 
 template <int V, typename A>

@@ -36,9 +36,8 @@ __global__ void __launch_bounds__(kDwThreads)
   if (c0 >= p.C) return;  // past the block's one barrier; V divides C where V > 1
   const A* wt = wsm + tx * V;
   for (uint32_t item = (blockIdx.x / uint32_t(p.chunks)) * by + ty; item < p.items; item += item_blocks * by) {
-    uint32_t nh, strip, n, h;
-    p.div_strips.divmod(item, nh, strip);
-    p.div_rows.divmod(nh, n, h);
+    uint32_t n, h, strip;
+    split_item(p, item, n, h, strip);
     const int w0 = int(strip) * OTW - p.wshift;
     A acc[OTW][V];
 #pragma unroll

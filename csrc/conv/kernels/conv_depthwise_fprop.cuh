@@ -39,9 +39,8 @@ __global__ void __launch_bounds__(kDwThreads)
   for (int v = 0; v < V; ++v) bias[v] = ep.bias != nullptr ? to_acc<A>(ep.bias[k0 + v]) : A(0);
   const A* wt = wsm + tx * V;
   for (uint32_t item = (blockIdx.x / uint32_t(p.chunks)) * by + ty; item < p.items; item += item_blocks * by) {
-    uint32_t nq, strip, n, q;
-    p.div_strips.divmod(item, nq, strip);
-    p.div_rows.divmod(nq, n, q);
+    uint32_t n, q, strip;
+    split_item(p, item, n, q, strip);
     const int o0 = int(strip) * OTW;
     A acc[OTW][V];
 #pragma unroll

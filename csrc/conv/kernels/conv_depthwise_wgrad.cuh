@@ -36,9 +36,8 @@ __global__ void __launch_bounds__(kDwThreads)
     const uint32_t i0 = uint32_t(split) * per_split;
     const uint32_t i1 = i0 + per_split < p.items ? i0 + per_split : p.items;
     for (uint32_t item = i0 + ty; active && item < i1; item += by) {
-      uint32_t nq, strip, n, q;
-      p.div_strips.divmod(item, nq, strip);
-      p.div_rows.divmod(nq, n, q);
+      uint32_t n, q, strip;
+      split_item(p, item, n, q, strip);
       const int ih = int(q) * p.sh - p.ph + r * p.dh;
       if (ih < 0 || ih >= p.H) continue;
       const int o0 = int(strip) * OTW;

@@ -25,9 +25,12 @@ __global__ void __launch_bounds__(kBiasThreads)
     const int64_t k = kb * lanes_k + tx;
     const int64_t l0 = split * per_split, l1 = l0 + per_split < rows.total ? l0 + per_split : rows.total;
     A acc[1] = {A(0)};
-    if (k < K) {
+    if (k < K && l0 + ty < l1) {
       const T* dyk = dy + k * kstride;
-      for (int64_t l = l0 + ty; l < l1; l += lanes_r) acc[0] += to_acc<A>(dyk[rows.offset(l)]);
+      int64_t d[4] = {0, 0, 0, 0}, step[4] = {0, 0, 0, 0};
+      rows.digits(l0 + ty, d);
+      rows.digits(lanes_r, step);
+      for (int64_t l = l0 + ty; l < l1; l += lanes_r, rows.advance(d, step)) acc[0] += to_acc<A>(dyk[rows.offset(d)]);
     }
     block_sum_lanes(acc, red, lanes_k);
     if (ty == 0 && k < K) {

@@ -95,6 +95,23 @@ inline Epilogue<T> make_epilogue(const ConvArgs& a) {
   return e;
 }
 
+// V float (double) values (staged weights) from shared memory, 16 bytes at a time where the row allows.
+template <int V, typename A>
+__device__ __forceinline__ void load_smem_weights(const A* p, A (&out)[V]) {
+  constexpr int E = 16 / int(sizeof(A));
+  if constexpr (V % E == 0) {
+#pragma unroll
+    for (int i = 0; i < V / E; ++i) {
+      const Vec<A, E> v = *reinterpret_cast<const Vec<A, E>*>(p + i * E);
+#pragma unroll
+      for (int e = 0; e < E; ++e) out[i * E + e] = v.v[e];
+    }
+  } else {
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = p[v];
+  }
+}
+
 // The sums of v[0..J) over the block's threads of one lane group: threads tid = lane + width * i (i < blockDim.x
 // / width, a power of two) add their values pairwise in a fixed tree; the lane's sums are returned to the thread
 // of i == 0 (others get partial sums). `red` holds J * blockDim.x values. Ends synchronised: safe to call back to
@@ -124,14 +141,34 @@ struct RowDims {
   int64_t n[4] = {1, 1, 1, 1};
   int64_t s[4] = {0, 0, 0, 0};
   int64_t total = 1;
-  TD_HD int64_t offset(int64_t l) const {
-    int64_t off = 0;
-    for (int d = nd - 1; d > 0; --d) {
-      const int64_t q = l / n[d];
-      off += (l - q * n[d]) * s[d];
-      l = q;
+  // Row l as digits d[] (d[0] takes what the inner sizes leave), and back to an element offset. (Loops of a
+  // fixed length with guards, which nvcc unrolls: the digits stay in registers.)
+  TD_HD void digits(int64_t l, int64_t (&d)[4]) const {
+    for (int i = 3; i > 0; --i) {
+      if (i < nd) {
+        d[i] = l % n[i];
+        l /= n[i];
+      }
     }
-    return nd > 0 ? off + l * s[0] : 0;
+    d[0] = l;
+  }
+  TD_HD int64_t offset(const int64_t (&d)[4]) const {
+    int64_t off = 0;
+    for (int i = 0; i < 4; ++i)
+      if (i < nd) off += d[i] * s[i];
+    return off;
+  }
+  // d += step (both as digits) with carries: a fixed stride through the rows without a division a row.
+  TD_HD void advance(int64_t (&d)[4], const int64_t (&step)[4]) const {
+    int64_t c = 0;
+    for (int i = 3; i > 0; --i) {
+      if (i < nd) {
+        d[i] += step[i] + c;
+        c = d[i] >= n[i];
+        if (c) d[i] -= n[i];
+      }
+    }
+    d[0] += step[0] + c;
   }
 };
 
