@@ -7,7 +7,7 @@
 // answers cudaErrorNotSupported on any other device, in a build without sm_90a, or without CUTLASS.
 //
 // Instantiations (10): bf16 and fp16, 2-D (NHWC), CTA tile 128 x 128 x 64 (fprop and dgrad also 128 x 64 x 64,
-// where the GEMM's N, the output channels, is at most 64), cluster 1x1:
+// where the GEMM's N, fprop's K or dgrad's C, is at most 64), cluster 1x1:
 //   fprop  y = act(x * w + bias + residual): the epilogue is one visitor tree (matmul's kernels/sm90_epilogue.cuh
 //          nodes: bias broadcast, the residual read through the epilogue's C operand only when there is one;
 //          the activation a run-time switch inside one node), applied in float with one rounding.
@@ -18,7 +18,8 @@
 // 1-D problems run as 2-D with H = 1; 3-D problems whose depth is not convolved (kernel depth 1, stride 1,
 // padding 0) with the depth folded into the batch where the strides allow it; other 3-D problems are refused.
 // 1x1 convolutions with stride 1 and no padding are refused (conv_igemm_* runs them as GEMMs on the matmul
-// family's persistent Hopper kernels), unless TORCH_DNN_CONV_SM90=all.
+// family's persistent Hopper kernels; fprop with both a residual and an activation excepted, which that GEMM's
+// epilogue cannot take), unless TORCH_DNN_CONV_SM90=all.
 //
 // Taken: Float16 and BFloat16; groups 1; C and K multiples of 8; x, y, dx, dy and residual with the channel
 // stride 1 and every other stride a positive multiple of 8 elements (TMA: 16 bytes), any order; the weight in
