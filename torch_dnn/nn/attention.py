@@ -95,19 +95,24 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             return super().forward(query, key, value, key_padding_mask, need_weights, attn_mask,
                                    average_attn_weights, is_causal)
         is_batched = TF._mha_shape_check(query, key, value, key_padding_mask, attn_mask, self.num_heads)
-        if self.batch_first and is_batched:
-            query, key, value = (x.transpose(1, 0) for x in (query, key, value))
-        if not is_batched:
+        batch_first = self.batch_first and is_batched
+        if not is_batched:  # a batch of one, sequence first
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
             if key_padding_mask is not None:
                 key_padding_mask = key_padding_mask.unsqueeze(0)
-        out = self._attention(query, key, value, key_padding_mask, attn_mask, is_causal)  # [L, N, E]
+        out = self._attention(query, key, value, key_padding_mask, attn_mask, is_causal, batch_first)  # [N, L, E]
         if not is_batched:
-            return out.squeeze(1), None
-        return (out.transpose(1, 0) if self.batch_first else out), None
+            return out[0], None
+        # PyTorch returns [L, N, E] contiguous for sequence-first inputs (and a transposed view for batch-first)
+        return (out if batch_first else out.transpose(0, 1).contiguous()), None
 
-    def _attention(self, query, key, value, key_padding_mask, attn_mask, is_causal):
-        tgt_len, bsz, embed_dim = query.shape
+    def _attention(self, query, key, value, key_padding_mask, attn_mask, is_causal, batch_first):
+        """The attention output projected, [N, L, E], from inputs [N, L, E] (batch_first) or [L, N, E]: the
+        projections run in the inputs' own layout and q, k, v are head views of them, so that neither the inputs
+        nor the attention output (stored [N, L, H, D]) is copied."""
+        seq = 1 if batch_first else 0  # the sequence dim of query, key and value
+        tgt_len, bsz, embed_dim = query.shape[seq], query.shape[1 - seq], query.shape[2]
+        src_len = key.shape[seq]
         heads, head_dim = self.num_heads, self.head_dim
         key_padding_mask = TF._canonical_mask(mask=key_padding_mask, mask_name="key_padding_mask",
                                               other_type=TF._none_or_dtype(attn_mask), other_name="attn_mask",
@@ -137,27 +142,32 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             v = F.linear(value, self.v_proj_weight, b[2])
         if attn_mask is not None:
             if attn_mask.dim() == 2:
-                if attn_mask.shape != (tgt_len, key.shape[0]):
+                if attn_mask.shape != (tgt_len, src_len):
                     raise RuntimeError(f"The shape of the 2D attn_mask is {attn_mask.shape}, but should be "
-                                       f"{(tgt_len, key.shape[0])}.")
+                                       f"{(tgt_len, src_len)}.")
                 attn_mask = attn_mask.unsqueeze(0)
             elif attn_mask.dim() == 3:
-                if attn_mask.shape != (bsz * heads, tgt_len, key.shape[0]):
+                if attn_mask.shape != (bsz * heads, tgt_len, src_len):
                     raise RuntimeError(f"The shape of the 3D attn_mask is {attn_mask.shape}, but should be "
-                                       f"{(bsz * heads, tgt_len, key.shape[0])}.")
+                                       f"{(bsz * heads, tgt_len, src_len)}.")
             else:
                 raise RuntimeError(f"attn_mask's dimension {attn_mask.dim()} is not supported")
         if self.bias_k is not None and self.bias_v is not None:
-            k = torch.cat([k, self.bias_k.repeat(1, bsz, 1)])
-            v = torch.cat([v, self.bias_v.repeat(1, bsz, 1)])
+            one = (bsz, 1, embed_dim) if batch_first else (1, bsz, embed_dim)
+            k = torch.cat([k, self.bias_k.expand(one)], dim=seq)
+            v = torch.cat([v, self.bias_v.expand(one)], dim=seq)
             if attn_mask is not None:
                 attn_mask = TF.pad(attn_mask, (0, 1))
             if key_padding_mask is not None:
                 key_padding_mask = TF.pad(key_padding_mask, (0, 1))
-        # [S, N, E] -> [N, H, S, D] views
-        q = q.view(tgt_len, bsz, heads, head_dim).permute(1, 2, 0, 3)
-        k = k.view(k.shape[0], bsz, heads, head_dim).permute(1, 2, 0, 3)
-        v = v.view(v.shape[0], bsz, heads, head_dim).permute(1, 2, 0, 3)
+
+        def heads_of(t):  # the projection in the inputs' layout -> [N, H, S, D] (a view)
+            S = t.shape[seq]
+            if batch_first:
+                return t.reshape(bsz, S, heads, head_dim).transpose(1, 2)
+            return t.reshape(S, bsz, heads, head_dim).permute(1, 2, 0, 3)
+
+        q, k, v = heads_of(q), heads_of(k), heads_of(v)
         if self.add_zero_attn:
             k = torch.cat([k, k.new_zeros((bsz, heads, 1, head_dim))], dim=2)
             v = torch.cat([v, v.new_zeros((bsz, heads, 1, head_dim))], dim=2)
@@ -178,9 +188,9 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
             attn_mask = kpm if attn_mask is None else attn_mask + kpm
         dropout_p = self.dropout if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal)  # [N, H, L, D]
-        out = out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, embed_dim)
-        out = F.linear(out, self.out_proj.weight, self.out_proj.bias)
-        return out.view(tgt_len, bsz, out.shape[1])
+        # [N, L, E]: a view of the output's [N, L, H, D] storage
+        out = out.transpose(1, 2).reshape(bsz, tgt_len, embed_dim)
+        return F.linear(out, self.out_proj.weight, self.out_proj.bias)
 
     def _in_projection_packed(self, query, key, value):
         """F._in_projection_packed through torch_dnn's linear: one GEMM for self-attention, two when key is value."""
