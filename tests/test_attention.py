@@ -670,3 +670,18 @@ def test_converted_transformer_decoder_layer(device):
     x = rnd((2, 7, 32), torch.float32, device)
     assert _runs_ours(lambda: ours(x))
     assert_model_matches_native(ours, Harness(native), x, name="decoder layer")
+
+
+@pytest.mark.parametrize("device", devices())
+def test_converted_timm_vit(device):
+    """timm's ViT calls F.scaled_dot_product_attention from its Attention modules: converted, every block's attention
+    is routed to torch_dnn's, and the model matches native (outputs and every gradient)."""
+    timm = pytest.importorskip("timm")
+    torch.manual_seed(0)
+    native = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
+                               num_classes=10).to(device)
+    ours, report = torch_dnn.convert(native)
+    assert [n for n, _, b in report.swapped if b == "AttentionRouting"] == ["blocks.0.attn", "blocks.1.attn"]
+    x = rnd((2, 3, 32, 32), torch.float32, device)
+    assert _runs_ours(lambda: ours(x))
+    assert_model_matches_native(ours, native, x, name="vit")
