@@ -112,7 +112,7 @@ class TestConv(FamilyTester):
     def gradcheck_cases(self, device):
         out = []
         for label in ("3->7 3x3 pad 1", "groups 3", "depthwise 5x5/2", "1-D stride 2", "3-D", "T groups dilation",
-                      "T 1-D", "'same' even kernel"):
+                      "T 1-D"):
             case = next(c for c in CASES if c[0] == label)
             x, w, b = _case_inputs(case, torch.float64, device)
             x = x[:1] if x.dim() == 4 and x.shape[0] > 1 else x  # small: gradcheck is O(elements^2)
@@ -122,7 +122,7 @@ class TestConv(FamilyTester):
         return out
 
     def gradgradcheck_cases(self, device):
-        keep = ("3->7 3x3 pad 1", "T groups dilation", "1-D stride 2")
+        keep = ("3->7 3x3 pad 1", "T groups dilation")
         return [c for c in self.gradcheck_cases(device) if any(c.name.endswith(k) for k in keep)]
 
     def opcheck_samples(self, device):

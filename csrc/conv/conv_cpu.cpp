@@ -4,8 +4,11 @@
 //   fprop: one (n, k) output plane per task, accumulated over the group's channels and the taps;
 //   dgrad: one (n, c) input plane per task, the output gradient scattered back through each tap;
 //   wgrad: one (k, c) filter per task, a sum over the batch and the output positions for each tap.
-// The innermost loop runs along the output's last spatial dim (contiguous in NCHW; the channel stride apart in
-// channels-last) over the positions whose tap lands inside the input, so no bounds test sits inside it.
+// The innermost loop runs along the output's last spatial dim (contiguous in NCHW) over the positions whose tap
+// lands inside the input, so no bounds test sits inside it. Where the channels are innermost in memory
+// (channels-last layouts) the loops run per pixel instead, the channels innermost (*_channels_inner), with the same
+// ownership: an output pixel's channels (fprop), an input pixel's (dgrad), a (group, tap, block of output channels)
+// filter slice (wgrad).
 #include "conv/conv_cpu.h"
 
 #include <ATen/OpMathType.h>
@@ -214,6 +217,164 @@ void bias_grad(const ConvGeometry& g, const Operand5& dyo, T* db) {
   });
 }
 
+// ---- channels innermost (channels_last, channels_last_3d, (N, L, C)): per output or input pixel, the channels as
+// the innermost loop (contiguous in memory), the weight copied once into the order that loop wants ----
+
+// Whether the channels of an operand with `channels` of them sit next to each other in memory.
+inline bool channels_inner(const Operand5& o, int64_t channels) { return channels == 1 || o.stride[1] == 1; }
+
+// The weight as [G][tap][outer][inner] in the accumulation type: inner = Kg (fprop) or Cg (dgrad).
+template <typename T, typename A>
+std::vector<A> weight_by_tap(const ConvArgs& a, bool k_inner) {
+  const ConvGeometry& g = a.g;
+  const T* w = static_cast<const T*>(a.w.ptr);
+  const int64_t* ws = a.w.stride;
+  const int64_t Cg = g.c_per_group(), Kg = g.k_per_group(), taps = g.ker[0] * g.ker[1] * g.ker[2];
+  std::vector<A> out(size_t(g.K * Cg * taps));
+  for (int64_t k = 0; k < g.K; ++k)
+    for (int64_t cc = 0; cc < Cg; ++cc)
+      for (int64_t tap = 0; tap < taps; ++tap) {
+        const int64_t t = tap / (g.ker[1] * g.ker[2]), r = (tap / g.ker[2]) % g.ker[1], s = tap % g.ker[2];
+        const int64_t grp = k / Kg, kk = k % Kg;
+        const int64_t at = k_inner ? ((grp * taps + tap) * Cg + cc) * Kg + kk : ((grp * taps + tap) * Kg + kk) * Cg + cc;
+        out[size_t(at)] = A(w[k * ws[0] + cc * ws[1] + at3(ws, t, r, s)]);
+      }
+  return out;
+}
+
+template <typename T>
+void fprop_channels_inner(const ConvArgs& a) {
+  using A = at::opmath_type<T>;
+  const ConvGeometry& g = a.g;
+  const T* x = static_cast<const T*>(a.x.ptr);
+  T* y = static_cast<T*>(a.y.ptr);
+  const T* bias = static_cast<const T*>(a.bias);
+  const int64_t *xs = a.x.stride, *ys = a.y.stride;
+  const int64_t Cg = g.c_per_group(), Kg = g.k_per_group(), taps = g.ker[0] * g.ker[1] * g.ker[2];
+  const int64_t P = g.out[0], Q = g.out[1], O = g.out[2];
+  const std::vector<A> wt = weight_by_tap<T, A>(a, /*k_inner=*/true);
+  at::parallel_for(0, g.N * P * Q, 1, [&](int64_t begin, int64_t end) {
+    std::vector<A> acc(size_t(g.K));
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t n = row / (P * Q), p = (row / Q) % P, q = row % Q;
+      for (int64_t o = 0; o < O; ++o) {
+        for (int64_t k = 0; k < g.K; ++k) acc[k] = bias != nullptr ? A(bias[k]) : A(0);
+        for (int64_t tap = 0; tap < taps; ++tap) {
+          const int64_t t = tap / (g.ker[1] * g.ker[2]), r = (tap / g.ker[2]) % g.ker[1], s = tap % g.ker[2];
+          const int64_t id = p * g.stride[0] - g.pad[0] + t * g.dil[0];
+          const int64_t ih = q * g.stride[1] - g.pad[1] + r * g.dil[1];
+          const int64_t iw = o * g.stride[2] - g.pad[2] + s * g.dil[2];
+          if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2]) continue;
+          for (int64_t grp = 0; grp < g.G; ++grp) {
+            const T* xp = x + n * xs[0] + grp * Cg * xs[1] + at3(xs, id, ih, iw);
+            const A* wr = wt.data() + (grp * taps + tap) * Cg * Kg;
+            A* ag = acc.data() + grp * Kg;
+            for (int64_t cc = 0; cc < Cg; ++cc) {
+              const A xv = A(xp[cc]);
+              const A* wk = wr + cc * Kg;
+              for (int64_t kk = 0; kk < Kg; ++kk) ag[kk] += xv * wk[kk];
+            }
+          }
+        }
+        T* yp = y + n * ys[0] + at3(ys, p, q, o);
+        for (int64_t k = 0; k < g.K; ++k) yp[k] = T(acc[k]);
+      }
+    }
+  });
+}
+
+template <typename T>
+void dgrad_channels_inner(const ConvArgs& a) {
+  using A = at::opmath_type<T>;
+  const ConvGeometry& g = a.g;
+  T* dx = static_cast<T*>(a.x.ptr);
+  const T* dy = static_cast<const T*>(a.y.ptr);
+  const int64_t *xs = a.x.stride, *ys = a.y.stride;
+  const int64_t Cg = g.c_per_group(), Kg = g.k_per_group(), taps = g.ker[0] * g.ker[1] * g.ker[2];
+  const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
+  const std::vector<A> wt = weight_by_tap<T, A>(a, /*k_inner=*/false);
+  // output position along one dim whose tap `i` reads input position `in`, or -1
+  const auto source = [&](int dim, int64_t in, int64_t i) -> int64_t {
+    const int64_t num = in + g.pad[dim] - i * g.dil[dim];
+    if (num < 0 || num % g.stride[dim] != 0) return -1;
+    const int64_t o = num / g.stride[dim];
+    return o < g.out[dim] ? o : -1;
+  };
+  at::parallel_for(0, g.N * D * H, 1, [&](int64_t begin, int64_t end) {
+    std::vector<A> acc(size_t(g.C));
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t n = row / (D * H), d = (row / H) % D, h = row % H;
+      for (int64_t iw = 0; iw < W; ++iw) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for (int64_t tap = 0; tap < taps; ++tap) {
+          const int64_t t = tap / (g.ker[1] * g.ker[2]), r = (tap / g.ker[2]) % g.ker[1], s = tap % g.ker[2];
+          const int64_t p = source(0, d, t), q = source(1, h, r), o = source(2, iw, s);
+          if (p < 0 || q < 0 || o < 0) continue;
+          for (int64_t grp = 0; grp < g.G; ++grp) {
+            const T* dyp = dy + n * ys[0] + grp * Kg * ys[1] + at3(ys, p, q, o);
+            const A* wr = wt.data() + (grp * taps + tap) * Kg * Cg;
+            A* ag = acc.data() + grp * Cg;
+            for (int64_t kk = 0; kk < Kg; ++kk) {
+              const A dv = A(dyp[kk]);
+              const A* wk = wr + kk * Cg;
+              for (int64_t cc = 0; cc < Cg; ++cc) ag[cc] += dv * wk[cc];
+            }
+          }
+        }
+        T* xp = dx + n * xs[0] + at3(xs, d, h, iw);
+        for (int64_t c = 0; c < g.C; ++c) xp[c] = T(acc[c]);
+      }
+    }
+  });
+}
+
+template <typename T>
+void wgrad_channels_inner(const ConvArgs& a) {
+  using A = at::opmath_type<T>;
+  const ConvGeometry& g = a.g;
+  const T* x = static_cast<const T*>(a.x.ptr);
+  T* dw = static_cast<T*>(a.w.ptr);
+  const T* dy = static_cast<const T*>(a.y.ptr);
+  const int64_t *xs = a.x.stride, *ws = a.w.stride, *ys = a.y.stride;
+  const int64_t Cg = g.c_per_group(), Kg = g.k_per_group(), taps = g.ker[0] * g.ker[1] * g.ker[2];
+  const int64_t P = g.out[0], Q = g.out[1], O = g.out[2];
+  constexpr int64_t kChunk = 32;  // output channels per task: a 1x1 filter still splits across threads
+  const int64_t chunks = (Kg + kChunk - 1) / kChunk;
+  at::parallel_for(0, g.G * taps * chunks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<A> total, part;
+    std::vector<A> xrow(static_cast<size_t>(Cg));
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t grp = task / (taps * chunks), tap = (task / chunks) % taps, k0 = (task % chunks) * kChunk;
+      const int64_t nk = std::min(kChunk, Kg - k0);
+      const int64_t t = tap / (g.ker[1] * g.ker[2]), r = (tap / g.ker[2]) % g.ker[1], s = tap % g.ker[2];
+      const int64_t off0 = t * g.dil[0] - g.pad[0], off1 = r * g.dil[1] - g.pad[1], off2 = s * g.dil[2] - g.pad[2];
+      const Range rp = inside(g.in[0], P, g.stride[0], off0), rq = inside(g.in[1], Q, g.stride[1], off1),
+                  ro = inside(g.in[2], O, g.stride[2], off2);
+      total.assign(size_t(nk * Cg), A(0));
+      for (int64_t n = 0; n < g.N; ++n) {
+        part.assign(size_t(nk * Cg), A(0));  // one sample's sum, then the batch's
+        for (int64_t p = rp.lo; p < rp.hi; ++p)
+          for (int64_t q = rq.lo; q < rq.hi; ++q)
+            for (int64_t o = ro.lo; o < ro.hi; ++o) {
+              const T* xp = x + n * xs[0] + grp * Cg * xs[1] +
+                            at3(xs, p * g.stride[0] + off0, q * g.stride[1] + off1, o * g.stride[2] + off2);
+              const T* dyp = dy + n * ys[0] + (grp * Kg + k0) * ys[1] + at3(ys, p, q, o);
+              for (int64_t cc = 0; cc < Cg; ++cc) xrow[cc] = A(xp[cc]);
+              for (int64_t kk = 0; kk < nk; ++kk) {
+                const A dv = A(dyp[kk]);
+                A* ak = part.data() + kk * Cg;
+                for (int64_t cc = 0; cc < Cg; ++cc) ak[cc] += dv * xrow[cc];
+              }
+            }
+        for (size_t i = 0; i < total.size(); ++i) total[i] += part[i];
+      }
+      for (int64_t kk = 0; kk < nk; ++kk)
+        for (int64_t cc = 0; cc < Cg; ++cc)
+          dw[(grp * Kg + k0 + kk) * ws[0] + cc * ws[1] + at3(ws, t, r, s)] = T(total[kk * Cg + cc]);
+    }
+  });
+}
+
 template <class F>
 void dispatch(DType dtype, F&& f) {
   switch (dtype) {
@@ -230,10 +391,11 @@ void dispatch(DType dtype, F&& f) {
 void conv_cpu(Pass pass, const ConvArgs& a) {
   dispatch(a.dtype, [&](auto tag) {
     using T = decltype(tag);
+    const bool x_inner = channels_inner(a.x, a.g.C), y_inner = channels_inner(a.y, a.g.K);
     switch (pass) {
-      case Pass::Fprop: return fprop<T>(a);
-      case Pass::Dgrad: return dgrad<T>(a);
-      case Pass::Wgrad: return wgrad<T>(a);
+      case Pass::Fprop: return x_inner && y_inner ? fprop_channels_inner<T>(a) : fprop<T>(a);
+      case Pass::Dgrad: return x_inner && y_inner ? dgrad_channels_inner<T>(a) : dgrad<T>(a);
+      case Pass::Wgrad: return x_inner && y_inner ? wgrad_channels_inner<T>(a) : wgrad<T>(a);
     }
   });
 }

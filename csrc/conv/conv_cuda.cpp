@@ -1,7 +1,10 @@
 // CUDA launcher of the convolution family: fills the kernels' ConvArgs from PyTorch's switches, gives them workspace
 // from the caching allocator, and calls the torch-free entry points of conv_kernels.h on the current stream: the
-// implicit-GEMM tensor-core path first, the direct kernels when it answers cudaErrorNotSupported (they take every
-// problem). Registered for the CUDA dispatch key only.
+// Hopper implicit GEMM, then the portable one, then, where both answer cudaErrorNotSupported, the direct kernels
+// (they take every problem). Registered for the CUDA dispatch key only.
+#include <torch/version.h>
+
+#include <initializer_list>
 #include <vector>
 
 #include "common/cuda_utils.h"
@@ -28,6 +31,17 @@ struct CallWorkspace {
 
 using Entry = cudaError_t (*)(const ConvArgs&, cudaStream_t);
 
+// the Hopper implicit GEMM (conv_sm90.cu: CUTLASS's sm_90a kernels, in builds with CUTLASS and sm_90a, on sm_90
+// devices; cudaErrorNotSupported elsewhere)
+Entry hopper(Pass pass) {
+  switch (pass) {
+    case Pass::Fprop: return &conv_sm90_fprop;
+    case Pass::Dgrad: return &conv_sm90_dgrad;
+    default: return &conv_sm90_wgrad;
+  }
+}
+
+// the portable implicit GEMM (conv_implicit_gemm.cu: mma.sync, any sm_80+ GPU)
 Entry implicit_gemm(Pass pass) {
   switch (pass) {
     case Pass::Fprop: return &conv_igemm_fprop;
@@ -44,20 +58,33 @@ Entry direct(Pass pass) {
   }
 }
 
+// torch.backends.cudnn.allow_tf32 (torch.backends.cudnn.conv.fp32_precision where torch has it): the switch of
+// PyTorch's own convolutions
+bool allow_tf32(const at::Context& ctx) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+  return ctx.allowTF32CuDNN(at::Float32Op::CONV);
+#else
+  return ctx.allowTF32CuDNN();
+#endif
+}
+
 struct CudaBackend {
   static void run(Pass pass, ConvArgs& a, const at::Tensor& like) {
     c10::cuda::CUDAGuard guard(like.device());
     auto& ctx = at::globalContext();
-    a.allow_tf32 = ctx.allowTF32CuDNN();  // torch.backends.cudnn.allow_tf32, the switch of PyTorch's convolutions
+    a.allow_tf32 = allow_tf32(ctx);
     a.deterministic = ctx.deterministicAlgorithms() || ctx.deterministicCuDNN();
     CallWorkspace ws(like);
     a.workspace = ws.source();
     const cudaStream_t stream = current_stream();
-    const cudaError_t err = implicit_gemm(pass)(a, stream);
-    if (err == cudaSuccess) return;
-    TORCH_CHECK(err == cudaErrorNotSupported, "torch_dnn: the implicit-GEMM convolution failed: ",
-                cudaGetErrorString(err));
-    (void)cudaGetLastError();  // not taken: the direct kernels take every problem
+    // the tensor-core paths in turn, each answering cudaErrorNotSupported for what it does not take
+    for (const Entry path : {hopper(pass), implicit_gemm(pass)}) {
+      const cudaError_t err = path(a, stream);
+      if (err == cudaSuccess) return;
+      TORCH_CHECK(err == cudaErrorNotSupported, "torch_dnn: a tensor-core convolution failed: ",
+                  cudaGetErrorString(err));
+      (void)cudaGetLastError();
+    }
     TD_CHECK_LAUNCH(direct(pass)(a, stream));
   }
 

@@ -195,7 +195,13 @@ inline bool conv_channels_last(const Tensor& input, const Tensor& weight, const 
   Tensor x = input, w = weight;
   std::vector<int64_t> stride = p.stride, padding = p.padding, dilation = p.dilation, output_padding = p.output_padding;
   if (p.rank == 1) {
-    x = (input.is_contiguous() ? input : at::empty(input.sizes(), input.options())).unsqueeze(2);
+    // a contiguous stand-in for the input (its layout is all the query reads): a view of the input's own memory
+    // where it is dense, else a fresh tensor
+    x = input.is_contiguous()                    ? input
+        : input.is_non_overlapping_and_dense() ? input.as_strided(input.sizes(), row_major_strides(input.sizes()),
+                                                                    input.storage_offset())
+                                               : at::empty(input.sizes(), input.options());
+    x = x.unsqueeze(2);
     w = weight.unsqueeze(2);
     stride.insert(stride.begin(), 1);
     padding.insert(padding.begin(), 0);
