@@ -360,9 +360,9 @@ def test_flash_attention_varlen(device, dtype):
         assert_matches_torch(ours, ref, [q, k, v], name=f"varlen causal={causal}")
 
 
-@pytest.mark.parametrize("device", devices())
-def test_varlen_offsets_are_checked(device):
-    q = torch.randn(9, 2, 32, device=device)
+def test_varlen_offsets_are_checked():
+    """On the CPU the offsets themselves are checked (on CUDA that would synchronise)."""
+    q = torch.randn(9, 2, 32)
     with pytest.raises(RuntimeError, match="cu_seqlens_q to run from 0 to 9"):
         F.flash_attention(q, q, q, cu_seqlens_q=torch.tensor([0, 8], dtype=torch.int32),
                           cu_seqlens_k=torch.tensor([0, 9], dtype=torch.int32), max_seqlen_q=9, max_seqlen_k=9)

@@ -253,6 +253,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward(
                             : at::empty({p.B, p.Hq, p.Sq}, opts.dtype(lse_dtype(query)));
   at::Tensor rng = at::zeros({2}, at::TensorOptions().dtype(at::kLong));
   if (out.numel() == 0 && lse.numel() == 0) return {out, lse, rng};
+  if (p.Sk == 0 && !p.varlen) {  // no key for any row: zeros and lse +inf, no launch
+    out.zero_();
+    lse.fill_(std::numeric_limits<double>::infinity());
+    return {out, lse, rng};
+  }
   std::pair<uint64_t, uint64_t> drop_key = {0, 0};
   if (dropout_p > 0.0) {
     drop_key = Bk::philox_seed_offset(query);
