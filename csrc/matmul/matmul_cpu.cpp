@@ -35,8 +35,28 @@ struct Operand {
   int64_t ld, bs;
   bool col;
   Operand(const MatrixRef& r) : p(static_cast<const T*>(r.ptr)), ld(r.ld), bs(r.batch_stride), col(r.col_major) {}
-  T at(int64_t b, int64_t r, int64_t c) const { return p[b * bs + (col ? c * ld + r : r * ld + c)]; }
 };
+
+// Packs op's block [r0, r0 + rows) x [c0, c0 + cols) (of batch bi) as dst[r * rs + c], in the accumulation
+// type, zero-padded to rows_pad x cols_pad. The copy runs along the operand's contiguous dimension.
+template <typename T, typename A>
+void pack(const Operand<T>& op, int64_t bi, int64_t r0, int64_t c0, int64_t rows, int64_t cols, int64_t rows_pad,
+          int64_t cols_pad, A* dst, int64_t rs) {
+  const T* base = op.p + bi * op.bs;
+  if (op.col) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const T* src = base + (c0 + c) * op.ld + r0;
+      for (int64_t r = 0; r < rows; ++r) dst[r * rs + c] = A(src[r]);
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* src = base + (r0 + r) * op.ld + c0;
+      for (int64_t c = 0; c < cols; ++c) dst[r * rs + c] = A(src[c]);
+    }
+  }
+  for (int64_t r = 0; r < rows_pad; ++r)
+    for (int64_t c = r < rows ? cols : 0; c < cols_pad; ++c) dst[r * rs + c] = A(0);
+}
 
 // acc[mb x nb] (ld ldc) += ap[mb x kb] (ld lda) bp[kb x nb] (ld ldb), mb a multiple of MR and nb of NR, in
 // vectors of W bytes (16 for the baseline x86-64 ISA, 32 for AVX2).
@@ -93,10 +113,8 @@ void gemm_typed(const GemmArgs& g) {
           std::fill(acc.get(), acc.get() + mbp * nbp, A(0));
           for (int64_t k0 = 0; k0 < K; k0 += KB) {
             const int64_t kb = std::min(KB, K - k0);
-            for (int64_t i = 0; i < mbp; ++i)
-              for (int64_t k = 0; k < kb; ++k) ap[i * kb + k] = i < mb ? A(a.at(bi, m0 + i, k0 + k)) : A(0);
-            for (int64_t k = 0; k < kb; ++k)
-              for (int64_t j = 0; j < nbp; ++j) bp[k * nbp + j] = j < nb ? A(b.at(bi, k0 + k, n0 + j)) : A(0);
+            pack(a, bi, m0, k0, mb, kb, mbp, kb, ap.get(), kb);
+            pack(b, bi, k0, n0, kb, nb, kb, nbp, bp.get(), nbp);
             cpu_isa::run_kernel<MicroTiles<A, 16>, MicroTiles<A, 32>>(static_cast<const A*>(ap.get()), kb,
                                                                       static_cast<const A*>(bp.get()), nbp, acc.get(),
                                                                       nbp, mbp, nbp, kb);
