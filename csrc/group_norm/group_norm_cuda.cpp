@@ -39,6 +39,29 @@ struct CudaBackend {
                                             S, x.size(1), /*to_channels_last=*/false, current_stream()));
     return out;
   }
+  // group_norm (statistics computed) of a dense channels-last x, y written contiguous in the same pass (the
+  // channels-last cluster plan, one read and one write); false, with nothing launched, where that plan does not
+  // apply (the op then copies x contiguous first). w, b: as forward's.
+  static bool forward_to_contiguous(const at::Tensor& x, int64_t G, const at::Tensor& w, const at::Tensor& b,
+                                    double eps, at::Tensor& y, at::Tensor& mean, at::Tensor& rstd) {
+    if (x.dim() < 3 || x.numel() == 0 || x.is_contiguous() || !channels_last_dense(x)) return false;
+    c10::cuda::CUDAGuard guard(x.device());
+    GnShape s;
+    s.N = x.size(0);
+    s.C = x.size(1);
+    s.S = x.numel() / (s.N * s.C);
+    s.G = G;
+    s.channels_last = true;
+    s.y_contiguous = true;
+    y = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    mean = at::empty({s.N, G}, x.options().dtype(stat_type(x.scalar_type())));
+    rstd = at::empty({s.N, G}, x.options().dtype(stat_type(x.scalar_type())));
+    const ForwardArgs a{cptr(x), cptr(w), cptr(b), mptr(y), mptr(mean), mptr(rstd), eps, false, nullptr};
+    const cudaError_t err = launch_forward(to_dtype(x.scalar_type()), a, s, current_stream());
+    if (err == cudaErrorNotSupported) return false;
+    TD_CHECK_LAUNCH(err);
+    return true;
+  }
   static void forward(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor& y, at::Tensor& mean,
                       at::Tensor& rstd, const GnShape& s, double eps, bool stats_given) {
     c10::cuda::CUDAGuard guard(x.device());

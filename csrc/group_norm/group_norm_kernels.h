@@ -17,6 +17,10 @@ namespace group_norm {
 struct GnShape {
   int64_t N = 0, C = 0, S = 0, G = 1;
   bool channels_last = false;
+  // forward of a channels-last x, y written contiguous ([N][C][S]) in the same pass: only the channels-last cluster
+  // plan does it; elsewhere (statistics given, sizes, an sm_80 device, TORCH_DNN_GN_PLAN=smem) launch_forward
+  // launches nothing and returns cudaErrorNotSupported
+  bool y_contiguous = false;
 };
 
 // y = (x - mean) * rstd * w + b per group. stats_given: mean and rstd are inputs (instance_norm with running

@@ -97,6 +97,12 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, int6
   const Tensor w = check_param(op, "weight", x, weight);
   const Tensor b = check_param(op, "bias", x, bias);
   const bool stats_given = mean_in != nullptr;
+  // A backend that normalises a channels-last input straight into the contiguous result (B::forward_to_contiguous:
+  // CUDA's cluster plan) spares the input's copy; it returns false, having done nothing, where it cannot.
+  if constexpr (requires(Tensor t) { B::forward_to_contiguous(x, G, w, b, eps, t, t, t); }) {
+    Tensor y, mean, rstd;
+    if (!stats_given && B::forward_to_contiguous(x, G, w, b, eps, y, mean, rstd)) return {y, mean, rstd};
+  }
   const Tensor xd = dense_input<B>(x);
   const GnShape s = shape_of(xd, G);
   Tensor y = at::empty_like(xd);

@@ -166,7 +166,8 @@ double val(T v) {
 
 // One case: forward then backward through the cluster plan, checked against float64 on the same (rounded) inputs.
 template <typename T>
-void run_case(int64_t N, int64_t C, int64_t S, int64_t G, bool cl, const char* tile_kb, const char* kmax) {
+void run_case(int64_t N, int64_t C, int64_t S, int64_t G, bool cl, const char* tile_kb, const char* kmax,
+              bool y_nchw = false) {
   using A = acc_t<T>;
   setenv("TORCH_DNN_GN_PLAN", "cluster", 1);
   setenv("TORCH_DNN_GN_TILE_KB", tile_kb, 1);
@@ -183,9 +184,12 @@ void run_case(int64_t N, int64_t C, int64_t S, int64_t G, bool cl, const char* t
   auto at = [&](int64_t n, int64_t c, int64_t s) { return cl ? (n * S + s) * C + c : (n * C + c) * S + s; };
   const double eps = 1e-5;
   GnParams<T> p{x.data(), nullptr, w.data(), b.data(), y.data(), mean.data(), rstd.data(), A(eps), N, C, S, G, D, L, cl};
+  p.out_nchw = y_nchw;  // channels-last x, y written contiguous
+  auto at_y = [&](int64_t n, int64_t c, int64_t s) { return y_nchw ? (n * C + c) * S + s : at(n, c, s); };
   char name[160];
   std::snprintf(name, sizeof name, "%s N=%ld C=%ld S=%ld G=%ld %s tile_kb=%s kmax=%s", sizeof(T) == 2 ? "16-bit" :
-                sizeof(T) == 4 ? "float" : "double", long(N), long(C), long(S), long(G), cl ? "CL" : "NCHW", tile_kb, kmax);
+                sizeof(T) == 4 ? "float" : "double", long(N), long(C), long(S), long(G),
+                cl ? (y_nchw ? "CL -> NCHW y" : "CL") : "NCHW", tile_kb, kmax);
   if (!try_cluster_fwd(p, true, nullptr)) {
     std::printf("FAIL %s: forward plan not taken\n", name);
     ++failures;
@@ -195,6 +199,7 @@ void run_case(int64_t N, int64_t C, int64_t S, int64_t G, bool cl, const char* t
   p.dy = dy.data();
   p.out = dx.data();
   p.b = nullptr;
+  p.out_nchw = false;
   if (!try_cluster_bwd(p, P.data(), Q.data(), true, nullptr)) {
     std::printf("FAIL %s: backward plan not taken\n", name);
     ++failures;
@@ -231,7 +236,7 @@ void run_case(int64_t N, int64_t C, int64_t S, int64_t G, bool cl, const char* t
         double pc = 0, qc = 0;
         for (int64_t e = 0; e < S; ++e) {
           const int64_t i = at(n, c, e);
-          check(val(y[i]), (val(x[i]) - m) * rs * val(w[c]) + val(b[c]), tol_out, "y", i);
+          check(val(y[at_y(n, c, e)]), (val(x[i]) - m) * rs * val(w[c]) + val(b[c]), tol_out, "y", at_y(n, c, e));
           pc += val(dy[i]) * (val(x[i]) - mk) * rk;
           qc += val(dy[i]);
         }
@@ -262,6 +267,15 @@ int main() {
   run_case<__nv_bfloat16>(2, 64, 25, 2, true, "1", "2");
   run_case<float>(3, 64, 63, 8, true, "1", "16");
   run_case<double>(2, 16, 30, 4, true, "1", "4");
+  // channels-last x, y contiguous: chunks rounded to whole vectors of S (S = 64: K = 16 gives rows of 8, K = 16 with
+  // S = 72 rows of 8 and trailing ranks without rows), W = 64 / 32 / 16 channels, a persistent grid
+  run_case<__nv_bfloat16>(3, 64, 64, 8, true, "50", "16", true);
+  run_case<__nv_bfloat16>(3, 64, 72, 8, true, "1", "16", true);
+  run_case<__nv_bfloat16>(2, 256, 24, 32, true, "2", "4", true);
+  run_case<__nv_bfloat16>(5, 32, 48, 4, true, "1", "8", true);
+  run_case<__nv_bfloat16>(2, 16, 40, 2, true, "1", "2", true);
+  run_case<float>(3, 64, 60, 8, true, "1", "16", true);
+  run_case<double>(2, 16, 30, 4, true, "1", "4", true);
   // NCHW: one group an item; S % V == 0; trailing ranks with no rows (S = 144, K = 16: chunk 16, ranks 9-15 empty)
   run_case<__nv_bfloat16>(2, 32, 144, 2, false, "1", "16");
   run_case<__nv_bfloat16>(3, 24, 320, 3, false, "50", "16");

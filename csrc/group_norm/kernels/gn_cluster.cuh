@@ -15,6 +15,8 @@
 //                  (blockDim % CV == 0), so its V channels and its group are fixed.
 //   NCHW           tile [W][rows] (W = D channel rows of `rows` contiguous elements); loops over rows d, the
 //                  row's vectors j = t, t + blockDim, ...
+//   The forward's Y_NCHW variant (channels-last x, y written contiguous) reads the tile down its columns in the
+//   write phase instead: a barrier before each item's load.
 // Exchange protocol: each phase writes its CTA's partials to `part`, cluster.sync() (release/acquire across
 // the cluster), then a few threads add the K ranks' partials in rank order into local `tot`. The forward's two
 // phases use separate halves of `part`; the backward alternates halves by item parity. A remote CTA reads a
@@ -36,6 +38,7 @@
 #define GN_CLUSTER_DEVICE_CODE 1
 #define GN_THIS_CLUSTER() emu_this_cluster()
 #define GN_DYNAMIC_SMEM(name) unsigned char* name = emu_dynamic_smem()
+#define GN_STORE_V4(p, v) store_vec(p, v)
 #else
 #include <cooperative_groups.h>
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -45,6 +48,9 @@
 #endif
 #define GN_THIS_CLUSTER() cooperative_groups::this_cluster()
 #define GN_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+// One st.global.v4 for a 16-byte vector of y (as a plain store, NVVM split the channels-last-to-contiguous
+// forward's stores into 4- and 8-byte pieces); a plain store in the emulation.
+#define GN_STORE_V4(p, v) store_vec_global_v4(p, v)
 #endif
 
 namespace torch_dnn {
@@ -121,7 +127,8 @@ __device__ __forceinline__ acc_t<T>* cluster_scratch(unsigned char* smem, int64_
   return reinterpret_cast<acc_t<T>*>(smem + size_t(tile_elems) * tiles * sizeof(T));
 }
 
-template <typename T, bool CL>
+// Y_NCHW (with CL): y is written contiguous ([N][C][S]), PyTorch's CUDA layout, from the channels-last tile.
+template <typename T, bool CL, bool Y_NCHW = false>
 __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_fwd(GnParams<T> p, ClusterGeo geo) {
 #if GN_CLUSTER_DEVICE_CODE
   using A = acc_t<T>;
@@ -143,6 +150,8 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_fwd(GnParams<T>
   const Vec<T, V>* bv = reinterpret_cast<const Vec<T, V>*>(buf);
   for (int64_t item = blockIdx.x / K; item < items; item += gridDim.x / K) {
     const int64_t n = item / per_n, c0 = (item - n * per_n) * W, ng0 = n * p.G + c0 / D;
+    // Y_NCHW reads the tile down its columns, not by the pieces a thread loaded: a barrier before it is overwritten
+    if constexpr (Y_NCHW) __syncthreads();
     tile_load<T, CL>(p.x, buf, p, n, c0, W, s0, rows);
     cp_async_wait_all();
     // mean: per-thread sums -> per-group CTA sums -> cluster sums in rank order
@@ -206,7 +215,21 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_fwd(GnParams<T>
     }
     __syncthreads();
     const A rs = tot[2 * grp + 1];
-    if constexpr (CL) {
+    if constexpr (CL && Y_NCHW) {
+      // a thread takes channel c of the item (fixed: W divides blockDim) and V rows at a time: reads the tile down
+      // column c (a warp's lanes on consecutive channels: conflict-free where W >= 32) and stores one vector to the
+      // channel's row of y (rows, s0 and S are multiples of V: cluster_choice)
+      const unsigned c = threadIdx.x % W, g = c / D;
+      const A mc = tot[2 * g], rc = tot[2 * g + 1];
+      const A wc = p.w ? to_acc<A>(p.w[c0 + c]) : A(1), bc = p.b ? to_acc<A>(p.b[c0 + c]) : A(0);
+      T* yc = p.out + (n * p.C + c0 + c) * p.S + s0;
+      for (unsigned rv = threadIdx.x / W; rv < rows / V; rv += blockDim.x / W) {
+        Vec<T, V> o;
+#pragma unroll
+        for (int j = 0; j < V; ++j) o.v[j] = from_acc<T>((to_acc<A>(buf[(rv * V + j) * W + c]) - mc) * rc * wc + bc);
+        GN_STORE_V4(yc + rv * V, o);
+      }
+    } else if constexpr (CL) {
       A wv[V], bb[V];
       norm::load_param<V>(p.w, c0 + cv * V, A(1), wv);
       norm::load_param<V>(p.b, c0 + cv * V, A(0), bb);
@@ -424,7 +447,7 @@ ClusterChoice cluster_choice(const GnParams<T>& p, int tiles, int K) {
   ClusterChoice c;
   int64_t W = 0;
   if (p.cl) {
-    if (p.D % V != 0) return c;
+    if (p.D % V != 0 || (p.out_nchw && p.S % V != 0)) return c;
     for (int64_t gw = 1; gw <= p.G; ++gw) {
       if (p.G % gw != 0) continue;
       const int64_t w = gw * p.D, cv = w / V;
@@ -437,7 +460,7 @@ ClusterChoice cluster_choice(const GnParams<T>& p, int tiles, int K) {
   }
   if (W == 0) return c;  // c.geo.W == 0: the plan does not apply
   int64_t chunk = (p.S + K - 1) / K;
-  if (!p.cl) chunk = (chunk + V - 1) / V * V;
+  if (!p.cl || p.out_nchw) chunk = (chunk + V - 1) / V * V;  // whole vectors of y's (x's) contiguous rows
   const int64_t tile = chunk * W * int64_t(sizeof(T)) * tiles;
   const int64_t scratch = W * (2 * (kClusterThreads / 32) + 8) * int64_t(sizeof(A));
   c.K = K;
@@ -541,6 +564,7 @@ template <typename T>
 bool try_cluster_fwd(const GnParams<T>& p, bool aligned, cudaStream_t stream) {
   if (!aligned) return false;
   return run_cluster_plan(p, 1, [&](const ClusterChoice& c) {
+    if (p.cl && p.out_nchw) return launch_clustered(gn_cluster_fwd<T, true, true>, c, stream, p, c.geo);
     return p.cl ? launch_clustered(gn_cluster_fwd<T, true>, c, stream, p, c.geo)
                 : launch_clustered(gn_cluster_fwd<T, false>, c, stream, p, c.geo);
   });

@@ -29,6 +29,7 @@ struct GnParams {
   A eps;
   int64_t N, C, S, G, D, L;  // D = C / G channels a group, L = D * S elements a group
   bool cl;                   // channels-last memory: [N][S][C]
+  bool out_nchw = false;     // forward, cl: y is written contiguous ([N][C][S]; the cluster plan alone does)
 };
 
 // Offset of element e (0 <= e < L) of group (n, g): group-local order is memory order within the group
