@@ -638,6 +638,37 @@ def test_cuda_layout_transpose_exact(dtype):
     assert ran == len(CL_TRANSPOSE_CASES) + 4
 
 
+@pytest.mark.cuda
+def test_cuda_channels_last_kernels():
+    # the kernels that give a channels-last input its contiguous result (profiler names): on sm_90 the forward
+    # writes y from the channels-last cluster plan's tile, no transpose, where that plan applies; a forward it cannot
+    # take (S = 99: not whole vectors) and the backward transpose the input first
+    from torch.profiler import ProfilerActivity, profile
+
+    def kernels(fn):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+    w, b = _params(256, torch.bfloat16, "cuda")
+    x = _input((4, 256, 16, 16), torch.bfloat16, "cuda", "channels_last")
+    names = kernels(lambda: F.group_norm(x, 32, w, b))
+    if not names:
+        pytest.skip("the profiler names no CUDA kernels here")
+    if torch.cuda.get_device_capability() >= (9, 0):
+        assert any("gn_cluster_fwd" in n for n in names), names
+        assert not any("layout_transpose" in n for n in names), names
+    else:
+        assert any("layout_transpose" in n for n in names), names
+    x99 = _input((4, 256, 9, 11), torch.bfloat16, "cuda", "channels_last")
+    assert any("layout_transpose" in n for n in kernels(lambda: F.group_norm(x99, 32, w, b)))
+    xg = x.detach().requires_grad_()
+    y = F.group_norm(xg, 32, w, b)
+    g = torch.randn_like(y)
+    assert any("layout_transpose" in n for n in kernels(lambda: torch.autograd.grad(y, [xg], g)))
+
+
 @pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
                     reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation (about two minutes)")
 def test_cluster_emulation(tmp_path):
