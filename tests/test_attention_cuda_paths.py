@@ -5,9 +5,9 @@ of attention_reference.cu), under the project's error rule (torch_dnn/testing.py
 bottom-right alignment, softcap, ALiBi, variable lengths), the peer are the math composite below; where SDPA has
 the problem (no mask / causal top-left, GQA) the peer is PyTorch's own CUDA SDPA (flash or cuDNN). Odd lengths,
 causal with Sq != Sk in both alignments, GQA, windows, softcap, ALiBi, fully masked rows (zeros, not NaN),
-variable lengths with an empty sequence, dropout (the mask regenerated here from the same Philox key), bitwise
-reproducible backward, the kernels each path runs (profiler names), and the problems flash refuses going to the
-reference kernels. Skipped without CUDA."""
+variable lengths with an empty sequence, dropout on both paths (the mask regenerated here from the same Philox
+key), bitwise reproducible backward, the kernels each path runs (profiler names), and the problems flash refuses
+going to the reference kernels. Skipped without CUDA."""
 import math
 
 import pytest
@@ -336,12 +336,13 @@ def dropout_keep(B, H, Sq, Sk, p, seed, offset):
 
 
 @needs_cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
-def test_dropout_on_reference(dtype, monkeypatch):
+@pytest.mark.parametrize("path,dtype", [("flash", torch.bfloat16), ("reference", torch.bfloat16),
+                                        ("auto", torch.float32)], ids=str)
+def test_dropout(path, dtype, monkeypatch):
     B, H, Sq, Sk, D, p = 2, 2, 37, 53, 32, 0.3
     gen = torch.Generator().manual_seed(7)
     q, k, v, g = (_rand(s, dtype, gen) for s in ((B, H, Sq, D), (B, H, Sk, D), (B, H, Sk, D), (B, H, Sq, D)))
-    out, _, rng, grads = run_ours(q, k, v, "auto", monkeypatch, dropout_p=p, causal=True, grad_out=g)
+    out, _, rng, grads = run_ours(q, k, v, path, monkeypatch, dropout_p=p, causal=True, grad_out=g)
     seed, offset = (int(x) & 0xFFFFFFFFFFFFFFFF for x in rng.tolist())
     keep = dropout_keep(B, H, Sq, Sk, p, seed, offset).cuda()
     assert abs(keep.float().mean().item() - (1 - p)) < 0.02

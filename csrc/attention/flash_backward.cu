@@ -10,8 +10,8 @@
 // dQ has its own pass instead of atomics or per-key-tile partial sums: every gradient row is summed by one warp
 // in a fixed order, so the results are bitwise reproducible (`deterministic` holds either way), at the cost of
 // recomputing Q K^T and dO V^T once more (7 GEMM-sized products instead of 5).
-// Takes what the flash forward takes (no mask or dropout; causal / window in either alignment, GQA, softcap,
-// ALiBi, variable lengths, 16-byte aligned rows) with Dqk == Dv in {32, 64, 96, 128}. Refuses
+// Takes what the flash forward takes (no mask; dropout p < 1, the mask regenerated from the same Philox key;
+// causal / window in either alignment, GQA, softcap, ALiBi, variable lengths, 16-byte aligned rows) with Dqk == Dv in {32, 64, 96, 128}. Refuses
 // (cudaErrorNotSupported; the reference kernels take it) everything else, head dim 256 included (its dK and dV
 // accumulators alone would take 256 registers a thread in this layout).
 #include <cstdint>
@@ -53,12 +53,12 @@ bool allow_smem(int bytes) {
   return true;
 }
 
-template <typename T, int D>
-cudaError_t backward_d(const AttnArgs& a, const AttnGrads& g, float* dsum, cudaStream_t stream) {
+template <typename T, int D, bool DROP>
+cudaError_t backward_kernels(const AttnArgs& a, const AttnGrads& g, float* dsum, cudaStream_t stream) {
   using DkdvCfg = DkdvConfig<D, 4, (D > 64 ? 32 : 64)>;
   using DqCfg = DqConfig<D, 4, 64>;
-  constexpr auto dkdv = flash_bwd_dkdv_kernel<T, DkdvCfg>;
-  constexpr auto dq = flash_bwd_dq_kernel<T, DqCfg>;
+  constexpr auto dkdv = flash_bwd_dkdv_kernel<T, DkdvCfg, DROP>;
+  constexpr auto dq = flash_bwd_dq_kernel<T, DqCfg, DROP>;
   if (!allow_smem<dkdv>(DkdvCfg::kSmemBytes) || !allow_smem<dq>(DqCfg::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t dkdv_blocks = (a.Sk + DkdvCfg::kBN - 1) / DkdvCfg::kBN * a.Hkv * a.B;
   const int64_t dq_blocks = (a.Sq + DqCfg::kBM - 1) / DqCfg::kBM * a.Hq * a.B;
@@ -80,6 +80,12 @@ cudaError_t backward_d(const AttnArgs& a, const AttnGrads& g, float* dsum, cudaS
   return cudaGetLastError();
 }
 
+template <typename T, int D>
+cudaError_t backward_d(const AttnArgs& a, const AttnGrads& g, float* dsum, cudaStream_t stream) {
+  return a.dropout_p > 0.0 ? backward_kernels<T, D, true>(a, g, dsum, stream)
+                           : backward_kernels<T, D, false>(a, g, dsum, stream);
+}
+
 template <typename T>
 cudaError_t backward_typed(const AttnArgs& a, const AttnGrads& g, float* dsum, cudaStream_t stream) {
   switch (a.Dqk) {
@@ -98,7 +104,7 @@ cudaError_t flash_backward(const AttnArgs& a, const AttnGrads& g, const Workspac
   using flash::aligned16_bwd;
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return cudaErrorNotSupported;
   if (a.Dqk != a.Dv || (a.Dqk != 32 && a.Dqk != 64 && a.Dqk != 96 && a.Dqk != 128)) return cudaErrorNotSupported;
-  if (a.mask_kind != MaskKind::None || a.dropout_p > 0.0 || g.dbias != nullptr || a.lse == nullptr)
+  if (a.mask_kind != MaskKind::None || a.dropout_p >= 1.0 || g.dbias != nullptr || a.lse == nullptr)
     return cudaErrorNotSupported;
   if (a.Hkv <= 0 || a.Hq % a.Hkv != 0) return cudaErrorNotSupported;
   const bool varlen = a.cu_seqlens_q != nullptr;

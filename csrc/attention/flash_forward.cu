@@ -1,11 +1,11 @@
 // The flash forward (attention_kernels.h: flash_forward): FlashAttention-2's algorithm on tensor cores
 // (mma.sync m16n8k16, sm_80+), kernels/flash_forward_kernel.cuh; Float16 and BFloat16, float accumulation.
 //
-// Takes: head dims Dqk == Dv in {32, 64, 96, 128, 256}; no mask or dropout; causal and sliding windows in either
-// alignment; GQA/MQA; softcap; ALiBi; variable lengths; any strides whose rows are 16-byte aligned (base
+// Takes: head dims Dqk == Dv in {32, 64, 96, 128, 256}; no mask; dropout p < 1 (philox.h's mask, one Philox block
+// an element); causal and sliding windows in either alignment; GQA/MQA; softcap; ALiBi; variable lengths; any strides whose rows are 16-byte aligned (base
 // pointers, row, head and batch strides multiples of 8 elements; head dim contiguous).
 // Refuses (cudaErrorNotSupported; the reference kernels take it): Float32/Float64, other head dims or
-// Dqk != Dv, bool/additive masks, dropout, misaligned operands, grids past 2^31 CTAs, devices before sm_80, or a
+// Dqk != Dv, bool/additive masks, dropout p >= 1, misaligned operands, grids past 2^31 CTAs, devices before sm_80, or a
 // device whose shared memory cannot hold the tiles.
 //
 // Tiles: a CTA of WARPS warps owns 16 WARPS query rows (a warp 16 rows) and walks the key tiles of BN keys:
@@ -14,7 +14,8 @@
 //   D = 256         BN = 32, 4 warps (64 rows); Q fragments reloaded from shared memory each key tile
 // Shared memory (16-bit): Q [BM][D] + two stages of K and V [BN][D]: 48 KB (D 64, 8 warps) to 96 KB (D 128 /
 // 256). Registers: head dims up to 64 are held to 128 (8 warps) / 170 (4 warps) a thread for 2-3 CTAs an SM, no
-// spills; 96 and up take 255. A 1-D grid of (query tiles x Hq x B) CTAs, query tiles fastest; lse written in float [B][Hq][Sq].
+// spills; 96 and up take 255. Dropout is a kernel of its own (DROP), up to 255 registers: its Philox draws (10
+// rounds an element) would otherwise take registers from the plain kernel. A 1-D grid of (query tiles x Hq x B) CTAs, query tiles fastest; lse written in float [B][Hq][Sq].
 #include <cstdint>
 
 #include "attention/kernels/flash_forward_kernel.cuh"
@@ -37,9 +38,9 @@ int device_major() { return 8; }
 int device_major() { return cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0); }
 #endif
 
-template <typename T, class Cfg>
-cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
-  constexpr auto kernel = flash_forward_kernel<T, Cfg>;
+template <typename T, class Cfg, bool DROP>
+cudaError_t launch_kernel(const AttnArgs& a, cudaStream_t stream) {
+  constexpr auto kernel = flash_forward_kernel<T, Cfg, DROP>;
   constexpr int smem = Cfg::kSmemBytes;
 #if !defined(TORCH_DNN_EMULATE_CUDA)
   if (smem > 48 * 1024) {
@@ -55,6 +56,11 @@ cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
   if (blocks > int64_t(0x7fffffff)) return cudaErrorNotSupported;
   launch_1d(kernel, blocks, Cfg::kThreads, smem, stream, a, make_score_params(a));
   return cudaGetLastError();
+}
+
+template <typename T, class Cfg>
+cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
+  return a.dropout_p > 0.0 ? launch_kernel<T, Cfg, true>(a, stream) : launch_kernel<T, Cfg, false>(a, stream);
 }
 
 template <typename T, int D>
@@ -85,7 +91,7 @@ cudaError_t forward_typed(const AttnArgs& a, cudaStream_t stream) {
 
 cudaError_t flash_forward(const AttnArgs& a, const Workspace&, cudaStream_t stream) {
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return cudaErrorNotSupported;
-  if (a.Dqk != a.Dv || a.mask_kind != MaskKind::None || a.dropout_p > 0.0) return cudaErrorNotSupported;
+  if (a.Dqk != a.Dv || a.mask_kind != MaskKind::None || a.dropout_p >= 1.0) return cudaErrorNotSupported;
   if (a.Hkv <= 0 || a.Hq % a.Hkv != 0) return cudaErrorNotSupported;
   const bool varlen = a.cu_seqlens_q != nullptr;
   using flash::aligned16;

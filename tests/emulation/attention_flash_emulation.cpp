@@ -45,7 +45,7 @@ struct Case {
   int B = 1, Hq = 1, Hkv = 1, Sq = 17, Sk = 17, D = 64;
   bool causal = false, bottom_right = false;
   int wl = -1, wr = -1;
-  double softcap = 0;
+  double softcap = 0, dropout = 0;
   bool alibi = false;
   std::vector<int> lens_q, lens_k;  // non-empty: variable lengths
 };
@@ -102,6 +102,8 @@ bool run_case(const Case& c) {
   a.scale = 1.0 / std::sqrt(double(D));
   a.causal = c.causal, a.bottom_right = c.bottom_right, a.window_left = c.wl, a.window_right = c.wr;
   a.softcap = c.softcap;
+  a.dropout_p = c.dropout;
+  a.seed = 0x9876543210fedcbull, a.offset = 4242;
   a.alibi_slopes = c.alibi ? slopes.data() : nullptr;
   a.alibi_sb = 0;
   if (varlen) a.cu_seqlens_q = cuq.data(), a.cu_seqlens_k = cuk.data();
@@ -217,6 +219,8 @@ int main(int argc, char** argv) {
   { Case c; c.name = "D64 ALiBi causal bottom-right"; c.alibi = true; c.causal = true; c.bottom_right = true; c.Sq = 30; c.Sk = 75; add(c); }
   { Case c; c.name = "D64 varlen (an empty sequence) causal"; c.causal = true; c.Hq = 2; c.Hkv = 1; c.lens_q = {17, 0, 70}; c.lens_k = {30, 5, 70}; add(c); }
   { Case c; c.name = "D256 causal 20x45"; c.D = 256; c.causal = true; c.Sq = 20; c.Sk = 45; add(c); }
+  { Case c; c.name = "D64 dropout 0.25 causal 70x90"; c.dropout = 0.25; c.causal = true; c.Sq = 70; c.Sk = 90; add(c); }
+  { Case c; c.name = "D128 dropout 0.1 GQA 2:1 varlen"; c.D = 128; c.dropout = 0.1; c.Hq = 2; c.Hkv = 1; c.lens_q = {33, 9}; c.lens_k = {40, 70}; add(c); }
   const bool quick = argc > 1;
   bool ok = true;
   for (size_t i = 0; i < cases.size(); ++i) {

@@ -4,8 +4,8 @@
 // D) double-buffered by cp.async. Everything is computed transposed, keys on the mma's M side, so that no
 // fragment has to be transposed through shared memory:
 //   S^T = K Q^T, dP^T = V dO^T   (A = the warp's K / V rows by ldmatrix; B = Q / dO as stored: non-transposed)
-//   P^T = exp2(S2^T - lse2[col]), dS^T = P^T (dP^T - D[col]) softcap'
-//   dV += P^T dO, dK += dS^T Q   (P^T / dS^T converted in registers to A fragments; B by ldmatrix.trans)
+//   P^T = exp2(S2^T - lse2[col]), dS^T = P^T (dP^T f - D[col]) softcap'  (f: the dropout factor, 1 without)
+//   dV += (f P^T) dO, dK += dS^T Q   (P^T / dS^T converted in registers to A fragments; B by ldmatrix.trans)
 // and dK = scale dK at the end. Each dK / dV row is summed by one warp in a fixed order (heads, then query
 // tiles): deterministic, no atomics, and GQA's sum over the group needs no second pass.
 #pragma once
@@ -47,12 +47,14 @@ __device__ __forceinline__ TileRows key_rows(const Visibility& vis, int64_t krow
   return tr;
 }
 
-// P^T into s and dS^T into dp for the NT tiles of one query tile; lse2 / dsum: the tile's columns (shared).
-template <int NT, bool CAP, bool MASK>
+// P^T (dropped out) into s and dS^T into dp for the NT tiles of one query tile; lse2 / dsum: the tile's columns
+// (shared); DROP: the dropout factor of (b, h, query m0 + col, key krow0 + row).
+template <int NT, bool CAP, bool MASK, bool DROP>
 __device__ __forceinline__ void dkdv_scores(float (&s)[NT][4], float (&dp)[NT][4], const ScoreParams& sp,
                                             const TileRows& tr, float slope_log2, const float* lse2,
-                                            const float* dsum, int lane) {
-  const int t = lane & 3;
+                                            const float* dsum, const AttnArgs& a, int64_t b, int64_t h,
+                                            int64_t krow0, int64_t m0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int jn = 0; jn < NT; ++jn)
 #pragma unroll
@@ -66,12 +68,15 @@ __device__ __forceinline__ void dkdv_scores(float (&s)[NT][4], float (&dp)[NT][4
         else x -= slope_log2 * fabsf(float(c) - tr.base[hr]);
       }
       const float p = td_exp2_fast(x - lse2[c]);
-      s[jn][e] = p;
-      dp[jn][e] = p * (dp[jn][e] - dsum[c]) * dcap;
+      float f = 1.f;
+      if constexpr (DROP) f = drop_factor(a, sp, b, h, m0 + c, krow0 + g + 8 * (e >> 1));
+      s[jn][e] = p * f;
+      dp[jn][e] = p * (dp[jn][e] * f - dsum[c]) * dcap;
     }
 }
 
-template <typename T, class Cfg>
+// DROP: dropout on (a kernel of its own, as the forward's).
+template <typename T, class Cfg, bool DROP>
 __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dkdv_kernel(const AttnArgs a, const AttnGrads g,
                                                                        const float* dsum_all, const ScoreParams sp) {
   constexpr int D = Cfg::kD, BM = Cfg::kBM, BN = Cfg::kBN, THREADS = Cfg::kThreads;
@@ -175,18 +180,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dkdv_kernel(const Att
 
     const float slope_log2 = a.alibi_slopes != nullptr ? a.alibi_slopes[b * a.alibi_sb + h] * kLog2e : 0.f;
     const bool need_mask = m0 < full_lo || m0 + BM > full_hi || m0 + BM > seq.sq || slope_log2 != 0.f;
-    const bool cap = sp.cap_log2 > 0.f;
     const float* cL = sL + stage * BM;
     const float* cD = sD + stage * BM;
-    if (need_mask) {
-      const TileRows tr = key_rows<BM>(vis, n0 + wrow, m0, lane);
-      if (cap) dkdv_scores<NT, true, true>(s, dp, sp, tr, slope_log2, cL, cD, lane);
-      else dkdv_scores<NT, false, true>(s, dp, sp, tr, slope_log2, cL, cD, lane);
-    } else {
-      const TileRows tr{};
-      if (cap) dkdv_scores<NT, true, false>(s, dp, sp, tr, slope_log2, cL, cD, lane);
-      else dkdv_scores<NT, false, false>(s, dp, sp, tr, slope_log2, cL, cD, lane);
-    }
+    const TileRows tr = need_mask ? key_rows<BM>(vis, n0 + wrow, m0, lane) : TileRows{};
+    with_flags(sp.cap_log2 > 0.f, need_mask, [&](auto cap, auto mask) {
+      dkdv_scores<NT, decltype(cap)::value, decltype(mask)::value, DROP>(s, dp, sp, tr, slope_log2, cL, cD, a, b, h,
+                                                                         n0 + wrow, m0, lane);
+    });
 
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) {

@@ -3,7 +3,7 @@
 // tiles [BM][D] resident. For each key tile the CTA can see:
 //   S = Q K^T and dP = dO V^T    (A from the Q / dO tiles by ldmatrix, B = K / V as stored: non-transposed)
 //   P = exp2(S2 - lse2)          (log2 units; lse from the forward, +inf for rows that saw nothing: P = 0)
-//   dS = P (dP - D) softcap'     (D from flash_bwd_preprocess.cuh)
+//   dS = P (dP f - D) softcap'   (D from flash_bwd_preprocess.cuh; f: the dropout factor, 1 without)
 //   dQ += dS K                   (dS converted in registers to 16-bit A fragments, B = K by ldmatrix.trans)
 // and dQ = scale dQ at the end. Every dQ row is summed by one warp in key order: deterministic, no atomics.
 #pragma once
@@ -25,12 +25,14 @@ struct DqConfig {
   static constexpr int kSmemBytes = (2 * kBM * D + 4 * BN * D) * 2;
 };
 
-// dS for the NT tiles of one key tile, in place of s; dp: dO V^T; rows' lse2 and D; tr: visible columns.
-template <int NT, bool CAP, bool MASK>
+// dS for the NT tiles of one key tile, in place of s; dp: dO V^T; rows' lse2 and D; tr: visible columns;
+// DROP: dP times the dropout factor of (b, h, row0 + row, n0 + col).
+template <int NT, bool CAP, bool MASK, bool DROP>
 __device__ __forceinline__ void dq_scores(float (&s)[NT][4], const float (&dp)[NT][4], const ScoreParams& sp,
                                           const TileRows& tr, float slope_log2, const float (&lse2)[2],
-                                          const float (&dsum)[2], int lane) {
-  const int t = lane & 3;
+                                          const float (&dsum)[2], const AttnArgs& a, int64_t b, int64_t h,
+                                          int64_t row0, int64_t n0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int jn = 0; jn < NT; ++jn)
 #pragma unroll
@@ -44,11 +46,14 @@ __device__ __forceinline__ void dq_scores(float (&s)[NT][4], const float (&dp)[N
         else x -= slope_log2 * fabsf(tr.base[hr] - float(c));
       }
       const float p = td_exp2_fast(x - lse2[hr]);
-      s[jn][e] = p * (dp[jn][e] - dsum[hr]) * dcap;
+      float dpv = dp[jn][e];
+      if constexpr (DROP) dpv *= drop_factor(a, sp, b, h, row0 + g + 8 * hr, n0 + jn * 8 + 2 * t + (e & 1));
+      s[jn][e] = p * (dpv - dsum[hr]) * dcap;
     }
 }
 
-template <typename T, class Cfg>
+// DROP: dropout on (a kernel of its own, as the forward's).
+template <typename T, class Cfg, bool DROP>
 __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dq_kernel(const AttnArgs a, const AttnGrads g,
                                                                      const float* dsum_all, const ScoreParams sp) {
   constexpr int D = Cfg::kD, BM = Cfg::kBM, BN = Cfg::kBN, THREADS = Cfg::kThreads;
@@ -151,16 +156,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dq_kernel(const AttnA
     }
 
     const bool need_mask = n0 < full_lo || n0 + BN > full_hi || n0 + BN > seq.sk || slope_log2 != 0.f;
-    const bool cap = sp.cap_log2 > 0.f;
-    if (need_mask) {
-      const TileRows tr = tile_rows<BN>(vis, m0 + wrow, n0, lane);
-      if (cap) dq_scores<NT, true, true>(s, dp, sp, tr, slope_log2, lse2, dsum, lane);
-      else dq_scores<NT, false, true>(s, dp, sp, tr, slope_log2, lse2, dsum, lane);
-    } else {
-      const TileRows tr{};
-      if (cap) dq_scores<NT, true, false>(s, dp, sp, tr, slope_log2, lse2, dsum, lane);
-      else dq_scores<NT, false, false>(s, dp, sp, tr, slope_log2, lse2, dsum, lane);
-    }
+    const TileRows tr = need_mask ? tile_rows<BN>(vis, m0 + wrow, n0, lane) : TileRows{};
+    with_flags(sp.cap_log2 > 0.f, need_mask, [&](auto cap, auto mask) {
+      dq_scores<NT, decltype(cap)::value, decltype(mask)::value, DROP>(s, dp, sp, tr, slope_log2, lse2, dsum, a, b,
+                                                                       h, m0 + wrow, n0, lane);
+    });
 
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {

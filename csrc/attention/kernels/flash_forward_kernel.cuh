@@ -6,7 +6,7 @@
 //   S = Q K^T      A = Q fragments (registers for D <= 128, else ldmatrix from the tile each time), B = K by
 //                  ldmatrix (K rows are the n side, d contiguous: the "col" operand as stored);
 //   scores         scale (or softcap), log2 units, visibility / ALiBi on the tiles that need it
-//                  (flash_softmax.cuh), online softmax in registers;
+//                  (flash_softmax.cuh), online softmax in registers, then dropout on P (the sums take P whole);
 //   O += P V       P converted in registers to the A fragments of the second mma (the accumulator layout of
 //                  two n8 tiles is the A layout of one k16 step), B = V by ldmatrix.trans.
 // Only the key tiles some row of the CTA can see are visited (causal / window bounds, nondecreasing in the row).
@@ -33,8 +33,9 @@ struct FwdConfig {
   static constexpr int kSmemBytes = (kBM * D + 4 * BN * D) * 2;
 };
 
-template <typename T, class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_forward_kernel(const AttnArgs a, const ScoreParams sp) {
+// DROP: dropout on (a kernel of its own: the Philox draws take registers the plain kernel should not give up).
+template <typename T, class Cfg, bool DROP>
+__global__ void __launch_bounds__(Cfg::kThreads, DROP ? 1 : Cfg::kMinBlocks) flash_forward_kernel(const AttnArgs a, const ScoreParams sp) {
   constexpr int D = Cfg::kD, BM = Cfg::kBM, BN = Cfg::kBN, THREADS = Cfg::kThreads;
   constexpr int KSTEPS = D / 16, NT = BN / 8, DT = D / 8;
   using Tile = SmemTile<D>;
@@ -129,6 +130,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) flash_forward_
     const bool need_mask = n0 < full_lo || n0 + BN > full_hi || n0 + BN > seq.sk || slope_log2 != 0.f;
     scores_tile<NT, BN>(s, sp, vis, m0 + wrow, n0, need_mask, slope_log2, lane);
     online_softmax<NT, DT>(s, o, st);
+    if constexpr (DROP) apply_dropout<NT>(s, a, sp, b, h, m0 + wrow, n0, lane);
 
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "attention/kernels/attention_common.cuh"
 
@@ -22,6 +23,9 @@ struct ScoreParams {
   float scale_log2;      // scale * log2e (no softcap)
   float cap_inv_scale;   // scale / softcap
   float cap_log2;        // softcap * log2e (> 0: softcap on)
+  bool dropout;          // dropout_p > 0 (the flash kernels take p < 1 only)
+  uint32_t drop_thr;     // philox.h's threshold
+  float keep_scale;      // 1 / (1 - p)
 };
 
 __host__ __device__ __forceinline__ ScoreParams make_score_params(const AttnArgs& a) {
@@ -29,7 +33,32 @@ __host__ __device__ __forceinline__ ScoreParams make_score_params(const AttnArgs
   p.scale_log2 = float(a.scale) * kLog2e;
   p.cap_inv_scale = a.softcap > 0 ? float(a.scale / a.softcap) : 0.f;
   p.cap_log2 = a.softcap > 0 ? float(a.softcap) * kLog2e : 0.f;
+  p.dropout = a.dropout_p > 0.0;
+  p.drop_thr = dropout_threshold(a.dropout_p);
+  p.keep_scale = a.dropout_p < 1.0 ? float(1.0 / (1.0 - a.dropout_p)) : 0.f;
   return p;
+}
+
+// The dropout factor of probability (b, h, i, j): 0 or 1 / (1 - p) (philox.h: one Philox block an element).
+__device__ __forceinline__ float drop_factor(const AttnArgs& a, const ScoreParams& sp, int64_t b, int64_t h,
+                                             int64_t i, int64_t j) {
+  const uint64_t n = uint64_t(((b * a.Hq + h) * a.Sq + i) * a.Sk + j);
+  return dropout_keep(a.seed, a.offset, n, sp.drop_thr) ? sp.keep_scale : 0.f;
+}
+
+// Calls f(bool_constant<x>, bool_constant<y>): run-time switches taken once, outside the element loops they
+// specialise.
+template <class F>
+__device__ __forceinline__ void with_flags(bool x, bool y, F&& f) {
+  using T = std::true_type;
+  using N = std::false_type;
+  if (x) {
+    if (y) f(T{}, T{});
+    else f(T{}, N{});
+  } else {
+    if (y) f(N{}, T{});
+    else f(N{}, N{});
+  }
 }
 
 // The visible keys of a lane's two rows (g, g + 8) within one key tile, as tile columns [lo, hi), and the
@@ -153,6 +182,19 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[DT]
       o[dt][2 * hr + 1] *= alpha;
     }
   }
+}
+
+// Dropout on a warp's probabilities in place (after the row sums took them whole): rows row0 + g (+ 8), columns
+// n0 + 8 jn + 2t (+ 1).
+template <int NT>
+__device__ __forceinline__ void apply_dropout(float (&s)[NT][4], const AttnArgs& a, const ScoreParams& sp, int64_t b,
+                                              int64_t h, int64_t row0, int64_t n0, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int jn = 0; jn < NT; ++jn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      s[jn][e] *= drop_factor(a, sp, b, h, row0 + g + 8 * (e >> 1), n0 + jn * 8 + 2 * t + (e & 1));
 }
 
 }  // namespace flash
