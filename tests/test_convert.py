@@ -18,7 +18,7 @@ def _small_net(device):
     calls = []
     model.acts[0].register_forward_hook(lambda m, i, o: calls.append(1))
     model.eval()
-    converted, report = torch_dnn.convert(model)
+    converted, report = torch_dnn.convert(model, include=(torch.nn.Conv2d,))
     return model, converted, report, calls
 
 
@@ -84,8 +84,17 @@ def test_convert_inplace_and_subclass():
 
 
 def test_convert_exclude_leaves_those_types_native():
-    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Conv2d(4, 4, 1))
-    out, report = torch_dnn.convert(m, exclude=(torch.nn.Conv2d,))
-    assert type(out[0]) is torch.nn.Conv2d and type(out[2]) is torch.nn.Conv2d
-    assert isinstance(out[1], torch_dnn.nn.ReLU)
+    m = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.GELU(), torch.nn.ReLU())
+    out, report = torch_dnn.convert(m, exclude=(torch.nn.ReLU,))
+    assert type(out[0]) is torch.nn.ReLU and type(out[2]) is torch.nn.ReLU
+    assert isinstance(out[1], torch_dnn.nn.GELU)
     assert sorted(n for n, _, why in report.left if why == "excluded") == ["0", "2"]
+
+
+def test_convolutions_are_opt_in():
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    out, report = torch_dnn.convert(m)
+    assert type(out[0]) is torch.nn.Conv2d and isinstance(out[1], torch_dnn.nn.ReLU)
+    assert [(n, why) for n, _, why in report.left] == [("0", "opt-in (convert's include)")]
+    out, report = torch_dnn.convert(m, include=(torch.nn.Conv2d,))
+    assert isinstance(out[0], torch_dnn.nn.Conv2d) and not report.left

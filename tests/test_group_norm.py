@@ -407,8 +407,8 @@ def test_modules_state_dict_and_convert(device):
     assert [type(m).__name__ for m in converted] == ["InstanceNorm2d", "Conv2d", "GroupNorm", "GroupNorm"]
     assert isinstance(converted[2], torch_dnn.nn.GroupNorm) and isinstance(converted[3], torch_dnn.nn.GroupNorm)
     assert isinstance(converted[0], torch_dnn.nn.InstanceNorm2d)
-    assert isinstance(converted[1], torch_dnn.nn.Conv2d)
-    assert len(report.swapped) == 4, str(report)
+    assert type(converted[1]) is torch.nn.Conv2d  # an opt-in swap
+    assert len(report.swapped) == 3, str(report)
     assert converted.state_dict().keys() == model.state_dict().keys()
     assert repr(converted) == repr(model)
     x = _input((2, 3, 7, 6), torch.float64, device, "channels_last")

@@ -18,12 +18,17 @@ import torch
 
 # torch.nn type -> torch_dnn.nn type; each family's nn module fills it with @register_swap.
 SWAPS: dict = {}
+# the torch.nn types swapped only when convert's `include` names them: families whose drop-ins would make a typical
+# model slower today (docs/<family>.md says why)
+OPT_IN: set = set()
 
 
-def register_swap(torch_type):
+def register_swap(torch_type, opt_in: bool = False):
     def deco(td_type):
         assert issubclass(td_type, torch_type), f"{td_type} must subclass {torch_type}"
         SWAPS[torch_type] = td_type
+        if opt_in:
+            OPT_IN.add(torch_type)
         return td_type
 
     return deco
@@ -113,11 +118,12 @@ def _fuse_linear_act(model, report) -> None:
             report.fused.append((q_lin, q_act, spec[0]))
 
 
-def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, exclude=()):
+def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, exclude=(), include=()):
     """Return (model, report). With inplace=False the model is deep-copied first and the input is untouched.
     fuse=True also fuses Linear + activation pairs of nn.Sequential containers into LinearAct (see above).
-    exclude: torch.nn types left native (e.g. (torch.nn.Conv2d,)), reported as left with the reason "excluded"."""
-    exclude = tuple(exclude)
+    exclude: torch.nn types left native (e.g. (torch.nn.Conv2d,)), reported as left with the reason "excluded".
+    include: opt-in torch.nn types to swap too (OPT_IN: the convolutions, e.g. include=(torch.nn.Conv2d,))."""
+    exclude = tuple(exclude) + tuple(t for t in OPT_IN if t not in tuple(include))
     if not inplace:
         model = copy.deepcopy(model)
     report = ConvertReport()
@@ -126,7 +132,7 @@ def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, e
     for name, module in model.named_modules():
         t = type(module)
         if t in exclude:
-            report.left.append((name, t.__name__, "excluded"))
+            report.left.append((name, t.__name__, "opt-in (convert's include)" if t in OPT_IN else "excluded"))
         elif t in SWAPS:
             module.__class__ = SWAPS[t]
             report.swapped.append((name, t.__name__, SWAPS[t].__name__))

@@ -1,7 +1,11 @@
 """Drop-in Conv1d/2d/3d and ConvTranspose1d/2d/3d: subclasses of torch.nn's (same constructor, parameters,
 initialisation and state_dict) whose forward runs torch_dnn's convolution. padding_mode reflect / replicate / circular
 pads the input with torch.nn.functional.pad first, as PyTorch's modules do; the transposed modules take forward's
-output_size as PyTorch's (its _output_padding)."""
+output_size as PyTorch's (its _output_padding).
+
+convert swaps them only when asked (convert(model, include=(torch.nn.Conv2d, ...))): NCHW inputs, grouped
+convolutions and a stem with 3 input channels still run on the CUDA-core direct kernels, which would make a
+converted CNN much slower than native (docs/conv.md has the numbers)."""
 import torch
 
 from torch_dnn.convert import register_swap
@@ -23,17 +27,17 @@ class _ConvForward:
         return conv(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
 
 
-@register_swap(torch.nn.Conv1d)
+@register_swap(torch.nn.Conv1d, opt_in=True)
 class Conv1d(_ConvForward, torch.nn.Conv1d):
     _conv = staticmethod(F.conv1d)
 
 
-@register_swap(torch.nn.Conv2d)
+@register_swap(torch.nn.Conv2d, opt_in=True)
 class Conv2d(_ConvForward, torch.nn.Conv2d):
     _conv = staticmethod(F.conv2d)
 
 
-@register_swap(torch.nn.Conv3d)
+@register_swap(torch.nn.Conv3d, opt_in=True)
 class Conv3d(_ConvForward, torch.nn.Conv3d):
     _conv = staticmethod(F.conv3d)
 
@@ -53,19 +57,19 @@ class _ConvTransposeForward:
                                 self.dilation)
 
 
-@register_swap(torch.nn.ConvTranspose1d)
+@register_swap(torch.nn.ConvTranspose1d, opt_in=True)
 class ConvTranspose1d(_ConvTransposeForward, torch.nn.ConvTranspose1d):
     _conv = staticmethod(F.conv_transpose1d)
     _rank = 1
 
 
-@register_swap(torch.nn.ConvTranspose2d)
+@register_swap(torch.nn.ConvTranspose2d, opt_in=True)
 class ConvTranspose2d(_ConvTransposeForward, torch.nn.ConvTranspose2d):
     _conv = staticmethod(F.conv_transpose2d)
     _rank = 2
 
 
-@register_swap(torch.nn.ConvTranspose3d)
+@register_swap(torch.nn.ConvTranspose3d, opt_in=True)
 class ConvTranspose3d(_ConvTransposeForward, torch.nn.ConvTranspose3d):
     _conv = staticmethod(F.conv_transpose3d)
     _rank = 3
