@@ -14,6 +14,10 @@ from tests.family_tester import Against, BadInput, FamilyTester, GradCase, Model
 from tests.utils import assert_models_agree, devices, first_line, make_input
 from torch_dnn.testing import compare
 
+# convert swaps convolutions on request only (docs/conv.md)
+CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d,
+         torch.nn.ConvTranspose3d)
+
 ops = torch.ops.torch_dnn
 
 
@@ -155,7 +159,7 @@ class TestConv(FamilyTester):
             yield Against(f"{case[1]} {label}", ours, theirs, [x, w, b])
         torch.manual_seed(0)
         native = _small_cnn().to(device)
-        converted, _ = torch_dnn.convert(native)
+        converted, _ = torch_dnn.convert(native, include=CONVS)
         yield ModelCase("small CNN", converted, native, _rand((2, 3, 9, 9), torch.float32, device, "channels_last"))
 
     def bad_inputs(self):
@@ -232,7 +236,7 @@ def test_module_padding_modes(device, padding_mode):
         for padding in (2, "same"):
             native = cls(3, 5, 3, padding=padding, padding_mode=padding_mode, dilation=2 if padding == 2 else 1)
             native = native.to(device, torch.float64)
-            converted, report = torch_dnn.convert(native)
+            converted, report = torch_dnn.convert(native, include=CONVS)
             assert type(converted).__name__ == cls.__name__ and type(converted).__module__ == "torch_dnn.nn.conv"
             assert repr(converted) == repr(native)
             assert converted.state_dict().keys() == native.state_dict().keys()
@@ -248,7 +252,7 @@ def test_conv_transpose_output_size(device):
     for cls, shape, out in ((torch.nn.ConvTranspose1d, (2, 4, 5), [10]), (torch.nn.ConvTranspose2d, (2, 4, 5, 4), [10, 8]),
                             (torch.nn.ConvTranspose3d, (1, 4, 3, 3, 2), [6, 5, 4])):
         native = cls(4, 6, 3, stride=2, padding=1, groups=2).to(device, torch.float64)
-        converted, _ = torch_dnn.convert(native)
+        converted, _ = torch_dnn.convert(native, include=CONVS)
         assert isinstance(converted, cls) and type(converted) is not cls
         x = _rand(shape, torch.float64, device)
         y = converted(x, output_size=out)
@@ -262,7 +266,7 @@ def test_conv_transpose_output_size(device):
 def test_convert_swaps_every_conv(device):
     torch.manual_seed(0)
     model = torch.nn.Sequential(_small_cnn(), torch.nn.Flatten(0)).to(device, torch.float64)
-    converted, report = torch_dnn.convert(model)
+    converted, report = torch_dnn.convert(model, include=CONVS)
     assert sum(t.startswith("Conv") for _, t, _ in report.swapped) == 4, str(report)
     x = _rand((2, 3, 9, 9), torch.float64, device, "channels_last")
     assert_models_agree(model, converted, x, name="converted CNN")
