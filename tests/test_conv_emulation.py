@@ -233,3 +233,99 @@ def test_depthwise_empty_batch(emu):
     # nothing to sum: the weight and bias gradients are zeros
     for layout in ("ndhwc", "ncdhw"):
         run_case(emu, 0, 8, 8, 8, (1, 6, 7), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.bfloat16, layout)
+
+
+# ---- staging for the tensor-core paths (csrc/conv/conv_staging.h) ----
+# The CUDA launcher's route for operands the tensor-core paths refuse (NCHW and other layouts, channel counts
+# that are not multiples of 8): conv_staging.h run on the CPU with a stand-in for those paths that takes a
+# problem only under their operand rules and computes it in float64 (tests/emulation/conv_staging_emulation.cpp).
+# A staged case must run on the stand-in and give PyTorch's result in the caller's layout; a declined one must
+# leave the written operand untouched (the direct kernels then take it).
+
+
+@pytest.fixture(scope="module")
+def stage():
+    from torch.utils import cpp_extension
+
+    cpp_extension.load(
+        name="torch_dnn_conv_staging_emulation",
+        sources=[os.path.join(HERE, "emulation", "conv_staging_emulation.cpp")],
+        extra_include_paths=[os.path.join(os.path.dirname(HERE), "csrc")],
+        extra_cflags=["-O1", "-std=c++20", "-Wno-attributes"], is_python_module=False, verbose=False)
+    return torch.ops.torch_dnn_conv_stage
+
+
+def stage_case(stage, N, C, K, spatial, ker, stride, pad, dil, dtype, layout, *, groups=1, tf32=True, bias=False,
+               residual=False, act="identity", staged=True):
+    gen = torch.Generator().manual_seed(hash((N, C, K, spatial, ker, str(dtype), layout)) % 2**31)
+    outs = tuple(out_size(spatial[i], ker[i], stride[i], pad[i], dil[i]) for i in range(3))
+    x = make((N, C) + spatial, dtype, layout, gen)
+    w = make((K, C // groups) + ker, dtype, layout, gen)
+    dy = make((N, K) + outs, dtype, layout, gen)
+    x64, w64, dy64 = x.to(torch.float64), w.to(torch.float64), dy.to(torch.float64)
+    label = f"N{N} C{C} K{K} G{groups} {spatial} k{ker} s{stride} p{pad} d{dil} {dtype} {layout} tf32={tf32}"
+    geo = (list(stride), list(pad), list(dil), groups, tf32)
+    b = (torch.rand(K, generator=gen, dtype=torch.float64) - 0.5).to(dtype) if bias else None
+    r = make((N, K) + outs, dtype, layout, gen) if residual else None
+    code, fn = ACTS[act]
+
+    y = make((N, K) + outs, dtype, layout, gen, fill=float("nan"))
+    ran = stage.run(0, x, w, y, b, r, *geo, code)
+    ref = F.conv3d(x64, w64, None if b is None else b.to(torch.float64), stride, pad, dil, groups)
+    if r is not None:
+        ref = ref + r.to(torch.float64)
+    dx = make((N, C) + spatial, dtype, layout, gen, fill=float("nan"))
+    ran_dgrad = stage.run(1, dx, w, dy, None, None, *geo, 0)
+    dw = make(tuple(w.shape), dtype, layout, gen, fill=float("nan"))
+    ran_wgrad = stage.run(2, x, dw, dy, None, None, *geo, 0)
+    assert (ran, ran_dgrad, ran_wgrad) == (staged,) * 3, f"{label}: staged {ran, ran_dgrad, ran_wgrad}"
+    if not staged:
+        for name, t in (("y", y), ("dx", dx), ("dw", dw)):
+            assert torch.isnan(t).all(), f"{label}: {name} written where staging declined"
+        return
+    check_close(f"staged fprop {label} {act}", y, fn(ref), dtype)
+    check_close(f"staged dgrad {label}", dx, torch.nn.grad.conv3d_input(x.shape, w64, dy64, stride, pad, dil, groups),
+                dtype)
+    check_close(f"staged wgrad {label}", dw, torch.nn.grad.conv3d_weight(x64, w.shape, dy64, stride, pad, dil, groups),
+                dtype)
+
+
+# (N, C, K, spatial, kernel, stride, pad, dil, layout): problems the tensor-core paths take after staging
+STAGED = [
+    (2, 16, 24, (1, 9, 10), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), "ncdhw"),        # NCHW
+    (2, 3, 16, (1, 19, 17), (1, 7, 7), (1, 2, 2), (0, 3, 3), (1, 1, 1), "ndhwc"),        # the stem, channels-last
+    (2, 3, 16, (1, 19, 17), (1, 7, 7), (1, 2, 2), (0, 3, 3), (1, 1, 1), "ncdhw"),        # the stem, NCHW
+    (2, 16, 12, (1, 7, 6), (1, 3, 3), (1, 2, 1), (0, 1, 1), (1, 2, 1), "ndhwc"),         # K = 12 (dgrad's C side)
+    (1, 5, 7, (1, 1, 23), (1, 1, 5), (1, 1, 3), (0, 0, 2), (1, 1, 2), "ncdhw"),          # 1-D, both padded
+    (2, 8, 16, (3, 5, 6), (3, 3, 3), (1, 2, 1), (1, 1, 1), (1, 1, 1), "ncdhw"),          # NCDHW
+    (2, 16, 16, (1, 6, 7), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), "odd"),           # permuted strides
+    (2, 16, 8, (1, 6, 7), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, 1), "ndhwc_sliced"),   # a strided view, 1x1
+]
+
+
+@pytest.mark.parametrize("case", _some(STAGED, 4), ids=lambda c: f"C{c[1]}_K{c[2]}_k{c[4]}_{c[8]}")
+def test_staged(stage, case):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        stage_case(stage, *case[:8], dtype, case[8])
+
+
+def test_staged_epilogue(stage):
+    # bias and residual padded with the output channels; the activation on the staged output
+    for act in ("identity", "relu"):
+        stage_case(stage, 2, 3, 12, (1, 6, 7), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.bfloat16, "ncdhw",
+                   bias=True, residual=True, act=act)
+    stage_case(stage, 2, 16, 16, (1, 6, 7), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.float16, "ncdhw",
+               bias=True, residual=True, act="relu")
+
+
+def test_staging_declines(stage, monkeypatch):
+    geo = ((1, 6, 7), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1))
+    # grouped (the direct kernels' problem), dtypes without tensor cores, padding that multiplies the work by
+    # more than 8 (C = K = 1: 64 times), operands already as the paths take them (nothing to stage)
+    stage_case(stage, 2, 16, 16, *geo, torch.bfloat16, "ncdhw", groups=2, staged=False)
+    stage_case(stage, 2, 16, 16, *geo, torch.float64, "ncdhw", staged=False)
+    stage_case(stage, 2, 16, 16, *geo, torch.float32, "ncdhw", tf32=False, staged=False)
+    stage_case(stage, 2, 1, 1, *geo, torch.bfloat16, "ncdhw", staged=False)
+    stage_case(stage, 2, 16, 16, *geo, torch.bfloat16, "ndhwc", staged=False)
+    monkeypatch.setenv("TORCH_DNN_CONV_STAGE", "0")
+    stage_case(stage, 2, 16, 16, *geo, torch.bfloat16, "ncdhw", staged=False)

@@ -1,15 +1,19 @@
 // CUDA launcher of the convolution family: fills the kernels' ConvArgs from PyTorch's switches, gives them workspace
 // from the caching allocator, and calls the torch-free entry points of conv_kernels.h on the current stream: the
-// Hopper implicit GEMM, then the portable one, then, where both answer cudaErrorNotSupported, the direct kernels
-// (they take every problem). Registered for the CUDA dispatch key only.
+// Hopper implicit GEMM, then the portable one, then, where both answer cudaErrorNotSupported, the same two on a
+// staged copy of the problem where its layout or channel counts were what they refused (conv_staging.h: NCHW,
+// C or K not a multiple of 8), then the direct kernels (they take every problem). Registered for the CUDA
+// dispatch key only.
 #include <torch/version.h>
 
 #include <initializer_list>
 #include <vector>
 
 #include "common/cuda_utils.h"
+#include "common/layout_transpose.h"
 #include "conv/conv_kernels.h"
 #include "conv/conv_ops.h"
+#include "conv/conv_staging.h"
 
 namespace torch_dnn {
 namespace conv {
@@ -68,6 +72,34 @@ bool allow_tf32(const at::Context& ctx) {
 #endif
 }
 
+// The tensor-core paths in turn, each answering cudaErrorNotSupported for what it does not take; true when one
+// took the problem (its work queued).
+bool run_tensor_cores(Pass pass, const ConvArgs& a, cudaStream_t stream) {
+  for (const Entry path : {hopper(pass), implicit_gemm(pass)}) {
+    const cudaError_t err = path(a, stream);
+    if (err == cudaSuccess) return true;
+    TORCH_CHECK(err == cudaErrorNotSupported, "torch_dnn: a tensor-core convolution failed: ",
+                cudaGetErrorString(err));
+    (void)cudaGetLastError();
+  }
+  return false;
+}
+
+// conv_staging.h's dst.copy_(src): between a dense contiguous and a dense channels-last layout of the same sizes
+// by the tiled layout transpose (16-byte accesses; ATen's permuting copy is slower), any other pair by ATen.
+void staging_copy(const at::Tensor& dst, const at::Tensor& src) {
+  constexpr auto cl = at::MemoryFormat::ChannelsLast3d;
+  const bool to_cl = src.is_contiguous() && dst.is_contiguous(cl);
+  const bool from_cl = src.is_contiguous(cl) && dst.is_contiguous();
+  if (src.numel() == 0 || (!to_cl && !from_cl)) {
+    dst.copy_(src);
+    return;
+  }
+  const int64_t N = src.size(0), C = src.size(1), S = src.numel() / (N * C);
+  TD_CHECK_LAUNCH(launch_layout_transpose(to_dtype(src.scalar_type()), src.const_data_ptr(), dst.data_ptr(), N, S, C,
+                                          /*to_channels_last=*/to_cl, current_stream()));
+}
+
 struct CudaBackend {
   static void run(Pass pass, ConvArgs& a, const at::Tensor& like) {
     c10::cuda::CUDAGuard guard(like.device());
@@ -77,14 +109,11 @@ struct CudaBackend {
     CallWorkspace ws(like);
     a.workspace = ws.source();
     const cudaStream_t stream = current_stream();
-    // the tensor-core paths in turn, each answering cudaErrorNotSupported for what it does not take
-    for (const Entry path : {hopper(pass), implicit_gemm(pass)}) {
-      const cudaError_t err = path(a, stream);
-      if (err == cudaSuccess) return;
-      TORCH_CHECK(err == cudaErrorNotSupported, "torch_dnn: a tensor-core convolution failed: ",
-                  cudaGetErrorString(err));
-      (void)cudaGetLastError();
-    }
+    if (run_tensor_cores(pass, a, stream)) return;
+    // refused for the operands' layout or channel counts: the same paths on staged operands (conv_staging.h)
+    if (staging::run_staged(pass, a, like.options(), &staging_copy,
+                            [&](const ConvArgs& b) { return run_tensor_cores(pass, b, stream); }))
+      return;
     TD_CHECK_LAUNCH(direct(pass)(a, stream));
   }
 
