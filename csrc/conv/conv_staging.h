@@ -120,13 +120,16 @@ bool run_staged(Pass pass, const ConvArgs& a, const at::TensorOptions& opts, Cop
   const int64_t C = g.C, K = g.K, Cp = round_up8(C), Kp = round_up8(K);
   if (Cp * Kp > kMaxPaddedWork * C * K) return false;
   const Extents xe = extents(g.N, C, g.in), we = extents(K, C, g.ker), ye = extents(g.N, K, g.out);
+  const bool fprop = pass == Pass::Fprop, dgrad = pass == Pass::Dgrad, wgrad = pass == Pass::Wgrad;
+  const bool has_residual = fprop && a.residual.ptr != nullptr;
   // nothing to stage: the paths refused the problem for something else
-  if (Cp == C && Kp == K && ready(a.x, xe) && ready(a.w, we) && ready(a.y, ye)) return false;
+  if (Cp == C && Kp == K && ready(a.x, xe) && ready(a.w, we) && ready(a.y, ye) &&
+      (!has_residual || ready(a.residual, ye)))
+    return false;
   constexpr int64_t kMaxElements = int64_t(INT32_MAX) - 256;
   if (extents(g.N, Cp, g.in).numel() > kMaxElements || extents(Kp, Cp, g.ker).numel() > kMaxElements ||
       extents(g.N, Kp, g.out).numel() > kMaxElements)
     return false;
-  const bool fprop = pass == Pass::Fprop, dgrad = pass == Pass::Dgrad, wgrad = pass == Pass::Wgrad;
   const Staged x = stage_if_needed(a.x, xe, g.N, Cp, dgrad, opts, copy);
   const Staged w = stage_if_needed(a.w, we, Kp, Cp, wgrad, opts, copy);
   const Staged y = stage_if_needed(a.y, ye, g.N, Kp, fprop, opts, copy);
@@ -143,7 +146,7 @@ bool run_staged(Pass pass, const ConvArgs& a, const at::TensorOptions& opts, Cop
     bias.narrow(0, 0, K).copy_(view_of(const_cast<void*>(a.bias), {K}, {1}, opts));
     b.bias = bias.const_data_ptr();
   }
-  if (fprop && a.residual.ptr != nullptr) {
+  if (has_residual) {
     residual = stage_if_needed(a.residual, ye, g.N, Kp, false, opts, copy);
     b.residual = residual.op;
   }
