@@ -2,7 +2,9 @@
 backward, plain and causal, and B8 H16 S2048 D64, against F.scaled_dot_product_attention with its cuDNN and flash
 backends (torch.nn.attention.sdpa_kernel). FLOPs as FlashAttention counts them: 4 B H Sq Sk D forward, 2.5x that
 backward, half of each when causal. A backward row times torch.autograd.grad through a forward made once per
-implementation (each backend's own backward kernel, picked by its forward)."""
+implementation (each backend's own backward kernel, picked by its forward). Decode: flash_decode at B8 Hq32 Hkv8
+S16k D128, contiguous and paged (block 256, scattered blocks), in GB/s of K and V read (the minimum traffic),
+against SDPA on the same keys and values as contiguous [B, Hkv, S, D] tensors (enable_gqa), each backend."""
 
 import torch
 import torch.nn.functional as TF
@@ -67,8 +69,62 @@ def _cases(B, H, S, D, causal, group):
     ]
 
 
+# ---- decode: flash_decode against a KV cache, GB/s of K and V read ----
+
+_DECODE = dict(B=8, Hq=32, Hkv=8, S=16384, D=128)
+
+
+def _decode_inputs(paged, block=256):
+    """q [B, 1, Hq, D], the cache full (cache_seqlens = S) as [B, S, Hkv, D] or as scattered blocks [B * S / block,
+    block, Hkv, D] with a permuted block table, and the same keys / values as contiguous [B, Hkv, S, D] for SDPA."""
+    B, Hq, Hkv, S, D = (_DECODE[k] for k in ("B", "Hq", "Hkv", "S", "D"))
+
+    def make():
+        q = torch.empty(B, 1, Hq, D, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
+        k = torch.empty(B, Hkv, S, D, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
+        v = torch.empty(B, Hkv, S, D, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
+        lens = torch.full((B,), S, dtype=torch.int32, device="cuda")
+        kc, vc = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # [B, S, Hkv, D]
+        table = None
+        if paged:
+            per_row = S // block
+            perm = torch.randperm(B * per_row, device="cuda")
+            table = perm.view(B, per_row).to(torch.int32)
+            pk = torch.empty(B * per_row, block, Hkv, D, dtype=torch.bfloat16, device="cuda")
+            pv = torch.empty_like(pk)
+            pk[perm] = kc.view(B * per_row, block, Hkv, D)
+            pv[perm] = vc.view(B * per_row, block, Hkv, D)
+            kc, vc = pk, pv
+        return q, kc, vc, lens, table, k, v
+    return make
+
+
+def _decode_impls():
+    def ours(q, kc, vc, lens, table, k, v):
+        return F.flash_decode(q, kc, vc, lens, block_table=table)
+
+    def sdpa(q, kc, vc, lens, table, k, v):
+        return TF.scaled_dot_product_attention(q.transpose(1, 2), k, v, enable_gqa=True)
+
+    impls = {"torch_dnn": ours, "sdpa (auto)": sdpa}
+    impls.update({name: _on(b, sdpa) for name, b in
+                  {"sdpa flash": SDPBackend.FLASH_ATTENTION, "sdpa cuDNN": SDPBackend.CUDNN_ATTENTION,
+                   "sdpa efficient": SDPBackend.EFFICIENT_ATTENTION}.items()})
+    return impls
+
+
+def _decode_cases():
+    B, Hq, Hkv, S, D = (_DECODE[k] for k in ("B", "Hq", "Hkv", "S", "D"))
+    kv_bytes = 2 * B * S * Hkv * D * 2
+    name = f"decode B{B} Hq{Hq} Hkv{Hkv} S{S // 1024}k D{D}"
+    return [Case("attention", f"{name} contiguous", _decode_inputs(False), _decode_impls(), bytes=kv_bytes,
+                 group="decode bf16 (GB/s of KV read)", target=">= 2800 GB/s"),
+            Case("attention", f"{name} paged (block 256)", _decode_inputs(True), _decode_impls(), bytes=kv_bytes,
+                 group="decode bf16 (GB/s of KV read)", target="within 5% of contiguous")]
+
+
 def cases(quick: bool = False):
-    out = []
+    out = _decode_cases()
     for causal in (False, True):
         out += _cases(4, 16, 4096, 128, causal, "SDPA bf16 D128")
     if not quick:

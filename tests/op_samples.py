@@ -147,6 +147,11 @@ def _attention(t, pos):
         "attention_forward": ((q, k, v, mask, 0.0, True, 0.3), {"softcap": 2.0, "window_left": 3}),
         "attention_backward": ((t(*out.shape), q, k, v, out, lse, rng, mask, 0.0, False, None, False, -1, -1, 0.0,
                                 alibi, None, None, 0, 0, False, True), {}),
+        # a paged cache (GQA 4 over 2) with an append; lengths well within the capacity, so a shorter block table
+        # still holds them
+        "flash_decode": ((t(2, 3, 4, 64), t(5, 4, 2, 64), t(5, 4, 2, 64),
+                          torch.tensor([1, 2], dtype=torch.int32, device=q.device), t(2, 1, 2, 64), t(2, 1, 2, 64),
+                          torch.tensor([[3, 0], [1, 4]], dtype=torch.int32, device=q.device)), {"causal": True}),
     }
 
 

@@ -52,3 +52,18 @@ def test_flash_kernels_emulated(tmp_path):
     r, lines = _build_and_run(tmp_path, "attention_flash_emulation")
     assert sum(line.startswith("ok ") for line in lines) >= 20, r.stdout
     assert r.returncode == 0 and lines[-1] == "ALL OK", r.stdout
+
+
+def test_decode_kernels_emulated(tmp_path):
+    """flash_decode's CUDA kernels (csrc/attention/flash_decode.cu) against float64 (attention_decode_emulation.cpp):
+    contiguous and paged caches, the append, ragged lengths, causal, GQA, head dims 64-256, every dtype. Under
+    TORCH_DNN_EMULATE=1 its first two cases run (seconds), under full every case (about a minute)."""
+    exe = str(tmp_path / "attention_decode_emulation")
+    subprocess.run(["g++", "-std=c++20", "-O1", "-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes",
+                    f"-I{ROOT}/csrc", f"-I{HERE}/emulation", f"-I{_cuda_include()}",
+                    os.path.join(HERE, "emulation", "attention_decode_emulation.cpp"), "-o", exe, "-pthread"],
+                   check=True)
+    r = subprocess.run([exe] + ([] if FULL else ["--quick"]), capture_output=True, text=True, timeout=1200)
+    lines = r.stdout.splitlines()
+    assert sum(line.startswith("ok ") for line in lines) >= (40 if FULL else 8), r.stdout  # the cases ran
+    assert r.returncode == 0 and lines[-1] == "ALL OK", r.stdout

@@ -293,6 +293,14 @@ case("scaled_dot_product_attention", lambda q, k, v: TD.scaled_dot_product_atten
      ("attention_forward", "attention_backward"),
      known_cpu_gap="attention's results are laid out [B][S][H][D] in memory, as PyTorch's CUDA flash and cuDNN backends "
                    "lay theirs; PyTorch's CPU backends return contiguous [B][H][S][D]")
+# flash_decode (no gradient): q [B, Sq, Hq, D] and the caches in every layout; its output is contiguous
+# [B, Sq, Hq, D] whatever the inputs' layouts, as flash_attn_with_kvcache's (PyTorch has no such op: the peer is the
+# SDPA composition made contiguous)
+case("flash_decode", lambda q, kc, vc: TD.flash_decode(q, kc, vc, torch.tensor([5, 7], dtype=torch.int32,
+                                                                                 device=q.device)),
+     lambda q, kc, vc: F.scaled_dot_product_attention(q.transpose(1, 2), kc.transpose(1, 2), kc.transpose(1, 2),
+                                                      enable_gqa=True).transpose(1, 2).contiguous(),
+     ((2, 3, 4, 64), (2, 7, 2, 64), (2, 7, 2, 64)), ("flash_decode",), grad=(), follow=(1, 2))
 
 # SyncBatchNorm's pieces: PyTorch has them on CUDA only. Per-channel arguments: (C,) tensors after the input(s).
 _C4 = (N4[1],)

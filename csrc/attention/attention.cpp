@@ -28,6 +28,16 @@ TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
       "bool bottom_right, int window_left, int window_right, float softcap, Tensor? alibi_slopes, "
       "Tensor? cu_seqlens_q, Tensor? cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, bool deterministic, "
       "bool attn_mask_grad) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value, Tensor grad_attn_mask)");
+  // Decode against a KV cache (decode_kernels.h states the problem): q [B, Sq, Hq, D]; k_cache / v_cache
+  // [B, S_max, Hkv, D], or paged [num_blocks, block_size, Hkv, D] with block_table [B, max_blocks] int32;
+  // cache_seqlens [B] int32. k_new / v_new [B, Snew, Hkv, D] are written into the caches at cache_seqlens[b]
+  // (the caches are mutated) before attending to cache_seqlens[b] + Snew keys; causal aligns the queries to the
+  // cache's end. Returns out [B, Sq, Hq, D] and lse [B, Hq, Sq] (float32; float64 for float64). Inference only
+  // (decode_autograd.cpp).
+  m.def(
+      "flash_decode(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, Tensor? k_new=None, "
+      "Tensor? v_new=None, Tensor? block_table=None, float? scale=None, bool causal=False) -> (Tensor out, "
+      "Tensor lse)");
 }
 
 TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {

@@ -158,6 +158,78 @@ def _attention_backward_fake(grad_out, query, key, value, out, lse, philox_seed_
     return dq, dk, dv, dmask
 
 
+# ---- flash_decode: the checks of csrc/attention/decode_ops.h, and its fake kernel (inference only: no autograd
+# formula; the C++ Autograd kernel refuses arguments that require grad) ----
+
+_DECODE = "torch_dnn.flash_decode"
+
+
+def _check_decode_4d(t, arg, dims):
+    check(t.dim() == 4, _DECODE, ": expected ", arg, " to be a 4-D tensor ", dims, ", but got a ", t.dim(),
+          "-D tensor")
+
+
+def check_decode(q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table):
+    """check_decode of decode_ops.h (the values of cache_seqlens and block_table, which the CPU kernel also checks,
+    are not seen)."""
+    op = _DECODE
+    floating(q, op, "q")
+    same_dtype(q, k_cache, op, "q", "k_cache")
+    same_dtype(q, v_cache, op, "q", "v_cache")
+    same_device(q, k_cache, op, "q", "k_cache")
+    same_device(q, v_cache, op, "q", "v_cache")
+    check(cache_seqlens.dtype == torch.int32, op, ": expected cache_seqlens to be an int32 tensor, but got ",
+          type_name(cache_seqlens.dtype))
+    same_device(q, cache_seqlens, op, "q", "cache_seqlens")
+    _check_decode_4d(q, "q", "[batch, query length, query heads, head_dim]")
+    paged = block_table is not None
+    dims = ("[num_blocks, block_size, kv heads, head_dim] (paged)" if paged
+            else "[batch, max length, kv heads, head_dim]")
+    _check_decode_4d(k_cache, "k_cache", dims)
+    _check_decode_4d(v_cache, "v_cache", dims)
+    check(k_cache.shape == v_cache.shape, op, ": expected k_cache and v_cache to have the same shape, but got ",
+          list(k_cache.shape), " and ", list(v_cache.shape))
+    B, Sq, Hq, D = q.shape
+    Hkv = k_cache.shape[2]
+    check(k_cache.shape[3] == D, op, ": expected k_cache to have the head dim of q (", D, "), but got ",
+          k_cache.shape[3])
+    check(D in (64, 128, 256), op, ": expected the head dim of q (q.size(3)) to be 64, 128 or 256, but got ", D)
+    check(Hkv >= 1 and Hq % Hkv == 0, op, ": expected the query heads of q (", Hq,
+          ") to be a multiple of the kv heads of k_cache (", Hkv, ")")
+    check(cache_seqlens.dim() == 1 and cache_seqlens.shape[0] == B, op,
+          ": expected cache_seqlens to be a 1-D tensor of the batch size (", B, "), but got shape ",
+          list(cache_seqlens.shape))
+    if paged:
+        check(block_table.dtype == torch.int32, op, ": expected block_table to be an int32 tensor, but got ",
+              type_name(block_table.dtype))
+        same_device(q, block_table, op, "q", "block_table")
+        check(block_table.dim() == 2 and block_table.shape[0] == B, op, ": expected block_table to be a 2-D tensor "
+              "[batch (", B, "), max_blocks], but got shape ", list(block_table.shape))
+    else:
+        check(k_cache.shape[0] == B, op, ": expected k_cache to have the batch size of q (", B, "), but got ",
+              k_cache.shape[0])
+    check((k_new is None) == (v_new is None), op, ": expected k_new and v_new to be given together")
+    if k_new is not None:
+        same_dtype(q, k_new, op, "q", "k_new")
+        same_dtype(q, v_new, op, "q", "v_new")
+        same_device(q, k_new, op, "q", "k_new")
+        same_device(q, v_new, op, "q", "v_new")
+        _check_decode_4d(k_new, "k_new", "[batch, new length, kv heads, head_dim]")
+        _check_decode_4d(v_new, "v_new", "[batch, new length, kv heads, head_dim]")
+        check(k_new.shape == v_new.shape, op, ": expected k_new and v_new to have the same shape, but got ",
+              list(k_new.shape), " and ", list(v_new.shape))
+        check(k_new.shape[0] == B and k_new.shape[2] == Hkv and k_new.shape[3] == D, op, ": expected k_new of shape "
+              "[", B, ", new length, ", Hkv, ", ", D, "], but got ", list(k_new.shape))
+
+
+@torch.library.register_fake("torch_dnn::flash_decode")
+def _flash_decode_fake(q, k_cache, v_cache, cache_seqlens, k_new=None, v_new=None, block_table=None, scale=None,
+                       causal=False):
+    check_decode(q, k_cache, v_cache, cache_seqlens, k_new, v_new, block_table)
+    B, Sq, Hq, D = q.shape
+    return q.new_empty((B, Sq, Hq, D)), q.new_empty((B, Hq, Sq), dtype=_lse_dtype(q))
+
+
 # ---- autograd (the C++ kernel's twin: csrc/attention/attention_autograd.cpp) ----
 
 _KW = ("bottom_right", "window_left", "window_right", "softcap", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k",
@@ -193,7 +265,7 @@ def _attention_backward(ctx, grad, grad_lse, grad_rng):
 register_autograd("torch_dnn::attention_forward", _attention_backward, setup_context=_attention_setup,
                   cpp_kernel=True)
 
-add_family("attention", ["attention_forward", "attention_backward"])
+add_family("attention", ["attention_forward", "attention_backward", "flash_decode"])
 
 
 # ---- functional wrappers ----
@@ -300,7 +372,31 @@ def flash_attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, alibi_s
     return (out, lse) if return_lse else out
 
 
-FUNCTIONAL = ["scaled_dot_product_attention", "flash_attention"]
+def flash_decode(q, k_cache, v_cache, cache_seqlens, k=None, v=None, block_table=None, softmax_scale=None,
+                 causal=False, return_lse=False):
+    """Attention of a few new query rows against a KV cache, flash_attn_with_kvcache's interface (inference only:
+    the op records no gradient, and an argument that requires grad is an error).
+
+    q: [batch, seqlen_q, nheads, headdim] (seqlen_q 1 to 16 is what the CUDA kernel is shaped for; any works).
+    k_cache, v_cache: [batch, seqlen_cache, nheads_k, headdim], or with block_table a paged cache
+        [num_blocks, page_block_size, nheads_k, headdim]. nheads a multiple of nheads_k (GQA / MQA); headdim 64, 128
+        or 256.
+    cache_seqlens: [batch] int32, the valid length of each batch row's cache (before k / v are appended).
+    k, v: optional [batch, seqlen_new, nheads_k, headdim]: written IN PLACE into the caches at positions
+        cache_seqlens[b] .. cache_seqlens[b] + seqlen_new - 1, then attended to with the rest (cache_seqlens itself
+        is not updated: add seqlen_new to it for the next step). On the CPU a length past the cache's capacity is
+        an error; on CUDA it is clamped (checking it would synchronise).
+    block_table: optional [batch, max_num_blocks_per_seq] int32, the cache blocks of each batch row in order.
+    softmax_scale: default 1 / sqrt(headdim). causal: query row i sees the keys up to cache_seqlens[b] + seqlen_new
+        - seqlen_q + i (the queries are the last rows of the sequence: bottom-right alignment); a row that sees no
+        key gives zeros (lse +inf).
+    Returns out [batch, seqlen_q, nheads, headdim], and with return_lse also the log-sum-exp [batch, nheads,
+    seqlen_q] (float32)."""
+    out, lse = _ops.flash_decode(q, k_cache, v_cache, cache_seqlens, k, v, block_table, softmax_scale, causal)
+    return (out, lse) if return_lse else out
+
+
+FUNCTIONAL = ["scaled_dot_product_attention", "flash_attention", "flash_decode"]
 
 
 def selfcheck_cases():
