@@ -83,7 +83,11 @@ _clash = sorted({s for s in _stems if _stems.count(s) > 1})
 if _clash:
     sys.exit(f"torch_dnn setup.py: sources that would build the same object file: {_clash}; rename one of each")
 
-cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+# -fopenmp: the CPU kernels split their work with at::parallel_for, which is an OpenMP region in torch's builds;
+# compiled without it the region is a plain serial loop. The runtime is the libgomp.so.1 that torch already loads.
+cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
+             "-fopenmp"]
+link_flags = ["-fopenmp"]
 define_macros = [("TORCH_DNN_BUILT_WITH_TORCH", f'"{torch.__version__}"')]
 include_dirs = [os.path.join(ROOT, "csrc")]
 nvcc_flags = ["-O3", "-std=c++20", "--expt-relaxed-constexpr", "-lineinfo", "-Xcompiler=-Wall"]
@@ -104,6 +108,7 @@ if with_cuda:
         include_dirs=include_dirs,
         define_macros=define_macros,
         extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+        extra_link_args=link_flags,
         py_limited_api=True,
     )
 else:
@@ -113,6 +118,7 @@ else:
         include_dirs=include_dirs,
         define_macros=define_macros,
         extra_compile_args={"cxx": cxx_flags},
+        extra_link_args=link_flags,
         py_limited_api=True,
     )
 

@@ -186,10 +186,10 @@ class TestAttention(FamilyTester):
         yield sdpa_case("compile gqa 5-D", ((2, 2, 4, 9, 32), (2, 2, 2, 13, 32), (2, 2, 2, 13, 32)), dtype, device,
                         enable_gqa=True)
         native = SdpaBlock(64, 4).to(device)
-        ours, _ = torch_dnn.convert(native)
+        ours, _ = torch_dnn.convert(native, include=tnn.ATTENTION)
         yield ModelCase("routed block", ours, native, rnd((2, 9, 64), dtype, device))
         native = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True).to(device)
-        ours, _ = torch_dnn.convert(native)
+        ours, _ = torch_dnn.convert(native, include=tnn.ATTENTION)
         yield ModelCase("encoder layer", ours, native, rnd((2, 9, 64), dtype, device))
 
     def bad_inputs(self):
@@ -518,7 +518,7 @@ def _runs_ours(fn) -> bool:
 @pytest.mark.parametrize("device", devices())
 def test_converted_model_routes_sdpa(device):
     native = torch.nn.Sequential(SdpaBlock(64, 4), torch.nn.GELU(), SdpaBlock(64, 4)).to(device)
-    ours, report = torch_dnn.convert(native)
+    ours, report = torch_dnn.convert(native, include=tnn.ATTENTION)
     assert isinstance(ours[0], SdpaBlock) and type(ours[0]) is not SdpaBlock
     assert sum(1 for _, _, b in report.swapped if b == "AttentionRouting") == 2
     x = rnd((2, 9, 64), torch.float32, device)
@@ -527,8 +527,20 @@ def test_converted_model_routes_sdpa(device):
     assert ours.state_dict().keys() == native.state_dict().keys()
     copy.deepcopy(ours)(x)  # the routed class survives a copy
     # a second convert leaves the routed modules as they are
-    again, report = torch_dnn.convert(ours)
+    again, report = torch_dnn.convert(ours, include=tnn.ATTENTION)
     assert type(again[0]) is type(ours[0]) and not any(b == "AttentionRouting" for _, _, b in report.swapped)
+
+
+@pytest.mark.parametrize("device", devices())
+def test_attention_is_opt_in(device):
+    """By default convert leaves attention to PyTorch (its modules and the models' own sdpa calls): torch_dnn's
+    kernels are slower than PyTorch's cuDNN and flash backends on the H100 (docs/attention.md)."""
+    native = torch.nn.Sequential(SdpaBlock(64, 4), torch.nn.MultiheadAttention(64, 4, batch_first=True)).to(device)
+    ours, report = torch_dnn.convert(native)
+    assert type(ours[0]) is SdpaBlock and type(ours[1]) is torch.nn.MultiheadAttention
+    assert ("1", "MultiheadAttention", "opt-in (convert's include)") in report.left
+    x = rnd((2, 9, 64), torch.float32, device)
+    assert not _runs_ours(lambda: ours[0](x))
 
 
 def test_routing_mode_by_hand():
@@ -594,7 +606,7 @@ def test_multihead_attention_matches_torch(device, config):
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(E, H, **ctor).to(device)
     native = _MhaHarness(mha, fwd.get("mask"), L, S, N, device)
-    ours, report = torch_dnn.convert(native)
+    ours, report = torch_dnn.convert(native, include=tnn.ATTENTION)
     assert type(ours.mha) is tnn.MultiheadAttention
     x = rnd((N, L, E) if mha.batch_first else (L, N, E), torch.float32, device)
     assert _runs_ours(lambda: ours(x))
@@ -627,7 +639,7 @@ def test_converted_transformer_encoder(device, norm_first):
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True, norm_first=norm_first)
     native = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).to(device)
-    ours, report = torch_dnn.convert(native)
+    ours, report = torch_dnn.convert(native, include=tnn.ATTENTION)
     assert type(ours) is tnn.TransformerEncoder and type(ours.layers[0]) is tnn.TransformerEncoderLayer
     assert type(ours.layers[0].self_attn) is tnn.MultiheadAttention
     x = rnd((2, 9, 64), torch.float32, device)
@@ -664,7 +676,7 @@ def test_converted_transformer_decoder_layer(device):
             return self.layer(x, memory.to(x.dtype), tgt_is_causal=True,
                               tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=device))
 
-    ours, _ = torch_dnn.convert(Harness(native))
+    ours, _ = torch_dnn.convert(Harness(native), include=tnn.ATTENTION)
     assert type(ours.layer.self_attn) is tnn.MultiheadAttention and type(ours.layer.multihead_attn) is \
         tnn.MultiheadAttention
     x = rnd((2, 7, 32), torch.float32, device)
@@ -680,7 +692,7 @@ def test_converted_timm_vit(device):
     torch.manual_seed(0)
     native = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2,
                                num_classes=10).to(device)
-    ours, report = torch_dnn.convert(native)
+    ours, report = torch_dnn.convert(native, include=tnn.ATTENTION)
     assert [n for n, _, b in report.swapped if b == "AttentionRouting"] == ["blocks.0.attn", "blocks.1.attn"]
     x = rnd((2, 3, 32, 32), torch.float32, device)
     assert _runs_ours(lambda: ours(x))

@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 from torch_dnn import functional as F
 from torch_dnn.convert import register_pass, register_swap
 
-__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
+__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "AttentionRouting", "ATTENTION"]
 
 _TORCH_SDPA = torch._C._nn.scaled_dot_product_attention  # what F.scaled_dot_product_attention is
 
@@ -69,7 +69,7 @@ def _routed_class(cls):
     return _ROUTED[cls]
 
 
-@register_pass
+@register_pass(opt_in=AttentionRouting)
 def route_attention_modules(model, report):
     """convert's pass: the model's own modules (not torch.nn's, not torch_dnn's) that call
     F.scaled_dot_product_attention run it as torch_dnn's (their class becomes a subclass whose forward enters
@@ -82,7 +82,7 @@ def route_attention_modules(model, report):
         report.swapped.append((name, t.__name__, "AttentionRouting"))
 
 
-@register_swap(torch.nn.MultiheadAttention)
+@register_swap(torch.nn.MultiheadAttention, opt_in=True)
 class MultiheadAttention(torch.nn.MultiheadAttention):
     """torch.nn.MultiheadAttention whose attention is torch_dnn's scaled_dot_product_attention (and projections
     torch_dnn's linear) when no weights are asked for; with need_weights=True, PyTorch's math path, which computes
@@ -210,7 +210,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
 
 
-@register_swap(torch.nn.TransformerEncoderLayer)
+@register_swap(torch.nn.TransformerEncoderLayer, opt_in=True)
 class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
     """nn.TransformerEncoderLayer without its inference fast path (torch._transformer_encoder_layer_fwd, one native
     kernel for the whole layer, which would bypass the converted attention, linear and norm modules): the fast
@@ -226,7 +226,7 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
         pass  # nn.TransformerEncoderLayer's __init__ / __setstate__ set it
 
 
-@register_swap(torch.nn.TransformerEncoder)
+@register_swap(torch.nn.TransformerEncoder, opt_in=True)
 class TransformerEncoder(torch.nn.TransformerEncoder):
     """nn.TransformerEncoder without its nested-tensor inference path (padded batches turned into nested tensors,
     which torch_dnn's attention does not take): use_nested_tensor reads false."""
@@ -238,3 +238,10 @@ class TransformerEncoder(torch.nn.TransformerEncoder):
     @use_nested_tensor.setter
     def use_nested_tensor(self, value):
         pass  # nn.TransformerEncoder's __init__ sets it
+
+
+# What convert's include names to swap all of attention: the modules and the routing of models' own
+# F.scaled_dot_product_attention calls. Opt-in while torch_dnn's kernels are slower than PyTorch's cuDNN and flash
+# backends on the H100 (docs/attention.md): by default a converted model keeps PyTorch's attention.
+ATTENTION = (torch.nn.MultiheadAttention, torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder,
+             AttentionRouting)
