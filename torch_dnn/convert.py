@@ -37,11 +37,18 @@ def register_swap(torch_type, opt_in: bool = False):
 # Functions (model, report) -> None run on the model after the swaps, registered by the families' nn modules with
 # @register_pass (attention's routes the F.scaled_dot_product_attention calls of models' own modules to torch_dnn's).
 PASSES: list = []
+# pass -> the token (a class) that convert's `include` must name for the pass to run: opt-in passes, as OPT_IN types
+OPT_IN_PASSES: dict = {}
 
 
-def register_pass(fn):
-    PASSES.append(fn)
-    return fn
+def register_pass(fn=None, *, opt_in=None):
+    def deco(f):
+        PASSES.append(f)
+        if opt_in is not None:
+            OPT_IN_PASSES[f] = opt_in
+        return f
+
+    return deco(fn) if fn is not None else deco
 
 
 @dataclass
@@ -122,7 +129,10 @@ def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, e
     """Return (model, report). With inplace=False the model is deep-copied first and the input is untouched.
     fuse=True also fuses Linear + activation pairs of nn.Sequential containers into LinearAct (see above).
     exclude: torch.nn types left native (e.g. (torch.nn.Conv2d,)), reported as left with the reason "excluded".
-    include: opt-in torch.nn types to swap too (OPT_IN: the convolutions, e.g. include=(torch.nn.Conv2d,))."""
+    include: opt-in torch.nn types to swap too (OPT_IN: the convolutions, e.g. include=(torch.nn.Conv2d,), and
+    attention's modules), and opt-in passes by their token: torch_dnn.nn.AttentionRouting routes the model's own
+    F.scaled_dot_product_attention calls; torch_dnn.nn.ATTENTION names all of attention, torch_dnn.nn.CONVOLUTIONS
+    all the convolutions."""
     exclude = tuple(exclude) + tuple(t for t in OPT_IN if t not in tuple(include))
     if not inplace:
         model = copy.deepcopy(model)
@@ -141,5 +151,6 @@ def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, e
             if why:
                 report.left.append((name, t.__name__, why))
     for run_pass in PASSES:
-        run_pass(model, report)
+        if run_pass not in OPT_IN_PASSES or OPT_IN_PASSES[run_pass] in tuple(include):
+            run_pass(model, report)
     return model, report
