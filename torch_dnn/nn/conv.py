@@ -11,7 +11,12 @@ import torch
 from torch_dnn.convert import register_swap
 from torch_dnn.ops import conv as F
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "CONVOLUTIONS"]
+
+# What convert's include names to swap every convolution (opt-in: docs/conv.md says which problems still run slower
+# than cuDNN).
+CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d,
+                torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 
 
 class _ConvForward:
