@@ -1,5 +1,6 @@
 """Benchmark cases of the convolution family (TFLOP/s): ResNet-50's distinct convolutions and a MobileNet-style
-depthwise 3x3, N = 64, bf16, channels_last, forward alone and forward+backward (autograd: d_input, d_weight),
+depthwise 3x3, N = 64, bf16, channels_last, forward alone and forward+backward (autograd: d_input, d_weight), and
+the fused conv_bias_act(relu) / conv_bias_add_act(relu) forwards at ResNet-50's layers,
 against F.conv2d (cuDNN, torch.backends.cudnn.benchmark = True, as issue 36's targets are measured) and its
 torch.compile. FLOPs are the convolution's multiply-adds x 2 (x 3 for forward+backward: dgrad and wgrad each
 cost the forward's); bytes the minimum traffic (input, weight and output once each; x 3 for forward+backward)."""
@@ -81,6 +82,48 @@ def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
     return [fwd, fb]
 
 
+def _fused_cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
+    """conv_bias_act(relu) and conv_bias_add_act(relu), forward, against F.conv2d with the bias (cuDNN, benchmark
+    mode) followed by PyTorch's residual add and relu (eager), and that composition compiled. Bytes: input, weight,
+    bias, output (and the residual) once each; FLOPs: the convolution's."""
+    es = torch.empty((), dtype=dtype).element_size()
+    out = (size + 2 * pad - k) // stride + 1
+    flops = 2 * N * cout * out * out * (cin // groups) * k * k
+    base = (N * cin * size * size + cout * (cin // groups) * k * k + cout + N * cout * out * out) * es
+    res_bytes = N * cout * out * out * es
+
+    def inputs(residual):
+        def make():
+            x = rand_cuda((N, cin, size, size), dtype, "NHWC", -1, 1)
+            w = rand_cuda((cout, cin // groups, k, k), dtype, "NHWC", -0.1, 0.1)
+            b = rand_cuda((cout,), dtype, "NCHW", -0.5, 0.5)
+            return (x, w, b, rand_cuda((N, cout, out, out), dtype, "NHWC", -1, 1)) if residual else (x, w, b)
+        return make
+
+    def peer_act(x, w, b):
+        return torch.relu(TF.conv2d(x, w, b, stride, pad, 1, groups))
+
+    def peer_add_act(x, w, b, r):
+        return torch.relu(TF.conv2d(x, w, b, stride, pad, 1, groups) + r)
+
+    rows = []
+    for name, residual, ours, peer in (
+            ("conv_bias_act", False,
+             lambda x, w, b: F.conv_bias_act(x, w, b, "relu", stride, pad, 1, groups), peer_act),
+            ("conv_bias_add_act", True,
+             lambda x, w, b, r: F.conv_bias_add_act(x, w, b, r, "relu", stride, pad, 1, groups), peer_add_act)):
+        rows.append(Case("conv", f"{name}(relu) {label} fwd bf16 NHWC", inputs(residual),
+                         {"torch_dnn": ours, "cuDNN + eager": _cudnn_benchmark(peer),
+                          "compile": _cudnn_benchmark(torch.compile(peer, dynamic=False))},
+                         bytes=base + (res_bytes if residual else 0), flops=flops,
+                         group=f"{name}(relu) forward bf16 NHWC",
+                         target=">= 1.15x cuDNN + eager (geometric mean over the layers)"))
+    return rows
+
+
 def cases(quick: bool = False):
     layers = LAYERS[:1] + LAYERS[-2:] if quick else LAYERS
-    return [c for layer in layers for c in _cases_of(*layer, torch.bfloat16)]
+    out = [c for layer in layers for c in _cases_of(*layer, torch.bfloat16)]
+    # the fused epilogues at ResNet-50's layers (the depthwise layer is MobileNet's)
+    resnet = [layer for layer in (LAYERS[:1] if quick else LAYERS) if layer[-1] == 1]
+    return out + [c for layer in resnet for c in _fused_cases_of(*layer, torch.bfloat16)]

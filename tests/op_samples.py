@@ -134,6 +134,8 @@ def _conv(t, pos):
         "conv_backward_input": ((g, w, [2, 3, 5, 5], *geo), {}),
         "conv_backward_weight": ((g, x, [4, 3, 3, 3], *geo), {}),
         "conv_backward_bias": ((g,), {}),
+        "conv_bias_act": ((x, w, b, [1, 1], [1, 1], [1, 1], 1, "gelu"), {}),
+        "conv_bias_add_act": ((x, w, b, t(2, 4, 5, 5), [1, 1], [1, 1], [1, 1], 1, "softplus", 2.0, 5.0), {}),
     }
 
 

@@ -138,6 +138,11 @@ def _scalar_mutations(name, args, kwargs):
             out.append(("size list", _replace(a, 2, [2, 3, 6, 6] if name == "conv_backward_input" else [4, 3, 2, 2]),
                         kwargs))
         return out
+    if name in ("conv_bias_act", "conv_bias_add_act"):
+        at = 3 if name == "conv_bias_act" else 4  # stride, padding, dilation, groups, activation
+        return [("stride 0", _replace(a, at, [0, 0]), kwargs), ("padding negative", _replace(a, at + 1, [-1]), kwargs),
+                ("groups 3", _replace(a, at + 3, 3), kwargs), ("activation", _replace(a, at + 4, "swish"), kwargs),
+                ("kernel larger than the padded input", _replace(_replace(a, at + 1, [0]), at + 2, [3]), kwargs)]
     if "_pool" in name and name[-1] != "_":
         return [(label, args_, kwargs) for label, args_ in _pool_scalars(name, args)]
     return []

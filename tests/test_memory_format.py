@@ -27,7 +27,7 @@ import torch_dnn.functional as TD
 from torch_dnn.ops import FAMILIES
 from torch_dnn.ops.activation import BIAS_ACTS, SPECS
 from torch_dnn.reference import (
-    add_layer_norm_reference, add_rms_norm_reference, bias_act_reference, linear_act_reference,
+    add_layer_norm_reference, add_rms_norm_reference, bias_act_reference, conv_act_reference, linear_act_reference,
 )
 
 DTYPE = torch.float32
@@ -286,6 +286,13 @@ case("conv1d", lambda x, w, b: TD.conv1d(x, w, b, padding=1), lambda x, w, b: F.
      (N3, (4, 6, 3), (4,)), _CONV_OPS, each=True)
 case("conv3d", lambda x, w, b: TD.conv3d(x, w, b, padding=1), lambda x, w, b: F.conv3d(x, w, b, padding=1),
      (N5, (4, 6, 3, 3, 3), (4,)), _CONV_OPS, each=True)
+# the fused ones against the unfused composition, the residual in every layout of its own
+case("conv_bias_act[relu]", lambda x, w, b: TD.conv_bias_act(x, w, b, "relu", padding=1),
+     lambda x, w, b: conv_act_reference(x, w, b, padding=1, activation="relu"), (N4, (4, 6, 3, 3), (4,)),
+     ("conv_bias_act",), each=True)
+case("conv_bias_add_act[gelu]", lambda x, w, b, r: TD.conv_bias_add_act(x, w, b, r, "gelu", padding=1),
+     lambda x, w, b, r: conv_act_reference(x, w, b, padding=1, activation="gelu", residual=r),
+     (N4, (4, 6, 3, 3), (4,), (2, 4, 5, 7)), ("conv_bias_add_act",), each=True)
 
 # attention: q, k, v of [B, H, S, D] (Sq != Sk) in every layout of their rank
 case("scaled_dot_product_attention", lambda q, k, v: TD.scaled_dot_product_attention(q, k, v),

@@ -8,6 +8,16 @@ module that the GEMM epilogue computes (ReLU, ReLU6, LeakyReLU, ELU, GELU, SiLU,
 Hardswish, Hardsigmoid) into one torch_dnn.nn.LinearAct sharing the Linear's parameters; the activation's
 place holds a torch_dnn.nn.FusedAway (an identity), so indices and state_dict keys do not change. Modules with
 hooks are not fused.
+
+Convolutions, inside every nn.Sequential too (convert(model, fuse=True)):
+- a BatchNorm1d/2d/3d in evaluation mode with running statistics directly following a Conv1d/2d/3d of its rank
+  (also in evaluation mode) is folded into the convolution: w' = w * gamma / sqrt(var + eps),
+  b' = (b - mean) * gamma / sqrt(var + eps) + beta, computed in float64 and stored in the convolution's dtype (as
+  torch.nn.utils.fusion.fuse_conv_bn_eval; the folded convolution is a copy with new parameters, the BatchNorm's
+  place a FusedAway). The folded convolution stays a native one unless convolutions are swapped (`include`).
+- a convolution whose type convert swaps (convolutions are opt-in: include=(torch.nn.Conv2d, ...)) directly
+  followed by one of the activations above (a folded BatchNorm between them counts as absent) becomes a
+  torch_dnn.nn.Conv1dAct/Conv2dAct/Conv3dAct sharing its parameters (conv_bias_act: one pass).
 """
 from __future__ import annotations
 
@@ -55,12 +65,17 @@ def register_pass(fn=None, *, opt_in=None):
 class ConvertReport:
     swapped: list = field(default_factory=list)  # (qualified name, torch type name, torch_dnn type name)
     left: list = field(default_factory=list)  # (qualified name, type name, why)
-    fused: list = field(default_factory=list)  # (Linear's qualified name, activation's qualified name, activation)
+    # (Linear's / convolution's qualified name, activation's qualified name, activation); .into: the fused module
+    fused: list = field(default_factory=list)
+    folded: list = field(default_factory=list)  # (convolution's qualified name, BatchNorm's qualified name)
 
     def __str__(self):
         lines = [f"torch_dnn.convert: {len(self.swapped)} module(s) swapped, {len(self.left)} left"
-                 + (f", {len(self.fused)} Linear+activation pair(s) fused" if self.fused else "")]
-        lines += [f"  fused   {a} + {b} -> torch_dnn.nn.LinearAct(activation={act!r})" for a, b, act in self.fused]
+                 + (f", {len(self.fused)} module+activation pair(s) fused" if self.fused else "")
+                 + (f", {len(self.folded)} BatchNorm(s) folded" if self.folded else "")]
+        lines += [f"  folded  {b} into {a}" for a, b in self.folded]
+        lines += [f"  fused   {p[0]} + {p[1]} -> torch_dnn.nn.{getattr(p, 'into', 'LinearAct')}(activation={p[2]!r})"
+                  for p in self.fused]
         lines += [f"  swapped {n or '<root>'}: {a} -> torch_dnn.nn.{b}" for n, a, b in self.swapped]
         lines += [f"  left    {n or '<root>'}: {t} ({why})" for n, t, why in self.left]
         return "\n".join(lines)
@@ -125,9 +140,86 @@ def _fuse_linear_act(model, report) -> None:
             report.fused.append((q_lin, q_act, spec[0]))
 
 
+class FusedPair(tuple):
+    """A report.fused entry: (first module's name, activation's name, activation), the fused module's type in .into."""
+
+    def __new__(cls, first, second, activation, into="LinearAct"):
+        pair = super().__new__(cls, (first, second, activation))
+        pair.into = into
+        return pair
+
+
+_CONVS = {torch.nn.Conv1d: (1, torch.nn.BatchNorm1d), torch.nn.Conv2d: (2, torch.nn.BatchNorm2d),
+          torch.nn.Conv3d: (3, torch.nn.BatchNorm3d)}
+
+
+def _conv_type(module):
+    """The exact torch.nn convolution type of module (or of its drop-in), or None."""
+    return next((t for t in _CONVS if _exact(module, t)), None)
+
+
+def _fold_bn(conv, bn):
+    """A copy of conv (eval) with bn (eval, running statistics) folded into its weight and bias, in float64."""
+    scale = bn.running_var.double().add(bn.eps).rsqrt()
+    if bn.weight is not None:
+        scale = scale * bn.weight.double()
+    shift = -bn.running_mean.double() * scale
+    if bn.bias is not None:
+        shift = shift + bn.bias.double()
+    w = conv.weight.detach().double()
+    b = conv.bias.detach().double() if conv.bias is not None else torch.zeros_like(shift)
+    folded = copy.deepcopy(conv)
+    view = (-1,) + (1,) * (w.dim() - 1)
+    folded.weight = torch.nn.Parameter((w * scale.view(view)).to(conv.weight.dtype), conv.weight.requires_grad)
+    folded.bias = torch.nn.Parameter((b * scale + shift).to(conv.weight.dtype), conv.weight.requires_grad)
+    return folded
+
+
+def _foldable(conv, bn) -> bool:
+    t = _conv_type(conv)
+    if t is None or not _exact(bn, _CONVS[t][1]) or _has_hooks(conv) or _has_hooks(bn):
+        return False
+    return (not conv.training and not bn.training and bn.running_mean is not None and bn.running_var is not None
+            and bn.num_features == conv.out_channels)
+
+
+def _fuse_conv(model, report, exclude) -> None:
+    """BatchNorm folding and convolution + activation fusion in every nn.Sequential (the module docstring)."""
+    from torch_dnn.nn.conv import Conv1dAct, Conv2dAct, Conv3dAct
+    from torch_dnn.nn.linear import FusedAway
+
+    fused_types = {torch.nn.Conv1d: Conv1dAct, torch.nn.Conv2d: Conv2dAct, torch.nn.Conv3d: Conv3dAct}
+    for seq_name, seq in list(model.named_modules()):
+        if type(seq) is not torch.nn.Sequential:
+            continue
+        q = lambda k: f"{seq_name}.{k}" if seq_name else k  # noqa: E731
+        prev = None  # the key of the last module that is not a FusedAway
+        for key in list(seq._modules.keys()):
+            m = seq._modules[key]
+            if m is None or isinstance(m, FusedAway):
+                continue
+            first = seq._modules[prev] if prev is not None else None
+            if first is not None and _foldable(first, m):
+                seq._modules[prev] = _fold_bn(first, m)
+                seq._modules[key] = FusedAway(q(prev), type(m).__name__)
+                report.folded.append((q(prev), q(key)))
+                continue
+            t = _conv_type(first) if first is not None else None
+            if t is not None and t not in exclude and not _has_hooks(first) and not _has_hooks(m):
+                spec = next((f(m) for at, f in FUSIBLE_ACTIVATIONS.items() if _exact(m, at)), None)
+                if spec is not None:
+                    seq._modules[prev] = fused_types[t].from_conv(first, *spec)
+                    seq._modules[key] = FusedAway(q(prev), type(m).__name__)
+                    report.fused.append(FusedPair(q(prev), q(key), spec[0], fused_types[t].__name__))
+                    prev = None
+                    continue
+            prev = key
+
+
 def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, exclude=(), include=()):
     """Return (model, report). With inplace=False the model is deep-copied first and the input is untouched.
-    fuse=True also fuses Linear + activation pairs of nn.Sequential containers into LinearAct (see above).
+    fuse=True also fuses Linear + activation pairs of nn.Sequential containers into LinearAct, folds evaluation-mode
+    BatchNorms into the convolutions they follow and fuses swapped convolutions with their activation (see above).
     exclude: torch.nn types left native (e.g. (torch.nn.Conv2d,)), reported as left with the reason "excluded".
     include: opt-in torch.nn types to swap too (OPT_IN: the convolutions, e.g. include=(torch.nn.Conv2d,), and
     attention's modules), and opt-in passes by their token: torch_dnn.nn.AttentionRouting routes the model's own
@@ -138,6 +230,7 @@ def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, e
         model = copy.deepcopy(model)
     report = ConvertReport()
     if fuse:
+        _fuse_conv(model, report, exclude)
         _fuse_linear_act(model, report)
     for name, module in model.named_modules():
         t = type(module)

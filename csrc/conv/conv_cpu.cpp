@@ -36,6 +36,29 @@ inline Range inside(int64_t in, int64_t out, int64_t stride, int64_t off) {
 // Element offsets of the three spatial dims of an operand.
 inline int64_t at3(const int64_t* st, int64_t a, int64_t b, int64_t c) { return a * st[2] + b * st[3] + c * st[4]; }
 
+// fprop's epilogue (conv_kernels.h): act(acc + bias[k] + residual), in the accumulation type, one rounding to T.
+template <typename T, typename A>
+struct Epilogue {
+  const T* bias;
+  const T* res;  // shaped as y, or null
+  const int64_t* rs;
+  Act act;
+  A pa, pb;
+  explicit Epilogue(const ConvArgs& a)
+      : bias(static_cast<const T*>(a.bias)), res(static_cast<const T*>(a.residual.ptr)), rs(a.residual.stride),
+        act(a.act), pa(A(a.act_params.a)), pb(A(a.act_params.b)) {}
+  A bias_of(int64_t k) const { return bias != nullptr ? A(bias[k]) : A(0); }
+  // the residual of output (n, k, p, q, o), or 0
+  A res_at(int64_t n, int64_t k, int64_t p, int64_t q, int64_t o) const {
+    return res != nullptr ? A(res[n * rs[0] + k * rs[1] + at3(rs, p, q, o)]) : A(0);
+  }
+  // f(act_fn) with act_fn(v) = the activation of v, the activation fixed at compile time
+  template <class F>
+  void with_act(F&& f) const {
+    activation::dispatch_act(act, [&]<Act K>() { f([this](A v) { return activation::act_forward<K, A>(v, pa, pb); }); });
+  }
+};
+
 template <typename T>
 void fprop(const ConvArgs& a) {
   using A = at::opmath_type<T>;
@@ -43,7 +66,7 @@ void fprop(const ConvArgs& a) {
   const T* x = static_cast<const T*>(a.x.ptr);
   const T* w = static_cast<const T*>(a.w.ptr);
   T* y = static_cast<T*>(a.y.ptr);
-  const T* bias = static_cast<const T*>(a.bias);
+  const Epilogue<T, A> ep(a);
   const int64_t *xs = a.x.stride, *ws = a.w.stride, *ys = a.y.stride;
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group();
   const int64_t P = g.out[0], Q = g.out[1], O = g.out[2];
@@ -79,14 +102,16 @@ void fprop(const ConvArgs& a) {
           }
         }
       }
-      const A b = bias != nullptr ? A(bias[k]) : A(0);
+      const A b = ep.bias_of(k);
       T* yk = y + n * ys[0] + k * ys[1];
-      for (int64_t p = 0; p < P; ++p)
-        for (int64_t q = 0; q < Q; ++q) {
-          const A* ar = acc.data() + (p * Q + q) * O;
-          T* yr = yk + at3(ys, p, q, 0);
-          for (int64_t o = 0; o < O; ++o) yr[o * ys[4]] = T(ar[o] + b);
-        }
+      ep.with_act([&](auto act) {
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t q = 0; q < Q; ++q) {
+            const A* ar = acc.data() + (p * Q + q) * O;
+            T* yr = yk + at3(ys, p, q, 0);
+            for (int64_t o = 0; o < O; ++o) yr[o * ys[4]] = T(act(ar[o] + b + ep.res_at(n, k, p, q, o)));
+          }
+      });
     }
   });
 }
@@ -248,7 +273,7 @@ void fprop_channels_inner(const ConvArgs& a) {
   const ConvGeometry& g = a.g;
   const T* x = static_cast<const T*>(a.x.ptr);
   T* y = static_cast<T*>(a.y.ptr);
-  const T* bias = static_cast<const T*>(a.bias);
+  const Epilogue<T, A> ep(a);
   const int64_t *xs = a.x.stride, *ys = a.y.stride;
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group(), taps = g.ker[0] * g.ker[1] * g.ker[2];
   const int64_t P = g.out[0], Q = g.out[1], O = g.out[2];
@@ -258,7 +283,7 @@ void fprop_channels_inner(const ConvArgs& a) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t n = row / (P * Q), p = (row / Q) % P, q = row % Q;
       for (int64_t o = 0; o < O; ++o) {
-        for (int64_t k = 0; k < g.K; ++k) acc[k] = bias != nullptr ? A(bias[k]) : A(0);
+        for (int64_t k = 0; k < g.K; ++k) acc[k] = ep.bias_of(k);
         for (int64_t tap = 0; tap < taps; ++tap) {
           const int64_t t = tap / (g.ker[1] * g.ker[2]), r = (tap / g.ker[2]) % g.ker[1], s = tap % g.ker[2];
           const int64_t id = p * g.stride[0] - g.pad[0] + t * g.dil[0];
@@ -277,7 +302,9 @@ void fprop_channels_inner(const ConvArgs& a) {
           }
         }
         T* yp = y + n * ys[0] + at3(ys, p, q, o);
-        for (int64_t k = 0; k < g.K; ++k) yp[k] = T(acc[k]);
+        ep.with_act([&](auto act) {
+          for (int64_t k = 0; k < g.K; ++k) yp[k] = T(act(acc[k] + ep.res_at(n, k, p, q, o)));
+        });
       }
     }
   });

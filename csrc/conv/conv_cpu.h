@@ -9,8 +9,8 @@ namespace torch_dnn {
 namespace conv {
 
 // ConvArgs's three passes on host memory (conv_kernels.h's definitions), for Float64, Float32, Float16 and
-// BFloat16, accumulated in double for Float64 and in float otherwise; fprop adds the bias (the other epilogue
-// fields are not used by the ops). Every operand is read through its strides.
+// BFloat16, accumulated in double for Float64 and in float otherwise; fprop applies the whole epilogue (bias,
+// residual, activation). Every operand is read through its strides.
 void conv_cpu(Pass pass, const ConvArgs& a);
 void conv_bias_grad_cpu(DType dtype, const ConvGeometry& g, const Operand5& dy, void* db);
 

@@ -11,6 +11,7 @@
 
 #include "common/cuda_utils.h"
 #include "common/layout_transpose.h"
+#include "conv/conv_fused_ops.h"
 #include "conv/conv_kernels.h"
 #include "conv/conv_ops.h"
 #include "conv/conv_staging.h"
@@ -130,4 +131,5 @@ struct CudaBackend {
 
 TORCH_LIBRARY_IMPL(torch_dnn, CUDA, m) {
   torch_dnn::conv::register_conv_impls<torch_dnn::conv::CudaBackend>(m);
+  torch_dnn::conv::register_conv_fused_impls<torch_dnn::conv::CudaBackend>(m);  // conv_fused_ops.h
 }

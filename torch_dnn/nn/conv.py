@@ -11,7 +11,8 @@ import torch
 from torch_dnn.convert import register_swap
 from torch_dnn.ops import conv as F
 
-__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "CONVOLUTIONS"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Conv1dAct",
+           "Conv2dAct", "Conv3dAct", "CONVOLUTIONS"]
 
 # What convert's include names to swap every convolution (opt-in: docs/conv.md says which problems still run slower
 # than cuDNN).
@@ -78,3 +79,54 @@ class ConvTranspose2d(_ConvTransposeForward, torch.nn.ConvTranspose2d):
 class ConvTranspose3d(_ConvTransposeForward, torch.nn.ConvTranspose3d):
     _conv = staticmethod(F.conv_transpose3d)
     _rank = 3
+
+
+class _ConvActForward:
+    """nn.Conv*d's parameters (same constructor, state_dict keys and initialisation) followed by an activation,
+    computed as one convolution with the bias, residual and activation in its epilogue (conv_bias_act /
+    conv_bias_add_act): what convert(model, fuse=True) builds from an nn.Sequential's convolution followed by an
+    activation module.
+
+    activation: bias_act's names ("relu", "gelu", "gelu_tanh", "silu", "leaky_relu", ...); act_a / act_b: the
+    parameters of leaky_relu (negative_slope), elu (alpha), softplus (beta, threshold), None for defaults.
+    forward(input, residual=None): act(conv(input) + residual), the residual added before the activation."""
+
+    def __init__(self, *args, activation="relu", act_a=None, act_b=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.activation, self.act_a, self.act_b = activation, act_a, act_b
+
+    @classmethod
+    def from_conv(cls, conv, activation, act_a=None, act_b=None):
+        """A ConvNdAct sharing conv's parameters (no copy) and attributes, keeping its training mode."""
+        m = cls.__new__(cls)
+        # geometry, padding_mode, training mode; the module's own dicts copied (the Parameters in them shared)
+        m.__dict__.update({k: v.copy() if isinstance(v, dict) else v for k, v in conv.__dict__.items()})
+        m.activation, m.act_a, m.act_b = activation, act_a, act_b
+        return m
+
+    def forward(self, input, residual=None):
+        stride, padding = self.stride, self.padding
+        if self.padding_mode != "zeros":
+            input = torch.nn.functional.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            padding = 0
+        if residual is None:
+            return F.conv_bias_act(input, self.weight, self.bias, self.activation, stride, padding, self.dilation,
+                                   self.groups, self.act_a, self.act_b)
+        return F.conv_bias_add_act(input, self.weight, self.bias, residual, self.activation, stride, padding,
+                                   self.dilation, self.groups, self.act_a, self.act_b)
+
+    def extra_repr(self):
+        params = "".join(f", {k}={v}" for k, v in (("act_a", self.act_a), ("act_b", self.act_b)) if v is not None)
+        return f"{super().extra_repr()}, activation={self.activation!r}{params}"
+
+
+class Conv1dAct(_ConvActForward, torch.nn.Conv1d):
+    pass
+
+
+class Conv2dAct(_ConvActForward, torch.nn.Conv2d):
+    pass
+
+
+class Conv3dAct(_ConvActForward, torch.nn.Conv3d):
+    pass

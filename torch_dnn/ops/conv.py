@@ -272,7 +272,112 @@ register_autograd("torch_dnn::conv_backward_weight", _backward_weight_backward, 
                   cpp_kernel=True)
 register_autograd("torch_dnn::conv_backward_bias", _bias_backward, setup_context=_bias_setup, cpp_kernel=True)
 
-add_family("conv", ["convolution", "conv_backward_input", "conv_backward_weight", "conv_backward_bias"])
+
+# ---- the fused forward ops: conv_bias_act, conv_bias_add_act (csrc/conv/conv_fused_ops.h) ----
+
+# bias_act's activation names (torch_dnn.ops.activation.BIAS_ACTS)
+_FUSED_ACTS = ("none", "identity", "relu", "relu6", "leaky_relu", "elu", "gelu", "gelu_tanh", "silu", "sigmoid",
+               "tanh", "softplus", "mish", "hardswish", "hardsigmoid")
+# their default parameters (a, b), overridden by act_a / act_b
+_ACT_DEFAULTS = {"leaky_relu": (0.01, 0.0), "elu": (1.0, 0.0), "softplus": (1.0, 20.0)}
+# activations whose derivative their result determines exactly: the backward reads it (csrc/conv/conv_fused_autograd.cpp)
+_FROM_RESULT = ("none", "identity", "relu", "relu6", "sigmoid", "tanh")
+
+
+def _fused_fake(op, input, weight, bias, residual, stride, padding, dilation, groups, activation):
+    _first(op, input, "input")
+    _tensor(op, weight, "weight", input.dim())
+    _like(op, input, weight, "input", "weight")
+    if bias is not None:
+        _checks.floating(bias, op, "bias")
+        _like(op, input, bias, "input", "bias")
+    check(activation in _FUSED_ACTS, op, ": unknown activation '", activation, "' (expected one of bias_act's: none, "
+          "relu, relu6, leaky_relu, elu, gelu, gelu_tanh, silu, sigmoid, tanh, softplus, mish, hardswish, hardsigmoid)")
+    p = _params(op, input.dim() - 2, stride, padding, dilation, False, [0], groups)
+    out = _shapes(op, input.shape, weight.shape, p, False, groups, "input")
+    if bias is not None:
+        check(bias.dim() == 1 and bias.shape[0] == weight.shape[0], op, ": expected bias to be 1-D with ",
+              weight.shape[0], " elements, but got bias of size ", sizes(bias))
+    if residual is not None:
+        _checks.floating(residual, op, "residual")
+        _like(op, input, residual, "input", "residual")
+        check(list(residual.shape) == out, op, ": expected residual to have the shape of the output ", out,
+              ", but got residual of size ", sizes(residual))
+    return _empty_in(out, input, _channels_last(input, weight, p, False, groups))
+
+
+@torch.library.register_fake("torch_dnn::conv_bias_act")
+def _conv_bias_act_fake(input, weight, bias, stride, padding, dilation, groups, activation="relu", act_a=None,
+                        act_b=None):
+    return _fused_fake("torch_dnn.conv_bias_act", input, weight, bias, None, stride, padding, dilation, groups,
+                       activation)
+
+
+@torch.library.register_fake("torch_dnn::conv_bias_add_act")
+def _conv_bias_add_act_fake(input, weight, bias, residual, stride, padding, dilation, groups, activation="relu",
+                            act_a=None, act_b=None):
+    return _fused_fake("torch_dnn.conv_bias_add_act", input, weight, bias, residual, stride, padding, dilation,
+                       groups, activation)
+
+
+def _act_backward(grad, saved, activation, act_a, act_b):
+    """grad * act'(at saved) through the activation family's backward op (saved: the input, or the result for
+    the activations of _FROM_RESULT)."""
+    a, b = _ACT_DEFAULTS.get(activation, (0.0, 0.0))
+    a = a if act_a is None else act_a
+    b = b if act_b is None else act_b
+    if activation in ("none", "identity"):
+        return grad
+    if activation in ("gelu", "gelu_tanh"):
+        return _ops.gelu_backward(grad, saved, approximate="none" if activation == "gelu" else "tanh")
+    if activation in ("leaky_relu", "elu"):
+        return getattr(_ops, f"{activation}_backward")(grad, saved, a)
+    if activation == "softplus":
+        return _ops.softplus_backward(grad, saved, a, b)
+    return getattr(_ops, f"{activation}_backward")(grad, saved)
+
+
+def _fused_setup(ctx, inputs, output):
+    if len(inputs) == 11:  # conv_bias_add_act
+        x, w, bias, res, stride, padding, dilation, groups, act, act_a, act_b = inputs
+    else:
+        (x, w, bias, stride, padding, dilation, groups, act, act_a, act_b), res = inputs, None
+    ctx.call = (stride, padding, dilation, groups)
+    ctx.act = (act, act_a, act_b)
+    ctx.bias_size = bias.shape[0] if bias is not None else -1
+    ctx.has_res = res is not None
+    p = _params("torch_dnn.conv_bias_act", x.dim() - 2, stride, padding, dilation, False, [0], groups)
+    ctx.channels_last = _channels_last(x, w, p, False, groups)
+    ctx.save_for_backward(x, w, bias, res, output if act in _FROM_RESULT else None)
+
+
+def _fused_backward(ctx, grad):
+    x, w, bias, res, y = ctx.saved_tensors
+    act, act_a, act_b = ctx.act
+    if y is None:  # the pre-activation, recomputed by the same op without the activation
+        y = (_ops.conv_bias_add_act(x, w, bias, res, *ctx.call, "none") if ctx.has_res
+             else _ops.conv_bias_act(x, w, bias, *ctx.call, "none"))
+    d_act = _act_backward(grad, y, act, act_a, act_b)  # the residual's gradient as is (PyTorch's add passes it on)
+    d_pre = _exactly_in_layout(d_act, ctx.channels_last)
+    stride, padding, dilation, groups = ctx.call
+    geo = (stride, padding, dilation, False, [0], groups)
+    need = ctx.needs_input_grad
+    dx = _ops.conv_backward_input(d_pre, w, list(x.shape), *geo) if need[0] else None
+    dw = _ops.conv_backward_weight(d_pre, x, list(w.shape), *geo) if need[1] else None
+    db = None
+    if ctx.bias_size >= 0 and need[2]:
+        db = _ops.conv_backward_bias(d_pre) if d_pre.shape[1] == ctx.bias_size else d_pre.new_zeros((ctx.bias_size,))
+    if ctx.has_res:
+        return (dx, dw, db, d_act if need[3] else None) + (None,) * 7
+    return (dx, dw, db) + (None,) * 7
+
+
+# csrc/conv/conv_fused_autograd.cpp takes every call that reaches the Autograd key; this serves torch.func's transforms
+register_autograd("torch_dnn::conv_bias_act", _fused_backward, setup_context=_fused_setup, cpp_kernel=True)
+register_autograd("torch_dnn::conv_bias_add_act", _fused_backward, setup_context=_fused_setup, cpp_kernel=True)
+
+add_family("conv", ["convolution", "conv_backward_input", "conv_backward_weight", "conv_backward_bias",
+                    "conv_bias_act", "conv_bias_add_act"])
 
 
 # ---- functional wrappers ----
@@ -358,7 +463,56 @@ def conv_transpose3d(input, weight, bias=None, stride=1, padding=0, output_paddi
     return _conv_transpose(3, input, weight, bias, stride, padding, output_padding, groups, dilation)
 
 
-FUNCTIONAL = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"]
+def _conv_act(fn, input, weight, bias, residual, activation, stride, padding, dilation, groups, act_a, act_b):
+    r = weight.dim() - 2
+    if r not in (1, 2, 3):
+        raise RuntimeError(f"{fn}(): expected weight to be 3-D, 4-D or 5-D (out_channels, in_channels / groups, "
+                           f"*kernel), but got weight of size {list(weight.shape)}")
+    x, added = _batched(input, r, fn)
+    if residual is not None and added:
+        residual = residual.unsqueeze(0)
+    stride, dilation = _ntuple(stride, r, "stride", fn), _ntuple(dilation, r, "dilation", fn)
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = (0,) * r
+        elif padding == "same":
+            x, padding = _same_padding(x, weight, r, stride, dilation)
+        else:
+            raise RuntimeError(f"Invalid padding string: '{padding}'")
+    else:
+        padding = _ntuple(padding, r, "padding", fn)
+    if residual is None:
+        y = _ops.conv_bias_act(x, weight, bias, stride, padding, dilation, groups, activation, act_a, act_b)
+    else:
+        y = _ops.conv_bias_add_act(x, weight, bias, residual, stride, padding, dilation, groups, activation, act_a,
+                                   act_b)
+    return y.squeeze(0) if added else y
+
+
+def conv_bias_act(input, weight, bias=None, activation="relu", stride=1, padding=0, dilation=1, groups=1, act_a=None,
+                  act_b=None):
+    """act(conv(input, weight, bias)) in one pass, the bias and the activation in the convolution's epilogue
+    (torch_dnn's own). conv1d, conv2d or conv3d by the weight's rank; input, weight, bias, stride, padding ('same',
+    'valid' too), dilation and groups as torch.nn.functional.conv*d's, unbatched inputs too.
+
+    activation: one of torch_dnn.ops.activation.BIAS_ACTS ("none", "relu", "relu6", "gelu", "gelu_tanh", "silu",
+    ...); act_a / act_b: the parameters of leaky_relu (negative_slope), elu (alpha) and softplus (beta, threshold),
+    None for PyTorch's defaults (as linear_act's)."""
+    return _conv_act("conv_bias_act", input, weight, bias, None, activation, stride, padding, dilation, groups, act_a,
+                     act_b)
+
+
+def conv_bias_add_act(input, weight, bias, residual, activation="relu", stride=1, padding=0, dilation=1, groups=1,
+                      act_a=None, act_b=None):
+    """act(conv(input, weight, bias) + residual) in one pass: the end of a ResNet block. residual has the output's
+    shape and is added BEFORE the activation (linear_act's residual is added after it). Other arguments as
+    conv_bias_act's."""
+    return _conv_act("conv_bias_add_act", input, weight, bias, residual, activation, stride, padding, dilation,
+                     groups, act_a, act_b)
+
+
+FUNCTIONAL = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+              "conv_bias_act", "conv_bias_add_act"]
 
 
 def selfcheck_cases():
@@ -390,8 +544,18 @@ def selfcheck_cases():
     }
 
     def make(shapes, cl, d, t):
-        x, w, b = (random_like_case(s, t, d, low=-1, high=1) for s in shapes)
-        return [x.contiguous(memory_format=torch.channels_last) if cl else x, w, b]
+        x, w, b, *r = (random_like_case(s, t, d, low=-1, high=1) for s in shapes)
+        return [x.contiguous(memory_format=torch.channels_last) if cl else x, w, b, *r]
 
-    return [(label, lambda d, t, o=ours, p=theirs, s=shapes, cl=cl, n=label: check_against_torch(
+    rows = [(label, lambda d, t, o=ours, p=theirs, s=shapes, cl=cl, n=label: check_against_torch(
         o, p, make(s, cl, d, t), name=n)) for label, (ours, theirs, shapes, cl) in cases.items()]
+    from torch_dnn.reference.conv import conv_act_reference
+
+    # the fused ops: (input, weight, bias, residual) shapes, the residual in the output's shape
+    for label, act, cl in (("conv_bias_add_act[relu] 3x3 NHWC", "relu", True),
+                           ("conv_bias_add_act[silu] 3x3", "silu", False)):
+        rows.append((label, lambda d, t, a=act, cl=cl, n=label: check_against_torch(
+            lambda x, w, b, r: conv_bias_add_act(x, w, b, r, a, padding=1),
+            lambda x, w, b, r: conv_act_reference(x, w, b, padding=1, activation=a, residual=r),
+            make(((2, 8, 9, 7), (16, 8, 3, 3), (16,), (2, 16, 9, 7)), cl, d, t), name=n)))
+    return rows
