@@ -364,3 +364,18 @@ def test_conv_act_module_trains_as_native(device):
     assert len(report.fused) == 2 and converted[0].weight is not native[0].weight  # convert copied the model
     assert converted.state_dict().keys() == native.state_dict().keys()
     ModelCase("Conv2dAct train", converted, native, _rand((2, 4, 7, 6), torch.float32, device)).check()
+
+
+@pytest.mark.parametrize("act", ["gelu", "relu", "softplus"])
+def test_torch_func_grad(act):
+    """torch.func.grad takes the ops' Python formula (torch_dnn/ops/conv.py, the C++ kernel's twin): float64
+    gradients of every input against the unfused composition's, to rounding."""
+    torch.manual_seed(0)
+    x, w, b, r = (torch.randn(s, dtype=torch.float64) for s in ((2, 4, 6, 5), (6, 4, 3, 3), (6,), (2, 6, 6, 5)))
+    a = 2.0 if act == "softplus" else None
+    ours = torch.func.grad(lambda *t: F.conv_bias_add_act(*t, act, padding=1, act_a=a).square().sum(),
+                           argnums=(0, 1, 2, 3))(x, w, b, r)
+    ref = torch.func.grad(lambda *t: conv_act_reference(*t[:3], padding=1, activation=act, residual=t[3],
+                                                        act_a=a).square().sum(), argnums=(0, 1, 2, 3))(x, w, b, r)
+    for o, e in zip(ours, ref):
+        torch.testing.assert_close(o, e, rtol=1e-12, atol=1e-12)
