@@ -316,6 +316,14 @@ def test_staged_epilogue(stage):
                    bias=True, residual=True, act=act)
     stage_case(stage, 2, 16, 16, (1, 6, 7), (1, 3, 3), (1, 1, 1), (0, 1, 1), (1, 1, 1), torch.float16, "ncdhw",
                bias=True, residual=True, act="relu")
+    # only the residual laid out otherwise
+    gen = torch.Generator().manual_seed(5)
+    x, w = make((2, 16, 1, 6, 7), torch.bfloat16, "ndhwc", gen), make((16, 16, 1, 3, 3), torch.bfloat16, "ndhwc", gen)
+    r = make((2, 16, 1, 6, 7), torch.bfloat16, "ncdhw", gen)
+    y = make((2, 16, 1, 6, 7), torch.bfloat16, "ndhwc", gen, fill=float("nan"))
+    assert stage.run(0, x, w, y, None, r, [1, 1, 1], [0, 1, 1], [1, 1, 1], 1, True, 0) == 1
+    ref = F.conv3d(x.double(), w.double(), None, 1, (0, 1, 1)) + r.double()
+    check_close("staged fprop, residual only", y, ref, torch.bfloat16)
 
 
 def test_staging_declines(stage, monkeypatch):
