@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, rand_cuda
+from benchmarks.harness import Case, rand_cuda, with_env
 
 N = 64
 
@@ -24,6 +24,9 @@ LAYERS = [
     ("7x7/2 stem 3->64 @224", 3, 64, 7, 2, 3, 224, 1),
     ("depthwise 3x3 384 @28", 384, 384, 3, 1, 1, 28, 384),
 ]
+
+# the layers also run with NCHW operands (staged for the tensor-core paths: conv_staging.h)
+NCHW_LAYERS = ("3x3 64->64 @56", "1x1 256->64 @56", "7x7/2 stem 3->64 @224")
 
 # cuDNN's targets of issue 36 (TFLOP/s, fwd / fwd+bwd), where measured
 TARGETS = {"3x3 64->64 @56": (313, 176), "3x3 256->256 @14": (456, 330), "1x1 256->64 @56": (118, 106),
@@ -43,7 +46,7 @@ def _cudnn_benchmark(fn):
     return run
 
 
-def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
+def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype, layout="NHWC"):
     es = torch.empty((), dtype=dtype).element_size()
     out = (size + 2 * pad - k) // stride + 1
     flops = 2 * N * cout * out * out * (cin // groups) * k * k
@@ -53,11 +56,11 @@ def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
         return lambda x, w: fn(x, w, None, stride, pad, 1, groups)
 
     def inputs(grad=False):
-        x = rand_cuda((N, cin, size, size), dtype, "NHWC", -1, 1)
-        w = rand_cuda((cout, cin // groups, k, k), dtype, "NHWC", -0.1, 0.1)
+        x = rand_cuda((N, cin, size, size), dtype, layout, -1, 1)
+        w = rand_cuda((cout, cin // groups, k, k), dtype, layout, -0.1, 0.1)
         if not grad:
             return x, w
-        g = rand_cuda((N, cout, out, out), dtype, "NHWC", -1, 1)
+        g = rand_cuda((N, cout, out, out), dtype, layout, -1, 1)
         return x.requires_grad_(), w.requires_grad_(), g
 
     def fwd_bwd(fn):
@@ -67,17 +70,21 @@ def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
 
     eager = conv(TF.conv2d)
     compiled = torch.compile(eager, dynamic=False)
+    ours = {"torch_dnn": conv(F.conv2d)}
+    if layout == "NCHW" or cin % 8 != 0 or cout % 8 != 0:  # staged: also without staging (the direct kernels)
+        ours["torch_dnn unstaged"] = with_env(conv(F.conv2d), TORCH_DNN_CONV_STAGE="0")
     fwd_target, fb_target = TARGETS.get(label, (None, None))
     target = (lambda t: f">= cuDNN ({t} TFLOP/s)" if t else ">= cuDNN")
-    fwd = Case("conv", f"conv {label} fwd bf16 NHWC", inputs,
-               {"torch_dnn": conv(F.conv2d), "cuDNN (F.conv2d)": _cudnn_benchmark(eager),
+    fwd = Case("conv", f"conv {label} fwd bf16 {layout}", inputs,
+               {**ours, "cuDNN (F.conv2d)": _cudnn_benchmark(eager),
                 "compile": _cudnn_benchmark(compiled)},
-               bytes=x_bytes + w_bytes + y_bytes, flops=flops, group="conv forward bf16 NHWC",
+               bytes=x_bytes + w_bytes + y_bytes, flops=flops, group=f"conv forward bf16 {layout}",
                target=target(fwd_target))
-    fb = Case("conv", f"conv {label} fwd+bwd bf16 NHWC", lambda: inputs(True),
-              {"torch_dnn": fwd_bwd(conv(F.conv2d)), "cuDNN (F.conv2d)": _cudnn_benchmark(fwd_bwd(eager)),
+    fb = Case("conv", f"conv {label} fwd+bwd bf16 {layout}", lambda: inputs(True),
+              {**{k: fwd_bwd(v) for k, v in ours.items()}, "cuDNN (F.conv2d)": _cudnn_benchmark(fwd_bwd(eager)),
                "compile": _cudnn_benchmark(fwd_bwd(compiled))},
-              bytes=3 * (x_bytes + w_bytes + y_bytes), flops=3 * flops, group="conv forward+backward bf16 NHWC",
+              bytes=3 * (x_bytes + w_bytes + y_bytes), flops=3 * flops,
+              group=f"conv forward+backward bf16 {layout}",
               target=target(fb_target))
     return [fwd, fb]
 
@@ -124,6 +131,7 @@ def _fused_cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
 def cases(quick: bool = False):
     layers = LAYERS[:1] + LAYERS[-2:] if quick else LAYERS
     out = [c for layer in layers for c in _cases_of(*layer, torch.bfloat16)]
+    out += [c for layer in layers if layer[0] in NCHW_LAYERS for c in _cases_of(*layer, torch.bfloat16, "NCHW")]
     # the fused epilogues at ResNet-50's layers (the depthwise layer is MobileNet's)
     resnet = [layer for layer in (LAYERS[:1] if quick else LAYERS) if layer[-1] == 1]
     return out + [c for layer in resnet for c in _fused_cases_of(*layer, torch.bfloat16)]
