@@ -9,10 +9,13 @@
 // take that layout, and dres d_pre as the activation's backward returns it (PyTorch's add passes it on as is).
 // The kernels do not write the pre-activation (it never reaches memory), so the backward reads the derivative
 // from the result where it determines it exactly (identity, relu, relu6: 0 < y < 6 iff 0 < pre < 6; sigmoid and
-// tanh, whose backward ops read the result as PyTorch's), and otherwise recomputes pre with the same op and
-// activation "none" (one more fprop with the bias and residual in its epilogue). With grad mode on (create_graph),
-// pre is recomputed through convolution (differentiable), the activation's derivative taken as ATen ops, and the
-// gradients come from the backward ops at the Autograd key, so they can be differentiated again.
+// tanh, whose backward ops read the result as PyTorch's). For the other activations a forward that records a
+// graph computes pre (the op with activation "none": bias and residual still in the epilogue), saves it and applies
+// the activation with its own op (one elementwise pass instead of a second convolution in the backward; the result
+// then has pre's rounding before the activation, as the unfused composition). torch.func's twin
+// (torch_dnn/ops/conv.py), whose forward is the op itself, recomputes pre in its backward. With grad mode on
+// (create_graph), pre is recomputed through convolution (differentiable), the activation's derivative taken as ATen
+// ops, and the gradients come from the backward ops at the Autograd key, so they can be differentiated again.
 #pragma GCC diagnostic ignored "-Wstringop-overflow"  // see conv_fused.cpp
 #include "activation/activation_create_graph.h"
 #include "common/autograd_kernel.h"
@@ -73,6 +76,28 @@ at::Tensor act_backward(const at::Tensor& g, const at::Tensor& s, Act k, ActPara
   TORCH_CHECK(false, "torch_dnn.conv_bias_act: no backward for this activation");
 }
 
+// act(pre) through the activation family's forward ops (the activations that derivative_from_result leaves out).
+at::Tensor act_forward(const at::Tensor& pre, Act k, ActParams p) {
+  using Sig1 = at::Tensor(const at::Tensor&);
+  using Sig2 = at::Tensor(const at::Tensor&, double);
+  using Sig3 = at::Tensor(const at::Tensor&, double, double);
+  using GeluSig = at::Tensor(const at::Tensor&, c10::string_view);
+  const auto one = [&](const char* name) { return op_handle<Sig1>(name).call(pre); };
+  switch (k) {
+    case Act::Silu: return one("torch_dnn::silu");
+    case Act::Mish: return one("torch_dnn::mish");
+    case Act::Hardswish: return one("torch_dnn::hardswish");
+    case Act::Hardsigmoid: return one("torch_dnn::hardsigmoid");
+    case Act::LeakyRelu: return op_handle<Sig2>("torch_dnn::leaky_relu").call(pre, p.a);
+    case Act::Elu: return op_handle<Sig2>("torch_dnn::elu").call(pre, p.a);
+    case Act::Hardtanh: return op_handle<Sig3>("torch_dnn::hardtanh").call(pre, p.a, p.b);
+    case Act::Softplus: return op_handle<Sig3>("torch_dnn::softplus").call(pre, p.a, p.b);
+    case Act::Gelu: return op_handle<GeluSig>("torch_dnn::gelu").call(pre, "none");
+    case Act::GeluTanh: return op_handle<GeluSig>("torch_dnn::gelu").call(pre, "tanh");
+    default: TORCH_CHECK(false, "torch_dnn.conv_bias_act: act_forward takes only activations read from their input");
+  }
+}
+
 // The fused op's arguments a node keeps (geometry, activation) and the ops its backward calls.
 struct FusedCall {
   Ints stride, padding, dilation;
@@ -120,34 +145,41 @@ struct FusedCall {
 };
 
 struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
-  // res: none for conv_bias_act
+  // res: none for conv_bias_act; recording: the call records a graph (grad mode on, an input requiring grad)
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
                                const OptTensor& res_opt, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                               int64_t groups, c10::string_view act, OptDouble act_a, OptDouble act_b) {
+                               int64_t groups, c10::string_view act, OptDouble act_a, OptDouble act_b, bool recording) {
     const at::Tensor res = or_undefined(res_opt);
     const FusedCall call{stride.vec(), padding.vec(), dilation.vec(), groups, std::string(act), act_a, act_b};
-    at::Tensor y;
+    const char* op = res.defined() ? "torch_dnn.conv_bias_add_act" : "torch_dnn.conv_bias_act";
+    const auto [k, ap] = fused_act_kind(op, act, act_a, act_b);
+    const bool save_pre = recording && !derivative_from_result(k);
+    at::Tensor y, pre;
     {
       at::AutoDispatchBelowADInplaceOrView below;
-      y = call.fused(x, w, b, res, act, act_a, act_b);
+      if (save_pre) {
+        pre = call.fused(x, w, b, res, "none", c10::nullopt, c10::nullopt);
+        y = act_forward(pre, k, ap);
+      } else {
+        y = call.fused(x, w, b, res, act, act_a, act_b);
+      }
     }
-    const char* op = res.defined() ? "torch_dnn.conv_bias_add_act" : "torch_dnn.conv_bias_act";
-    const Act k = fused_act_kind(op, act, act_a, act_b).first;
     const Params p = check_params(op, x.dim() - 2, stride, padding, dilation, false, {0}, groups);
     ctx->saved_data["channels_last"] = conv_channels_last(x, w, p);
     ctx->saved_data["bias_size"] = is_given(b) ? b->size(0) : int64_t(-1);
     ctx->saved_data["has_res"] = res.defined();
     call.save(ctx);
-    ctx->save_for_backward({x, w, or_undefined(b), res, derivative_from_result(k) ? y : at::Tensor()});
+    // the value the activation's backward op reads: the result, the pre-activation, or none (recomputed)
+    ctx->save_for_backward({x, w, or_undefined(b), res, save_pre ? pre : derivative_from_result(k) ? y : at::Tensor()});
     return {y};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    // input, weight, bias, residual, stride, padding, dilation, groups, activation, act_a, act_b
-    variable_list out(11);
+    // input, weight, bias, residual, stride, padding, dilation, groups, activation, act_a, act_b, recording
+    variable_list out(12);
     if (!grads[0].defined()) return out;
     const variable_list s = ctx->get_saved_variables();
-    const at::Tensor &x = s[0], &w = s[1], &bias = s[2], &res = s[3], &y = s[4];
+    const at::Tensor &x = s[0], &w = s[1], &bias = s[2], &res = s[3], &saved = s[4];
     const FusedCall call = FusedCall::load(ctx);
     const auto [k, ap] = fused_act_kind("torch_dnn.conv_bias_act", call.act, call.act_a, call.act_b);
     const bool cl = ctx->saved_data["channels_last"].toBool(), has_res = ctx->saved_data["has_res"].toBool();
@@ -165,8 +197,8 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
       }
     } else {
       at::AutoDispatchBelowADInplaceOrView below;
-      at::Tensor at_value = y;
-      if (!derivative_from_result(k)) at_value = call.fused(x, w, or_none(bias), res, "none", c10::nullopt, c10::nullopt);
+      at::Tensor at_value = saved;
+      if (!at_value.defined()) at_value = call.fused(x, w, or_none(bias), res, "none", c10::nullopt, c10::nullopt);
       d_act = act_backward(grads[0], at_value, k, ap);
     }
     const at::Tensor d_pre = exactly_in_layout(d_act, cl);
@@ -184,6 +216,12 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
   }
 };
 
+// Whether the call records a graph (what Function::apply decides): grad mode on and an input requiring grad.
+bool recording(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& r) {
+  return at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() ||
+                                        (is_given(b) && b->requires_grad()) || (r.defined() && r.requires_grad()));
+}
+
 }  // namespace
 }  // namespace conv
 }  // namespace torch_dnn
@@ -194,12 +232,14 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
                              IntArrayRef padding, IntArrayRef dilation, int64_t groups, c10::string_view act,
                              OptDouble act_a, OptDouble act_b) {
     check_no_tangent("torch_dnn.conv_bias_act", x, w, b);
-    return ConvFusedFn::apply(x, w, b, OptTensor(), stride, padding, dilation, groups, act, act_a, act_b)[0];
+    return ConvFusedFn::apply(x, w, b, OptTensor(), stride, padding, dilation, groups, act, act_a, act_b,
+                              recording(x, w, b, at::Tensor()))[0];
   });
   m.impl("conv_bias_add_act", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& r,
                                  IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups,
                                  c10::string_view act, OptDouble act_a, OptDouble act_b) {
     check_no_tangent("torch_dnn.conv_bias_add_act", x, w, b, r);
-    return ConvFusedFn::apply(x, w, b, OptTensor(r), stride, padding, dilation, groups, act, act_a, act_b)[0];
+    return ConvFusedFn::apply(x, w, b, OptTensor(r), stride, padding, dilation, groups, act, act_a, act_b,
+                              recording(x, w, b, r))[0];
   });
 }
