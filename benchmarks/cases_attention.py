@@ -106,7 +106,8 @@ def _decode_impls():
     def sdpa(q, kc, vc, lens, table, k, v):
         return TF.scaled_dot_product_attention(q.transpose(1, 2), k, v, enable_gqa=True)
 
-    impls = {"torch_dnn": ours, "sdpa (auto)": sdpa}
+    impls = {"torch_dnn": ours, "torch_dnn registers": with_env(ours, TORCH_DNN_DECODE_KERNEL="registers"),
+             "sdpa (auto)": sdpa}
     impls.update({name: _on(b, sdpa) for name, b in
                   {"sdpa flash": SDPBackend.FLASH_ATTENTION, "sdpa cuDNN": SDPBackend.CUDNN_ATTENTION,
                    "sdpa efficient": SDPBackend.EFFICIENT_ATTENTION}.items()})

@@ -343,18 +343,31 @@ CUDA_CASES = [
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("kernel", ["staged", "registers"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("case", CUDA_CASES, ids=[c[0] for c in CUDA_CASES])
-def test_decode_cuda(dtype, case):
+def test_decode_cuda(dtype, case, kernel, monkeypatch):
+    """Each variant of the split kernel (TORCH_DNN_DECODE_KERNEL)."""
+    monkeypatch.setenv("TORCH_DNN_DECODE_KERNEL", kernel)
     name, B_, Sq, Hq, Hkv, D, cap, lens, block, Snew, causal = case
     p = Problem(B_, Sq, Hq, Hkv, D, cap, lens, dtype, "cuda", block=block, Snew=Snew, seed=len(name))
     check_decode(p, causal=causal, poison=True)
 
 
 @pytest.mark.cuda
-def test_decode_cuda_float64():
+@pytest.mark.parametrize("kernel", ["staged", "registers"])
+def test_decode_cuda_float64(kernel, monkeypatch):
+    monkeypatch.setenv("TORCH_DNN_DECODE_KERNEL", kernel)
     p = Problem(2, 4, 8, 2, 128, 300, [1, 296], torch.float64, "cuda", block=16, Snew=4, seed=9)
     check_decode(p, causal=True, poison=True)
+
+
+@pytest.mark.cuda
+def test_bad_kernel_knob(monkeypatch):
+    monkeypatch.setenv("TORCH_DNN_DECODE_KERNEL", "fast")
+    p = Problem(1, 1, 2, 2, 64, 16, [4], torch.bfloat16, "cuda")
+    with pytest.raises(RuntimeError, match="TORCH_DNN_DECODE_KERNEL must be staged or registers"):
+        F.flash_decode(*p.args())
 
 
 @pytest.mark.cuda

@@ -4,7 +4,8 @@ the kernel contract's formulas (attention_reference_emulation.cpp: strides, GQA,
 and window in both alignments, softcap, ALiBi, dropout, variable lengths with empty sequences, fully masked rows,
 wide heads; float64, float32, bfloat16, float16), then the flash kernels against the reference kernels
 (attention_flash_emulation.cpp: head dims 32-256, both CTA shapes, causal in both alignments, windows, GQA, softcap,
-ALiBi, dropout, variable lengths; forward and backward). This checks the kernels' index and fragment arithmetic
+ALiBi, dropout, variable lengths; forward and backward), and flash_decode's kernels against float64
+(attention_decode_emulation.cpp). This checks the kernels' index and fragment arithmetic
 without a GPU, not their speed. Opt in with TORCH_DNN_EMULATE=1 (a few minutes)."""
 import os
 import subprocess

@@ -1,12 +1,16 @@
 // flash_decode's CUDA launcher: device guard, the current stream, workspace from the caching allocator (graph-capture
 // safe), and the torch-free entry point (flash_decode.cu). A problem the kernels cannot take is an error that says
 // why: there is no second CUDA path to fall back to.
+// TORCH_DNN_DECODE_KERNEL=staged|registers picks the split kernel's variant (default staged: K / V through shared
+// memory with cp.async; registers: loaded straight into registers), for tests and benchmarks.
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cstring>
 #include <vector>
 
 #include "attention/decode_ops.h"
 #include "common/cuda_utils.h"
+#include "common/env.h"
 
 namespace torch_dnn {
 namespace attention {
@@ -24,8 +28,17 @@ struct DecodeWorkspace {
 };
 
 struct CudaDecode {
-  static void decode(const DecodeArgs& a, const at::Tensor& like) {
+  static void decode(const DecodeArgs& args, const at::Tensor& like) {
     const char* op = "torch_dnn.flash_decode";
+    DecodeArgs a = args;
+    {
+      const env::Scope knobs;
+      const char* k = env::get("TORCH_DNN_DECODE_KERNEL");
+      const bool registers = k != nullptr && std::strcmp(k, "registers") == 0;
+      TORCH_CHECK(k == nullptr || *k == '\0' || registers || std::strcmp(k, "staged") == 0,
+                  "torch_dnn: TORCH_DNN_DECODE_KERNEL must be staged or registers, but got '", k, "'");
+      a.staged = !registers;
+    }
     TORCH_CHECK(a.capacity <= int64_t(0x7fffffff), op, ": the cache's capacity (", a.capacity,
                 " keys) is past the CUDA kernels' int32 key index");
     c10::cuda::CUDAGuard guard(like.device());

@@ -53,6 +53,9 @@ struct DecodeArgs {
   void* lse = nullptr;     // [B][Hq][Sq] dense
   double scale = 1.0;
   bool causal = false;
+  // The split kernel's variant (decode_cuda.cpp's TORCH_DNN_DECODE_KERNEL knob): K / V staged through shared memory
+  // with cp.async several batches ahead (true), or loaded straight into registers.
+  bool staged = true;
 };
 
 // The CUDA kernels (Float32, Float16, BFloat16; D in {64, 128, 256}; every row of q, the caches and k_new / v_new

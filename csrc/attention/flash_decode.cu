@@ -27,18 +27,31 @@ bool aligned16(const void* p, std::initializer_list<int64_t> strides, int64_t ve
   return true;
 }
 
+// Opts the kernel in to its dynamic shared memory (past 48 KB) and returns its CTAs an SM, 0 if it cannot run.
+template <typename T, int D, int RC, bool STAGED>
+int prepare_split_kernel() {
+  constexpr auto kernel = flash_decode_split_kernel<T, D, RC, STAGED>;
+  constexpr int64_t smem = split_smem_bytes<T, D, RC, STAGED>();
 #if defined(TORCH_DNN_EMULATE_CUDA)
-template <typename T, int D, int RC>
-int resident() { return 3; }
+  (void)kernel;
+  return 3;
 #else
-template <typename T, int D, int RC>
-int resident() { return resident_per_sm<flash_decode_split_kernel<T, D, RC>>(kThreads, 0); }
+  if (smem > 48 * 1024) {
+    if (smem > max_smem_optin() || raise_smem_limit_once<kernel>(int(smem)) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+  }
+  return resident_per_sm<kernel>(kThreads, size_t(smem));
 #endif
+}
 
-template <typename T, int D, int RC>
-cudaError_t attend(const DecodeArgs& a, const CacheMap& map, const Workspace& ws, cudaStream_t stream) {
+template <typename T, int D, int RC, bool STAGED>
+cudaError_t attend_with(const DecodeArgs& a, const CacheMap& map, const Workspace& ws, cudaStream_t stream) {
+  const int resident = prepare_split_kernel<T, D, RC, STAGED>();
+  if (resident == 0) return cudaErrorNotSupported;
   const int64_t rows = a.B * a.Hq * a.Sq;
-  const DecodePlan plan = plan_decode(a.B, a.Hq, a.Hkv, a.Sq, a.capacity, sm_count(), resident<T, D, RC>(),
+  const DecodePlan plan = plan_decode(a.B, a.Hq, a.Hkv, a.Sq, a.capacity, sm_count(), resident,
                                       sizeof(T) == 8 ? 4 : 8);
   using A = acc_t<T>;
   DecodeWork<A> w;
@@ -47,11 +60,21 @@ cudaError_t attend(const DecodeArgs& a, const CacheMap& map, const Workspace& ws
   w.o_part = static_cast<A*>(ws.get(rows * w.splits * D * int64_t(sizeof(A))));
   w.lse_part = static_cast<A*>(ws.get(rows * w.splits * int64_t(sizeof(A))));
   if (w.o_part == nullptr || w.lse_part == nullptr) return cudaErrorMemoryAllocation;
-  launch_1d(flash_decode_split_kernel<T, D, RC>, a.B * a.Hkv * w.splits * w.row_chunks, kThreads, 0, stream, a, map,
-            w);
+  launch_1d(flash_decode_split_kernel<T, D, RC, STAGED>, a.B * a.Hkv * w.splits * w.row_chunks, kThreads,
+            size_t(split_smem_bytes<T, D, RC, STAGED>()), stream, a, map, w);
   launch_1d(flash_decode_combine_kernel<T, D>, (rows + kCombineRows - 1) / kCombineRows, 32 * kCombineRows, 0,
             stream, a, w);
   return cudaGetLastError();
+}
+
+template <typename T, int D, int RC>
+cudaError_t attend(const DecodeArgs& a, const CacheMap& map, const Workspace& ws, cudaStream_t stream) {
+  // the staged kernel where the device can hold it (it asks for 64 KB of shared memory a CTA)
+  if (a.staged) {
+    const cudaError_t e = attend_with<T, D, RC, true>(a, map, ws, stream);
+    if (e != cudaErrorNotSupported) return e;
+  }
+  return attend_with<T, D, RC, false>(a, map, ws, stream);
 }
 
 template <typename T, int D>

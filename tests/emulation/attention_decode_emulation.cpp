@@ -3,7 +3,8 @@
 // against a float64 evaluation of decode_kernels.h's contract: contiguous and paged caches (scattered blocks, block
 // sizes a power of two or not), the append in place (the cache checked after), ragged lengths from 0 to the
 // capacity, causal with Sq > the length, GQA ratios 1 to 8 (one and several row chunks), head dims 64 / 128 / 256,
-// every dtype. The outputs are poisoned (NaN) before the launch. A standalone program:
+// every dtype, both variants of the split kernel (staged through shared memory, and registers). The outputs
+// are poisoned (NaN) before the launch. A standalone program:
 // tests/test_attention_emulation.py builds it with g++ and reads its verdict.
 #include "cuda_host_shim.h"
 
@@ -60,7 +61,7 @@ struct Case {
 };
 
 template <typename T>
-bool run_case(const Case& c) {
+bool run_case(const Case& c, bool staged) {
   const int B = c.B, Sq = c.Sq, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
   const bool paged = c.block > 0;
   const int max_blocks = paged ? (c.capacity + c.block - 1) / c.block : 0;
@@ -142,15 +143,17 @@ bool run_case(const Case& c) {
   a.lse = lse.data();
   a.scale = 1.0 / std::sqrt(double(D));
   a.causal = c.causal;
+  a.staged = staged;
+  const char* variant = staged ? "staged" : "registers";
   const cudaError_t err = flash_decode(a, Workspace{&ws_get, nullptr}, nullptr);
   bool ok = err == cudaSuccess;
-  if (!ok) std::printf("FAIL %s [%s]: error %d\n", c.name, dtype_name(a.dtype), int(err));
+  if (!ok) std::printf("FAIL %s [%s, %s]: error %d\n", c.name, dtype_name(a.dtype), variant, int(err));
 
   // the caches: bitwise the expected ones (NaN where unused)
   for (size_t e = 0; ok && e < kc.size(); ++e) {
     const double x = tod(kc[e]), y = tod(kc_ref[e]), u = tod(vc[e]), w = tod(vc_ref[e]);
     if (!((x == y || (std::isnan(x) && std::isnan(y))) && (u == w || (std::isnan(u) && std::isnan(w))))) {
-      std::printf("FAIL %s [%s]: cache element %zu after the append\n", c.name, dtype_name(a.dtype), e);
+      std::printf("FAIL %s [%s, %s]: cache element %zu after the append\n", c.name, dtype_name(a.dtype), variant, e);
       ok = false;
     }
   }
@@ -193,7 +196,7 @@ bool run_case(const Case& c) {
   for (size_t e = 0; ok && e < out.size(); ++e) {
     const double x = tod(out[e]);
     if (std::isnan(x)) {
-      std::printf("FAIL %s [%s]: output %zu is NaN (not written?)\n", c.name, dtype_name(a.dtype), e);
+      std::printf("FAIL %s [%s, %s]: output %zu is NaN (not written?)\n", c.name, dtype_name(a.dtype), variant, e);
       ok = false;
     }
     worst = std::max(worst, std::fabs(x - ref_o[e]) / std::max(scale_o, 1e-30));
@@ -202,7 +205,7 @@ bool run_case(const Case& c) {
     const double x = double(lse[e]), y = ref_lse[e];
     if (std::isinf(y) || std::isinf(x)) {
       if (x != y) {
-        std::printf("FAIL %s [%s]: lse %zu is %g, expected %g\n", c.name, dtype_name(a.dtype), e, x, y);
+        std::printf("FAIL %s [%s, %s]: lse %zu is %g, expected %g\n", c.name, dtype_name(a.dtype), variant, e, x, y);
         ok = false;
       }
       continue;
@@ -211,11 +214,15 @@ bool run_case(const Case& c) {
   }
   const double tol = tolerance<T>(), tol_lse = sizeof(T) == 8 ? 1e-12 : 1e-5;
   if (ok && (worst > tol || worst_lse > tol_lse)) {
-    std::printf("FAIL %s [%s]: max error %.2e (allowed %.1e), lse %.2e (allowed %.1e)\n", c.name, dtype_name(a.dtype),
+    std::printf("FAIL %s [%s, %s]: max error %.2e (allowed %.1e), lse %.2e (allowed %.1e)\n", c.name,
+                dtype_name(a.dtype), variant,
                 worst, tol, worst_lse, tol_lse);
     ok = false;
   }
-  if (ok) std::printf("ok   %s [%s] (max error %.2e, lse %.2e)\n", c.name, dtype_name(a.dtype), worst, worst_lse);
+  if (ok) {
+    std::printf("ok   %s [%s, %s] (max error %.2e, lse %.2e)\n", c.name, dtype_name(a.dtype), variant, worst,
+                worst_lse);
+  }
   return ok;
 }
 
@@ -243,10 +250,12 @@ int main(int argc, char** argv) {
   const std::vector<Case> cs = cases();
   for (size_t k = 0; k < cs.size(); ++k) {
     if (quick && k >= 2) break;
-    ok &= run_case<__nv_bfloat16>(cs[k]);
-    ok &= run_case<__half>(cs[k]);
-    ok &= run_case<float>(cs[k]);
-    ok &= run_case<double>(cs[k]);
+    for (bool staged : {true, false}) {
+      ok &= run_case<__nv_bfloat16>(cs[k], staged);
+      ok &= run_case<__half>(cs[k], staged);
+      ok &= run_case<float>(cs[k], staged);
+      ok &= run_case<double>(cs[k], staged);
+    }
   }
   std::printf(ok ? "ALL OK\n" : "SOME FAILED\n");
   return ok ? 0 : 1;
