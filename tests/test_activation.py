@@ -77,9 +77,37 @@ def test_inplace(name, device):
     theirs(y2)
     g2 = torch.autograd.grad(y2.sum(), x2)[0]
     torch.testing.assert_close(g, g2)
+    # eager records the op's C++ node (no Python autograd.Function: host time), and bumps the version counter, so
+    # that a node that saved the input before the op sees that it changed
+    y = x * 1.0
+    saved = y.sin()
+    ours(y)
+    assert "InPlaceFn" in y.grad_fn.name(), y.grad_fn.name()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.sum().backward()
+    # a view that requires grad: through the functional form, written back, as PyTorch's
+    x3 = x.detach().clone().requires_grad_()
+    y3 = (x3 * 1.0)[2:]
+    ours(y3)
+    x4 = x.detach().clone().requires_grad_()
+    y4 = (x4 * 1.0)[2:]
+    theirs(y4)
+    torch.testing.assert_close(torch.autograd.grad(y3.sum(), x3)[0], torch.autograd.grad(y4.sum(), x4)[0])
     # a leaf that requires grad cannot be modified in place, as in PyTorch
     with pytest.raises(RuntimeError, match="leaf Variable"):
         ours(make_input((3,), torch.float32, device).requires_grad_())
+
+
+@pytest.mark.parametrize("device", devices())
+def test_inplace_leaky_relu_negative_slope(device):
+    """A negative slope: the derivative cannot be read from the result, so the C++ node keeps the input's value
+    (PyTorch's in-place form refuses this case; its out-of-place form is the reference)."""
+    x = make_input((8, 5), torch.float64, device).requires_grad_()
+    y = x * 1.0
+    F.leaky_relu(y, -0.5, True)
+    y_ref = TF.leaky_relu(x * 1.0, -0.5)
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(torch.autograd.grad((y * y).sum(), x)[0], torch.autograd.grad((y_ref * y_ref).sum(), x)[0])
 
 
 def _away_from_kinks(x):

@@ -110,13 +110,19 @@ def test_ops_without_tangents_still_run_under_forward_ad():
     torch.testing.assert_close(tangent, F.gelu(c) * t, rtol=0, atol=0)
 
 
-def test_in_place_op_refuses_a_tensor_that_requires_grad():
-    """The raw in-place op records no gradient: called on a tensor that requires grad (grad mode on), it raises
-    rather than leaving a gradient that ignores it; the functional form records one (test_registry.py)."""
+def test_in_place_op_records_its_gradient_or_refuses():
+    """The raw in-place op records its gradient on a non-leaf that is not a view (its C++ autograd kernel), and
+    raises on a leaf or a view that requires grad (the functional form with inplace=True handles those) rather than
+    leaving a gradient that ignores it."""
     x = torch.tensor([-1.0, 2.0], requires_grad=True)
     y = x * 1
-    with pytest.raises(RuntimeError, match=r"torch_dnn\.relu_: .*requires grad"):
-        ops.relu_(y)
+    ops.relu_(y)
+    torch.testing.assert_close(torch.autograd.grad(y.sum(), x)[0], torch.tensor([0.0, 1.0]), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"torch_dnn\.relu_: .*leaf or a view that requires grad"):
+        ops.relu_(x)
+    with pytest.raises(RuntimeError, match=r"torch_dnn\.relu_: .*leaf or a view that requires grad"):
+        ops.relu_((x * 1)[1:])
+    y = x * 1
     with torch.no_grad():
         ops.relu_(y)
     torch.testing.assert_close(y.detach(), torch.tensor([0.0, 2.0]), rtol=0, atol=0)

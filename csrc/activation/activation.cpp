@@ -69,6 +69,17 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
     register_first_order_backward(m, {(std::string(name) + "_backward").c_str()});
   }
   register_first_order_backward(m, {"bias_act_backward"});  // bias_act's own kernel: bias_act_autograd.cpp
-  register_in_place_autograd(m, {"relu_", "relu6_", "hardtanh_", "leaky_relu_", "elu_", "silu_", "mish_",
-                                 "hardswish_", "hardsigmoid_"});
+  // In place: the derivative read from the result where it can be (as PyTorch's relu_, hardtanh_, leaky_relu_ with
+  // a slope >= 0), else from a copy of the input.
+  const auto always = [](c10::ArrayRef<c10::IValue>) { return true; };
+  register_in_place_autograd(m, {{"relu_", "relu_backward", always},
+                                 {"relu6_", "relu6_backward", always},
+                                 {"hardtanh_", "hardtanh_backward", always},
+                                 {"leaky_relu_", "leaky_relu_backward",
+                                  [](c10::ArrayRef<c10::IValue> args) { return args[0].toDouble() >= 0; }},
+                                 {"elu_", "elu_backward", nullptr},
+                                 {"silu_", "silu_backward", nullptr},
+                                 {"mish_", "mish_backward", nullptr},
+                                 {"hardswish_", "hardswish_backward", nullptr},
+                                 {"hardsigmoid_", "hardsigmoid_backward", nullptr}});
 }

@@ -170,25 +170,87 @@ GradientFn call_backward_op(const std::string& name, bool with_saved, int n_args
     const size_t n = args.size() - input_dtype;
     for (size_t i = 0; i < (n_args < 0 ? n : size_t(n_args)); ++i) stack.push_back(args[i]);
     if (input_dtype) stack.push_back(args.back());
-    op->get().callBoxed(stack);
+    if (at::GradMode::is_enabled()) {
+      op->get().callBoxed(stack);  // recorded: differentiating it raises the op's error
+    } else {
+      // nothing to record: straight to the backend kernel, past the Autograd key's boxed fallback (host time)
+      at::AutoDispatchBelowADInplaceOrView below;
+      op->get().callBoxed(stack);
+    }
     return stack[0].toTensor();
   };
 }
 
-// The in-place ops' kernel: they record no autograd (the functional wrappers call them only where no graph is
-// recorded, or inside an autograd.Function: torch_dnn/ops/_registry.py's apply_inplace). A call that would need a
-// gradient or a tangent through one is an error rather than an input whose gradient or tangent ignores the op.
-void in_place_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
-  check_no_tangent_boxed(op, *stack);
-  const size_t n_args = op.schema().arguments().size();
-  for (size_t i = stack->size() - n_args; i < stack->size(); ++i) {
-    const c10::IValue& v = (*stack)[i];
-    TORCH_CHECK(!(v.isTensor() && torch::autograd::compute_requires_grad(v.toTensor())), op_label(op.schema().name()),
-                ": the in-place op records no gradient, and its argument requires grad; call the functional form with "
-                "inplace=True (torch_dnn.functional), which records one");
+struct InPlaceKernel;
+
+// forward(ctx, x, kernel, from_result, op, keys, stack): the op writes x in place; stack holds its arguments (x
+// first) and gets its result.
+struct InPlaceFn : torch::autograd::Function<InPlaceFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const InPlaceKernel* kernel,
+                               bool from_result, const c10::OperatorHandle* op, c10::DispatchKeySet keys,
+                               torch::jit::Stack* stack);
+  static variable_list backward(AutogradContext* ctx, variable_list grads);
+};
+
+struct InPlaceKernel final : c10::OperatorKernel {
+  InPlaceKernel(const std::string& backward, std::function<bool(c10::ArrayRef<c10::IValue>)> from_result)
+      : gradient(call_backward_op(backward, true, -1, false)), from_result(std::move(from_result)) {}
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+    check_no_tangent_boxed(op, *stack);
+    const size_t n_args = op.schema().arguments().size();
+    const size_t first = stack->size() - n_args;
+    for (size_t i = first + 1; i < stack->size(); ++i) {
+      const c10::IValue& v = (*stack)[i];
+      TORCH_CHECK(!(v.isTensor() && torch::autograd::compute_requires_grad(v.toTensor())),
+                  op_label(op.schema().name()), ": only the input may require grad");
+    }
+    const at::Tensor x = (*stack)[first].toTensor();
+    if (!torch::autograd::compute_requires_grad(x)) {
+      at::AutoDispatchBelowADInplaceOrView below;
+      op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+      return;
+    }
+    TORCH_CHECK(!x.is_leaf() && !x.is_view(), op_label(op.schema().name()),
+                ": in place on a leaf or a view that requires grad; call the functional form with inplace=True "
+                "(torch_dnn.functional), which handles them as PyTorch does");
+    const bool result = from_result && from_result(c10::ArrayRef<c10::IValue>(*stack).slice(first + 1));
+    // the ops return nothing: apply rebases x's own history (x is marked dirty), and leaves the stack empty
+    TORCH_INTERNAL_ASSERT(op.schema().returns().empty(), op_label(op.schema().name()), ": an in-place op returns ()");
+    InPlaceFn::apply(x, this, result, &op, keys, stack);
   }
-  at::AutoDispatchBelowADInplaceOrView below;
-  op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+
+  GradientFn gradient;
+  std::function<bool(c10::ArrayRef<c10::IValue>)> from_result;
+};
+
+variable_list InPlaceFn::forward(AutogradContext* ctx, const at::Tensor& x, const InPlaceKernel* kernel,
+                                 bool from_result, const c10::OperatorHandle* op, c10::DispatchKeySet keys,
+                                 torch::jit::Stack* stack) {
+  const size_t n_args = op->schema().arguments().size();
+  c10::impl::GenericList args(c10::AnyType::get());
+  args.reserve(n_args - 1);
+  for (size_t i = stack->size() - n_args + 1; i < stack->size(); ++i) args.push_back((*stack)[i]);
+  const at::Tensor before = from_result ? at::Tensor() : x.clone();  // the value the backward reads
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    op->redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+  }
+  torch::autograd::impl::bump_version(x);  // nodes that saved x before see that it changed
+  ctx->mark_dirty({x});
+  ctx->save_for_backward({from_result ? x : before});
+  ctx->set_materialize_grads(false);
+  ctx->saved_data["kernel"] = reinterpret_cast<int64_t>(kernel);
+  ctx->saved_data["args"] = std::move(args);
+  return {x};
+}
+
+variable_list InPlaceFn::backward(AutogradContext* ctx, variable_list grads) {
+  variable_list out(6);  // x, kernel, from_result, op, keys, stack
+  if (!grads[0].defined()) return out;
+  const auto* kernel = reinterpret_cast<const InPlaceKernel*>(ctx->saved_data["kernel"].toInt());
+  out[0] = kernel->gradient(grads[0], ctx->get_saved_variables(), ctx->saved_data["args"].toListRef());
+  return out;
 }
 
 }  // namespace
@@ -215,8 +277,11 @@ void register_first_order_backward(torch::Library& m, std::initializer_list<cons
   for (const char* name : names) m.impl(name, torch::autograd::autogradNotImplementedFallback());
 }
 
-void register_in_place_autograd(torch::Library& m, std::initializer_list<const char*> names) {
-  for (const char* name : names) m.impl(name, torch::CppFunction::makeFromBoxedFunction<&in_place_kernel>());
+void register_in_place_autograd(torch::Library& m, std::vector<InPlaceSpec> specs) {
+  for (auto& spec : specs) {
+    m.impl(spec.name, torch::CppFunction::makeFromBoxedFunctor(
+                          std::make_unique<InPlaceKernel>(spec.backward, std::move(spec.from_result))));
+  }
 }
 
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec) {

@@ -60,9 +60,21 @@ GradientFn by_recompute(std::function<at::Tensor(const at::Tensor& x, c10::Array
 // m.impl(name, ...) at the Autograd key for each backward op named: no derivative (an error if one is needed).
 void register_first_order_backward(torch::Library& m, std::initializer_list<const char*> names);
 
-// m.impl(name, ...) at the Autograd key for each in-place op named (relu_, ...): the op runs below autograd, and an
-// argument that requires grad (grad mode on) or carries a forward-mode tangent is an error that names the op.
-void register_in_place_autograd(torch::Library& m, std::initializer_list<const char*> names);
+// An in-place op (relu_, ...) whose input's gradient is `backward`(grad, saved, the op's arguments after the
+// input): saved is the result (which overwrote the input) where from_result(those arguments) says the derivative
+// can be read from it (relu, hardtanh, leaky_relu with a slope >= 0, as PyTorch's in-place ops), else a copy of the
+// input taken before the op (from_result null: always the copy).
+struct InPlaceSpec {
+  const char* name;
+  const char* backward;
+  std::function<bool(c10::ArrayRef<c10::IValue> args)> from_result;
+};
+
+// m.impl(spec.name, ...) at the Autograd key for each spec: the op runs below autograd; where its input requires
+// grad (grad mode on) and is neither a leaf nor a view, it records a node per the spec (marks the input dirty, bumps
+// its version); a leaf or a view that requires grad is an error that names the op (torch_dnn.functional's
+// inplace=True form handles those as PyTorch does), as is a forward-mode tangent.
+void register_in_place_autograd(torch::Library& m, std::vector<InPlaceSpec> specs);
 
 }  // namespace autograd_kernel
 }  // namespace torch_dnn

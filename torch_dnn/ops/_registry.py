@@ -42,6 +42,11 @@ def apply_inplace(functional_op, inplace_op, input, *args, backward_from_result=
         if (not input.is_leaf and input._base is None
                 and (backward_from_result is not None or backward_from_input is not None)
                 and _plain_call((input, *args), {}, autocast_ok=True)):
+            if not torch.compiler.is_compiling():
+                # the op's C++ autograd kernel records the same node as the Functions below, without Python
+                # (autograd_register.h: register_in_place_autograd)
+                inplace_op(input, *args)
+                return input
             if backward_from_result is not None:
                 return _InplaceFromResult.apply(input, inplace_op, backward_from_result, *args)
             return _InplaceFromInput.apply(input, inplace_op, backward_from_input, *args)
