@@ -18,7 +18,13 @@ def add_family(name: str, op_names) -> None:
 
 
 def needs_autograd(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+    # a plain loop: no generator object per call (host time), and torch.compile traces it
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            return True
+    return False
 
 
 def apply_inplace(functional_op, inplace_op, input, *args, backward_from_result=None, backward_from_input=None):
@@ -118,6 +124,8 @@ def register_autograd(qualname: str, backward, setup_context, cpp_kernel: bool =
 _is_any_autocast_enabled = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+_torch_function_mode_enabled = torch._C._is_torch_function_mode_enabled
+_dispatch_stack_len = torch._C._len_torch_dispatch_stack  # what _get_dispatch_mode() reads: > 0 when a mode is on
 
 
 def _transform_function(packet, schema, backward, setup_context):
@@ -189,11 +197,12 @@ def _plain_call(args, kwargs, autocast_ok=False) -> bool:
         return False
     if not autocast_ok and _is_any_autocast_enabled():
         return False
-    if _functorch_active() or torch._C._is_torch_function_mode_enabled():
+    if _functorch_active() or _torch_function_mode_enabled() or _dispatch_stack_len() > 0:
         return False
-    if _get_dispatch_mode() is not None:
-        return False
-    for a in (*args, *kwargs.values()):
+    for a in args:
+        if isinstance(a, torch.Tensor) and type(a) not in _PLAIN_TENSORS:
+            return False
+    for a in kwargs.values():
         if isinstance(a, torch.Tensor) and type(a) not in _PLAIN_TENSORS:
             return False
     return True
@@ -216,7 +225,15 @@ class _FunctionalOps:
         packet = getattr(torch.ops.torch_dnn, name)
         if any(a.alias_info is not None and a.alias_info.is_write
                for ov in packet.overloads() for a in getattr(packet, ov)._schema.arguments):
-            fn = packet
+            # through every dispatch key (the autograd layer bumps the version counters), by the overload's C++
+            # callable in eager (host time), the packet while torch.compile traces
+            op_fast = getattr(packet.default, "_op", packet) if packet.overloads() == ["default"] else packet
+
+            def fn(*args, **kwargs):
+                if torch.compiler.is_compiling():
+                    return packet(*args, **kwargs)
+                return op_fast(*args, **kwargs)
+            fn.__name__ = fn.__qualname__ = name
         else:
             # one overload per op: calling it skips the packet's overload resolution, and calling its C++ callable
             # (OpOverload._op) skips OpOverload.__call__'s Python frame (host time)
