@@ -25,17 +25,19 @@ VOCAB = 32000
 DEVICE = "cuda"  # the harness times CUDA; another value only to try the steps out
 
 
-# The CNN cases also time the model converted with its convolutions swapped too ("torch_dnn with conv": convert's
-# opt-in include), beside the default conversion (convolutions native).
-CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d,
-         torch.nn.ConvTranspose3d)
+# The CNN cases also time the model converted with its convolutions swapped too ("torch_dnn with conv"), the
+# transformer cases with attention swapped too ("torch_dnn with attention"): both are convert's opt-in include,
+# beside the default conversion (convolutions and attention native).
+CONVS = torch_dnn.nn.CONVOLUTIONS
+OPT_IN = {"torch_dnn with conv": CONVS, "torch_dnn with attention": torch_dnn.nn.ATTENTION}
 
 
 class ModelPair:
-    """A native model and its converted copy (same weights), built on first use."""
+    """A native model and its converted copies (same weights), built on first use: the default conversion and the
+    opt-in ones named in `extra` (keys of OPT_IN)."""
 
-    def __init__(self, label, build, channels_last):
-        self.label, self.build, self.channels_last = label, build, channels_last
+    def __init__(self, label, build, channels_last, extra=()):
+        self.label, self.build, self.channels_last, self.extra = label, build, channels_last, extra
         self.models = None
 
     def get(self):
@@ -46,8 +48,9 @@ class ModelPair:
                 native = native.to(memory_format=torch.channels_last)
             ours, report = torch_dnn.convert(native)
             print(f"[models] {self.label}: {str(report).splitlines()[0]}", flush=True)
-            self.models = {"torch_dnn": ours, "native": native,
-                           "torch_dnn with conv": torch_dnn.convert(native, include=CONVS)[0]}
+            self.models = {"torch_dnn": ours, "native": native}
+            for name in self.extra:
+                self.models[name] = torch_dnn.convert(native, include=OPT_IN[name])[0]
         return self.models
 
 
@@ -71,11 +74,12 @@ def _step(pair, which):
     return run
 
 
-def _case(label, build, make_inputs, fmt, group, batch, conv=False):
-    pair = ModelPair(f"{label} {fmt}", build, fmt == "channels_last")
+def _case(label, build, make_inputs, fmt, group, batch, conv=False, attention=False):
+    extra = (("torch_dnn with conv",) if conv else ()) + (("torch_dnn with attention",) if attention else ())
+    pair = ModelPair(f"{label} {fmt}", build, fmt == "channels_last", extra)
     impls = {"torch_dnn": _step(pair, "torch_dnn"), "native": _step(pair, "native")}
-    if conv:
-        impls["torch_dnn with conv"] = _step(pair, "torch_dnn with conv")
+    for name in extra:
+        impls[name] = _step(pair, name)
     return Case("models", f"{label} train step b{batch} {fmt} bf16", make_inputs, impls,
                 target=">=1.0x native", group=group, rounds=ROUNDS, warmup_ms=WARMUP_MS)
 
@@ -100,8 +104,8 @@ def _token_inputs(batch, tokens, vocab=VOCAB, target_vocab=None):
                     torch.randint(0, target_vocab or vocab, (batch, tokens), device=DEVICE))
 
 
-def _cnn_cases(label, build, batches, group):
-    return [_case(label, build, _image_inputs(b, fmt), fmt, f"{group} {fmt}", b, conv=True)
+def _cnn_cases(label, build, batches, group, attention=False):
+    return [_case(label, build, _image_inputs(b, fmt), fmt, f"{group} {fmt}", b, conv=True, attention=attention)
             for fmt in ("NCHW", "channels_last") for b in batches]
 
 
@@ -115,7 +119,7 @@ def _timm_cases(quick):
     out = []
     for name in names:
         build = (lambda n=name: timm.create_model(n, pretrained=False))
-        out += _cnn_cases(f"timm {name}", build, [BATCH], "timm")
+        out += _cnn_cases(f"timm {name}", build, [BATCH], "timm", attention=name.startswith("vit"))
     return out
 
 
@@ -131,9 +135,9 @@ def _transformers_cases():
                                      num_attention_heads=heads, num_key_value_heads=2, intermediate_size=1536)
     return [
         _case("transformers BERT 4x512", lambda: transformers.AutoModel.from_config(bert),
-              _token_inputs(BATCH, 256, target_vocab=dim), "contiguous", "transformers", BATCH),
+              _token_inputs(BATCH, 256, target_vocab=dim), "contiguous", "transformers", BATCH, attention=True),
         _case("transformers LLaMA 4x512", lambda: transformers.AutoModelForCausalLM.from_config(llama),
-              _token_inputs(BATCH, 256), "contiguous", "transformers", BATCH),
+              _token_inputs(BATCH, 256), "contiguous", "transformers", BATCH, attention=True),
     ]
 
 
@@ -142,9 +146,13 @@ def cases(quick: bool = False):
     out += _cnn_cases("mobilenetv3_large", models.mobilenet_v3_large, [BATCH], "reference CNN")
     out += [
         _case("encoder 4x512", lambda: models.TransformerEncoder(512, 512, depth=4, heads=8),
-              _feature_inputs(BATCH, 197, 512), "contiguous", "reference transformers", BATCH),
+              _feature_inputs(BATCH, 197, 512), "contiguous", "reference transformers", BATCH, attention=True),
         _case("llama 4x512", lambda: models.LlamaDecoder(VOCAB, 512, depth=4, heads=8, kv_heads=2, max_len=256),
-              _token_inputs(BATCH, 256), "contiguous", "reference transformers", BATCH),
+              _token_inputs(BATCH, 256), "contiguous", "reference transformers", BATCH, attention=True),
+        # 4k context, where attention is a large share of the step (issue 37's model target)
+        _case("llama 4x512 s4096", lambda: models.LlamaDecoder(VOCAB, 512, depth=4, heads=8, kv_heads=2,
+                                                               max_len=4096),
+              _token_inputs(2, 4096), "contiguous", "reference transformers", 2, attention=True),
     ]
     out += _timm_cases(quick)
     if not quick:
