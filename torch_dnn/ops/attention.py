@@ -417,4 +417,28 @@ def selfcheck_cases():
              lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=True)),
         case("sdpa additive mask 2x2x9x32", ((2, 2, 9, 32), (2, 2, 13, 32), (2, 2, 13, 32), (2, 1, 9, 13)),
              scaled_dot_product_attention, TF.scaled_dot_product_attention),
+        ("flash_decode GQA 4:2, ragged cache", _decode_selfcheck),
     ]
+
+
+def _decode_selfcheck(device, dtype):
+    """flash_decode (inference only: no gradient rows) against sdpa over each batch row's valid cache rows. The
+    lengths live in the closures: the self-check casts its inputs to float64, which int32 lengths must not be."""
+    import torch.nn.functional as TF
+
+    from torch_dnn.testing import check_against_torch, random_like_case
+
+    lens = torch.tensor([5, 33, 64], dtype=torch.int32, device=device)
+
+    def ours(q, k, v):
+        return flash_decode(q, k, v, lens)
+
+    def theirs(q, k, v):  # [B, S, H, D] -> sdpa's [B, H, S, D], keys past each row's length masked
+        valid = torch.arange(k.shape[1], device=k.device)[None, :] < lens.to(k.device)[:, None]
+        y = TF.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                            attn_mask=valid[:, None, None, :], enable_gqa=True)
+        return y.transpose(1, 2)
+
+    shapes = ((3, 2, 4, 64), (3, 64, 2, 64), (3, 64, 2, 64))
+    return check_against_torch(ours, theirs, [random_like_case(s, dtype, device, low=-2, high=2) for s in shapes],
+                               grad=False, name="flash_decode GQA 4:2, ragged cache")
