@@ -11,6 +11,7 @@
 // (each with the forward's geometry and transposed flag: a transposed convolution and its backward ops are the same
 // adjoint pairs).
 #include "common/autograd_kernel.h"
+#include "conv/conv_op_handles.h"
 #include "conv/conv_ops.h"
 
 namespace torch_dnn {
@@ -20,29 +21,6 @@ namespace {
 using namespace torch_dnn::autograd_kernel;
 using OptTensor = OptionalTensor;
 using Ints = std::vector<int64_t>;
-
-using ConvSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
-                           IntArrayRef, bool, IntArrayRef, int64_t);
-using BackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
-                               IntArrayRef, bool, IntArrayRef, int64_t);
-using BiasSig = at::Tensor(const at::Tensor&);
-
-const c10::TypedOperatorHandle<ConvSig>& convolution_op() {
-  static const auto op = op_handle<ConvSig>("torch_dnn::convolution");
-  return op;
-}
-const c10::TypedOperatorHandle<BackwardSig>& backward_input_op() {
-  static const auto op = op_handle<BackwardSig>("torch_dnn::conv_backward_input");
-  return op;
-}
-const c10::TypedOperatorHandle<BackwardSig>& backward_weight_op() {
-  static const auto op = op_handle<BackwardSig>("torch_dnn::conv_backward_weight");
-  return op;
-}
-const c10::TypedOperatorHandle<BiasSig>& backward_bias_op() {
-  static const auto op = op_handle<BiasSig>("torch_dnn::conv_backward_bias");
-  return op;
-}
 
 // The geometry arguments every op shares, kept in the node.
 struct Geometry {

@@ -21,6 +21,10 @@
 #include "common/autograd_kernel.h"
 #include "common/create_graph.h"
 #include "conv/conv_fused_ops.h"
+#include "conv/conv_op_handles.h"
+
+#include <mutex>
+#include <unordered_map>
 
 namespace torch_dnn {
 namespace conv {
@@ -31,11 +35,6 @@ using OptTensor = OptionalTensor;
 using OptDouble = std::optional<double>;
 using Ints = std::vector<int64_t>;
 
-using ConvSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
-                           IntArrayRef, bool, IntArrayRef, int64_t);
-using BackwardSig = at::Tensor(const at::Tensor&, const at::Tensor&, IntArrayRef, IntArrayRef, IntArrayRef,
-                               IntArrayRef, bool, IntArrayRef, int64_t);
-using BiasSig = at::Tensor(const at::Tensor&);
 using BiasActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
                               IntArrayRef, int64_t, c10::string_view, OptDouble, OptDouble);
 using BiasAddActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&,
@@ -48,6 +47,18 @@ bool derivative_from_result(Act k) {
   return k == Act::Identity || k == Act::Relu || k == Act::Relu6 || k == Act::Sigmoid || k == Act::Tanh;
 }
 
+// The handle of the op `name` (a string literal), looked up at its first use: act_backward and act_forward run on
+// every training step, where a dispatcher lookup by name would be host time.
+template <class Sig>
+const c10::TypedOperatorHandle<Sig>& handle(const char* name) {
+  static std::mutex mu;
+  static std::unordered_map<const char*, c10::TypedOperatorHandle<Sig>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, op_handle<Sig>(name)).first;
+  return it->second;
+}
+
 // g * act'(at s), s the value the activation's backward op reads (the input, or the result where
 // derivative_from_result), through the activation family's backward ops.
 at::Tensor act_backward(const at::Tensor& g, const at::Tensor& s, Act k, ActParams p) {
@@ -55,7 +66,7 @@ at::Tensor act_backward(const at::Tensor& g, const at::Tensor& s, Act k, ActPara
   using Sig3 = at::Tensor(const at::Tensor&, const at::Tensor&, double);
   using Sig4 = at::Tensor(const at::Tensor&, const at::Tensor&, double, double);
   using GeluSig = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view);
-  const auto two = [&](const char* name) { return op_handle<Sig2>(name).call(g, s); };
+  const auto two = [&](const char* name) { return handle<Sig2>(name).call(g, s); };
   switch (k) {
     case Act::Identity: return g;
     case Act::Relu: return two("torch_dnn::relu_backward");
@@ -66,12 +77,12 @@ at::Tensor act_backward(const at::Tensor& g, const at::Tensor& s, Act k, ActPara
     case Act::Mish: return two("torch_dnn::mish_backward");
     case Act::Hardswish: return two("torch_dnn::hardswish_backward");
     case Act::Hardsigmoid: return two("torch_dnn::hardsigmoid_backward");
-    case Act::LeakyRelu: return op_handle<Sig3>("torch_dnn::leaky_relu_backward").call(g, s, p.a);
-    case Act::Elu: return op_handle<Sig3>("torch_dnn::elu_backward").call(g, s, p.a);
-    case Act::Hardtanh: return op_handle<Sig4>("torch_dnn::hardtanh_backward").call(g, s, p.a, p.b);
-    case Act::Softplus: return op_handle<Sig4>("torch_dnn::softplus_backward").call(g, s, p.a, p.b);
-    case Act::Gelu: return op_handle<GeluSig>("torch_dnn::gelu_backward").call(g, s, "none");
-    case Act::GeluTanh: return op_handle<GeluSig>("torch_dnn::gelu_backward").call(g, s, "tanh");
+    case Act::LeakyRelu: return handle<Sig3>("torch_dnn::leaky_relu_backward").call(g, s, p.a);
+    case Act::Elu: return handle<Sig3>("torch_dnn::elu_backward").call(g, s, p.a);
+    case Act::Hardtanh: return handle<Sig4>("torch_dnn::hardtanh_backward").call(g, s, p.a, p.b);
+    case Act::Softplus: return handle<Sig4>("torch_dnn::softplus_backward").call(g, s, p.a, p.b);
+    case Act::Gelu: return handle<GeluSig>("torch_dnn::gelu_backward").call(g, s, "none");
+    case Act::GeluTanh: return handle<GeluSig>("torch_dnn::gelu_backward").call(g, s, "tanh");
   }
   TORCH_CHECK(false, "torch_dnn.conv_bias_act: no backward for this activation");
 }
@@ -82,18 +93,18 @@ at::Tensor act_forward(const at::Tensor& pre, Act k, ActParams p) {
   using Sig2 = at::Tensor(const at::Tensor&, double);
   using Sig3 = at::Tensor(const at::Tensor&, double, double);
   using GeluSig = at::Tensor(const at::Tensor&, c10::string_view);
-  const auto one = [&](const char* name) { return op_handle<Sig1>(name).call(pre); };
+  const auto one = [&](const char* name) { return handle<Sig1>(name).call(pre); };
   switch (k) {
     case Act::Silu: return one("torch_dnn::silu");
     case Act::Mish: return one("torch_dnn::mish");
     case Act::Hardswish: return one("torch_dnn::hardswish");
     case Act::Hardsigmoid: return one("torch_dnn::hardsigmoid");
-    case Act::LeakyRelu: return op_handle<Sig2>("torch_dnn::leaky_relu").call(pre, p.a);
-    case Act::Elu: return op_handle<Sig2>("torch_dnn::elu").call(pre, p.a);
-    case Act::Hardtanh: return op_handle<Sig3>("torch_dnn::hardtanh").call(pre, p.a, p.b);
-    case Act::Softplus: return op_handle<Sig3>("torch_dnn::softplus").call(pre, p.a, p.b);
-    case Act::Gelu: return op_handle<GeluSig>("torch_dnn::gelu").call(pre, "none");
-    case Act::GeluTanh: return op_handle<GeluSig>("torch_dnn::gelu").call(pre, "tanh");
+    case Act::LeakyRelu: return handle<Sig2>("torch_dnn::leaky_relu").call(pre, p.a);
+    case Act::Elu: return handle<Sig2>("torch_dnn::elu").call(pre, p.a);
+    case Act::Hardtanh: return handle<Sig3>("torch_dnn::hardtanh").call(pre, p.a, p.b);
+    case Act::Softplus: return handle<Sig3>("torch_dnn::softplus").call(pre, p.a, p.b);
+    case Act::Gelu: return handle<GeluSig>("torch_dnn::gelu").call(pre, "none");
+    case Act::GeluTanh: return handle<GeluSig>("torch_dnn::gelu").call(pre, "tanh");
     default: TORCH_CHECK(false, "torch_dnn.conv_bias_act: act_forward takes only activations read from their input");
   }
 }
@@ -131,16 +142,13 @@ struct FusedCall {
     return op.call(x, w, b, stride, padding, dilation, groups, a, pa, pb);
   }
   at::Tensor conv(const at::Tensor& x, const at::Tensor& w, const OptTensor& b) const {
-    static const auto op = op_handle<ConvSig>("torch_dnn::convolution");
-    return op.call(x, w, b, stride, padding, dilation, false, Ints{0}, groups);
+    return convolution_op().call(x, w, b, stride, padding, dilation, false, Ints{0}, groups);
   }
   at::Tensor backward_input(const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size) const {
-    static const auto op = op_handle<BackwardSig>("torch_dnn::conv_backward_input");
-    return op.call(g, w, input_size, stride, padding, dilation, false, Ints{0}, groups);
+    return backward_input_op().call(g, w, input_size, stride, padding, dilation, false, Ints{0}, groups);
   }
   at::Tensor backward_weight(const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size) const {
-    static const auto op = op_handle<BackwardSig>("torch_dnn::conv_backward_weight");
-    return op.call(g, x, weight_size, stride, padding, dilation, false, Ints{0}, groups);
+    return backward_weight_op().call(g, x, weight_size, stride, padding, dilation, false, Ints{0}, groups);
   }
 };
 
@@ -208,8 +216,7 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
     if (needs_grad(ctx, 1)) out[1] = call.backward_weight(d_pre, x, w.sizes());
     if (bias_size >= 0 && needs_grad(ctx, 2)) {
       // a result without channels (an input without them) leaves the bias without a gradient: zeros
-      static const auto op = op_handle<BiasSig>("torch_dnn::conv_backward_bias");
-      out[2] = d_pre.size(1) == bias_size ? op.call(d_pre) : at::zeros({bias_size}, d_pre.options());
+      out[2] = d_pre.size(1) == bias_size ? backward_bias_op().call(d_pre) : at::zeros({bias_size}, d_pre.options());
     }
     if (has_res && needs_grad(ctx, res_edge)) out[3] = d_act;
     return out;
