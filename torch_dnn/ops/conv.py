@@ -413,9 +413,9 @@ def _same_padding(input, weight, r, stride, dilation):
     return input, tuple(left)
 
 
-def _conv(r, input, weight, bias, stride, padding, dilation, groups):
-    fn = f"conv{r}d"
-    x, added = _batched(input, r, fn)
+def _geometry(fn, r, x, weight, stride, padding, dilation):
+    """(x, stride, padding, dilation) as the op takes them: r-tuples, 'valid' as zeros, 'same' as the left padding
+    with x padded on the right where the total is odd (F.conv*d's rules)."""
     stride, dilation = _ntuple(stride, r, "stride", fn), _ntuple(dilation, r, "dilation", fn)
     if isinstance(padding, str):
         if padding == "valid":
@@ -426,6 +426,13 @@ def _conv(r, input, weight, bias, stride, padding, dilation, groups):
             raise RuntimeError(f"Invalid padding string: '{padding}'")
     else:
         padding = _ntuple(padding, r, "padding", fn)
+    return x, stride, padding, dilation
+
+
+def _conv(r, input, weight, bias, stride, padding, dilation, groups):
+    fn = f"conv{r}d"
+    x, added = _batched(input, r, fn)
+    x, stride, padding, dilation = _geometry(fn, r, x, weight, stride, padding, dilation)
     y = _ops.convolution(x, weight, bias, stride, padding, dilation, False, (0,) * r, groups)
     return y.squeeze(0) if added else y
 
@@ -471,16 +478,7 @@ def _conv_act(fn, input, weight, bias, residual, activation, stride, padding, di
     x, added = _batched(input, r, fn)
     if residual is not None and added:
         residual = residual.unsqueeze(0)
-    stride, dilation = _ntuple(stride, r, "stride", fn), _ntuple(dilation, r, "dilation", fn)
-    if isinstance(padding, str):
-        if padding == "valid":
-            padding = (0,) * r
-        elif padding == "same":
-            x, padding = _same_padding(x, weight, r, stride, dilation)
-        else:
-            raise RuntimeError(f"Invalid padding string: '{padding}'")
-    else:
-        padding = _ntuple(padding, r, "padding", fn)
+    x, stride, padding, dilation = _geometry(fn, r, x, weight, stride, padding, dilation)
     if residual is None:
         y = _ops.conv_bias_act(x, weight, bias, stride, padding, dilation, groups, activation, act_a, act_b)
     else:
