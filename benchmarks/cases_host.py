@@ -174,6 +174,12 @@ def cases(quick=False):
         w = _rand((64, 64), requires_grad=not fz)
         return None, None, lambda x: F.matmul(x, w), lambda x: torch.matmul(x, w)
 
+    def conv2d(fz):
+        ours, peer = _pair(torch.nn.Conv2d, N.Conv2d, fz, 4, 4, 3, padding=1)
+        return (ours, peer, lambda x, m=peer: F.conv2d(x, m.weight, m.bias, padding=1),
+                lambda x, m=peer: TF.conv2d(x, m.weight, m.bias, padding=1))
+
+    out += _op_cases("conv", "conv2d 3x3", pimg, pimg, conv2d, quick=quick)
     out += _op_cases("matmul", "linear", act_shape, act_shape, linear, quick=quick)
     out += _op_cases("matmul", "linear_act relu", act_shape, act_shape, linear_act, quick=quick)
     out += _op_cases("matmul", "matmul", act_shape, act_shape, matmul, quick=quick)
