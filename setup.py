@@ -1,8 +1,8 @@
 """Build torch_dnn._C.
 
 A CUDAExtension when the installed torch has CUDA and nvcc is found, otherwise a CppExtension with the CPU
-kernels only. Honours TORCH_CUDA_ARCH_LIST (default "8.0;9.0a" when no GPU is visible), MAX_JOBS and TORCH_DNN_DEVICE_CODE=ptx
-(PTX only, no SASS: what CI builds).
+kernels only. Honours TORCH_CUDA_ARCH_LIST (default "8.0;9.0a" when no GPU is visible), MAX_JOBS and
+TORCH_DNN_DEVICE_CODE=ptx (PTX only, no SASS: what CI builds).
 """
 import glob
 import os
