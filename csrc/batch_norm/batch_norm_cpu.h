@@ -28,6 +28,22 @@ struct CpuBackend {
     affine_tensor_math(mean, invstd, w, b, scale, shift);
   }
   static void bwd_coeffs(BwdCoeffArgs& a) { bwd_coeffs_tensor_math(a); }
+  // stats then fwd_coeffs on the batch statistics (a.stat_mean, a.stat_var made here); reduce then bwd_coeffs on
+  // the sums (a.sum_dz, a.sum_dz_xmu made here). The CUDA backend fuses each pair's per-channel step.
+  static void stats_coeffs(const at::Tensor& x, FwdCoeffArgs& a) {
+    a.stat_mean = at::empty_like(a.mean);
+    a.stat_var = at::empty_like(a.mean);
+    stats(x, a.stat_mean, a.stat_var);
+    fwd_coeffs(a);
+  }
+  static void reduce_coeffs(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
+                            const at::Tensor& shift, const at::Tensor& mean, int64_t act, at::Tensor& dz,
+                            BwdCoeffArgs& a) {
+    a.sum_dz = at::empty_like(a.invstd);
+    a.sum_dz_xmu = at::empty_like(a.invstd);
+    reduce(dy, x, res, scale, shift, mean, act, dz, a.sum_dz, a.sum_dz_xmu);
+    bwd_coeffs(a);
+  }
   // No one-kernel training passes on the CPU: the ops layer runs the passes above.
   static bool fused_forward(const at::Tensor&, const at::Tensor&, int64_t, FwdCoeffArgs&, at::Tensor&) {
     return false;

@@ -70,25 +70,45 @@ PersistPlan plan_for(const at::Tensor& xd, const at::Tensor& out, PersistKind ki
   return plan;
 }
 
+FwdCoeffPtrs fwd_ptrs(const FwdCoeffArgs& a) {
+  FwdCoeffPtrs p;
+  p.stat_mean = vec(a.stat_mean);
+  p.stat_var = vec(a.stat_var);
+  p.weight = vec(a.weight);
+  p.bias = vec(a.bias);
+  p.running_mean = vec(a.running_mean);
+  p.running_var = vec(a.running_var);
+  p.training = a.training;
+  p.momentum = a.momentum;
+  p.eps = a.eps;
+  p.count = a.count;
+  p.mean = vec(a.mean);
+  p.invstd = vec(a.invstd);
+  p.scale = vec(a.scale);
+  p.shift = vec(a.shift);
+  return p;
+}
+
+BwdCoeffPtrs bwd_ptrs(const BwdCoeffArgs& a) {
+  BwdCoeffPtrs p;
+  p.sum_dz = vec(a.sum_dz);
+  p.sum_dz_xmu = vec(a.sum_dz_xmu);
+  p.invstd = vec(a.invstd);
+  p.weight = vec(a.weight);
+  p.training = a.training;
+  p.count = a.count;
+  p.dw = vec(a.dw);
+  p.db = vec(a.db);
+  p.k = vec(a.k);
+  p.a = vec(a.a);
+  p.b = vec(a.b);
+  return p;
+}
+
 struct CudaBackend {
   static void fwd_coeffs(FwdCoeffArgs& a) {
     c10::cuda::CUDAGuard guard(a.mean.device());
-    FwdCoeffPtrs p;
-    p.stat_mean = vec(a.stat_mean);
-    p.stat_var = vec(a.stat_var);
-    p.weight = vec(a.weight);
-    p.bias = vec(a.bias);
-    p.running_mean = vec(a.running_mean);
-    p.running_var = vec(a.running_var);
-    p.training = a.training;
-    p.momentum = a.momentum;
-    p.eps = a.eps;
-    p.count = a.count;
-    p.mean = vec(a.mean);
-    p.invstd = vec(a.invstd);
-    p.scale = vec(a.scale);
-    p.shift = vec(a.shift);
-    TD_CHECK_LAUNCH(launch_fwd_coeffs(p, a.mean.numel(), current_stream()));
+    TD_CHECK_LAUNCH(launch_fwd_coeffs(fwd_ptrs(a), a.mean.numel(), current_stream()));
   }
   static void affine(const at::Tensor& mean, const at::Tensor& invstd, const at::Tensor& w, const at::Tensor& b,
                      at::Tensor& scale, at::Tensor& shift) {
@@ -98,19 +118,7 @@ struct CudaBackend {
   }
   static void bwd_coeffs(BwdCoeffArgs& a) {
     c10::cuda::CUDAGuard guard(a.invstd.device());
-    BwdCoeffPtrs p;
-    p.sum_dz = vec(a.sum_dz);
-    p.sum_dz_xmu = vec(a.sum_dz_xmu);
-    p.invstd = vec(a.invstd);
-    p.weight = vec(a.weight);
-    p.training = a.training;
-    p.count = a.count;
-    p.dw = vec(a.dw);
-    p.db = vec(a.db);
-    p.k = vec(a.k);
-    p.a = vec(a.a);
-    p.b = vec(a.b);
-    TD_CHECK_LAUNCH(launch_bwd_coeffs(p, a.invstd.numel(), current_stream()));
+    TD_CHECK_LAUNCH(launch_bwd_coeffs(bwd_ptrs(a), a.invstd.numel(), current_stream()));
   }
   // Training forward in one persistent kernel when the shape allows (launch_persist_forward): writes a.mean,
   // a.invstd, the running statistics and y. False: nothing done, the caller runs the separate passes.
@@ -189,6 +197,17 @@ struct CudaBackend {
     TD_CHECK_LAUNCH(launch_stats(dt, s, xd.const_data_ptr(), mean.data_ptr(), m2.data_ptr(), ws.data_ptr(),
                                  current_stream()));
   }
+  // stats then fwd_coeffs, the coefficients computed where the statistics are merged (no launch, no tensors
+  // between them).
+  static void stats_coeffs(const at::Tensor& x, FwdCoeffArgs& a) {
+    c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xd = dense_like(x);
+    const BnShape s = shape_of(xd);
+    const DType dt = to_dtype(x.scalar_type());
+    at::Tensor ws = workspace(stats_workspace(dt, s), x);
+    const FwdCoeffPtrs p = fwd_ptrs(a);
+    TD_CHECK_LAUNCH(launch_stats(dt, s, xd.const_data_ptr(), nullptr, nullptr, ws.data_ptr(), current_stream(), &p));
+  }
   static void apply(const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale, const at::Tensor& shift,
                     at::Tensor& y, int64_t act) {
     c10::cuda::CUDAGuard guard(x.device());
@@ -202,6 +221,18 @@ struct CudaBackend {
   static void reduce(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
                      const at::Tensor& shift, const at::Tensor& mean, int64_t act, at::Tensor& dz,
                      at::Tensor& sum_dz, at::Tensor& sum_dz_xmu) {
+    reduce_impl(dy, x, res, scale, shift, mean, act, dz, sum_dz.data_ptr(), sum_dz_xmu.data_ptr(), nullptr);
+  }
+  // reduce then bwd_coeffs, the coefficients computed where the sums are merged.
+  static void reduce_coeffs(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
+                            const at::Tensor& shift, const at::Tensor& mean, int64_t act, at::Tensor& dz,
+                            BwdCoeffArgs& a) {
+    const BwdCoeffPtrs p = bwd_ptrs(a);
+    reduce_impl(dy, x, res, scale, shift, mean, act, dz, nullptr, nullptr, &p);
+  }
+  static void reduce_impl(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
+                          const at::Tensor& shift, const at::Tensor& mean, int64_t act, at::Tensor& dz, void* sum_dz,
+                          void* sum_dz_xmu, const BwdCoeffPtrs* coeffs) {
     c10::cuda::CUDAGuard guard(x.device());
     const at::Tensor xd = dense_like(x), dyd = like(dy, xd), rd = like(res, xd);
     const at::Tensor sc = stat(scale), sh = stat(shift), mu = stat(mean);
@@ -211,8 +242,8 @@ struct CudaBackend {
     write_as(dz, xd, [&](at::Tensor& out) {
       TD_CHECK_LAUNCH(launch_reduce(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), cptr(rd), cptr(sc), cptr(sh),
                                     mu.const_data_ptr(), int(act),
-                                    out.defined() ? out.data_ptr() : nullptr, sum_dz.data_ptr(),
-                                    sum_dz_xmu.data_ptr(), ws.data_ptr(), current_stream()));
+                                    out.defined() ? out.data_ptr() : nullptr, sum_dz, sum_dz_xmu, ws.data_ptr(),
+                                    current_stream(), coeffs));
     });
   }
   static void elemt(const at::Tensor& dz, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& k,

@@ -93,7 +93,7 @@ int64_t stats_workspace(DType dtype, const BnShape& s) {
 }
 
 cudaError_t launch_stats(DType dtype, const BnShape& s, const void* x, void* mean, void* m2, void* ws,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const FwdCoeffPtrs* coeffs) {
   if (empty(s)) return cudaSuccess;
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -117,8 +117,12 @@ cudaError_t launch_stats(DType dtype, const BnShape& s, const void* x, void* mea
       else
         stats_planes<T, 1><<<grid, kThreads, 0, stream>>>(xp, s.outer, s.C, s.inner, pieces_of<T>(s, vec), part);
     }
-    stats_finalize<A><<<unsigned(ceil_div(s.C, kWarps)), kThreads, 0, stream>>>(part, splits, s.C, static_cast<A*>(mean),
-                                                                                 static_cast<A*>(m2));
+    const unsigned blocks = unsigned(ceil_div(s.C, kWarps));
+    if (coeffs != nullptr)
+      stats_finalize<A, true><<<blocks, kThreads, 0, stream>>>(part, splits, s.C, nullptr, nullptr, *coeffs);
+    else
+      stats_finalize<A, false><<<blocks, kThreads, 0, stream>>>(part, splits, s.C, static_cast<A*>(mean),
+                                                                 static_cast<A*>(m2), FwdCoeffPtrs{});
   });
   return cudaGetLastError();
 }
@@ -148,7 +152,7 @@ int64_t reduce_workspace(DType dtype, const BnShape& s) {
 
 cudaError_t launch_reduce(DType dtype, const BnShape& s, const void* dy, const void* x, const void* res,
                           const void* scale, const void* shift, const void* mean, int act, void* dz, void* sum_dz,
-                          void* sum_dz_xmu, void* ws, cudaStream_t stream) {
+                          void* sum_dz_xmu, void* ws, cudaStream_t stream, const BwdCoeffPtrs* coeffs) {
   if (empty(s)) return cudaSuccess;
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -181,8 +185,12 @@ cudaError_t launch_reduce(DType dtype, const BnShape& s, const void* dy, const v
       run(std::true_type{});
     else
       run(std::false_type{});
-    reduce_finalize<A><<<unsigned(ceil_div(s.C, kWarps)), kThreads, 0, stream>>>(
-        part, splits, s.C, static_cast<A*>(sum_dz), static_cast<A*>(sum_dz_xmu));
+    const unsigned blocks = unsigned(ceil_div(s.C, kWarps));
+    if (coeffs != nullptr)
+      reduce_finalize<A, true><<<blocks, kThreads, 0, stream>>>(part, splits, s.C, nullptr, nullptr, *coeffs);
+    else
+      reduce_finalize<A, false><<<blocks, kThreads, 0, stream>>>(part, splits, s.C, static_cast<A*>(sum_dz),
+                                                                 static_cast<A*>(sum_dz_xmu), BwdCoeffPtrs{});
   });
   return cudaGetLastError();
 }

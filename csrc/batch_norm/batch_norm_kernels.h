@@ -19,22 +19,29 @@ struct BnShape {
   int64_t outer = 0, C = 0, inner = 1;
 };
 
+struct FwdCoeffPtrs;
+struct BwdCoeffPtrs;
+
 // Per-channel mean and m2 (sum of squared deviations): per-block partial moments merged (Chan et al.) in a
-// fixed order, so the result is deterministic. ws: stats_workspace() accumulation-type elements.
+// fixed order, so the result is deterministic. ws: stats_workspace() accumulation-type elements. coeffs given:
+// the forward coefficients of launch_fwd_coeffs are computed from the statistics instead (its stat_mean and
+// stat_var unused; mean and m2 may be null).
 int64_t stats_workspace(DType dtype, const BnShape& s);
 cudaError_t launch_stats(DType dtype, const BnShape& s, const void* x, void* mean, void* m2, void* ws,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const FwdCoeffPtrs* coeffs = nullptr);
 
 // y = act(x * scale[c] + shift[c] + res); res may be null. act: 0 identity, 1 relu, 2 silu.
 cudaError_t launch_apply(DType dtype, const BnShape& s, const void* x, const void* res, const void* scale,
                          const void* shift, void* y, int act, cudaStream_t stream);
 
 // dz = dy * act'(x * scale + shift + res) (act 0: dz = dy); writes dz when dz is not null; per-channel
-// sum_dz and sum_dz_xmu = sum(dz * (x - mean[c])), deterministic. ws: reduce_workspace() elements.
+// sum_dz and sum_dz_xmu = sum(dz * (x - mean[c])), deterministic. ws: reduce_workspace() elements. coeffs given:
+// the backward coefficients of launch_bwd_coeffs are computed from the sums instead (its sum_dz and sum_dz_xmu
+// unused; sum_dz and sum_dz_xmu may be null).
 int64_t reduce_workspace(DType dtype, const BnShape& s);
 cudaError_t launch_reduce(DType dtype, const BnShape& s, const void* dy, const void* x, const void* res,
                           const void* scale, const void* shift, const void* mean, int act, void* dz, void* sum_dz,
-                          void* sum_dz_xmu, void* ws, cudaStream_t stream);
+                          void* sum_dz_xmu, void* ws, cudaStream_t stream, const BwdCoeffPtrs* coeffs = nullptr);
 
 // dx = k[c] * (dz - a[c] - (x - mean[c]) * b[c]).
 cudaError_t launch_elemt(DType dtype, const BnShape& s, const void* dz, const void* x, const void* mean,

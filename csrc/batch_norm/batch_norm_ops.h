@@ -1,6 +1,7 @@
 // The batch_norm family's ops, written once over a backend (batch_norm_cpu.h, batch_norm_cuda.cpp) that
 // provides the big passes over the data (stats, apply, reduce, elemt) and the per-channel steps between them
-// (fwd_coeffs, affine, bwd_coeffs: batch_norm_coeffs.h). batch_norm.cpp declares the schemas. x is (N, C, *)
+// (fwd_coeffs, affine, bwd_coeffs: batch_norm_coeffs.h); stats_coeffs and reduce_coeffs are a pass and its step
+// together (the CUDA backend computes the step inside the pass's last kernel). batch_norm.cpp declares the schemas. x is (N, C, *)
 // in any layout; per-channel statistics are in the statistics dtype (float32; float64 for float64 input).
 //   batch_norm / batch_norm_add_act: y = act(bn(x) + res); training: batch statistics, running stats updated
 //   in place with `momentum` (unbiased variance); evaluation: running statistics. Returns (y, save_mean,
@@ -151,11 +152,6 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, cons
     a.running_mean = given(running_mean) && running_mean->is_contiguous() ? *running_mean : rm;
     a.running_var = given(running_var) && running_var->is_contiguous() ? *running_var : rv;
     done = B::fused_forward(x, res, act, a, y);
-    if (!done) {
-      a.stat_mean = at::empty({C}, sopt);
-      a.stat_var = at::empty({C}, sopt);
-      B::stats(x, a.stat_mean, a.stat_var);
-    }
   } else {
     a.stat_mean = rm;
     a.stat_var = rv;
@@ -163,7 +159,10 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, cons
   if (!done) {  // the separate passes' affine map (the one-kernel forward keeps its own)
     a.scale = at::empty({C}, sopt);
     a.shift = at::empty({C}, sopt);
-    B::fwd_coeffs(a);
+    if (training)
+      B::stats_coeffs(x, a);  // from the batch statistics
+    else
+      B::fwd_coeffs(a);
   }
   if (training && given(running_mean) && !a.running_mean.is_same(*running_mean)) {
     at::NoGradGuard ng;
@@ -229,14 +228,11 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
   // batch_norm_add_act's training backward in one kernel (dz, written to dres or scratch, then dx from it)
   if (!plain && training && mask[0] && B::fused_backward(dy, x, res, scale, shift, mean, act, a, dz, dx))
     return {dx, dres, dw, db};
-  a.sum_dz = at::empty({C}, sopt);
-  a.sum_dz_xmu = at::empty({C}, sopt);
-  B::reduce(dy, x, res, scale, shift, mean, act, dz, a.sum_dz, a.sum_dz_xmu);
-  if (!dz.defined()) dz = dy;
   a.k = at::empty({C}, sopt);
   a.a = at::empty({C}, sopt);
   a.b = at::empty({C}, sopt);
-  B::bwd_coeffs(a);
+  B::reduce_coeffs(dy, x, res, scale, shift, mean, act, dz, a);
+  if (!dz.defined()) dz = dy;
   if (mask[0]) B::elemt(dz, x, mean, a.k, a.a, a.b, dx);
   return {dx, dres, dw, db};
 }

@@ -1,5 +1,6 @@
 // batch_norm backward sums: per-channel sum(dz) and sum(dz * (x - mean)), dz = dy * act'(z), then a fixed-order finalize.
 #pragma once
+#include "batch_norm/kernels/bn_coeffs.cuh"
 #include "batch_norm/kernels/bn_common.cuh"
 
 namespace torch_dnn {
@@ -165,9 +166,12 @@ __global__ void __launch_bounds__(kThreads, 3) reduce_planes(GradArgs<T> g, int6
   }
 }
 
-template <typename A>
+// One warp per channel adds the splits' sums (fixed order). COEFFS: the channel's backward coefficients (d_weight,
+// d_bias, k, a, b) are computed from them at once, in place of writing the sums.
+template <typename A, bool COEFFS>
 __global__ void __launch_bounds__(kThreads) reduce_finalize(const A* __restrict__ part, int splits, int64_t C,
-                                                            A* __restrict__ sum_dz, A* __restrict__ sum_dz_xmu) {
+                                                            A* __restrict__ sum_dz, A* __restrict__ sum_dz_xmu,
+                                                            BwdCoeffPtrs coeffs) {
   const int64_t c = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (c >= C) return;
@@ -179,8 +183,12 @@ __global__ void __launch_bounds__(kThreads) reduce_finalize(const A* __restrict_
   a = warp_reduce(a, SumOp{});
   b = warp_reduce(b, SumOp{});
   if (lane == 0) {
-    sum_dz[c] = a;
-    sum_dz_xmu[c] = b;
+    if constexpr (COEFFS) {
+      bwd_coeffs_one(coeffs, c, double(a), double(b));
+    } else {
+      sum_dz[c] = a;
+      sum_dz_xmu[c] = b;
+    }
   }
 }
 

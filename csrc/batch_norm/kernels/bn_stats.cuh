@@ -1,5 +1,6 @@
 // batch_norm statistics: per-channel (count, mean, M2) over the rows or planes walk, then a fixed-order finalize.
 #pragma once
+#include "batch_norm/kernels/bn_coeffs.cuh"
 #include "batch_norm/kernels/bn_common.cuh"
 
 namespace torch_dnn {
@@ -137,10 +138,13 @@ __global__ void __launch_bounds__(kThreads, 3) stats_planes(const T* __restrict_
   }
 }
 
-// One warp per channel merges the splits' moments: lane-strided, then across the warp (fixed order).
-template <typename A>
+// One warp per channel merges the splits' moments: lane-strided, then across the warp (fixed order). COEFFS: the
+// channel's forward coefficients (and running statistics) are computed from them at once, in place of writing
+// mean and m2: the training forward's separate passes then take one launch less.
+template <typename A, bool COEFFS>
 __global__ void __launch_bounds__(kThreads) stats_finalize(const A* __restrict__ part, int splits, int64_t C,
-                                                           A* __restrict__ mean, A* __restrict__ m2) {
+                                                           A* __restrict__ mean, A* __restrict__ m2,
+                                                           FwdCoeffPtrs coeffs) {
   const int64_t c = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (c >= C) return;
@@ -152,8 +156,13 @@ __global__ void __launch_bounds__(kThreads) stats_finalize(const A* __restrict__
   }
   m = warp_merge(m);
   if (lane == 0) {
-    mean[c] = m.mean;
-    m2[c] = m.m2;
+    if constexpr (COEFFS) {
+      double scale, shift;
+      fwd_coeffs_one(coeffs, c, double(m.mean), double(m.m2), &scale, &shift);
+    } else {
+      mean[c] = m.mean;
+      m2[c] = m.m2;
+    }
   }
 }
 
