@@ -21,13 +21,13 @@ struct CpuBackend {
   // dx = k[c] * (dz - a[c] - (x - mean[c]) * b[c]) with per-channel coefficients in the statistics dtype.
   static void elemt(const at::Tensor& dz, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& k,
                     const at::Tensor& a, const at::Tensor& b, at::Tensor& dx);
-  // The per-channel steps (batch_norm_coeffs.h): tensor math on C elements.
-  static void fwd_coeffs(FwdCoeffArgs& a) { fwd_coeffs_tensor_math(a); }
+  // The per-channel steps (batch_norm_coeffs.h): loops over the C channels.
+  static void fwd_coeffs(FwdCoeffArgs& a) { fwd_coeffs_per_channel(a); }
   static void affine(const at::Tensor& mean, const at::Tensor& invstd, const at::Tensor& w, const at::Tensor& b,
                      at::Tensor& scale, at::Tensor& shift) {
-    affine_tensor_math(mean, invstd, w, b, scale, shift);
+    affine_per_channel(mean, invstd, w, b, scale, shift);
   }
-  static void bwd_coeffs(BwdCoeffArgs& a) { bwd_coeffs_tensor_math(a); }
+  static void bwd_coeffs(BwdCoeffArgs& a) { bwd_coeffs_per_channel(a); }
   // stats then fwd_coeffs on the batch statistics (a.stat_mean, a.stat_var made here); reduce then bwd_coeffs on
   // the sums (a.sum_dz, a.sum_dz_xmu made here). The CUDA backend fuses each pair's per-channel step.
   static void stats_coeffs(const at::Tensor& x, FwdCoeffArgs& a) {
