@@ -337,3 +337,60 @@ def test_staging_declines(stage, monkeypatch):
     stage_case(stage, 2, 16, 16, *geo, torch.bfloat16, "ndhwc", staged=False)
     monkeypatch.setenv("TORCH_DNN_CONV_STAGE", "0")
     stage_case(stage, 2, 16, 16, *geo, torch.bfloat16, "ncdhw", staged=False)
+
+
+def test_staged_weight_cache(stage, monkeypatch):
+    """A read weight's staged copy is kept while the weight is unchanged (csrc/conv/conv_weight_cache.h): reused by
+    the next forward and input-gradient pass of the same tensor, remade after an in-place change (its version), not
+    shared with another tensor, dropped with its weight; never for the weight gradient, inference tensors, or with
+    TORCH_DNN_CONV_WEIGHT_CACHE=0. Every result against PyTorch's in float64."""
+    N, C, K, spatial, ker = 2, 16, 24, (1, 9, 10), (1, 3, 3)
+    geo = ([1, 1, 1], [0, 1, 1], [1, 1, 1], 1, True)
+    gen = torch.Generator().manual_seed(11)
+    x = make((N, C) + spatial, torch.bfloat16, "ncdhw", gen)
+    dy = make((N, K) + spatial, torch.bfloat16, "ncdhw", gen)
+
+    def fprop(w):
+        y = make((N, K) + spatial, torch.bfloat16, "ncdhw", gen, fill=float("nan"))
+        assert stage.run(0, x, w, y, None, None, *geo, 0) == 1
+        check_close("cached-weight fprop", y, F.conv3d(x.double(), w.double(), None, 1, (0, 1, 1)), torch.bfloat16)
+
+    def dgrad(w):
+        dx = make((N, C) + spatial, torch.bfloat16, "ncdhw", gen, fill=float("nan"))
+        assert stage.run(1, dx, w, dy, None, None, *geo, 0) == 1
+        ref = torch.nn.grad.conv3d_input(x.shape, w.double(), dy.double(), 1, (0, 1, 1))
+        check_close("cached-weight dgrad", dx, ref, torch.bfloat16)
+
+    def stats():
+        return tuple(stage.weight_cache_stats())  # (hits, misses, entries)
+
+    stage.clear_weight_cache()
+    w = make((K, C) + ker, torch.bfloat16, "ncdhw", gen)
+    fprop(w)
+    assert stats() == (0, 1, 1)
+    fprop(w)
+    dgrad(w)
+    assert stats() == (2, 1, 1)
+    with torch.no_grad():
+        w.mul_(-0.5)  # a new version: the copy is remade, and the result follows the new values
+    fprop(w)
+    assert stats() == (2, 2, 1)
+    dw = make(tuple(w.shape), torch.bfloat16, "ncdhw", gen, fill=float("nan"))
+    assert stage.run(2, x, dw, dy, None, None, *geo, 0) == 1
+    assert stats() == (2, 2, 1)
+    other = make((K, C) + ker, torch.bfloat16, "ncdhw", gen)
+    fprop(other)
+    assert stats() == (2, 3, 2)
+    del other
+    fprop(w)  # a hit; the dead weight's entry is dropped when the next copy is kept
+    w2 = make((K, C) + ker, torch.bfloat16, "ncdhw", gen)
+    fprop(w2)
+    assert stats() == (3, 4, 2)
+    with torch.inference_mode():
+        wi = make((K, C) + ker, torch.bfloat16, "ncdhw", gen)
+    fprop(wi)
+    fprop(wi)
+    assert stats() == (3, 4, 2)
+    monkeypatch.setenv("TORCH_DNN_CONV_WEIGHT_CACHE", "0")
+    fprop(w)
+    assert stats() == (3, 4, 2)

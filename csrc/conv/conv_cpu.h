@@ -15,7 +15,7 @@ void conv_cpu(Pass pass, const ConvArgs& a);
 void conv_bias_grad_cpu(DType dtype, const ConvGeometry& g, const Operand5& dy, void* db);
 
 struct CpuBackend {
-  static void run(Pass pass, ConvArgs& a, const at::Tensor&) { conv_cpu(pass, a); }
+  static void run(Pass pass, ConvArgs& a, const at::Tensor&, const at::Tensor&) { conv_cpu(pass, a); }
   static void bias_grad(const ConvGeometry& g, const Operand5& dy, const at::Tensor& db) {
     conv_bias_grad_cpu(to_dtype(db.scalar_type()), g, dy, db.data_ptr());
   }

@@ -102,7 +102,7 @@ void staging_copy(const at::Tensor& dst, const at::Tensor& src) {
 }
 
 struct CudaBackend {
-  static void run(Pass pass, ConvArgs& a, const at::Tensor& like) {
+  static void run(Pass pass, ConvArgs& a, const at::Tensor& like, const at::Tensor& weight) {
     c10::cuda::CUDAGuard guard(like.device());
     auto& ctx = at::globalContext();
     a.allow_tf32 = allow_tf32(ctx);
@@ -111,9 +111,17 @@ struct CudaBackend {
     a.workspace = ws.source();
     const cudaStream_t stream = current_stream();
     if (run_tensor_cores(pass, a, stream)) return;
-    // refused for the operands' layout or channel counts: the same paths on staged operands (conv_staging.h)
+    // refused for the operands' layout or channel counts: the same paths on staged operands (conv_staging.h), the
+    // weight's staged copy kept between calls except under graph capture (a replay would not restage it)
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+      (void)cudaGetLastError();
+      capture = cudaStreamCaptureStatusActive;
+    }
+    const at::Tensor owner = capture == cudaStreamCaptureStatusNone ? weight : at::Tensor();
     if (staging::run_staged(pass, a, like.options(), &staging_copy,
-                            [&](const ConvArgs& b) { return run_tensor_cores(pass, b, stream); }))
+                            [&](const ConvArgs& b) { return run_tensor_cores(pass, b, stream); }, owner,
+                            c10::cuda::getCurrentCUDAStream().unwrap()))
       return;
     TD_CHECK_LAUNCH(direct(pass)(a, stream));
   }

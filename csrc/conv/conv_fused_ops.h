@@ -72,7 +72,7 @@ Tensor conv_fused_forward(const char* op, const Tensor& input, const Tensor& wei
   if (res.defined()) a.residual = operand(res);
   a.act = k;
   a.act_params = ap;
-  B::run(Pass::Fprop, a, input);
+  B::run(Pass::Fprop, a, input, weight);
   return out;
 }
 

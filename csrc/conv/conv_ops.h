@@ -16,7 +16,9 @@
 //
 // A backend provides, on operands of any strides (the ops pass them dense in the result's layout), problems with
 // N * C * K and the written operand's size non-zero:
-//   static void run(Pass, ConvArgs&, const Tensor& like);   // like: the device and options of the call
+//   static void run(Pass, ConvArgs&, const Tensor& like, const Tensor& weight);
+//     like: the device and options of the call; weight: the caller's weight tensor where the pass reads it (fprop,
+//     dgrad), which a backend may key copies of the weight on (conv_weight_cache.h), else undefined
 //   static void bias_grad(const ConvGeometry&, const Operand5& dy, const Tensor& db);  // db dense [K], dy's dtype
 //
 // Layouts (PyTorch's): the result of convolution is channels-last (channels innermost: channels_last,
@@ -303,10 +305,10 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const std::optiona
     ConvArgs a = make_args(xd, wd, out, p);
     const Tensor bias = has_bias ? bias_opt->contiguous() : Tensor();
     a.bias = has_bias ? bias.const_data_ptr() : nullptr;
-    B::run(Pass::Fprop, a, input);
+    B::run(Pass::Fprop, a, input, weight);
   } else {
     ConvArgs a = make_args(out, wd, xd, p);
-    B::run(Pass::Dgrad, a, input);
+    B::run(Pass::Dgrad, a, input, weight);
     if (has_bias) out.add_(per_channel(*bias_opt, out.dim()));
   }
   return out;
@@ -342,10 +344,10 @@ Tensor conv_backward_input(const Tensor& grad_output, const Tensor& weight, IntA
   const Tensor gd = in_layout(grad_output, cl), wd = in_layout(weight, cl);
   if (!transposed) {
     ConvArgs a = make_args(dx, wd, gd, p);
-    B::run(Pass::Dgrad, a, grad_output);
+    B::run(Pass::Dgrad, a, grad_output, weight);
   } else {
     ConvArgs a = make_args(gd, wd, dx, p);
-    B::run(Pass::Fprop, a, grad_output);
+    B::run(Pass::Fprop, a, grad_output, weight);
   }
   return dx;
 }
@@ -373,7 +375,7 @@ Tensor conv_backward_weight(const Tensor& grad_output, const Tensor& input, IntA
   if (grad_output.numel() == 0 || input.numel() == 0) return dw.zero_();  // empty batch
   const Tensor gd = in_layout(grad_output, cl), xd = in_layout(input, cl);
   ConvArgs a = transposed ? make_args(gd, dw, xd, p) : make_args(xd, dw, gd, p);
-  B::run(Pass::Wgrad, a, grad_output);
+  B::run(Pass::Wgrad, a, grad_output, Tensor());
   return dw;
 }
 

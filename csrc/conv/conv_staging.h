@@ -13,7 +13,8 @@
 // Taken only where the tensor cores pay for it in principle: their dtypes (float16, bfloat16, float32 with TF32),
 // one group (grouped and depthwise convolutions keep their kernels), padding that multiplies the work
 // (C' K' / (C K)) by at most kMaxPaddedWork, and staged operands within the kernels' 32-bit element range.
-// TORCH_DNN_CONV_STAGE=0 (read at every call) turns staging off. Nothing is cached: every call copies.
+// TORCH_DNN_CONV_STAGE=0 (read at every call) turns staging off. Activations and gradients are copied at every
+// call; a read weight's staged copy is kept while the weight is unchanged (conv_weight_cache.h).
 //
 // Device-agnostic (ATen ops on views of the operands' memory): conv_cuda.cpp runs it with the tensor-core
 // entry points and the tiled layout transpose; tests/emulation/conv_staging_emulation.cpp runs it on the CPU
@@ -26,6 +27,7 @@
 #include "common/env.h"
 #include "conv/conv_kernels.h"
 #include "conv/conv_ops.h"
+#include "conv/conv_weight_cache.h"
 
 namespace torch_dnn {
 namespace conv {
@@ -110,11 +112,39 @@ inline Staged stage_if_needed(const Operand5& o, const Extents& x, int64_t n_pad
   return {operand_of(t), t};
 }
 
+// A read weight's Staged: the cached copy where WeightCache has one for `owner` (the caller's weight tensor; undefined:
+// no caching), else a new one, then kept.
+inline Staged stage_weight(const Operand5& o, const Extents& x, int64_t n_pad, int64_t c_pad,
+                           const at::TensorOptions& opts, Copy copy, const at::Tensor& owner, c10::Stream stream) {
+  if (n_pad == x.e[0] && c_pad == x.e[1] && ready(o, x)) return {o, at::Tensor()};
+  if (!WeightCache::keeps(owner)) return stage_if_needed(o, x, n_pad, c_pad, false, opts, copy);
+  WeightView view;
+  view.ptr = o.ptr;
+  for (int j = 0; j < 5; ++j) {
+    view.stride[j] = o.stride[j];
+    view.extent[j] = x.e[j];
+  }
+  view.n_pad = n_pad;
+  view.c_pad = c_pad;
+  view.dtype = opts.dtype().toScalarType();
+  view.stream = stream;
+  WeightCache& cache = WeightCache::instance();
+  at::Tensor t = cache.find(owner, view);
+  if (!t.defined()) {
+    t = stage(o, x, n_pad, c_pad, false, opts, copy);
+    cache.keep(owner, view, t);
+  }
+  return {operand_of(t), t};
+}
+
 // Runs pass on a staged copy of the problem through try_paths(const ConvArgs&) -> bool (true: a path took the
 // staged problem and queued its work); true when it did. False, with the caller's operands untouched, where
 // staging does not apply or the paths refuse the staged problem too: the caller then runs the direct kernels.
+// weight: the caller's weight tensor where the pass reads it and its staged copy may be kept (stage_weight), else
+// undefined; stream: where the copies are queued.
 template <class TryPaths>
-bool run_staged(Pass pass, const ConvArgs& a, const at::TensorOptions& opts, Copy copy, TryPaths&& try_paths) {
+bool run_staged(Pass pass, const ConvArgs& a, const at::TensorOptions& opts, Copy copy, TryPaths&& try_paths,
+                const at::Tensor& weight, c10::Stream stream) {
   const ConvGeometry& g = a.g;
   if (!enabled() || !tensor_core_dtype(a) || g.G != 1 || g.N < 1 || g.C < 1 || g.K < 1) return false;
   const int64_t C = g.C, K = g.K, Cp = round_up8(C), Kp = round_up8(K);
@@ -131,7 +161,8 @@ bool run_staged(Pass pass, const ConvArgs& a, const at::TensorOptions& opts, Cop
       extents(g.N, Kp, g.out).numel() > kMaxElements)
     return false;
   const Staged x = stage_if_needed(a.x, xe, g.N, Cp, dgrad, opts, copy);
-  const Staged w = stage_if_needed(a.w, we, Kp, Cp, wgrad, opts, copy);
+  const Staged w = wgrad ? stage_if_needed(a.w, we, Kp, Cp, true, opts, copy)
+                         : stage_weight(a.w, we, Kp, Cp, opts, copy, weight, stream);
   const Staged y = stage_if_needed(a.y, ye, g.N, Kp, fprop, opts, copy);
   ConvArgs b = a;
   b.g.C = Cp;

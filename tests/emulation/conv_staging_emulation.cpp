@@ -105,17 +105,30 @@ int64_t run(int64_t pass_index, const at::Tensor& x, const at::Tensor& w, const 
   if (residual) a.residual = operand(*residual);
   a.act = Act(act);
   const auto opts = x.options();
+  // the weight tensor keys its staged copy where the pass reads it (conv_weight_cache.h)
+  const at::Tensor owner = pass == Pass::Wgrad ? at::Tensor() : w;
   return staging::run_staged(pass, a, opts, &staging::aten_copy,
-                             [&](const ConvArgs& b) { return stand_in(pass, b, opts); })
+                             [&](const ConvArgs& b) { return stand_in(pass, b, opts); }, owner,
+                             c10::Stream(c10::Stream::DEFAULT, c10::Device(c10::kCPU)))
              ? 1
              : 0;
 }
+
+// (hits, misses, entries) of the staged-weight cache since the last clear, which clear_weight_cache resets.
+std::vector<int64_t> weight_cache_stats() {
+  const auto s = staging::WeightCache::instance().stats();
+  return {s[0], s[1], s[2]};
+}
+
+void clear_weight_cache() { staging::WeightCache::instance().clear(); }
 
 }  // namespace
 
 TORCH_LIBRARY(torch_dnn_conv_stage, m) {
   m.def("run(int pass_index, Tensor(a!) x, Tensor(b!) w, Tensor(c!) y, Tensor? bias, Tensor? residual, int[] stride, "
         "int[] pad, int[] dil, int groups, bool allow_tf32, int act) -> int");
+  m.def("weight_cache_stats() -> int[]", &weight_cache_stats);
+  m.def("clear_weight_cache() -> ()", &clear_weight_cache);
 }
 
 TORCH_LIBRARY_IMPL(torch_dnn_conv_stage, CPU, m) { m.impl("run", run); }
