@@ -196,3 +196,62 @@ def test_switch_off(monkeypatch):
     case = CASES[0]
     x, w, b = _check(case, torch.bfloat16)
     _assert_direct(_cuda_kernels(lambda: case.conv(F)(x, w, b)), f"{case} forward with TORCH_DNN_CONV_STAGE=0")
+
+
+def test_staged_weight_follows_changes():
+    """The staged weight is kept between calls (csrc/conv/conv_weight_cache.h): repeated calls stay right, an
+    in-place change of the weight (a new version) is seen by the next forward and input gradient, and so is one
+    made on another stream after an event; each result against PyTorch's on the same values."""
+    case = CASES[3]  # the stem: the weight is staged (C 3 -> 8) in every layout
+    x, w, b = case.inputs(torch.bfloat16)
+    ours, theirs = case.conv(F), case.conv(TF)
+
+    def check(label):
+        y, yp, ref = ours(x, w, b), theirs(x, w, b), theirs(x.double(), w.double(), b.double())
+        v = compare(y, yp, ref, name=f"{case} {label}")
+        assert v, v.message
+        wg = w.detach().requires_grad_(True)
+        g = random_like_case(tuple(y.shape), torch.bfloat16, "cuda", low=-1.0, high=1.0)
+        xg = x.detach().requires_grad_(True)
+        (dx,) = torch.autograd.grad(ours(xg, wg, b), [xg], g)
+        xp = x.detach().requires_grad_(True)
+        (dxp,) = torch.autograd.grad(theirs(xp, w, b), [xp], g)
+        x64 = x.detach().double().requires_grad_(True)
+        (dx64,) = torch.autograd.grad(theirs(x64, w.double(), b.double()), [x64], g.double())
+        v = compare(dx, dxp, dx64, name=f"{case} {label} input gradient")
+        assert v, v.message
+
+    check("first call")
+    check("second call")
+    with torch.no_grad():
+        w.mul_(-1.5)
+    check("after an in-place change")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        w.add_(0.25)
+    torch.cuda.current_stream().wait_stream(side)
+    check("after a change on another stream")
+
+
+def test_staged_weight_under_graph_capture():
+    """Under CUDA graph capture the weight's staged copy is not taken from the cache: the captured graph restages it,
+    so a replay after an in-place change of the weight computes with the new values."""
+    case = CASES[3]
+    x, w, b = case.inputs(torch.bfloat16)
+    ours, theirs = case.conv(F), case.conv(TF)
+    ours(x, w, b)  # warm-up: the weight's copy is in the cache before the capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        ours(x, w, b)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = ours(x, w, b)
+    with torch.no_grad():
+        w.mul_(-0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    v = compare(y, theirs(x, w, b), theirs(x.double(), w.double(), b.double()), name=f"{case} graph replay")
+    assert v, v.message
