@@ -255,3 +255,37 @@ def test_staged_weight_under_graph_capture():
     torch.cuda.synchronize()
     v = compare(y, theirs(x, w, b), theirs(x.double(), w.double(), b.double()), name=f"{case} graph replay")
     assert v, v.message
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=repr)
+def test_benchmark_mode_measures_routes(case):
+    """torch.backends.cudnn.benchmark = True (csrc/conv/conv_autotune.h): the first call of a problem runs every
+    route that takes it (tensor cores, staged, direct), the later calls only the one it kept; every result and
+    gradient right by the error rule."""
+    old = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = True
+        x, w, b = case.inputs(torch.bfloat16)
+        # a batch size no other test uses: a signature measured here first
+        x = torch.cat([x, x[:1]])
+        first = _cuda_kernels(lambda: case.conv(F)(x, w, b))
+        assert any(re.search(TENSOR_CORE, n) for n in first) and any(re.search(DIRECT, n) for n in first), (
+            f"{case}: the first call measured {sorted(set(first))}")
+        later = _cuda_kernels(lambda: case.conv(F)(x, w, b))
+        tc, dr = (any(re.search(p, n) for n in later) for p in (TENSOR_CORE, DIRECT))
+        assert tc != dr, f"{case}: a later call ran {sorted(set(later))}"
+        ours, theirs = case.conv(F), case.conv(TF)
+        for _ in range(2):  # the measured call, then the kept route, with the backward passes
+            xs = [t.detach().requires_grad_(True) for t in (x, w)]
+            xp = [t.detach().requires_grad_(True) for t in (x, w)]
+            x64 = [t.detach().double().requires_grad_(True) for t in (x, w)]
+            y, yp, y64 = ours(*xs, b), theirs(*xp, b), theirs(*x64, b.double())
+            v = compare(y, yp, y64, name=f"{case} benchmark mode forward")
+            assert v, v.message
+            g = random_like_case(tuple(y.shape), torch.bfloat16, "cuda", low=-1.0, high=1.0)
+            for a, p, r, name in zip(torch.autograd.grad(y, xs, g), torch.autograd.grad(yp, xp, g),
+                                     torch.autograd.grad(y64, x64, g.double()), ("input", "weight")):
+                v = compare(a, p, r, name=f"{case} benchmark mode {name} gradient")
+                assert v, v.message
+    finally:
+        torch.backends.cudnn.benchmark = old

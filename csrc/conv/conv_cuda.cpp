@@ -2,15 +2,18 @@
 // from the caching allocator, and calls the torch-free entry points of conv_kernels.h on the current stream: the
 // Hopper implicit GEMM, then the portable one, then, where both answer cudaErrorNotSupported, the same two on a
 // staged copy of the problem where its layout or channel counts were what they refused (conv_staging.h: NCHW,
-// C or K not a multiple of 8), then the direct kernels (they take every problem). Registered for the CUDA
-// dispatch key only.
+// C or K not a multiple of 8), then the direct kernels (they take every problem); under
+// torch.backends.cudnn.benchmark, the fastest of those routes as measured on the signature's first call
+// (conv_autotune.h). Registered for the CUDA dispatch key only.
 #include <torch/version.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <vector>
 
 #include "common/cuda_utils.h"
 #include "common/layout_transpose.h"
+#include "conv/conv_autotune.h"
 #include "conv/conv_fused_ops.h"
 #include "conv/conv_kernels.h"
 #include "conv/conv_ops.h"
@@ -73,17 +76,19 @@ bool allow_tf32(const at::Context& ctx) {
 #endif
 }
 
-// The tensor-core paths in turn, each answering cudaErrorNotSupported for what it does not take; true when one
-// took the problem (its work queued).
-bool run_tensor_cores(Pass pass, const ConvArgs& a, cudaStream_t stream) {
-  for (const Entry path : {hopper(pass), implicit_gemm(pass)}) {
-    const cudaError_t err = path(a, stream);
-    if (err == cudaSuccess) return true;
-    TORCH_CHECK(err == cudaErrorNotSupported, "torch_dnn: a tensor-core convolution failed: ",
-                cudaGetErrorString(err));
-    (void)cudaGetLastError();
-  }
+// One entry point on the problem: true when it took it (its work queued), false when it answered
+// cudaErrorNotSupported; any other error is raised.
+bool run_entry(Entry path, const ConvArgs& a, cudaStream_t stream) {
+  const cudaError_t err = path(a, stream);
+  if (err == cudaSuccess) return true;
+  TORCH_CHECK(err == cudaErrorNotSupported, "torch_dnn: a tensor-core convolution failed: ", cudaGetErrorString(err));
+  (void)cudaGetLastError();
   return false;
+}
+
+// The tensor-core paths in turn; true when one took the problem.
+bool run_tensor_cores(Pass pass, const ConvArgs& a, cudaStream_t stream) {
+  return run_entry(hopper(pass), a, stream) || run_entry(implicit_gemm(pass), a, stream);
 }
 
 // conv_staging.h's dst.copy_(src): between a dense contiguous and a dense channels-last layout of the same sizes
@@ -101,6 +106,61 @@ void staging_copy(const at::Tensor& dst, const at::Tensor& src) {
                                           /*to_channels_last=*/to_cl, current_stream()));
 }
 
+// One call's problem and where its routes run.
+struct Call {
+  Pass pass;
+  const ConvArgs& a;
+  const at::Tensor& like;
+  at::Tensor weight_owner;  // the weight whose staged copy may be kept (undefined: none, as under graph capture)
+  cudaStream_t stream;
+};
+
+// Runs `route` (conv_autotune.h) on the call's problem; false where the route does not take it (nothing queued).
+bool run_route(Route route, const Call& c) {
+  switch (route) {
+    case Route::Hopper: return run_entry(hopper(c.pass), c.a, c.stream);
+    case Route::ImplicitGemm: return run_entry(implicit_gemm(c.pass), c.a, c.stream);
+    case Route::Staged:
+      // the same paths on staged operands, where the operands' layout or channel counts were what they refused
+      return staging::run_staged(c.pass, c.a, c.like.options(), &staging_copy,
+                                 [&](const ConvArgs& b) { return run_tensor_cores(c.pass, b, c.stream); },
+                                 c.weight_owner, c10::cuda::getCurrentCUDAStream().unwrap());
+    case Route::Direct: TD_CHECK_LAUNCH(direct(c.pass)(c.a, c.stream)); return true;
+  }
+  return false;
+}
+
+// Every route that takes the problem, timed (conv_autotune.h); runs the fastest last, so that the result is its,
+// and returns it (-1: none took the problem, which the direct route always does).
+int measure_routes(const Call& c) {
+  cudaEvent_t start, stop;
+  TD_CHECK_LAUNCH(cudaEventCreate(&start));
+  TD_CHECK_LAUNCH(cudaEventCreate(&stop));
+  int best = -1;
+  float best_ms = 0.0f;
+  for (int r = 0; r < kRoutes; ++r) {
+    if (!run_route(Route(r), c)) continue;  // the warm-up run, and whether the route takes the problem
+    float ms = -1.0f;
+    for (int k = 0; k < kTimedRuns; ++k) {
+      TD_CHECK_LAUNCH(cudaEventRecord(start, c.stream));
+      run_route(Route(r), c);
+      TD_CHECK_LAUNCH(cudaEventRecord(stop, c.stream));
+      TD_CHECK_LAUNCH(cudaEventSynchronize(stop));
+      float t = 0.0f;
+      TD_CHECK_LAUNCH(cudaEventElapsedTime(&t, start, stop));
+      ms = ms < 0.0f ? t : std::min(ms, t);
+    }
+    if (best < 0 || ms < best_ms) {
+      best = r;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (best >= 0) run_route(Route(best), c);
+  return best;
+}
+
 struct CudaBackend {
   static void run(Pass pass, ConvArgs& a, const at::Tensor& like, const at::Tensor& weight) {
     c10::cuda::CUDAGuard guard(like.device());
@@ -110,20 +170,29 @@ struct CudaBackend {
     CallWorkspace ws(like);
     a.workspace = ws.source();
     const cudaStream_t stream = current_stream();
-    if (run_tensor_cores(pass, a, stream)) return;
-    // refused for the operands' layout or channel counts: the same paths on staged operands (conv_staging.h), the
-    // weight's staged copy kept between calls except under graph capture (a replay would not restage it)
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
       (void)cudaGetLastError();
       capture = cudaStreamCaptureStatusActive;
     }
-    const at::Tensor owner = capture == cudaStreamCaptureStatusNone ? weight : at::Tensor();
-    if (staging::run_staged(pass, a, like.options(), &staging_copy,
-                            [&](const ConvArgs& b) { return run_tensor_cores(pass, b, stream); }, owner,
-                            c10::cuda::getCurrentCUDAStream().unwrap()))
-      return;
-    TD_CHECK_LAUNCH(direct(pass)(a, stream));
+    const bool capturing = capture != cudaStreamCaptureStatusNone;
+    // the weight's staged copy is kept between calls except under graph capture (a replay would not restage it)
+    const Call c{pass, a, like, capturing ? at::Tensor() : weight, stream};
+    if (ctx.benchmarkCuDNN() && !capturing) {
+      const std::vector<int64_t> sig = problem_signature(pass, a, like.device().index());
+      RouteCache& cache = RouteCache::instance();
+      const int kept = cache.find(sig);
+      if (kept >= 0 && run_route(Route(kept), c)) return;
+      if (kept < 0) {
+        const int best = measure_routes(c);
+        if (best >= 0) {
+          cache.keep(sig, best);
+          return;
+        }
+      }
+    }
+    for (const Route r : {Route::Hopper, Route::ImplicitGemm, Route::Staged, Route::Direct})
+      if (run_route(r, c)) return;
   }
 
   static void bias_grad(const ConvGeometry& g, const Operand5& dy, const at::Tensor& db) {
