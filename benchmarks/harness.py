@@ -8,7 +8,8 @@ reported with p10/p90. Cases with Case.rounds > 1 time their impls in turns (eac
 own calls; odd rounds in reverse order) and take the median over all turns: at the power cap, an impl's clock
 depends on what ran before it.
 Cases with Case.graph time CUDA-graph replays instead (GPU time only, for kernels shorter than a call's host
-time). Rows print ms, GB/s or TFLOP/s, % of the ceiling measured in the same run, and torch_dnn's speed over
+time); cases with Case.wall time the wall clock over WALL_CALLS back-to-back calls, queue drained before and after
+(a training step, where the host can be the bound). Rows print ms, GB/s or TFLOP/s, % of the ceiling measured in the same run, and torch_dnn's speed over
 each peer's.
 """
 from __future__ import annotations
@@ -51,6 +52,10 @@ class Case:
     # True: time the host instead (HOST_CALLS calls per sample with time.perf_counter, CPU tensors or small CUDA
     # ones): the per-call cost of the Python and dispatcher layers, which CUDA events cannot isolate
     host: bool = False
+    # True: time the wall clock per call over WALL_CALLS calls in a row, the queue drained before and after (what a
+    # training loop sees). Events around one call of a host-bound step time whatever the queue held when they ran:
+    # the GPU's work when the host is ahead, the host's when it is behind, so their spread is the queue's state
+    wall: bool = False
 
 
 def rand_cuda(shape, dtype, layout: str = "NCHW", lo: float = -4.0, hi: float = 4.0) -> torch.Tensor:
@@ -106,6 +111,35 @@ def time_calls(fn, input_sets, warmup: int, reps: int, warmup_ms: float = 0.0) -
         ends[i].record()
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+WALL_CALLS = 4
+
+
+def time_wall_calls(fn, input_sets, warmup: int, reps: int, warmup_ms: float = 0.0) -> list[float]:
+    """Per-call wall time (ms): `reps` samples, each WALL_CALLS calls in a row (rotating the input sets) between
+    two drains of the queue, divided by WALL_CALLS. Without CUDA the drains are no-ops."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    n = len(input_sets)
+    for i in range(warmup):
+        fn(*input_sets[i % n])
+    sync()
+    if warmup_ms > 0:
+        t = time.perf_counter()
+        i = 0
+        while (time.perf_counter() - t) * 1e3 < warmup_ms:
+            fn(*input_sets[i % n])
+            i += 1
+        sync()
+    times = []
+    for _ in range(reps):
+        sync()
+        t = time.perf_counter()
+        for i in range(WALL_CALLS):
+            fn(*input_sets[i % n])
+        sync()
+        times.append((time.perf_counter() - t) * 1e3 / WALL_CALLS)
+    return times
 
 
 GRAPH_CALLS = 20
@@ -195,6 +229,9 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
                     times_of[impl] += time_host_calls(fn, input_sets, warmup, reps)
                 elif case.graph:
                     times_of[impl] += time_graph_calls(fn, input_sets, warmup, reps)
+                elif case.wall:
+                    times_of[impl] += time_wall_calls(fn, input_sets, warmup, max(1, reps // WALL_CALLS),
+                                                      case.warmup_ms)
                 else:
                     times_of[impl] += time_calls(fn, input_sets, warmup, reps, case.warmup_ms)
             except Exception as e:  # a peer that cannot run this case (e.g. compile failure) is reported, not fatal
