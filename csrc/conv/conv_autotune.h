@@ -7,7 +7,8 @@
 // kTimedRuns between CUDA events on the call's stream; the host waits), and keeps the fastest for the signature in
 // this process; later calls run it, or the heuristic's order if it declines them (its operands' alignment can
 // differ between calls of one signature). Each run writes the whole result, so the last one leaves it right.
-// Not measured under CUDA graph capture (no waiting there): the heuristic's route runs.
+// Not measured under CUDA graph capture (no waiting there) nor with deterministic algorithms requested (the route
+// measured fastest can differ between processes, and with it the result's rounding): the heuristic's route runs.
 //
 // The signature: the pass, dtype, TF32 and determinism switches, the geometry, the three operands' strides and
 // 16-byte alignment, the epilogue (bias, residual and its strides and alignment, activation) and the device.

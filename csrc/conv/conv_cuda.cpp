@@ -178,7 +178,8 @@ struct CudaBackend {
     const bool capturing = capture != cudaStreamCaptureStatusNone;
     // the weight's staged copy is kept between calls except under graph capture (a replay would not restage it)
     const Call c{pass, a, like, capturing ? at::Tensor() : weight, stream};
-    if (ctx.benchmarkCuDNN() && !capturing) {
+    // deterministic algorithms: the heuristic's route, the same in every process (a measured one can differ)
+    if (ctx.benchmarkCuDNN() && !capturing && !a.deterministic) {
       const std::vector<int64_t> sig = problem_signature(pass, a, like.device().index());
       RouteCache& cache = RouteCache::instance();
       const int kept = cache.find(sig);
