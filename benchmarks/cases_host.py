@@ -180,6 +180,15 @@ def cases(quick=False):
                 lambda x, m=peer: TF.conv2d(x, m.weight, m.bias, padding=1))
 
     out += _op_cases("conv", "conv2d 3x3", pimg, pimg, conv2d, quick=quick)
+
+    att = (1, 2, 8, 16)  # (batch, heads, tokens, head dim): the query is the case's input
+
+    def sdpa(fz):
+        k, v = _rand(att, requires_grad=not fz), _rand(att, requires_grad=not fz)
+        return (None, None, lambda q: F.scaled_dot_product_attention(q, k, v),
+                lambda q: TF.scaled_dot_product_attention(q, k, v))
+
+    out += _op_cases("attention", "scaled_dot_product_attention", att, att, sdpa, quick=quick)
     out += _op_cases("matmul", "linear", act_shape, act_shape, linear, quick=quick)
     out += _op_cases("matmul", "linear_act relu", act_shape, act_shape, linear_act, quick=quick)
     out += _op_cases("matmul", "matmul", act_shape, act_shape, matmul, quick=quick)
