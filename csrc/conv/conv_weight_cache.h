@@ -45,9 +45,10 @@ struct WeightView {
 
 class WeightCache {
  public:
+  // Never destroyed: its tensors must not be freed by a static destructor after the CUDA context is gone.
   static WeightCache& instance() {
-    static WeightCache cache;
-    return cache;
+    static WeightCache* cache = new WeightCache();
+    return *cache;
   }
 
   static bool enabled() { return !env::is("TORCH_DNN_CONV_WEIGHT_CACHE", "0"); }
