@@ -90,18 +90,25 @@ def emit(text: str, path: str | None = None) -> None:
             f.write(text + "\n")
 
 
-def time_calls(fn, input_sets, warmup: int, reps: int, warmup_ms: float = 0.0) -> list[float]:
+def _warm_up(fn, input_sets, warmup: int, warmup_ms: float, sync) -> None:
+    """`warmup` calls, then calls for warmup_ms (the GPU kept busy with this impl until its clock has settled),
+    draining the queue every 4 calls and at the end."""
     for i in range(warmup):
         fn(*input_sets[i % len(input_sets)])
-    torch.cuda.synchronize()
-    if warmup_ms > 0:  # keep the GPU busy with this impl until its clock has settled
+    sync()
+    if warmup_ms > 0:
         t = time.perf_counter()
         i = 0
         while (time.perf_counter() - t) * 1e3 < warmup_ms:
             fn(*input_sets[i % len(input_sets)])
             i += 1
             if i % 4 == 0:
-                torch.cuda.synchronize()
+                sync()
+        sync()
+
+
+def time_calls(fn, input_sets, warmup: int, reps: int, warmup_ms: float = 0.0) -> list[float]:
+    _warm_up(fn, input_sets, warmup, warmup_ms, torch.cuda.synchronize)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     for i in range(reps):
@@ -121,16 +128,7 @@ def time_wall_calls(fn, input_sets, warmup: int, reps: int, warmup_ms: float = 0
     two drains of the queue, divided by WALL_CALLS. Without CUDA the drains are no-ops."""
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     n = len(input_sets)
-    for i in range(warmup):
-        fn(*input_sets[i % n])
-    sync()
-    if warmup_ms > 0:
-        t = time.perf_counter()
-        i = 0
-        while (time.perf_counter() - t) * 1e3 < warmup_ms:
-            fn(*input_sets[i % n])
-            i += 1
-        sync()
+    _warm_up(fn, input_sets, warmup, warmup_ms, sync)
     times = []
     for _ in range(reps):
         sync()
