@@ -23,8 +23,8 @@
 #include "conv/conv_fused_ops.h"
 #include "conv/conv_op_handles.h"
 
-#include <mutex>
-#include <unordered_map>
+#include <algorithm>
+#include <cstddef>
 
 namespace torch_dnn {
 namespace conv {
@@ -47,16 +47,19 @@ bool derivative_from_result(Act k) {
   return k == Act::Identity || k == Act::Relu || k == Act::Relu6 || k == Act::Sigmoid || k == Act::Tanh;
 }
 
-// The handle of the op `name` (a string literal), looked up at its first use: act_backward and act_forward run on
-// every training step, where a dispatcher lookup by name would be host time.
-template <class Sig>
-const c10::TypedOperatorHandle<Sig>& handle(const char* name) {
-  static std::mutex mu;
-  static std::unordered_map<const char*, c10::TypedOperatorHandle<Sig>> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(name);
-  if (it == cache.end()) it = cache.emplace(name, op_handle<Sig>(name)).first;
-  return it->second;
+// An op's name as a template argument.
+template <size_t N>
+struct OpName {
+  char s[N];
+  constexpr OpName(const char (&v)[N]) { std::copy_n(v, N, s); }
+};
+
+// The handle of the op `Name`, looked up at its first use (a function-local static: no lock after that):
+// act_backward and act_forward run on every training step, where a dispatcher lookup by name would be host time.
+template <class Sig, OpName Name>
+const c10::TypedOperatorHandle<Sig>& handle() {
+  static const auto op = op_handle<Sig>(Name.s);
+  return op;
 }
 
 // g * act'(at s), s the value the activation's backward op reads (the input, or the result where
@@ -66,23 +69,22 @@ at::Tensor act_backward(const at::Tensor& g, const at::Tensor& s, Act k, ActPara
   using Sig3 = at::Tensor(const at::Tensor&, const at::Tensor&, double);
   using Sig4 = at::Tensor(const at::Tensor&, const at::Tensor&, double, double);
   using GeluSig = at::Tensor(const at::Tensor&, const at::Tensor&, c10::string_view);
-  const auto two = [&](const char* name) { return handle<Sig2>(name).call(g, s); };
   switch (k) {
     case Act::Identity: return g;
-    case Act::Relu: return two("torch_dnn::relu_backward");
-    case Act::Relu6: return two("torch_dnn::relu6_backward");
-    case Act::Silu: return two("torch_dnn::silu_backward");
-    case Act::Sigmoid: return two("torch_dnn::sigmoid_backward");
-    case Act::Tanh: return two("torch_dnn::tanh_backward");
-    case Act::Mish: return two("torch_dnn::mish_backward");
-    case Act::Hardswish: return two("torch_dnn::hardswish_backward");
-    case Act::Hardsigmoid: return two("torch_dnn::hardsigmoid_backward");
-    case Act::LeakyRelu: return handle<Sig3>("torch_dnn::leaky_relu_backward").call(g, s, p.a);
-    case Act::Elu: return handle<Sig3>("torch_dnn::elu_backward").call(g, s, p.a);
-    case Act::Hardtanh: return handle<Sig4>("torch_dnn::hardtanh_backward").call(g, s, p.a, p.b);
-    case Act::Softplus: return handle<Sig4>("torch_dnn::softplus_backward").call(g, s, p.a, p.b);
-    case Act::Gelu: return handle<GeluSig>("torch_dnn::gelu_backward").call(g, s, "none");
-    case Act::GeluTanh: return handle<GeluSig>("torch_dnn::gelu_backward").call(g, s, "tanh");
+    case Act::Relu: return handle<Sig2, "torch_dnn::relu_backward">().call(g, s);
+    case Act::Relu6: return handle<Sig2, "torch_dnn::relu6_backward">().call(g, s);
+    case Act::Silu: return handle<Sig2, "torch_dnn::silu_backward">().call(g, s);
+    case Act::Sigmoid: return handle<Sig2, "torch_dnn::sigmoid_backward">().call(g, s);
+    case Act::Tanh: return handle<Sig2, "torch_dnn::tanh_backward">().call(g, s);
+    case Act::Mish: return handle<Sig2, "torch_dnn::mish_backward">().call(g, s);
+    case Act::Hardswish: return handle<Sig2, "torch_dnn::hardswish_backward">().call(g, s);
+    case Act::Hardsigmoid: return handle<Sig2, "torch_dnn::hardsigmoid_backward">().call(g, s);
+    case Act::LeakyRelu: return handle<Sig3, "torch_dnn::leaky_relu_backward">().call(g, s, p.a);
+    case Act::Elu: return handle<Sig3, "torch_dnn::elu_backward">().call(g, s, p.a);
+    case Act::Hardtanh: return handle<Sig4, "torch_dnn::hardtanh_backward">().call(g, s, p.a, p.b);
+    case Act::Softplus: return handle<Sig4, "torch_dnn::softplus_backward">().call(g, s, p.a, p.b);
+    case Act::Gelu: return handle<GeluSig, "torch_dnn::gelu_backward">().call(g, s, "none");
+    case Act::GeluTanh: return handle<GeluSig, "torch_dnn::gelu_backward">().call(g, s, "tanh");
   }
   TORCH_CHECK(false, "torch_dnn.conv_bias_act: no backward for this activation");
 }
@@ -93,18 +95,17 @@ at::Tensor act_forward(const at::Tensor& pre, Act k, ActParams p) {
   using Sig2 = at::Tensor(const at::Tensor&, double);
   using Sig3 = at::Tensor(const at::Tensor&, double, double);
   using GeluSig = at::Tensor(const at::Tensor&, c10::string_view);
-  const auto one = [&](const char* name) { return handle<Sig1>(name).call(pre); };
   switch (k) {
-    case Act::Silu: return one("torch_dnn::silu");
-    case Act::Mish: return one("torch_dnn::mish");
-    case Act::Hardswish: return one("torch_dnn::hardswish");
-    case Act::Hardsigmoid: return one("torch_dnn::hardsigmoid");
-    case Act::LeakyRelu: return handle<Sig2>("torch_dnn::leaky_relu").call(pre, p.a);
-    case Act::Elu: return handle<Sig2>("torch_dnn::elu").call(pre, p.a);
-    case Act::Hardtanh: return handle<Sig3>("torch_dnn::hardtanh").call(pre, p.a, p.b);
-    case Act::Softplus: return handle<Sig3>("torch_dnn::softplus").call(pre, p.a, p.b);
-    case Act::Gelu: return handle<GeluSig>("torch_dnn::gelu").call(pre, "none");
-    case Act::GeluTanh: return handle<GeluSig>("torch_dnn::gelu").call(pre, "tanh");
+    case Act::Silu: return handle<Sig1, "torch_dnn::silu">().call(pre);
+    case Act::Mish: return handle<Sig1, "torch_dnn::mish">().call(pre);
+    case Act::Hardswish: return handle<Sig1, "torch_dnn::hardswish">().call(pre);
+    case Act::Hardsigmoid: return handle<Sig1, "torch_dnn::hardsigmoid">().call(pre);
+    case Act::LeakyRelu: return handle<Sig2, "torch_dnn::leaky_relu">().call(pre, p.a);
+    case Act::Elu: return handle<Sig2, "torch_dnn::elu">().call(pre, p.a);
+    case Act::Hardtanh: return handle<Sig3, "torch_dnn::hardtanh">().call(pre, p.a, p.b);
+    case Act::Softplus: return handle<Sig3, "torch_dnn::softplus">().call(pre, p.a, p.b);
+    case Act::Gelu: return handle<GeluSig, "torch_dnn::gelu">().call(pre, "none");
+    case Act::GeluTanh: return handle<GeluSig, "torch_dnn::gelu">().call(pre, "tanh");
     default: TORCH_CHECK(false, "torch_dnn.conv_bias_act: act_forward takes only activations read from their input");
   }
 }
