@@ -88,10 +88,17 @@ def attention_math(q, k, v, *, scale=None, causal=False, bottom_right=False, win
 
 # ---- running our op ----
 
+# flash_mma: the flash path with the Hopper route off, so that the mma.sync kernels stay tested on an sm_90 GPU
+# (elsewhere they are what flash runs). Used by the tests of problems the Hopper forward takes.
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+PATHS = ["flash", "reference"] + (["flash_mma"] if HOPPER else [])
+
+
 def run_ours(q, k, v, path, monkeypatch, *, mask=None, dropout_p=0.0, causal=False, scale=None, bottom_right=False,
              window=(-1, -1), softcap=0.0, alibi=None, cu_q=None, cu_k=None, max_q=0, max_k=0, grad_out=None,
              mask_grad=False):
-    monkeypatch.setenv("TORCH_DNN_ATTENTION_PATH", path)
+    monkeypatch.setenv("TORCH_DNN_ATTENTION_PATH", "flash" if path == "flash_mma" else path)
+    monkeypatch.setenv("TORCH_DNN_ATTENTION_SM90", "0" if path == "flash_mma" else "1")
     out, lse, rng = ops.attention_forward(q, k, v, mask, dropout_p, causal, scale, bottom_right=bottom_right,
                                           window_left=window[0], window_right=window[1], softcap=softcap,
                                           alibi_slopes=alibi, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
@@ -149,7 +156,7 @@ HALF = [torch.bfloat16, torch.float16]
 
 
 @needs_cuda
-@pytest.mark.parametrize("path", ["flash", "reference"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("D", [32, 64, 96, 128])
 @pytest.mark.parametrize("lengths", LENGTHS, ids=lambda L: f"{L[0]}x{L[1]}")
@@ -161,7 +168,7 @@ def test_plain_and_causal(path, dtype, D, lengths, monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("path", ["flash", "reference"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("lengths", [(17, 97), (97, 17), (113, 1025)], ids=lambda L: f"{L[0]}x{L[1]}")
 def test_causal_bottom_right(path, dtype, lengths, monkeypatch):
@@ -172,7 +179,7 @@ def test_causal_bottom_right(path, dtype, lengths, monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("path", ["flash", "reference"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("heads", [(8, 2), (6, 1)], ids=lambda h: f"{h[0]}q{h[1]}kv")
 def test_gqa(path, heads, monkeypatch):
     Hq, Hkv = heads
@@ -182,7 +189,7 @@ def test_gqa(path, heads, monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("path", ["flash", "reference"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("window", [(16, 0), (32, 8), (0, 0), (-1, 5)], ids=str)
 @pytest.mark.parametrize("bottom_right", [False, True], ids=["top_left", "bottom_right"])
 def test_windows(path, window, bottom_right, monkeypatch):
@@ -220,7 +227,7 @@ def test_reference_wide_dtypes(dtype, monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.parametrize("path", ["flash", "reference"])
+@pytest.mark.parametrize("path", PATHS)
 def test_varlen(path, monkeypatch):
     # packed sequences (one of them empty) against each sequence's math
     lens_q, lens_k = [17, 0, 97, 1], [30, 5, 113, 64]
@@ -388,10 +395,12 @@ def test_kernel_choice(case, monkeypatch):
     mask = (torch.rand((1, 1, 130, 130), generator=gen) < 0.8).cuda() if case == "auto_mask" else None
     path = case if case in ("flash", "reference") else "auto"
     names = _kernel_names(lambda: run_ours(q, k, v, path, monkeypatch, mask=mask, grad_out=g))
-    flash = [n for n in names if "flash_forward_kernel" in n or "flash_bwd_" in n]
+    flash = [n for n in names if "flash_forward_kernel" in n or "flash_forward_sm90_kernel" in n or "flash_bwd_" in n]
     ref = [n for n in names if "attention::reference::" in n]
     if case in ("flash", "auto_half"):
-        assert any("flash_forward_kernel" in n for n in flash), names
+        # on Hopper the forward is the wgmma kernel (bf16, D 64, no mask), elsewhere the mma.sync one
+        forward = "flash_forward_sm90_kernel" if HOPPER else "flash_forward_kernel"
+        assert any(forward in n for n in flash), names
         assert any("flash_bwd_dq_kernel" in n for n in flash) and any("flash_bwd_dkdv_kernel" in n for n in flash)
         assert not ref, names
     else:

@@ -99,6 +99,11 @@ cudaError_t flash_forward(const AttnArgs& a, const Workspace&, cudaStream_t stre
     return cudaErrorNotSupported;
   if (flash::device_major() < 8) return cudaErrorNotSupported;
   if (a.B == 0 || a.Sq == 0) return cudaSuccess;
+#if !defined(TORCH_DNN_EMULATE_CUDA)
+  const cudaError_t hopper = flash_forward_sm90(a, stream);
+  if (hopper != cudaErrorNotSupported) return hopper;
+  (void)cudaGetLastError();
+#endif
   return a.dtype == DType::Float16 ? flash::forward_typed<__half>(a, stream)
                                     : flash::forward_typed<__nv_bfloat16>(a, stream);
 }
