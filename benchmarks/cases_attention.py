@@ -1,6 +1,6 @@
 """Benchmark cases of the attention family (TFLOP/s), bf16, issue 37's shapes: B4 H16 S4096 D128 forward and
 backward, plain and causal, and B8 H16 S2048 D64, against F.scaled_dot_product_attention with its cuDNN and flash
-backends (torch.nn.attention.sdpa_kernel). FLOPs as FlashAttention counts them: 4 B H Sq Sk D forward, 2.5x that
+backends (torch.nn.attention.sdpa_kernel), and our mma.sync kernels (the Hopper route off) as a row of their own. FLOPs as FlashAttention counts them: 4 B H Sq Sk D forward, 2.5x that
 backward, half of each when causal. A backward row times torch.autograd.grad through a forward made once per
 implementation (each backend's own backward kernel, picked by its forward). Decode: flash_decode at B8 Hq32 Hkv8
 S16k D128, contiguous and paged (block 256, scattered blocks), in GB/s of K and V read (the minimum traffic),
@@ -37,7 +37,8 @@ def _on(backend, fn):
 def _forward_impls(causal):
     ours = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
     theirs = lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    impls = {"torch_dnn": ours, "torch_dnn reference": with_env(ours, TORCH_DNN_ATTENTION_PATH="reference")}
+    # "mma.sync": our FlashAttention-2 kernels with the Hopper forward turned off (the same on other GPUs)
+    impls = {"torch_dnn": ours, "torch_dnn mma.sync": with_env(ours, TORCH_DNN_ATTENTION_SM90="0")}
     impls.update({name: _on(b, theirs) for name, b in _BACKENDS.items()})
     return impls
 
