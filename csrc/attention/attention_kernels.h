@@ -83,6 +83,8 @@ cudaError_t flash_forward(const AttnArgs& a, const Workspace& ws, cudaStream_t s
 cudaError_t flash_backward(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream);
 // flash_forward's first route on sm_90 (wgmma; flash_forward_sm90.cu says what it takes).
 cudaError_t flash_forward_sm90(const AttnArgs& a, cudaStream_t stream);
+// flash_backward's first route on sm_90 (wgmma; flash_backward_sm90.cu).
+cudaError_t flash_backward_sm90(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream);
 
 // The reference kernels (CUDA cores, every dtype and option): the fallback, and what the flash kernels are tested
 // against on the GPU.

@@ -112,6 +112,11 @@ cudaError_t flash_backward(const AttnArgs& a, const AttnGrads& g, const Workspac
     if (!aligned16_bwd(*o, varlen)) return cudaErrorNotSupported;
   if (flash::device_major_bwd() < 8) return cudaErrorNotSupported;
   if (a.B == 0 || (a.Sq == 0 && a.Sk == 0)) return cudaSuccess;
+#if !defined(TORCH_DNN_EMULATE_CUDA)
+  const cudaError_t hopper = flash_backward_sm90(a, g, ws, stream);
+  if (hopper != cudaErrorNotSupported) return hopper;
+  (void)cudaGetLastError();
+#endif
   float* dsum = nullptr;
   if (a.Sq > 0) {
     dsum = static_cast<float*>(ws.get(a.B * a.Hq * a.Sq * int64_t(sizeof(float))));

@@ -6,28 +6,14 @@
 // (as the mma.sync kernels). Everything else answers cudaErrorNotSupported and flash_forward's mma.sync kernels
 // take it. TORCH_DNN_ATTENTION_SM90=0 turns the route off (tests of the mma.sync kernels on Hopper).
 #include <cstdint>
-#include <cstring>
 
 #include "attention/kernels/flash_forward_sm90.cuh"
+#include "attention/sm90_route.h"
 #include "common/cuda/device.cuh"
-#include "common/env.h"
 
 namespace torch_dnn {
 namespace attention {
 namespace {
-
-bool build_has_sm90a() {
-#ifdef TORCH_DNN_CUDA_ARCHS
-  return std::strstr(TORCH_DNN_CUDA_ARCHS, "9.0a") != nullptr || std::strstr(TORCH_DNN_CUDA_ARCHS, "90a") != nullptr;
-#else
-  return true;  // built outside setup.py (the probes): compiled for sm_90a by its caller
-#endif
-}
-
-bool aligned16(const Operand4& o, bool varlen) {
-  return reinterpret_cast<uintptr_t>(o.ptr) % 16 == 0 && o.ss % 8 == 0 && o.sh % 8 == 0 &&
-         (varlen || o.sb % 8 == 0);
-}
 
 template <typename T, int D>
 cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
@@ -53,19 +39,7 @@ cudaError_t launch_typed(const AttnArgs& a, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t flash_forward_sm90(const AttnArgs& a, cudaStream_t stream) {
-  if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return cudaErrorNotSupported;
-  if (a.Dqk != a.Dv || (a.Dqk != 64 && a.Dqk != 128)) return cudaErrorNotSupported;
-  if (a.mask_kind != MaskKind::None || a.dropout_p != 0.0 || a.softcap != 0.0 || a.alibi_slopes != nullptr ||
-      !(a.scale > 0.0))
-    return cudaErrorNotSupported;
-  if (a.Hkv <= 0 || a.Hq % a.Hkv != 0) return cudaErrorNotSupported;
-  const bool varlen = a.cu_seqlens_q != nullptr;
-  if (!aligned16(a.q, varlen) || !aligned16(a.k, varlen) || !aligned16(a.v, varlen) || !aligned16(a.o, varlen))
-    return cudaErrorNotSupported;
-  const char* knob = env::get("TORCH_DNN_ATTENTION_SM90");
-  if (knob != nullptr && std::strcmp(knob, "0") == 0) return cudaErrorNotSupported;
-  if (cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) != 9 || !build_has_sm90a())
-    return cudaErrorNotSupported;
+  if (!sm90_route_takes(a)) return cudaErrorNotSupported;
   if (a.B == 0 || a.Sq == 0) return cudaSuccess;
   return a.dtype == DType::Float16 ? launch_typed<__half>(a, stream) : launch_typed<__nv_bfloat16>(a, stream);
 }

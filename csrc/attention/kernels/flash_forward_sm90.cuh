@@ -20,9 +20,7 @@
 #include <cstdint>
 
 #include "attention/kernels/attention_common.cuh"
-#include "common/cuda/bulk_copy.cuh"
-#include "common/cuda/cp_async.cuh"
-#include "common/cuda/wgmma.cuh"
+#include "attention/kernels/sm90_common.cuh"
 
 namespace torch_dnn {
 namespace attention {
@@ -35,54 +33,8 @@ struct Sm90FwdConfig {
   static constexpr int kBarrierBytes = 64;
   // +1024: the dynamic shared memory is aligned up to the swizzle atom inside the kernel.
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kTileBytes + kBarrierBytes;
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "every tile starts on a swizzle atom");
 };
-
-// One thread's share of copying R rows of D elements into a swizzled tile: its 16-byte chunk column is fixed
-// (c = tid % (D / 8)) and its rows are tid / (D / 8) + i * kRowStep, so that the swizzle (row % 8) is the same for
-// all of them and each next copy is a constant step in shared memory and a row-stride step in global memory.
-template <int D, int R, int NT>
-struct Sm90TileLoader {
-  static constexpr int kChunks = D / 8;             // 16-byte chunks a row
-  static constexpr int kRowStep = NT / kChunks;     // rows apart of one thread's consecutive copies
-  static constexpr int kCopies = R * kChunks / NT;  // copies a thread makes
-  unsigned smem_off = 0;  // of the first copy, in the tile
-  int row = 0;            // first row of the thread
-  int64_t gmem_off = 0;   // element offset of (row, c * 8) from the operand's row 0
-
-  __device__ __forceinline__ Sm90TileLoader(int tid, int64_t ss) {
-    row = tid / kChunks;
-    const int c = tid % kChunks;
-    smem_off = sw128_offset(R, row, c * 8);
-    gmem_off = int64_t(row) * ss + c * 8;
-  }
-  // Rows [row0, row0 + R) of `base` (row stride ss) into dst; rows at or past `rows_valid` read as zeros.
-  template <typename T>
-  __device__ __forceinline__ void load(unsigned char* dst, const T* base, int64_t ss, int64_t row0,
-                                       int64_t rows_valid) const {
-    const T* src = base + row0 * ss + gmem_off;
-    const int64_t step = int64_t(kRowStep) * ss;
-    if (row0 + R <= rows_valid) {
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) cp_async16(dst + smem_off + i * kRowStep * 128, src + i * step);
-    } else {
-      const int64_t left = rows_valid - row0 - row;  // this thread's rows before the end
-#pragma unroll
-      for (int i = 0; i < kCopies; ++i) {
-        const bool ok = i * kRowStep < left;
-        cp_async16_zfill(dst + smem_off + i * kRowStep * 128, ok ? src + i * step : base, ok ? 16 : 0);
-      }
-    }
-  }
-};
-
-__device__ __forceinline__ uint32_t sm90_pack(float lo, float hi, __nv_bfloat16*) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ uint32_t sm90_pack(float lo, float hi, __half*) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
 
 template <typename T, int D>
 __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnArgs a, float scale_log2) {
@@ -186,22 +138,7 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
   // factors O must be rescaled by.
   auto softmax = [&](int t, float (&alpha)[2]) {
     const int64_t n0 = n_lo + int64_t(t) * BN;
-    if (n0 < full_lo || n0 + BN > full_hi || n0 + BN > seq.sk) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        // the row's visible columns of this tile, as [clo, chi) relative to this thread's first column
-        const int64_t base = n0 + 2 * quad;
-        const int clo = int(min(max(lo[r] - base, int64_t(-1)), int64_t(BN)));
-        const int chi = int(min(max(hi[r] - base, int64_t(-1)), int64_t(BN)));
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = 8 * j + e;
-            if (col < clo || col >= chi) sc[4 * j + 2 * r + e] = -INFINITY;
-          }
-      }
-    }
+    if (n0 < full_lo || n0 + BN > full_hi || n0 + BN > seq.sk) sm90_mask_cols<BN>(sc, lo, hi, n0 + 2 * quad);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;

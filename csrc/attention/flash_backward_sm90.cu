@@ -1,0 +1,80 @@
+// The Hopper flash backward (kernels/flash_backward_sm90.cuh: wgmma; a preprocessing pass, dK/dV by key tiles, dQ
+// by query tiles): the first route of flash_backward on an sm_90 device when this build has sm_90a code.
+//
+// Takes what the Hopper forward takes (flash_forward_sm90.cu: Float16 / BFloat16, head dims 64 and 128, no mask,
+// dropout, softcap or ALiBi, a positive scale; causal and windows in either alignment, GQA, variable lengths,
+// 16-byte-aligned rows); everything else answers cudaErrorNotSupported and the mma.sync backward takes it.
+// TORCH_DNN_ATTENTION_SM90=0 turns it off, as the forward.
+#include <cstdint>
+#include <cstring>
+
+#include "attention/kernels/flash_backward_sm90.cuh"
+#include "attention/sm90_route.h"
+#include "common/cuda/device.cuh"
+
+namespace torch_dnn {
+namespace attention {
+namespace {
+
+template <auto Kernel>
+bool allow_smem(int bytes) {
+  if (bytes > max_smem_optin() || raise_smem_limit_once<Kernel>(bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+template <typename T, int D>
+cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
+  using Kv = Sm90DkdvConfig<D>;
+  using Q = Sm90DqConfig<D>;
+  constexpr auto dkdv = flash_bwd_dkdv_sm90_kernel<T, D>;
+  constexpr auto dq = flash_bwd_dq_sm90_kernel<T, D>;
+  if (!allow_smem<dkdv>(Kv::kSmemBytes) || !allow_smem<dq>(Q::kSmemBytes)) return cudaErrorNotSupported;
+  const int64_t sq_pad = (a.Sq + kSm90RowPad - 1) / kSm90RowPad * kSm90RowPad;
+  const int64_t rows = a.B * a.Hq * sq_pad;
+  const int64_t prep_blocks = (rows + kSm90PrepWarps - 1) / kSm90PrepWarps;
+  const int64_t dkdv_blocks = (a.Sk + Kv::kBN - 1) / Kv::kBN * a.Hkv * a.B;
+  const int64_t dq_blocks = (a.Sq + Q::kBM - 1) / Q::kBM * a.Hq * a.B;
+  if (prep_blocks > int64_t(0x7fffffff) || dkdv_blocks > int64_t(0x7fffffff) || dq_blocks > int64_t(0x7fffffff))
+    return cudaErrorNotSupported;
+  float* lse2 = nullptr;
+  float* dsum = nullptr;
+  if (rows > 0) {
+    lse2 = static_cast<float*>(ws.get(2 * rows * int64_t(sizeof(float))));
+    if (lse2 == nullptr) return cudaErrorMemoryAllocation;
+    dsum = lse2 + rows;
+    flash_bwd_prep_sm90_kernel<T><<<unsigned(prep_blocks), 32 * kSm90PrepWarps, 0, stream>>>(a, g, lse2, dsum, sq_pad);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  const float scale_log2 = float(a.scale * 1.4426950408889634);
+  if (dkdv_blocks > 0) {
+    dkdv<<<unsigned(dkdv_blocks), Kv::kThreads, Kv::kSmemBytes, stream>>>(a, g, lse2, dsum, sq_pad, scale_log2);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  if (dq_blocks > 0) dq<<<unsigned(dq_blocks), Q::kThreads, Q::kSmemBytes, stream>>>(a, g, lse2, dsum, sq_pad, scale_log2);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_typed(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
+  return a.Dqk == 64 ? launch<T, 64>(a, g, ws, stream) : launch<T, 128>(a, g, ws, stream);
+}
+
+}  // namespace
+
+cudaError_t flash_backward_sm90(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
+  if (!sm90_route_takes(a) || g.dbias != nullptr || a.lse == nullptr) return cudaErrorNotSupported;
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  for (const Operand4* o : {&g.dout, &g.dq, &g.dk, &g.dv})
+    if (!sm90_aligned16(*o, varlen)) return cudaErrorNotSupported;
+  if (a.B == 0 || (a.Sq == 0 && a.Sk == 0)) return cudaSuccess;
+  return a.dtype == DType::Float16 ? launch_typed<__half>(a, g, ws, stream)
+                                   : launch_typed<__nv_bfloat16>(a, g, ws, stream);
+}
+
+}  // namespace attention
+}  // namespace torch_dnn

@@ -1,0 +1,401 @@
+// The flash backward on Hopper's warpgroup tensor cores (wgmma, sm_90a), in three launches as the mma.sync
+// backward (flash_backward.cu): dK and dV by key tiles, dQ by query tiles, each gradient row summed by one
+// warpgroup in a fixed order (no atomics: deterministic).
+//   1. flash_bwd_prep_sm90_kernel: lse2 = lse log2(e) and D = rowsum(dO * O) into [B][Hq][sq_pad] float
+//      workspaces (sq_pad: Sq rounded up to 64), padded rows lse2 = +inf (P = 0) and D = 0, so that a 64-row
+//      slice of either is a 16-byte-aligned copy that needs no bounds.
+//   2. flash_bwd_dkdv_sm90_kernel: a CTA per 128 keys of a (batch, key/value head), 64 a warpgroup, K and V
+//      resident; it walks the group's query heads and the 64-row query tiles that see its keys (Q, dO, lse2, D of
+//      a tile in two cp.async stages). Transposed, so that the keys are the MMAs' M side and P^T, dS^T stay in
+//      registers as A operands:
+//        S^T = K Q^T, dP^T = V dO^T      (SS: K / V and Q / dO K-major)
+//        P^T = exp2(scale log2(e) S^T - lse2),  dS^T = P^T (dP^T - D)
+//        dV += P^T dO, dK += dS^T Q      (RS: dO / Q read MN-major)
+//      dK = scale dK at the end.
+//   3. flash_bwd_dq_sm90_kernel: a CTA per 128 query rows of a (batch, head), 64 a warpgroup, Q and dO resident;
+//      key tiles of 64 (K and V in two stages):
+//        S = Q K^T, dP = dO V^T (SS);  P = exp2(.. - lse2), dS = P (dP - D);  dQ += dS K (RS, K MN-major)
+//      dQ = scale dQ at the end.
+// Stages are guarded as in the forward (flash_forward_sm90.cuh): full[s] completes when every thread's copies
+// landed, empty[s] when every thread's MMAs that read the stage completed.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "attention/kernels/attention_common.cuh"
+#include "attention/kernels/sm90_common.cuh"
+
+namespace torch_dnn {
+namespace attention {
+
+constexpr int kSm90PrepWarps = 8;
+constexpr int kSm90RowPad = 64;
+
+template <typename T>
+__global__ void __launch_bounds__(32 * kSm90PrepWarps)
+    flash_bwd_prep_sm90_kernel(const AttnArgs a, const AttnGrads gr, float* lse2, float* dsum, int64_t sq_pad) {
+  const int64_t row = int64_t(blockIdx.x) * kSm90PrepWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= a.B * a.Hq * sq_pad) return;
+  const int64_t i = row % sq_pad, bh = row / sq_pad, h = bh % a.Hq, b = bh / a.Hq;
+  const Seq seq = make_seq(a, b);
+  float acc = 0.f;
+  if (i < seq.sq) {
+    const T* o = static_cast<const T*>(a.o.ptr) + seq.q_off(a.o, b, h, i);
+    const T* d = static_cast<const T*>(gr.dout.ptr) + seq.q_off(gr.dout, b, h, i);
+    for (int64_t c = lane; c < a.Dv; c += 32) acc += to_acc<float>(o[c]) * to_acc<float>(d[c]);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    dsum[row] = acc;
+    lse2[row] = i < seq.sq ? static_cast<const float*>(a.lse)[bh * a.Sq + i] * 1.4426950408889634f : INFINITY;
+  }
+}
+
+template <int D>
+struct Sm90DkdvConfig {
+  static constexpr int kBN = 128, kBQ = 64, kThreads = 256;
+  static constexpr int kKBytes = kBN * D * 2;  // K or V
+  static constexpr int kQBytes = kBQ * D * 2;  // one stage of Q or dO
+  static constexpr int kVecBytes = kBQ * 4;    // one stage of lse2 or D
+  // Q and dO of a stage start on swizzle atoms (1024 bytes): the vectors' 512 bytes take a whole atom.
+  static constexpr int kStageBytes = 2 * kQBytes + 1024;
+  static_assert(2 * kVecBytes <= 1024 && kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "swizzle atoms");
+  static constexpr int kSmemBytes = 1024 + 2 * kKBytes + 2 * kStageBytes + 64;
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1)
+    flash_bwd_dkdv_sm90_kernel(const AttnArgs a, const AttnGrads gr, const float* lse2_all, const float* dsum_all,
+                               int64_t sq_pad, float scale_log2) {
+#ifdef TORCH_DNN_HAS_WGMMA
+  using C = Sm90DkdvConfig<D>;
+  constexpr int BN = C::kBN, BQ = C::kBQ, NT = C::kThreads;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int gq = lane / 4, quad = lane % 4;
+
+  const int64_t n_tiles = (a.Sk + BN - 1) / BN;
+  int64_t bid = blockIdx.x;
+  const int64_t nt = bid % n_tiles;
+  bid /= n_tiles;
+  const int64_t hk = bid % a.Hkv, b = bid / a.Hkv;
+  const int64_t group = a.Hq / a.Hkv;
+  const Seq seq = make_seq(a, b);
+  const int64_t n0 = nt * BN;
+  if (n0 >= seq.sk) return;
+  const Visibility vis = make_visibility(a, seq);
+  const int64_t last_key = (n0 + BN < seq.sk ? n0 + BN : seq.sk) - 1;
+  // Query rows that see any key of the tile, in whole tiles from the first; the rows that see all of them.
+  const int64_t q_lo = vis.qlo(n0) / BQ * BQ, q_hi = vis.qhi(last_key);
+  const int nq = q_hi > q_lo ? int((q_hi - q_lo + BQ - 1) / BQ) : 0;
+  const int total = nq * int(group);
+  const int64_t full_qlo = vis.qlo(last_key), full_qhi = vis.qhi(n0);
+
+  extern __shared__ __align__(1024) unsigned char sm90_smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sm90_smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* sK = smem;
+  unsigned char* sV = sK + C::kKBytes;
+  unsigned char* stages = sV + C::kKBytes;  // stage s: Q, dO, lse2, D
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + 2 * C::kStageBytes);
+  uint64_t* empty = full + 2;
+  uint64_t* kv_full = full + 4;
+  if (tid == 0) {
+    for (int i = 0; i < 5; ++i) mbar_init(&full[i], NT);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  const T* kp = static_cast<const T*>(a.k.ptr) + seq.k_off(a.k, b, hk, 0);
+  const T* vp = static_cast<const T*>(a.v.ptr) + seq.k_off(a.v, b, hk, 0);
+  {
+    const Sm90TileLoader<D, BN, NT> kv_loader(tid, a.k.ss);
+    kv_loader.load(sK, kp, a.k.ss, n0, seq.sk);
+    const Sm90TileLoader<D, BN, NT> v_loader(tid, a.v.ss);
+    v_loader.load(sV, vp, a.v.ss, n0, seq.sk);
+    cp_async_arrive_noinc(kv_full);
+  }
+  const Sm90TileLoader<D, BQ, NT> q_loader(tid, a.q.ss), do_loader(tid, gr.dout.ss);
+  // Tile `it`: query head hk * group + it / nq, rows q_lo + (it % nq) BQ.
+  auto load = [&](int it) {
+    const int s = it & 1;
+    if (it >= 2) mbar_wait(&empty[s], ((it - 2) >> 1) & 1);
+    const int64_t h = hk * group + it / nq;
+    const int64_t i0 = q_lo + int64_t(it % nq) * BQ;
+    unsigned char* st = stages + s * C::kStageBytes;
+    q_loader.load(st, static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0), a.q.ss, i0, seq.sq);
+    do_loader.load(st + C::kQBytes, static_cast<const T*>(gr.dout.ptr) + seq.q_off(gr.dout, b, h, 0), gr.dout.ss,
+                   i0, seq.sq);
+    if (tid < 2 * (BQ / 4)) {  // 16 chunks of lse2, then 16 of D
+      const int which = tid / (BQ / 4), c = tid % (BQ / 4);
+      const float* src = (which == 0 ? lse2_all : dsum_all) + (b * a.Hq + h) * sq_pad + i0 + 4 * c;
+      cp_async16(st + 2 * C::kQBytes + which * C::kVecBytes + 16 * c, src);
+    }
+    cp_async_arrive_noinc(&full[s]);
+  };
+
+  // This thread's two key rows and the query rows that see each.
+  int64_t lo[2], hi[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = n0 + wg * 64 + warp * 16 + gq + 8 * r;
+    lo[r] = vis.qlo(j);
+    hi[r] = vis.qhi(j);
+  }
+
+  float dv[D / 2], dk[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dv[i] = dk[i] = 0.f;
+
+  if (total > 0) load(0);
+  if (total > 1) load(1);
+  mbar_wait(kv_full, 0);
+
+  const uint64_t k_desc = sw128_desc_kmajor(smem_addr(sK) + wg * 64 * 128);
+  const uint64_t v_desc = sw128_desc_kmajor(smem_addr(sV) + wg * 64 * 128);
+  const uint64_t st_kdesc = sw128_desc_kmajor(smem_addr(stages));                 // Q of stage 0 (K-major)
+  const uint64_t st_mndesc = sw128_desc_mnmajor(smem_addr(stages), BQ * 128);     // Q of stage 0 (MN-major)
+  constexpr uint64_t kStageStep = C::kStageBytes >> 4, kDoStep = C::kQBytes >> 4;
+
+  for (int it = 0; it < total; ++it) {
+    const int s = it & 1;
+    if (it >= 1 && it + 1 < total) load(it + 1);
+    mbar_wait(&full[s], (it >> 1) & 1);
+    const unsigned char* st = stages + s * C::kStageBytes;
+    const uint64_t qd = st_kdesc + s * kStageStep, dod = qd + kDoStep;
+
+    float sc[BQ / 2], dp[BQ / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint64_t off_k = ((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4;
+      const uint64_t off_q = ((kk / 4) * BQ * 128 + (kk % 4) * 32) >> 4;
+      Wgmma<BQ, T>::ss(sc, k_desc + off_k, qd + off_q, kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint64_t off_k = ((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4;
+      const uint64_t off_q = ((kk / 4) * BQ * 128 + (kk % 4) * 32) >> 4;
+      Wgmma<BQ, T>::ss(dp, v_desc + off_k, dod + off_q, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(sc);
+    wgmma_fence_operand(dp);
+
+    const int64_t i0 = q_lo + int64_t(it % nq) * BQ;
+    if (i0 < full_qlo || i0 + BQ > full_qhi) sm90_mask_cols<BQ>(sc, lo, hi, i0 + 2 * quad);
+    const float* l2 = reinterpret_cast<const float*>(st + 2 * C::kQBytes);
+    const float* dsv = l2 + BQ;
+    uint32_t pa[BQ / 16][4], da[BQ / 16][4];
+#pragma unroll
+    for (int j = 0; j < BQ / 8; ++j) {
+      const float2 l = *reinterpret_cast<const float2*>(l2 + 8 * j + 2 * quad);
+      const float2 d = *reinterpret_cast<const float2*>(dsv + 8 * j + 2 * quad);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 4 * j + 2 * r;
+        const float p0 = td_exp2_fast(fmaf(sc[i], scale_log2, -l.x));
+        const float p1 = td_exp2_fast(fmaf(sc[i + 1], scale_log2, -l.y));
+        const float ds0 = p0 * (dp[i] - d.x), ds1 = p1 * (dp[i + 1] - d.y);
+        // accumulator chunk j, row half r -> A operand k-step j / 2, register (j % 2) * 2 + r
+        pa[j / 2][(j % 2) * 2 + r] = sm90_pack(p0, p1, static_cast<T*>(nullptr));
+        da[j / 2][(j % 2) * 2 + r] = sm90_pack(ds0, ds1, static_cast<T*>(nullptr));
+      }
+    }
+
+    const uint64_t qmn = st_mndesc + s * kStageStep, domn = qmn + kDoStep;
+    wgmma_fence_operand(dv);
+    wgmma_fence_operand(dk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk) Wgmma<D, T>::rs(dv, pa[kk], domn + ((kk * 16 * 128) >> 4));
+#pragma unroll
+    for (int kk = 0; kk < BQ / 16; ++kk) Wgmma<D, T>::rs(dk, da[kk], qmn + ((kk * 16 * 128) >> 4));
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(dv);
+    wgmma_fence_operand(dk);
+    mbar_arrive(&empty[s]);
+  }
+
+  const float scale = scale_log2 * 0.6931471805599453f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = n0 + wg * 64 + warp * 16 + gq + 8 * r;
+    if (j >= seq.sk) continue;
+    T* dkr = static_cast<T*>(gr.dk.ptr) + seq.k_off(gr.dk, b, hk, j);
+    T* dvr = static_cast<T*>(gr.dv.ptr) + seq.k_off(gr.dv, b, hk, j);
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      const int i = 4 * c + 2 * r;
+      *reinterpret_cast<uint32_t*>(dkr + 8 * c + 2 * quad) =
+          sm90_pack(dk[i] * scale, dk[i + 1] * scale, static_cast<T*>(nullptr));
+      *reinterpret_cast<uint32_t*>(dvr + 8 * c + 2 * quad) = sm90_pack(dv[i], dv[i + 1], static_cast<T*>(nullptr));
+    }
+  }
+#endif
+}
+
+template <int D>
+struct Sm90DqConfig {
+  static constexpr int kBM = 128, kBN = 64, kThreads = 256;
+  static constexpr int kQBytes = kBM * D * 2;   // Q or dO
+  static constexpr int kKVBytes = kBN * D * 2;  // one stage of K or V
+  static constexpr int kSmemBytes = 1024 + 2 * kQBytes + 4 * kKVBytes + 64;
+  static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "swizzle atoms");
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(256, 1)
+    flash_bwd_dq_sm90_kernel(const AttnArgs a, const AttnGrads gr, const float* lse2_all, const float* dsum_all,
+                             int64_t sq_pad, float scale_log2) {
+#ifdef TORCH_DNN_HAS_WGMMA
+  using C = Sm90DqConfig<D>;
+  constexpr int BM = C::kBM, BN = C::kBN, NT = C::kThreads;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const int gq = lane / 4, quad = lane % 4;
+
+  const int64_t m_tiles = (a.Sq + BM - 1) / BM;
+  int64_t bid = blockIdx.x;
+  int64_t mt = bid % m_tiles;
+  bid /= m_tiles;
+  const int64_t h = bid % a.Hq, b = bid / a.Hq;
+  if (a.causal || a.window_right >= 0) mt = m_tiles - 1 - mt;
+  const int64_t hk = h / (a.Hq / a.Hkv);
+  const Seq seq = make_seq(a, b);
+  const int64_t m0 = mt * BM;
+  if (m0 >= seq.sq) return;
+  const Visibility vis = make_visibility(a, seq);
+  const int64_t last_row = (m0 + BM < seq.sq ? m0 + BM : seq.sq) - 1;
+  const int64_t n_lo = vis.lo(m0) / BN * BN;
+  const int64_t n_hi = vis.hi(last_row);
+  const int n_tiles = n_hi > n_lo ? int((n_hi - n_lo + BN - 1) / BN) : 0;
+  const int64_t full_lo = vis.lo(last_row), full_hi = vis.hi(m0);
+
+  extern __shared__ __align__(1024) unsigned char sm90_smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sm90_smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* sQ = smem;
+  unsigned char* sDo = sQ + C::kQBytes;
+  unsigned char* sK = sDo + C::kQBytes;        // two stages
+  unsigned char* sV = sK + 2 * C::kKVBytes;    // two stages
+  uint64_t* full = reinterpret_cast<uint64_t*>(sV + 2 * C::kKVBytes);
+  uint64_t* empty = full + 2;
+  if (tid == 0) {
+    for (int i = 0; i < 4; ++i) mbar_init(&full[i], NT);
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  const T* kp = static_cast<const T*>(a.k.ptr) + seq.k_off(a.k, b, hk, 0);
+  const T* vp = static_cast<const T*>(a.v.ptr) + seq.k_off(a.v, b, hk, 0);
+  const Sm90TileLoader<D, BN, NT> k_loader(tid, a.k.ss), v_loader(tid, a.v.ss);
+  auto load = [&](int t) {
+    const int s = t & 1;
+    if (t >= 2) mbar_wait(&empty[s], ((t - 2) >> 1) & 1);
+    const int64_t n = n_lo + int64_t(t) * BN;
+    k_loader.load(sK + s * C::kKVBytes, kp, a.k.ss, n, seq.sk);
+    v_loader.load(sV + s * C::kKVBytes, vp, a.v.ss, n, seq.sk);
+    cp_async_arrive_noinc(&full[s]);
+  };
+
+  int64_t row[2], lo[2], hi[2];
+  float lse2[2], dsum[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row[r] = m0 + wg * 64 + warp * 16 + gq + 8 * r;
+    lo[r] = vis.lo(row[r]);
+    hi[r] = vis.hi(row[r]);
+    const bool in = row[r] < seq.sq;
+    lse2[r] = in ? lse2_all[(b * a.Hq + h) * sq_pad + row[r]] : INFINITY;
+    dsum[r] = in ? dsum_all[(b * a.Hq + h) * sq_pad + row[r]] : 0.f;
+  }
+
+  float dq[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
+
+  if (n_tiles > 0) {
+    Sm90TileLoader<D, BM, NT>(tid, a.q.ss)
+        .load(sQ, static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0), a.q.ss, m0, seq.sq);
+    Sm90TileLoader<D, BM, NT>(tid, gr.dout.ss)
+        .load(sDo, static_cast<const T*>(gr.dout.ptr) + seq.q_off(gr.dout, b, h, 0), gr.dout.ss, m0, seq.sq);
+    load(0);  // Q and dO share stage 0's first phase
+    if (n_tiles > 1) load(1);
+  }
+
+  const uint64_t q_desc = sw128_desc_kmajor(smem_addr(sQ) + wg * 64 * 128);
+  const uint64_t do_desc = sw128_desc_kmajor(smem_addr(sDo) + wg * 64 * 128);
+  const uint64_t k_desc = sw128_desc_kmajor(smem_addr(sK));
+  const uint64_t v_desc = sw128_desc_kmajor(smem_addr(sV));
+  const uint64_t kmn_desc = sw128_desc_mnmajor(smem_addr(sK), BN * 128);
+  constexpr uint64_t kStageStep = C::kKVBytes >> 4;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int s = t & 1;
+    if (t >= 1 && t + 1 < n_tiles) load(t + 1);
+    mbar_wait(&full[s], (t >> 1) & 1);
+
+    float sc[BN / 2], dp[BN / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint64_t off_m = ((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4;
+      const uint64_t off_n = ((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4;
+      Wgmma<BN, T>::ss(sc, q_desc + off_m, k_desc + s * kStageStep + off_n, kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint64_t off_m = ((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4;
+      const uint64_t off_n = ((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4;
+      Wgmma<BN, T>::ss(dp, do_desc + off_m, v_desc + s * kStageStep + off_n, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(sc);
+    wgmma_fence_operand(dp);
+
+    const int64_t n0 = n_lo + int64_t(t) * BN;
+    if (n0 < full_lo || n0 + BN > full_hi || n0 + BN > seq.sk) sm90_mask_cols<BN>(sc, lo, hi, n0 + 2 * quad);
+    uint32_t da[BN / 16][4];
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 4 * j + 2 * r;
+        const float p0 = td_exp2_fast(fmaf(sc[i], scale_log2, -lse2[r]));
+        const float p1 = td_exp2_fast(fmaf(sc[i + 1], scale_log2, -lse2[r]));
+        da[j / 2][(j % 2) * 2 + r] =
+            sm90_pack(p0 * (dp[i] - dsum[r]), p1 * (dp[i + 1] - dsum[r]), static_cast<T*>(nullptr));
+      }
+
+    wgmma_fence_operand(dq);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) Wgmma<D, T>::rs(dq, da[kk], kmn_desc + s * kStageStep + ((kk * 16 * 128) >> 4));
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(dq);
+    mbar_arrive(&empty[s]);
+  }
+
+  const float scale = scale_log2 * 0.6931471805599453f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= seq.sq) continue;
+    T* dqr = static_cast<T*>(gr.dq.ptr) + seq.q_off(gr.dq, b, h, row[r]);
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      const int i = 4 * c + 2 * r;
+      *reinterpret_cast<uint32_t*>(dqr + 8 * c + 2 * quad) =
+          sm90_pack(dq[i] * scale, dq[i + 1] * scale, static_cast<T*>(nullptr));
+    }
+  }
+#endif
+}
+
+}  // namespace attention
+}  // namespace torch_dnn

@@ -1,0 +1,45 @@
+// When the Hopper (wgmma) attention kernels take a problem: what flash_forward_sm90 and flash_backward_sm90 share.
+// Torch-free.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "attention/attention_kernels.h"
+#include "common/cuda/device.cuh"
+#include "common/env.h"
+
+namespace torch_dnn {
+namespace attention {
+
+inline bool sm90_aligned16(const Operand4& o, bool varlen) {
+  return reinterpret_cast<uintptr_t>(o.ptr) % 16 == 0 && o.ss % 8 == 0 && o.sh % 8 == 0 &&
+         (varlen || o.sb % 8 == 0);
+}
+
+// The problem (16-bit, head dims 64 or 128 with Dqk == Dv, no mask / dropout / softcap / ALiBi, a positive scale,
+// GQA groups, 16-byte-aligned rows of q, k, v, o), the device (sm_90), the build (sm_90a code) and the knob
+// (TORCH_DNN_ATTENTION_SM90=0 turns the route off).
+inline bool sm90_route_takes(const AttnArgs& a) {
+  if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
+  if (a.Dqk != a.Dv || (a.Dqk != 64 && a.Dqk != 128)) return false;
+  if (a.mask_kind != MaskKind::None || a.dropout_p != 0.0 || a.softcap != 0.0 || a.alibi_slopes != nullptr ||
+      !(a.scale > 0.0))
+    return false;
+  if (a.Hkv <= 0 || a.Hq % a.Hkv != 0) return false;
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  if (!sm90_aligned16(a.q, varlen) || !sm90_aligned16(a.k, varlen) || !sm90_aligned16(a.v, varlen) ||
+      !sm90_aligned16(a.o, varlen))
+    return false;
+  const char* knob = env::get("TORCH_DNN_ATTENTION_SM90");
+  if (knob != nullptr && std::strcmp(knob, "0") == 0) return false;
+#ifdef TORCH_DNN_CUDA_ARCHS
+  if (std::strstr(TORCH_DNN_CUDA_ARCHS, "9.0a") == nullptr && std::strstr(TORCH_DNN_CUDA_ARCHS, "90a") == nullptr)
+    return false;
+#endif  // else built outside setup.py (the probes), for sm_90a by its caller
+  return cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) == 9;
+}
+
+}  // namespace attention
+}  // namespace torch_dnn
