@@ -34,12 +34,23 @@ def _on(backend, fn):
     return run
 
 
+# "mma.sync": our FlashAttention-2 kernels with the Hopper (wgmma) route turned off (the same kernels on other GPUs).
+_MMA_SYNC = {"TORCH_DNN_ATTENTION_SM90": "0"}
+
+
 def _forward_impls(causal):
     ours = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
     theirs = lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    # "mma.sync": our FlashAttention-2 kernels with the Hopper forward turned off (the same on other GPUs)
-    impls = {"torch_dnn": ours, "torch_dnn mma.sync": with_env(ours, TORCH_DNN_ATTENTION_SM90="0")}
+    impls = {"torch_dnn": ours, "torch_dnn mma.sync": with_env(ours, **_MMA_SYNC)}
     impls.update({name: _on(b, theirs) for name, b in _BACKENDS.items()})
+    return impls
+
+
+def _backward_impls(causal):
+    """The backward rows: each forward's graph, the knob held through torch.autograd.grad too (the backward kernels
+    are chosen when it runs, not when the forward recorded it)."""
+    impls = {n: _backward(f) for n, f in _forward_impls(causal).items()}
+    impls["torch_dnn mma.sync"] = with_env(impls["torch_dnn mma.sync"], **_MMA_SYNC)
     return impls
 
 
@@ -65,7 +76,7 @@ def _cases(B, H, S, D, causal, group):
         Case("attention", f"fwd {name}", _inputs(B, H, S, D), fwd, flops=flops, group=group,
              target=">= cuDNN", **_TAKE_TURNS),
         Case("attention", f"bwd {name}", _inputs(B, H, S, D, grad=True),
-             {n: _backward(f) for n, f in fwd.items()}, flops=int(2.5 * flops), group=group, target=">= cuDNN",
+             _backward_impls(causal), flops=int(2.5 * flops), group=group, target=">= cuDNN",
              **_TAKE_TURNS),
     ]
 
