@@ -34,6 +34,13 @@ struct Operand4 {
   int64_t sb = 0, sh = 0, ss = 0;
 };
 
+// Whether the tensor-core kernels can copy o's rows 16 bytes at a time: a 16-byte-aligned base and row, head and
+// (fixed-length batches) batch strides that are multiples of 8 elements.
+inline bool rows_aligned16(const Operand4& o, bool varlen) {
+  return reinterpret_cast<uintptr_t>(o.ptr) % 16 == 0 && o.ss % 8 == 0 && o.sh % 8 == 0 &&
+         (varlen || o.sb % 8 == 0);
+}
+
 enum class MaskKind : int { None = 0, Bool = 1, Additive = 2 };
 
 struct AttnArgs {

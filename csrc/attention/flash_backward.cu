@@ -26,11 +26,6 @@ namespace attention {
 namespace flash {
 namespace {
 
-bool aligned16_bwd(const Operand4& o, bool varlen) {
-  return reinterpret_cast<uintptr_t>(o.ptr) % 16 == 0 && o.ss % 8 == 0 && o.sh % 8 == 0 &&
-         (varlen || o.sb % 8 == 0);
-}
-
 #if defined(TORCH_DNN_EMULATE_CUDA)
 int device_major_bwd() { return 8; }
 #else
@@ -101,7 +96,6 @@ cudaError_t backward_typed(const AttnArgs& a, const AttnGrads& g, float* dsum, c
 }  // namespace flash
 
 cudaError_t flash_backward(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
-  using flash::aligned16_bwd;
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return cudaErrorNotSupported;
   if (a.Dqk != a.Dv || (a.Dqk != 32 && a.Dqk != 64 && a.Dqk != 96 && a.Dqk != 128)) return cudaErrorNotSupported;
   if (a.mask_kind != MaskKind::None || a.dropout_p >= 1.0 || g.dbias != nullptr || a.lse == nullptr)
@@ -109,7 +103,7 @@ cudaError_t flash_backward(const AttnArgs& a, const AttnGrads& g, const Workspac
   if (a.Hkv <= 0 || a.Hq % a.Hkv != 0) return cudaErrorNotSupported;
   const bool varlen = a.cu_seqlens_q != nullptr;
   for (const Operand4* o : {&a.q, &a.k, &a.v, &a.o, &g.dout, &g.dq, &g.dk, &g.dv})
-    if (!aligned16_bwd(*o, varlen)) return cudaErrorNotSupported;
+    if (!rows_aligned16(*o, varlen)) return cudaErrorNotSupported;
   if (flash::device_major_bwd() < 8) return cudaErrorNotSupported;
   if (a.B == 0 || (a.Sq == 0 && a.Sk == 0)) return cudaSuccess;
 #if !defined(TORCH_DNN_EMULATE_CUDA)

@@ -70,7 +70,7 @@ cudaError_t flash_backward_sm90(const AttnArgs& a, const AttnGrads& g, const Wor
   if (!sm90_route_takes(a) || g.dbias != nullptr || a.lse == nullptr) return cudaErrorNotSupported;
   const bool varlen = a.cu_seqlens_q != nullptr;
   for (const Operand4* o : {&g.dout, &g.dq, &g.dk, &g.dv})
-    if (!sm90_aligned16(*o, varlen)) return cudaErrorNotSupported;
+    if (!rows_aligned16(*o, varlen)) return cudaErrorNotSupported;
   if (a.B == 0 || (a.Sq == 0 && a.Sk == 0)) return cudaSuccess;
   return a.dtype == DType::Float16 ? launch_typed<__half>(a, g, ws, stream)
                                    : launch_typed<__nv_bfloat16>(a, g, ws, stream);

@@ -27,11 +27,6 @@ namespace attention {
 namespace flash {
 namespace {
 
-bool aligned16(const Operand4& o, bool varlen) {
-  return reinterpret_cast<uintptr_t>(o.ptr) % 16 == 0 && o.ss % 8 == 0 && o.sh % 8 == 0 &&
-         (varlen || o.sb % 8 == 0);
-}
-
 #if defined(TORCH_DNN_EMULATE_CUDA)
 int device_major() { return 8; }
 #else
@@ -94,8 +89,8 @@ cudaError_t flash_forward(const AttnArgs& a, const Workspace&, cudaStream_t stre
   if (a.Dqk != a.Dv || a.mask_kind != MaskKind::None || a.dropout_p >= 1.0) return cudaErrorNotSupported;
   if (a.Hkv <= 0 || a.Hq % a.Hkv != 0) return cudaErrorNotSupported;
   const bool varlen = a.cu_seqlens_q != nullptr;
-  using flash::aligned16;
-  if (!aligned16(a.q, varlen) || !aligned16(a.k, varlen) || !aligned16(a.v, varlen) || !aligned16(a.o, varlen))
+  if (!rows_aligned16(a.q, varlen) || !rows_aligned16(a.k, varlen) || !rows_aligned16(a.v, varlen) ||
+      !rows_aligned16(a.o, varlen))
     return cudaErrorNotSupported;
   if (flash::device_major() < 8) return cudaErrorNotSupported;
   if (a.B == 0 || a.Sq == 0) return cudaSuccess;

@@ -13,11 +13,6 @@
 namespace torch_dnn {
 namespace attention {
 
-inline bool sm90_aligned16(const Operand4& o, bool varlen) {
-  return reinterpret_cast<uintptr_t>(o.ptr) % 16 == 0 && o.ss % 8 == 0 && o.sh % 8 == 0 &&
-         (varlen || o.sb % 8 == 0);
-}
-
 // The problem (16-bit, head dims 64 or 128 with Dqk == Dv, no mask / dropout / softcap / ALiBi, a positive scale,
 // GQA groups, 16-byte-aligned rows of q, k, v, o), the device (sm_90), the build (sm_90a code) and the knob
 // (TORCH_DNN_ATTENTION_SM90=0 turns the route off).
@@ -29,8 +24,8 @@ inline bool sm90_route_takes(const AttnArgs& a) {
     return false;
   if (a.Hkv <= 0 || a.Hq % a.Hkv != 0) return false;
   const bool varlen = a.cu_seqlens_q != nullptr;
-  if (!sm90_aligned16(a.q, varlen) || !sm90_aligned16(a.k, varlen) || !sm90_aligned16(a.v, varlen) ||
-      !sm90_aligned16(a.o, varlen))
+  if (!rows_aligned16(a.q, varlen) || !rows_aligned16(a.k, varlen) || !rows_aligned16(a.v, varlen) ||
+      !rows_aligned16(a.o, varlen))
     return false;
   const char* knob = env::get("TORCH_DNN_ATTENTION_SM90");
   if (knob != nullptr && std::strcmp(knob, "0") == 0) return false;
