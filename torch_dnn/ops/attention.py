@@ -304,6 +304,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is not None and is_causal:
         raise RuntimeError(f"{_SDPA}: attn_mask should not be given when is_causal=True")
     nd = query.dim()
+    if nd == 4 and key.dim() == 4 and value.dim() == 4:
+        # [B, H, S, E] with key / value of the query's batch and of its heads (or, with enable_gqa, of a divisor):
+        # the op's own layout, no views to make (a transformer's every call)
+        B, Hq = query.shape[0], query.shape[1]
+        Hk = key.shape[1]
+        if (key.shape[0] == B and value.shape[0] == B and value.shape[1] == Hk
+                and (Hk == Hq or (enable_gqa and Hk >= 1 and Hq % Hk == 0))):
+            m = None if attn_mask is None else _flatten_mask(attn_mask, [B], Hq, query.shape[2], key.shape[2])
+            return _ops.attention_forward(query, key, value, m, dropout_p, is_causal, scale)[0]
     if nd < 2 or key.dim() != nd or value.dim() != nd:
         raise RuntimeError(f"{_SDPA}: expected query, key and value to have the same number of dims (at least 2), "
                            f"but got {query.dim()}, {key.dim()} and {value.dim()}")
