@@ -32,11 +32,16 @@ def _cuda_include():
     pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
 
 
-def _build_and_run(tmp_path, name):
-    exe = str(tmp_path / name)
+def _build(tmp_path, name, *defines, exe_name=None):
+    exe = str(tmp_path / (exe_name or name))
     subprocess.run(["g++", "-std=c++20", "-O1", "-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes",
-                    f"-I{ROOT}/csrc", f"-I{HERE}/emulation", f"-I{_cuda_include()}",
+                    *[f"-D{d}" for d in defines], f"-I{ROOT}/csrc", f"-I{HERE}/emulation", f"-I{_cuda_include()}",
                     os.path.join(HERE, "emulation", name + ".cpp"), "-o", exe, "-pthread"], check=True)
+    return exe
+
+
+def _build_and_run(tmp_path, name):
+    exe = _build(tmp_path, name)
     if not FULL:
         pytest.skip("built; its cases run with TORCH_DNN_EMULATE=full")
     r = subprocess.run([exe], capture_output=True, text=True, timeout=1200)
@@ -52,6 +57,19 @@ def test_reference_kernels_emulated(tmp_path):
 def test_flash_kernels_emulated(tmp_path):
     r, lines = _build_and_run(tmp_path, "attention_flash_emulation")
     assert sum(line.startswith("ok ") for line in lines) >= 20, r.stdout
+    assert r.returncode == 0 and lines[-1] == "ALL OK", r.stdout
+
+
+def test_hopper_kernels_emulated(tmp_path):
+    """The Hopper route (flash_forward_sm90.cu, flash_backward_sm90.cu: wgmma, cp.async rings guarded by mbarriers)
+    against the reference kernels, attention_flash_emulation.cpp built with TORCH_DNN_EMULATE_MBARRIER: the MMAs read
+    their shared operands through the descriptors and the 128-byte swizzle (tests/emulation/wgmma_emulation.h), so
+    a tile placed off a swizzle atom or a wrong descriptor fails here as on the GPU. Under TORCH_DNN_EMULATE=1 its
+    three multi-tile cases run (under a minute), under full every case it takes in both dtypes."""
+    exe = _build(tmp_path, "attention_flash_emulation", "TORCH_DNN_EMULATE_MBARRIER", exe_name="attention_sm90_emulation")
+    r = subprocess.run([exe] + ([] if FULL else ["--smoke"]), capture_output=True, text=True, timeout=1200)
+    lines = r.stdout.splitlines()
+    assert sum(line.startswith("ok ") for line in lines) >= (12 if FULL else 3), r.stdout  # the cases ran
     assert r.returncode == 0 and lines[-1] == "ALL OK", r.stdout
 
 

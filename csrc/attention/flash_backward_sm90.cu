@@ -16,22 +16,13 @@ namespace torch_dnn {
 namespace attention {
 namespace {
 
-template <auto Kernel>
-bool allow_smem(int bytes) {
-  if (bytes > max_smem_optin() || raise_smem_limit_once<Kernel>(bytes) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return true;
-}
-
 template <typename T, int D>
 cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
   using Kv = Sm90DkdvConfig<D>;
   using Q = Sm90DqConfig<D>;
   constexpr auto dkdv = flash_bwd_dkdv_sm90_kernel<T, D>;
   constexpr auto dq = flash_bwd_dq_sm90_kernel<T, D>;
-  if (!allow_smem<dkdv>(Kv::kSmemBytes) || !allow_smem<dq>(Q::kSmemBytes)) return cudaErrorNotSupported;
+  if (!sm90_allow_smem<dkdv>(Kv::kSmemBytes) || !sm90_allow_smem<dq>(Q::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t sq_pad = (a.Sq + kSm90RowPad - 1) / kSm90RowPad * kSm90RowPad;
   const int64_t rows = a.B * a.Hq * sq_pad;
   const int64_t prep_blocks = (rows + kSm90PrepWarps - 1) / kSm90PrepWarps;
@@ -45,17 +36,20 @@ cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, c
     lse2 = static_cast<float*>(ws.get(2 * rows * int64_t(sizeof(float))));
     if (lse2 == nullptr) return cudaErrorMemoryAllocation;
     dsum = lse2 + rows;
-    flash_bwd_prep_sm90_kernel<T><<<unsigned(prep_blocks), 32 * kSm90PrepWarps, 0, stream>>>(a, g, lse2, dsum, sq_pad);
+    launch_1d(flash_bwd_prep_sm90_kernel<T>, prep_blocks, 32 * kSm90PrepWarps, 0, stream, a, g, lse2, dsum, sq_pad);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
   const float scale_log2 = float(a.scale * 1.4426950408889634);
   if (dkdv_blocks > 0) {
-    dkdv<<<unsigned(dkdv_blocks), Kv::kThreads, Kv::kSmemBytes, stream>>>(a, g, lse2, dsum, sq_pad, scale_log2);
+    launch_1d(dkdv, dkdv_blocks, Kv::kThreads, Kv::kSmemBytes, stream, a, g, static_cast<const float*>(lse2),
+              static_cast<const float*>(dsum), sq_pad, scale_log2);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
-  if (dq_blocks > 0) dq<<<unsigned(dq_blocks), Q::kThreads, Q::kSmemBytes, stream>>>(a, g, lse2, dsum, sq_pad, scale_log2);
+  if (dq_blocks > 0)
+    launch_1d(dq, dq_blocks, Q::kThreads, Q::kSmemBytes, stream, a, g, static_cast<const float*>(lse2),
+              static_cast<const float*>(dsum), sq_pad, scale_log2);
   return cudaGetLastError();
 }
 

@@ -19,15 +19,11 @@ template <typename T, int D>
 cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
   using C = Sm90FwdConfig<D>;
   constexpr auto kernel = flash_forward_sm90_kernel<T, D>;
-  if (C::kSmemBytes > max_smem_optin()) return cudaErrorNotSupported;
-  if (raise_smem_limit_once<kernel>(C::kSmemBytes) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return cudaErrorNotSupported;
-  }
+  if (!sm90_allow_smem<kernel>(C::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t blocks = (a.Sq + C::kBM - 1) / C::kBM * a.Hq * a.B;
   if (blocks > int64_t(0x7fffffff)) return cudaErrorNotSupported;
   const float scale_log2 = float(a.scale * 1.4426950408889634);
-  kernel<<<unsigned(blocks), C::kThreads, C::kSmemBytes, stream>>>(a, scale_log2);
+  launch_1d(kernel, blocks, C::kThreads, C::kSmemBytes, stream, a, scale_log2);
   return cudaGetLastError();
 }
 

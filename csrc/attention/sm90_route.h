@@ -29,11 +29,30 @@ inline bool sm90_route_takes(const AttnArgs& a) {
     return false;
   const char* knob = env::get("TORCH_DNN_ATTENTION_SM90");
   if (knob != nullptr && std::strcmp(knob, "0") == 0) return false;
+#if defined(TORCH_DNN_EMULATE_CUDA)
+  return true;  // the host emulation (tests/emulation/wgmma_emulation.h)
+#else
 #ifdef TORCH_DNN_CUDA_ARCHS
   if (std::strstr(TORCH_DNN_CUDA_ARCHS, "9.0a") == nullptr && std::strstr(TORCH_DNN_CUDA_ARCHS, "90a") == nullptr)
     return false;
 #endif  // else built outside setup.py (the probes), for sm_90a by its caller
   return cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) == 9;
+#endif
+}
+
+// Lets Kernel take `bytes` of dynamic shared memory (asked once per device), or false where the device cannot.
+template <auto Kernel>
+bool sm90_allow_smem(int bytes) {
+#if defined(TORCH_DNN_EMULATE_CUDA)
+  (void)bytes;
+  return true;
+#else
+  if (bytes > max_smem_optin() || raise_smem_limit_once<Kernel>(bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
+#endif
 }
 
 }  // namespace attention

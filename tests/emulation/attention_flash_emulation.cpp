@@ -1,4 +1,5 @@
-// The flash attention kernels (csrc/attention/flash_forward.cu, flash_backward.cu) run on the CPU through cuda_host_shim.h, with
+// The flash attention kernels (csrc/attention/flash_forward.cu, flash_backward.cu; built with
+// TORCH_DNN_EMULATE_MBARRIER, the Hopper route flash_forward_sm90.cu, flash_backward_sm90.cu) run on the CPU through cuda_host_shim.h, with
 // cp.async / ldmatrix / mma.sync computed by mma_emulation.h from the PTX fragment layouts, against the reference
 // kernels (themselves checked against float64 by attention_reference_emulation.cpp), emulated alike. This checks
 // the fragment, swizzle, tiling and masking arithmetic of the tensor-core kernels without a GPU. A standalone
@@ -10,14 +11,38 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention/attention_reference.cu"
+#if defined(TORCH_DNN_EMULATE_MBARRIER)
+// Built with TORCH_DNN_EMULATE_MBARRIER: the Hopper (wgmma) route instead, on the cases it takes, its MMAs and
+// barriers computed by wgmma_emulation.h.
+#include "wgmma_emulation.h"
+
+#include "attention/flash_backward_sm90.cu"
+#include "attention/flash_forward_sm90.cu"
+#else
 #include "attention/flash_backward.cu"
 #include "attention/flash_forward.cu"
+#endif
 
 using namespace torch_dnn;
 using namespace torch_dnn::attention;
+
+#if defined(TORCH_DNN_EMULATE_MBARRIER)
+constexpr bool kSm90 = true;
+cudaError_t forward_under_test(const AttnArgs& a, const Workspace&, cudaStream_t s) { return flash_forward_sm90(a, s); }
+cudaError_t backward_under_test(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t s) {
+  return flash_backward_sm90(a, g, ws, s);
+}
+#else
+constexpr bool kSm90 = false;
+cudaError_t forward_under_test(const AttnArgs& a, const Workspace& ws, cudaStream_t s) { return flash_forward(a, ws, s); }
+cudaError_t backward_under_test(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t s) {
+  return flash_backward(a, g, ws, s);
+}
+#endif
 
 namespace {
 
@@ -119,7 +144,7 @@ bool run_case(const Case& c) {
     std::printf("FAIL %s: reference refused\n", c.name);
     return false;
   }
-  const cudaError_t e = flash_forward(f, ws, nullptr);
+  const cudaError_t e = forward_under_test(f, ws, nullptr);
   if (e != cudaSuccess) {
     std::printf("FAIL %s [%s]: flash_forward returned %d\n", c.name, dtype_name(a.dtype), int(e));
     return false;
@@ -166,8 +191,8 @@ bool run_case(const Case& c) {
     return false;
   }
   AttnArgs fb = r;  // the reference forward's o and lse
-  const cudaError_t eb = flash_backward(fb, grads(x.dq_flash, x.dk_flash, x.dv_flash), ws, nullptr);
-  if (c.D == 256) {  // the flash backward refuses head dim 256
+  const cudaError_t eb = backward_under_test(fb, grads(x.dq_flash, x.dk_flash, x.dv_flash), ws, nullptr);
+  if (c.D == 256 && !kSm90) {  // the flash backward refuses head dim 256
     if (eb != cudaErrorNotSupported) {
       std::printf("FAIL %s [%s]: flash_backward took head dim 256 (%d)\n", c.name, dtype_name(a.dtype), int(eb));
       return false;
@@ -221,11 +246,20 @@ int main(int argc, char** argv) {
   { Case c; c.name = "D256 causal 20x45"; c.D = 256; c.causal = true; c.Sq = 20; c.Sk = 45; add(c); }
   { Case c; c.name = "D64 dropout 0.25 causal 70x90"; c.dropout = 0.25; c.causal = true; c.Sq = 70; c.Sk = 90; add(c); }
   { Case c; c.name = "D128 dropout 0.1 GQA 2:1 varlen"; c.D = 128; c.dropout = 0.1; c.Hq = 2; c.Hkv = 1; c.lens_q = {33, 9}; c.lens_k = {40, 70}; add(c); }
+  if (kSm90) {  // several key and query tiles (both stages of each ring, both parities), GQA, masked tiles
+    { Case c; c.name = "D128 300x260 B2 H2"; c.D = 128; c.B = 2; c.Hq = 2; c.Hkv = 2; c.Sq = 300; c.Sk = 260; add(c); }
+    { Case c; c.name = "D64 causal 330x330 GQA 2:1"; c.causal = true; c.Hq = 2; c.Hkv = 1; c.Sq = 330; c.Sk = 330; add(c); }
+    { Case c; c.name = "D128 causal bottom-right 200x520"; c.D = 128; c.causal = true; c.bottom_right = true; c.Sq = 200; c.Sk = 520; add(c); }
+  }
   const bool quick = argc > 1;
+  const bool smoke = quick && std::string(argv[1]) == "--smoke";  // the Hopper route's multi-tile cases only
   bool ok = true;
   for (size_t i = 0; i < cases.size(); ++i) {
-    ok &= run_case<__nv_bfloat16>(cases[i]);
-    if (!quick || i < 3) ok &= run_case<__half>(cases[i]);
+    const Case& c = cases[i];
+    if (kSm90 && ((c.D != 64 && c.D != 128) || c.softcap != 0 || c.dropout != 0 || c.alibi)) continue;  // not its problems
+    if (smoke && c.Sq < 200) continue;
+    ok &= run_case<__nv_bfloat16>(c);
+    if (!quick || i < 3) ok &= run_case<__half>(c);
   }
   std::printf(ok ? "ALL OK\n" : "SOME FAILED\n");
   return ok ? 0 : 1;

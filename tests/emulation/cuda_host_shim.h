@@ -114,17 +114,22 @@ void emulate_launch(void (*kernel)(P...), unsigned grid, unsigned block, Args...
   for (unsigned b = 0; b < grid; ++b) pool.run(b, [&] { kernel(args...); });
 }
 
-// Dynamic shared memory: one buffer (one block runs at a time), 16-byte aligned, poisoned before each launch.
+// Dynamic shared memory: one buffer (one block runs at a time), aligned to 256 KB (so that an offset into it has
+// the low address bits of the GPU's shared window, which the Hopper swizzle reads), poisoned before each launch.
+constexpr size_t kEmuSmemAlign = size_t(256) << 10;
 inline std::vector<int4>& emu_dyn_buffer() {
   static std::vector<int4> buf;
   return buf;
 }
-inline unsigned char* emu_dyn_smem() { return reinterpret_cast<unsigned char*>(emu_dyn_buffer().data()); }
+inline unsigned char* emu_dyn_smem() {
+  const uintptr_t p = reinterpret_cast<uintptr_t>(emu_dyn_buffer().data());
+  return reinterpret_cast<unsigned char*>((p + kEmuSmemAlign - 1) & ~uintptr_t(kEmuSmemAlign - 1));
+}
 
 template <typename... P, typename... Args>
 void emulate_launch_smem(void (*kernel)(P...), unsigned grid, unsigned block, size_t smem, Args... args) {
   auto& buf = emu_dyn_buffer();
-  buf.assign((smem + 15) / 16, int4{-1, -1, -1, -1});  // NaN-ish bytes: a read before a write shows
+  buf.assign((smem + kEmuSmemAlign + 15) / 16, int4{-1, -1, -1, -1});  // NaN-ish bytes: a read before a write shows
   emulate_launch(kernel, grid, block, args...);
 }
 

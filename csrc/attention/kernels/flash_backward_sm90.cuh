@@ -70,7 +70,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(256, 1)
     flash_bwd_dkdv_sm90_kernel(const AttnArgs a, const AttnGrads gr, const float* lse2_all, const float* dsum_all,
                                int64_t sq_pad, float scale_log2) {
-#ifdef TORCH_DNN_HAS_WGMMA
+#ifdef TORCH_DNN_WGMMA_CODE
   using C = Sm90DkdvConfig<D>;
   constexpr int BN = C::kBN, BQ = C::kBQ, NT = C::kThreads;
   const int tid = threadIdx.x;
@@ -94,8 +94,7 @@ __global__ void __launch_bounds__(256, 1)
   const int total = nq * int(group);
   const int64_t full_qlo = vis.qlo(last_key), full_qhi = vis.qhi(n0);
 
-  extern __shared__ __align__(1024) unsigned char sm90_smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sm90_smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = sm90_smem();
   unsigned char* sK = smem;
   unsigned char* sV = sK + C::kKBytes;
   unsigned char* stages = sV + C::kKBytes;  // stage s: Q, dO, lse2, D
@@ -252,7 +251,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(256, 1)
     flash_bwd_dq_sm90_kernel(const AttnArgs a, const AttnGrads gr, const float* lse2_all, const float* dsum_all,
                              int64_t sq_pad, float scale_log2) {
-#ifdef TORCH_DNN_HAS_WGMMA
+#ifdef TORCH_DNN_WGMMA_CODE
   using C = Sm90DqConfig<D>;
   constexpr int BM = C::kBM, BN = C::kBN, NT = C::kThreads;
   const int tid = threadIdx.x;
@@ -276,8 +275,7 @@ __global__ void __launch_bounds__(256, 1)
   const int n_tiles = n_hi > n_lo ? int((n_hi - n_lo + BN - 1) / BN) : 0;
   const int64_t full_lo = vis.lo(last_row), full_hi = vis.hi(m0);
 
-  extern __shared__ __align__(1024) unsigned char sm90_smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sm90_smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = sm90_smem();
   unsigned char* sQ = smem;
   unsigned char* sDo = sQ + C::kQBytes;
   unsigned char* sK = sDo + C::kQBytes;        // two stages

@@ -38,7 +38,7 @@ struct Sm90FwdConfig {
 
 template <typename T, int D>
 __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnArgs a, float scale_log2) {
-#ifdef TORCH_DNN_HAS_WGMMA
+#ifdef TORCH_DNN_WGMMA_CODE
   using C = Sm90FwdConfig<D>;
   constexpr int BM = C::kBM, BN = C::kBN, NT = C::kThreads;
   const int tid = threadIdx.x;
@@ -63,8 +63,7 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
   const int64_t n_hi = vis.hi(last_row);
   const int n_tiles = n_hi > n_lo ? int((n_hi - n_lo + BN - 1) / BN) : 0;
 
-  extern __shared__ __align__(1024) unsigned char sm90_smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sm90_smem_raw) + 1023) & ~uintptr_t(1023));
+  unsigned char* smem = sm90_smem();
   unsigned char* sQ = smem;
   unsigned char* sK = sQ + C::kQBytes;
   unsigned char* sV = sK + C::kStages * C::kTileBytes;
@@ -245,7 +244,7 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
         *reinterpret_cast<uint32_t*>(orow + 8 * j + 2 * quad) = v;
       }
       if (quad == 0) {
-        lse[(b * a.Hq + h) * a.Sq + i] = l > 0.f ? (m_run[r] + __log2f(l)) * 0.6931471805599453f : INFINITY;
+        lse[(b * a.Hq + h) * a.Sq + i] = l > 0.f ? (m_run[r] + log2f(l)) * 0.6931471805599453f : INFINITY;
       }
     }
   }

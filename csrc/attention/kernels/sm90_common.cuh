@@ -12,6 +12,16 @@
 namespace torch_dnn {
 namespace attention {
 
+// The block's dynamic shared memory, aligned up to a 1024-byte swizzle atom (the kernels ask for 1024 bytes more).
+#if defined(TORCH_DNN_EMULATE_CUDA)
+inline unsigned char* sm90_smem() { return emu_dyn_smem(); }  // the shim aligns it to 256 KB
+#else
+__device__ __forceinline__ unsigned char* sm90_smem() {
+  extern __shared__ __align__(1024) unsigned char sm90_smem_raw[];
+  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sm90_smem_raw) + 1023) & ~uintptr_t(1023));
+}
+#endif
+
 // One thread's share of copying R rows of D elements into a swizzled tile: its 16-byte chunk column is fixed
 // (c = tid % (D / 8)) and its rows are tid / (D / 8) + i * kRowStep, so that the swizzle (row % 8) is the same for
 // all of them and each next copy is a constant step in shared memory and a row-stride step in global memory.
@@ -65,10 +75,10 @@ __device__ __forceinline__ uint32_t sm90_pack(float lo, float hi, __half*) {
 template <int N>
 __device__ __forceinline__ void sm90_mask_cols(float* acc, const int64_t (&lo)[2], const int64_t (&hi)[2],
                                                int64_t col0) {
+  auto clamp = [](int64_t v) { return int(v < -1 ? -1 : (v > N ? N : v)); };  // [-1, N] decides every column
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int clo = int(min(max(lo[r] - col0, int64_t(-1)), int64_t(N)));
-    const int chi = int(min(max(hi[r] - col0, int64_t(-1)), int64_t(N)));
+    const int clo = clamp(lo[r] - col0), chi = clamp(hi[r] - col0);
 #pragma unroll
     for (int j = 0; j < N / 8; ++j)
 #pragma unroll

@@ -4,7 +4,9 @@
 // instructions. A waiter sees the bytes once the barrier's phase with that parity completed. Every function
 // is a no-op below sm_90; callers check the device (sm_90+) on the host. In the host emulation
 // (TORCH_DNN_EMULATE_CUDA) a copy is an immediate memcpy and the barrier operations do nothing: a kernel that
-// is emulated puts a __syncthreads between its copies and their first reads.
+// is emulated puts a __syncthreads between its copies and their first reads; or, compiled with
+// TORCH_DNN_EMULATE_MBARRIER (tests/emulation/wgmma_emulation.h), the barriers are emulated with their phases,
+// arrivals and transaction bytes, and shared addresses are offsets into the dynamic shared memory.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -16,7 +18,9 @@ namespace torch_dnn {
 #endif
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
-#if defined(TORCH_DNN_EMULATE_CUDA)
+#if defined(TORCH_DNN_EMULATE_MBARRIER)
+  return unsigned(static_cast<const unsigned char*>(p) - emu_dyn_smem());  // an offset into the dynamic buffer
+#elif defined(TORCH_DNN_EMULATE_CUDA)
   (void)p;
   return 0;
 #else
@@ -28,6 +32,8 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 __device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
 #ifdef TORCH_DNN_HAS_BULK_COPY
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_mbar_init(bar, count);
 #endif
 }
 // Makes the initialised barriers visible to the copy engine; then a __syncthreads before any use.
@@ -40,12 +46,16 @@ __device__ __forceinline__ void mbar_fence_init() {
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, unsigned bytes) {
 #ifdef TORCH_DNN_HAS_BULK_COPY
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_mbar_arrive(bar, bytes);
 #endif
 }
 // One plain arrival (no transaction bytes).
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 #ifdef TORCH_DNN_HAS_BULK_COPY
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_mbar_arrive(bar);
 #endif
 }
 // Waits until the phase of parity `parity` has completed.
@@ -60,6 +70,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
       "}\n" ::"r"(smem_addr(bar)),
       "r"(parity)
       : "memory");
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_mbar_wait(bar, parity);
 #endif
 }
 
@@ -98,6 +110,9 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
       : "memory");
 #elif defined(TORCH_DNN_EMULATE_CUDA)
   std::memcpy(dst, src, bytes);
+#if defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_mbar_complete_tx(bar, bytes);
+#endif
 #endif
 }
 

@@ -35,6 +35,8 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const unsigned s = unsigned(__cvta_generic_to_shared(bar));
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(s) : "memory");
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_mbar_arrive(bar);  // the emulated copies are done when issued
 #else
   (void)bar;
 #endif

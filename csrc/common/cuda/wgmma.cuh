@@ -23,6 +23,11 @@ namespace torch_dnn {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TORCH_DNN_HAS_WGMMA 1
 #endif
+// The bodies of the kernels that use these are compiled for sm_90a, and for the host emulation of them
+// (tests/emulation/wgmma_emulation.h computes the MMAs and barriers); elsewhere they are empty.
+#if defined(TORCH_DNN_HAS_WGMMA) || defined(TORCH_DNN_EMULATE_MBARRIER)
+#define TORCH_DNN_WGMMA_CODE 1
+#endif
 
 // Byte offset of element (row, col) of a 128-byte-swizzled tile of `rows` rows (16-bit elements).
 __host__ __device__ constexpr unsigned sw128_offset(int rows, int row, int col) {
@@ -60,8 +65,12 @@ __device__ __forceinline__ void wgmma_wait() {
 // Keeps the compiler from moving accesses of the accumulator across an asynchronous MMA's issue or wait.
 template <int N>
 __device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
+#if defined(__CUDA_ARCH__)
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+#else
+  (void)d;  // the host emulation's MMAs complete when issued
+#endif
 }
 
 // m64nNk16, float accumulation, T (__nv_bfloat16 or __half) operands: ss (A and B K-major in shared memory),
@@ -152,6 +161,14 @@ struct Wgmma<128, __half> {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
   }
+};
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+template <int N, typename T>
+struct Wgmma {
+  static void ss(float* d, uint64_t a, uint64_t b, int scale_d) {
+    torch_dnn_emu_wgmma::ss<T, N>(d, a, b, scale_d, false, false);
+  }
+  static void rs(float* d, const uint32_t* a, uint64_t b) { torch_dnn_emu_wgmma::rs<T, N>(d, a, b); }
 };
 #endif  // TORCH_DNN_HAS_WGMMA
 
