@@ -72,6 +72,7 @@ struct Case {
   int wl = -1, wr = -1;
   double softcap = 0, dropout = 0;
   bool alibi = false;
+  bool deterministic = false;
   std::vector<int> lens_q, lens_k;  // non-empty: variable lengths
 };
 
@@ -127,6 +128,7 @@ bool run_case(const Case& c) {
   a.scale = 1.0 / std::sqrt(double(D));
   a.causal = c.causal, a.bottom_right = c.bottom_right, a.window_left = c.wl, a.window_right = c.wr;
   a.softcap = c.softcap;
+  a.deterministic = c.deterministic;
   a.dropout_p = c.dropout;
   a.seed = 0x9876543210fedcbull, a.offset = 4242;
   a.alibi_slopes = c.alibi ? slopes.data() : nullptr;
@@ -250,14 +252,20 @@ int main(int argc, char** argv) {
     { Case c; c.name = "D128 300x260 B2 H2"; c.D = 128; c.B = 2; c.Hq = 2; c.Hkv = 2; c.Sq = 300; c.Sk = 260; add(c); }
     { Case c; c.name = "D64 causal 330x330 GQA 2:1"; c.causal = true; c.Hq = 2; c.Hkv = 1; c.Sq = 330; c.Sk = 330; add(c); }
     { Case c; c.name = "D128 causal bottom-right 200x520"; c.D = 128; c.causal = true; c.bottom_right = true; c.Sq = 200; c.Sk = 520; add(c); }
+    // head dim 128 runs the fused dK/dV/dQ pass (set below) unless deterministic: both, with GQA and variable lengths
+    { Case c; c.name = "D128 deterministic 300x260"; c.D = 128; c.deterministic = true; c.Sq = 300; c.Sk = 260; add(c); }
+    { Case c; c.name = "D128 GQA 3:1 causal 260x300"; c.D = 128; c.Hq = 3; c.Hkv = 1; c.causal = true; c.Sq = 260; c.Sk = 300; add(c); }
+    { Case c; c.name = "D128 varlen GQA 2:1 (an empty sequence)"; c.D = 128; c.Hq = 2; c.Hkv = 1; c.lens_q = {210, 0, 90}; c.lens_k = {140, 30, 260}; add(c); }
   }
+  // the Hopper backward's fused dQ (TORCH_DNN_ATTENTION_DQ=atomic) on every head-dim-128 case but the deterministic
+  if (kSm90) setenv("TORCH_DNN_ATTENTION_DQ", "atomic", 1);
   const bool quick = argc > 1;
   const bool smoke = quick && std::string(argv[1]) == "--smoke";  // the Hopper route's multi-tile cases only
   bool ok = true;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     if (kSm90 && ((c.D != 64 && c.D != 128) || c.softcap != 0 || c.dropout != 0 || c.alibi)) continue;  // not its problems
-    if (smoke && c.Sq < 200) continue;
+    if (smoke && std::max(c.Sq, c.lens_q.empty() ? 0 : c.lens_q[0]) < 200) continue;
     ok &= run_case<__nv_bfloat16>(c);
     if (!quick || i < 3) ok &= run_case<__half>(c);
   }

@@ -144,6 +144,11 @@ inline cudaError_t emu_cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
   return cudaSuccess;
 }
 inline cudaError_t emu_cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t emu_cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t = nullptr) {
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+#define cudaMemsetAsync emu_cudaMemsetAsync
 #define cudaGetDevice emu_cudaGetDevice
 #define cudaDeviceGetAttribute emu_cudaDeviceGetAttribute
 #define cudaGetLastError emu_cudaGetLastError
