@@ -81,9 +81,8 @@ __global__ void __launch_bounds__(256, 1)
   using C = Sm90DkdvConfig<D, DQ>;
   static_assert(!DQ || D == 128, "the fused dQ splits D = 128 into the two warpgroups' 64 columns");
   constexpr int BN = C::kBN, BQ = C::kBQ, NT = C::kThreads;
-  const int tid = threadIdx.x;
-  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
-  const int gq = lane / 4, quad = lane % 4;
+  const Sm90Thread th;
+  const int tid = th.tid, wg = th.wg, warp = th.warp, gq = th.g, quad = th.quad;
 
   const int64_t n_tiles = (a.Sk + BN - 1) / BN;
   int64_t bid = blockIdx.x;
@@ -110,11 +109,7 @@ __global__ void __launch_bounds__(256, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(sDs + 2 * C::kDsBytes);
   uint64_t* empty = full + 2;
   uint64_t* kv_full = full + 4;
-  if (tid == 0) {
-    for (int i = 0; i < 5; ++i) mbar_init(&full[i], NT);
-    mbar_fence_init();
-  }
-  __syncthreads();
+  sm90_init_barriers(full, 5, NT);
 
   const T* kp = static_cast<const T*>(a.k.ptr) + seq.k_off(a.k, b, hk, 0);
   const T* vp = static_cast<const T*>(a.v.ptr) + seq.k_off(a.v, b, hk, 0);
@@ -148,7 +143,7 @@ __global__ void __launch_bounds__(256, 1)
   int64_t lo[2], hi[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t j = n0 + wg * 64 + warp * 16 + gq + 8 * r;
+    const int64_t j = n0 + th.row(r);
     lo[r] = vis.qlo(j);
     hi[r] = vis.qhi(j);
   }
@@ -264,7 +259,7 @@ __global__ void __launch_bounds__(256, 1)
   const float scale = scale_log2 * 0.6931471805599453f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int64_t j = n0 + wg * 64 + warp * 16 + gq + 8 * r;
+    const int64_t j = n0 + th.row(r);
     if (j >= seq.sk) continue;
     T* dkr = static_cast<T*>(gr.dk.ptr) + seq.k_off(gr.dk, b, hk, j);
     T* dvr = static_cast<T*>(gr.dv.ptr) + seq.k_off(gr.dv, b, hk, j);
@@ -315,26 +310,13 @@ __global__ void __launch_bounds__(256, 1)
 #ifdef TORCH_DNN_WGMMA_CODE
   using C = Sm90DqConfig<D>;
   constexpr int BM = C::kBM, BN = C::kBN, NT = C::kThreads;
-  const int tid = threadIdx.x;
-  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
-  const int gq = lane / 4, quad = lane % 4;
-
-  const int64_t m_tiles = (a.Sq + BM - 1) / BM;
-  int64_t bid = blockIdx.x;
-  int64_t mt = bid % m_tiles;
-  bid /= m_tiles;
-  const int64_t h = bid % a.Hq, b = bid / a.Hq;
-  if (a.causal || a.window_right >= 0) mt = m_tiles - 1 - mt;
-  const int64_t hk = h / (a.Hq / a.Hkv);
-  const Seq seq = make_seq(a, b);
-  const int64_t m0 = mt * BM;
-  if (m0 >= seq.sq) return;
-  const Visibility vis = make_visibility(a, seq);
-  const int64_t last_row = (m0 + BM < seq.sq ? m0 + BM : seq.sq) - 1;
-  const int64_t n_lo = vis.lo(m0) / BN * BN;
-  const int64_t n_hi = vis.hi(last_row);
-  const int n_tiles = n_hi > n_lo ? int((n_hi - n_lo + BN - 1) / BN) : 0;
-  const int64_t full_lo = vis.lo(last_row), full_hi = vis.hi(m0);
+  const Sm90Thread th;
+  const int tid = th.tid, wg = th.wg, quad = th.quad;
+  const Sm90QueryTile qt(a, BM, BN);
+  if (qt.empty) return;
+  const int64_t b = qt.b, h = qt.h, hk = qt.hk, m0 = qt.m0, n_lo = qt.n_lo;
+  const int n_tiles = qt.n_tiles;
+  const Seq& seq = qt.seq;
 
   unsigned char* smem = sm90_smem();
   unsigned char* sQ = smem;
@@ -343,11 +325,7 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* sV = sK + 2 * C::kKVBytes;    // two stages
   uint64_t* full = reinterpret_cast<uint64_t*>(sV + 2 * C::kKVBytes);
   uint64_t* empty = full + 2;
-  if (tid == 0) {
-    for (int i = 0; i < 4; ++i) mbar_init(&full[i], NT);
-    mbar_fence_init();
-  }
-  __syncthreads();
+  sm90_init_barriers(full, 4, NT);
 
   const T* kp = static_cast<const T*>(a.k.ptr) + seq.k_off(a.k, b, hk, 0);
   const T* vp = static_cast<const T*>(a.v.ptr) + seq.k_off(a.v, b, hk, 0);
@@ -365,9 +343,9 @@ __global__ void __launch_bounds__(256, 1)
   float lse2[2], dsum[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row[r] = m0 + wg * 64 + warp * 16 + gq + 8 * r;
-    lo[r] = vis.lo(row[r]);
-    hi[r] = vis.hi(row[r]);
+    row[r] = m0 + th.row(r);
+    lo[r] = qt.vis.lo(row[r]);
+    hi[r] = qt.vis.hi(row[r]);
     const bool in = row[r] < seq.sq;
     lse2[r] = in ? lse2_all[(b * a.Hq + h) * sq_pad + row[r]] : INFINITY;
     dsum[r] = in ? dsum_all[(b * a.Hq + h) * sq_pad + row[r]] : 0.f;
@@ -418,7 +396,7 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_fence_operand(dp);
 
     const int64_t n0 = n_lo + int64_t(t) * BN;
-    if (n0 < full_lo || n0 + BN > full_hi || n0 + BN > seq.sk) sm90_mask_cols<BN>(sc, lo, hi, n0 + 2 * quad);
+    if (qt.needs_mask(n0, BN)) sm90_mask_cols<BN>(sc, lo, hi, n0 + 2 * quad);
     uint32_t da[BN / 16][4];
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)

@@ -41,27 +41,13 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
 #ifdef TORCH_DNN_WGMMA_CODE
   using C = Sm90FwdConfig<D>;
   constexpr int BM = C::kBM, BN = C::kBN, NT = C::kThreads;
-  const int tid = threadIdx.x;
-  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
-  const int g = lane / 4, quad = lane % 4;
-
-  const int64_t m_tiles = (a.Sq + BM - 1) / BM;
-  int64_t bid = blockIdx.x;
-  int64_t mt = bid % m_tiles;
-  bid /= m_tiles;
-  const int64_t h = bid % a.Hq, b = bid / a.Hq;
-  if (a.causal || a.window_right >= 0) mt = m_tiles - 1 - mt;  // the longest rows first
-  const int64_t hk = h / (a.Hq / a.Hkv);
-  const Seq seq = make_seq(a, b);
-  const int64_t m0 = mt * BM;
-  if (m0 >= seq.sq) return;  // a short sequence of a packed batch
-  const Visibility vis = make_visibility(a, seq);
-
-  // Keys any row of the tile sees: [n_lo, n_hi), in whole tiles from the first.
-  const int64_t last_row = (m0 + BM < seq.sq ? m0 + BM : seq.sq) - 1;
-  const int64_t n_lo = vis.lo(m0) / BN * BN;
-  const int64_t n_hi = vis.hi(last_row);
-  const int n_tiles = n_hi > n_lo ? int((n_hi - n_lo + BN - 1) / BN) : 0;
+  const Sm90Thread th;
+  const int tid = th.tid, wg = th.wg, quad = th.quad;
+  const Sm90QueryTile qt(a, BM, BN);
+  if (qt.empty) return;
+  const int64_t b = qt.b, h = qt.h, hk = qt.hk, m0 = qt.m0, n_lo = qt.n_lo;
+  const int n_tiles = qt.n_tiles;
+  const Seq& seq = qt.seq;
 
   unsigned char* smem = sm90_smem();
   unsigned char* sQ = smem;
@@ -71,11 +57,7 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
   uint64_t* empty_k = full_k + 2;
   uint64_t* full_v = full_k + 4;
   uint64_t* empty_v = full_k + 6;
-  if (tid == 0) {
-    for (int i = 0; i < 8; ++i) mbar_init(&full_k[i], NT);
-    mbar_fence_init();
-  }
-  __syncthreads();
+  sm90_init_barriers(full_k, 8, NT);
 
   const T* qp = static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0);
   const T* kp = static_cast<const T*>(a.k.ptr) + seq.k_off(a.k, b, hk, 0);
@@ -99,12 +81,10 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
   int64_t row[2], lo[2], hi[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row[r] = m0 + wg * 64 + warp * 16 + g + 8 * r;
-    lo[r] = vis.lo(row[r]);
-    hi[r] = vis.hi(row[r]);
+    row[r] = m0 + th.row(r);
+    lo[r] = qt.vis.lo(row[r]);
+    hi[r] = qt.vis.hi(row[r]);
   }
-  // The tile's rows see every key of [full_lo, full_hi): tiles inside need no masking.
-  const int64_t full_lo = vis.lo(last_row), full_hi = vis.hi(m0);
 
   float o[D / 2];
 #pragma unroll
@@ -137,7 +117,7 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
   // factors O must be rescaled by.
   auto softmax = [&](int t, float (&alpha)[2]) {
     const int64_t n0 = n_lo + int64_t(t) * BN;
-    if (n0 < full_lo || n0 + BN > full_hi || n0 + BN > seq.sk) sm90_mask_cols<BN>(sc, lo, hi, n0 + 2 * quad);
+    if (qt.needs_mask(n0, BN)) sm90_mask_cols<BN>(sc, lo, hi, n0 + 2 * quad);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;

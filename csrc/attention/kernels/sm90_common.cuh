@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "attention/kernels/attention_common.cuh"
 #include "common/cuda/bulk_copy.cuh"
 #include "common/cuda/cp_async.cuh"
 #include "common/cuda/wgmma.cuh"
@@ -21,6 +22,63 @@ __device__ __forceinline__ unsigned char* sm90_smem() {
   return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(sm90_smem_raw) + 1023) & ~uintptr_t(1023));
 }
 #endif
+
+// A thread of a two-warpgroup CTA and its place in the m64 fragments (wgmma.cuh): warpgroup wg, warp within it,
+// row group g (lane / 4) and quad (lane % 4).
+struct Sm90Thread {
+  int tid, wg, warp, g, quad;
+  __device__ __forceinline__ Sm90Thread()
+      : tid(int(threadIdx.x)), wg(tid / 128), warp((tid % 128) / 32), g((tid % 32) / 4), quad(tid % 4) {}
+  // The tile row (0 .. 127) of this thread's fragment row r (0: g, 1: g + 8).
+  __device__ __forceinline__ int row(int r) const { return wg * 64 + warp * 16 + g + 8 * r; }
+};
+
+// Thread 0 initialises n barriers of `count` arrivals each; then the whole block waits for it.
+__device__ __forceinline__ void sm90_init_barriers(uint64_t* bars, int n, unsigned count) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < n; ++i) mbar_init(&bars[i], count);
+    mbar_fence_init();
+  }
+  __syncthreads();
+}
+
+// The query tile of a CTA in a grid of (query tiles x Hq x B) CTAs, query tiles fastest and, when causal or windowed,
+// the longest rows first; the keys its rows see, in whole BN-key tiles from the first.
+struct Sm90QueryTile {
+  int64_t b, h, hk, m0;  // batch, query head, its key/value head, first row
+  Seq seq;
+  Visibility vis;
+  int64_t last_row;           // of the tile within the sequence
+  int64_t n_lo;               // first key of the first tile
+  int n_tiles;                // key tiles any row sees
+  int64_t full_lo, full_hi;   // keys every row sees: tiles inside need no masking
+  bool empty;                 // no row of this sequence (a short sequence of a packed batch)
+
+  __device__ __forceinline__ Sm90QueryTile(const AttnArgs& a, int BM, int BN) {
+    const int64_t m_tiles = (a.Sq + BM - 1) / BM;
+    int64_t bid = blockIdx.x;
+    int64_t mt = bid % m_tiles;
+    bid /= m_tiles;
+    h = bid % a.Hq;
+    b = bid / a.Hq;
+    if (a.causal || a.window_right >= 0) mt = m_tiles - 1 - mt;
+    hk = h / (a.Hq / a.Hkv);
+    seq = make_seq(a, b);
+    m0 = mt * BM;
+    empty = m0 >= seq.sq;
+    vis = make_visibility(a, seq);
+    last_row = (m0 + BM < seq.sq ? m0 + BM : seq.sq) - 1;
+    n_lo = vis.lo(m0) / BN * BN;
+    const int64_t n_hi = vis.hi(last_row);
+    n_tiles = !empty && n_hi > n_lo ? int((n_hi - n_lo + BN - 1) / BN) : 0;
+    full_lo = vis.lo(last_row);
+    full_hi = vis.hi(m0);
+  }
+  // Whether key tile [n0, n0 + BN) needs masking for some row of the tile.
+  __device__ __forceinline__ bool needs_mask(int64_t n0, int BN) const {
+    return n0 < full_lo || n0 + BN > full_hi || n0 + BN > seq.sk;
+  }
+};
 
 // One thread's share of copying R rows of D elements into a swizzled tile: its 16-byte chunk column is fixed
 // (c = tid % (D / 8)) and its rows are tid / (D / 8) + i * kRowStep, so that the swizzle (row % 8) is the same for
