@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "mma_emulation.h"
+
 #ifndef TORCH_DNN_EMULATE_MBARRIER
 #error "define TORCH_DNN_EMULATE_MBARRIER before including wgmma_emulation.h (the kernel headers read it)"
 #endif
@@ -118,16 +120,7 @@ struct Desc {
 
 template <typename T>
 float tof(uint16_t bits) {
-  if constexpr (std::is_same_v<T, __half>) {
-    __half h;
-    std::memcpy(&h, &bits, 2);
-    return __half2float(h);
-  } else {
-    const uint32_t w = uint32_t(bits) << 16;
-    float f;
-    std::memcpy(&f, &w, 4);
-    return f;
-  }
+  return torch_dnn_emu_ptx::half_bits_to_float<T>(bits);
 }
 
 // The warpgroup's 128 threads exchange their A registers (rs) through this, between two barriers of the group.

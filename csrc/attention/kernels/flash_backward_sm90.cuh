@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "attention/kernels/attention_common.cuh"
+#include "attention/kernels/flash_bwd_preprocess.cuh"
 #include "attention/kernels/sm90_common.cuh"
 
 namespace torch_dnn {
@@ -43,14 +44,7 @@ __global__ void __launch_bounds__(32 * kSm90PrepWarps)
   if (row >= a.B * a.Hq * sq_pad) return;
   const int64_t i = row % sq_pad, bh = row / sq_pad, h = bh % a.Hq, b = bh / a.Hq;
   const Seq seq = make_seq(a, b);
-  float acc = 0.f;
-  if (i < seq.sq) {
-    const T* o = static_cast<const T*>(a.o.ptr) + seq.q_off(a.o, b, h, i);
-    const T* d = static_cast<const T*>(gr.dout.ptr) + seq.q_off(gr.dout, b, h, i);
-    for (int64_t c = lane; c < a.Dv; c += 32) acc += to_acc<float>(o[c]) * to_acc<float>(d[c]);
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  const float acc = flash::rowsum_dout_o<T>(a, gr, seq, b, h, i, lane);
   if (lane == 0) {
     dsum[row] = acc;
     lse2[row] = i < seq.sq ? static_cast<const float*>(a.lse)[bh * a.Sq + i] * 1.4426950408889634f : INFINITY;

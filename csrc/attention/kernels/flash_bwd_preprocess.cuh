@@ -13,14 +13,10 @@ namespace flash {
 
 constexpr int kPreWarps = 8;
 
+// rowsum(dO * O) of row i of (b, h), summed by the 32 lanes of a warp (every lane gets it); 0 past the sequence.
 template <typename T>
-__global__ void __launch_bounds__(32 * kPreWarps) flash_bwd_dsum_kernel(const AttnArgs a, const AttnGrads g,
-                                                                        float* dsum) {
-  const int64_t row = int64_t(blockIdx.x) * kPreWarps + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= a.B * a.Hq * a.Sq) return;
-  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
-  const Seq seq = make_seq(a, b);
+__device__ __forceinline__ float rowsum_dout_o(const AttnArgs& a, const AttnGrads& g, const Seq& seq, int64_t b,
+                                               int64_t h, int64_t i, int lane) {
   float acc = 0.f;
   if (i < seq.sq) {
     const T* o = static_cast<const T*>(a.o.ptr) + seq.q_off(a.o, b, h, i);
@@ -29,6 +25,17 @@ __global__ void __launch_bounds__(32 * kPreWarps) flash_bwd_dsum_kernel(const At
   }
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  return acc;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(32 * kPreWarps) flash_bwd_dsum_kernel(const AttnArgs a, const AttnGrads g,
+                                                                        float* dsum) {
+  const int64_t row = int64_t(blockIdx.x) * kPreWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= a.B * a.Hq * a.Sq) return;
+  const int64_t i = row % a.Sq, h = (row / a.Sq) % a.Hq, b = row / (a.Sq * a.Hq);
+  const float acc = rowsum_dout_o<T>(a, g, make_seq(a, b), b, h, i, lane);
   if (lane == 0) dsum[row] = acc;
 }
 
