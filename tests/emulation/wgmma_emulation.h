@@ -72,19 +72,17 @@ inline void emu_mbar_wait(const void* bar, unsigned parity) {
   emu_mbars().cv.wait(l, [&] { return (b.completed & 1u) != (parity & 1u); });
 }
 
-// ---- named barriers (bar.sync id, threads) ----
-inline void emu_named_barrier_sync(int id, int threads) {
+// ---- named barriers (bar.sync / bar.arrive id, threads) ----
+inline std::barrier<>& emu_named_barrier(int id, int threads) {
   static std::mutex m;
   static std::map<int, std::unique_ptr<std::barrier<>>> bars;
-  std::barrier<>* b;
-  {
-    std::lock_guard<std::mutex> l(m);
-    auto& p = bars[id];
-    if (!p) p = std::make_unique<std::barrier<>>(threads);
-    b = p.get();
-  }
-  b->arrive_and_wait();
+  std::lock_guard<std::mutex> l(m);
+  auto& p = bars[id];
+  if (!p) p = std::make_unique<std::barrier<>>(threads);
+  return *p;
 }
+inline void emu_named_barrier_sync(int id, int threads) { emu_named_barrier(id, threads).arrive_and_wait(); }
+inline void emu_named_barrier_arrive(int id, int threads) { (void)emu_named_barrier(id, threads).arrive(); }
 
 inline float2 atomicAdd(float2* p, float2 v) {
   static std::mutex m;

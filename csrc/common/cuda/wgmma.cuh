@@ -77,6 +77,14 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   emu_named_barrier_sync(id, threads);
 #endif
 }
+// bar.arrive on hardware barrier `id`: counts toward its `threads` without waiting (the other side bar.syncs).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+#ifdef TORCH_DNN_HAS_WGMMA
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_named_barrier_arrive(id, threads);
+#endif
+}
 // Keeps the compiler from moving accesses of the accumulator across an asynchronous MMA's issue or wait.
 template <int N>
 __device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
