@@ -12,9 +12,9 @@
 //        P^T = exp2(scale log2(e) S^T - lse2),  dS^T = P^T (dP^T - D)
 //        dV += P^T dO, dK += dS^T Q      (RS: dO / Q read MN-major)
 //      dK = scale dK at the end.
-//      The fused variant (DQ; nondeterministic, used unless deterministic results are asked for) also adds each
-//      tile's dS K into a float dQ workspace by atomics, through dS^T in shared memory, and a conversion pass
-//      (flash_bwd_dq_convert_sm90_kernel) replaces pass 3: 5 products instead of 7.
+//      The fused variant (DQ, head dim 128; nondeterministic: the launcher's TORCH_DNN_ATTENTION_DQ=atomic) also
+//      adds each tile's dS K into a float dQ workspace by atomics, through dS^T in shared memory, and a conversion
+//      pass (flash_bwd_dq_convert_sm90_kernel) replaces pass 3: 5 products instead of 7.
 //   3. flash_bwd_dq_sm90_kernel: a CTA per 128 query rows of a (batch, head), 64 a warpgroup, Q and dO resident;
 //      key tiles of 64 (K and V in two stages):
 //        S = Q K^T, dP = dO V^T (SS);  P = exp2(.. - lse2), dS = P (dP - D);  dQ += dS K (RS, K MN-major)

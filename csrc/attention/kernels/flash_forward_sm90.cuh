@@ -2,16 +2,17 @@
 // S = Q K^T read from shared memory and O += P V taking P straight from the registers that hold the scores.
 //
 // A CTA of two warpgroups (256 threads) owns BM = 128 query rows of one (batch, query head), 64 a warpgroup, and
-// walks the visible key tiles of BN = 128 keys. Shared memory: Q [128][D] and two stages of K and V [128][D], all
-// in the 128-byte swizzle (common/cuda/wgmma.cuh), filled by cp.async from every thread; D = 128: 160 KB.
-// Stage s is guarded by two mbarriers: full[s] (each thread's cp.async arrival, 256 a phase) and empty[s] (every
-// thread arrives once its warpgroup's MMAs that read the stage completed). At the top of iteration t each thread
-// waits until stage (t+1) % 2 is empty (both warpgroups finished iteration t - 1) and issues its share of tile
-// t + 1, so the copy of one tile overlaps the MMAs and softmax of the other, and the warpgroups drift apart by up
-// to an iteration (one's softmax overlapping the other's MMAs).
-// Per iteration a warpgroup: S (64 x 128 floats, 64 a thread) by D / 16 SS MMAs; masking on the tiles that cross
-// the visibility boundary or the end of the keys; the online softmax in the log2 domain (row max and sum over the
-// quad of lanes sharing a row); P packed to 16 bits in registers as the A operand of BN / 16 RS MMAs into O.
+// walks the visible key tiles of BN = 128 keys. Shared memory: Q [128][D] and two-stage rings of K and of V tiles
+// [128][D], all in the 128-byte swizzle (common/cuda/wgmma.cuh), filled by cp.async from every thread; D = 128:
+// 160 KB. Each stage has two mbarriers: full (every thread's cp.async arrival, 256 a phase) and empty (every thread
+// arrives once its warpgroup's MMAs that read the stage completed). At the top of iteration t each thread issues its
+// share of K of tile t + 1 and V of tile t (V of t is first read by the P V of iteration t + 1).
+// Iteration t of a warpgroup (FlashAttention-3's overlap within a warpgroup): S of tile t (D / 16 SS MMAs, 64 x 128
+// floats, 64 a thread) and P V of tile t - 1 (BN / 16 RS MMAs, P packed to 16 bits in the registers that held its
+// scores) are issued together; the softmax of t (masking where the tile crosses the visibility boundary or the
+// end of the keys; the running max and sum in the log2 domain, reduced over the quad of lanes sharing a row) runs
+// while P V computes; then O is rescaled and P packed. The two warpgroups drift apart by up to an iteration, so
+// one's softmax overlaps the other's MMAs (PINGPONG enforces the alternation).
 // The epilogue divides by the row sums and writes O (16-bit pairs) and lse (float); a row that sees no key gets
 // zeros and lse = +inf.
 #pragma once
