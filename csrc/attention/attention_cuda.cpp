@@ -3,12 +3,15 @@
 // from the caching allocator and calls the torch-free entry points on the current stream: the flash tensor-core
 // kernels first, the reference kernels when those answer cudaErrorNotSupported.
 // TORCH_DNN_ATTENTION_PATH=auto|flash|reference overrides the choice (tests and benchmarks; flash on a problem
-// that it cannot take is an error, not a fallback).
+// that it cannot take is an error, not a fallback); the TORCH_DNN_ATTENTION_SM90* / _DQ knobs set the Hopper
+// route's choices (AttnArgs::Sm90Options). Every knob is read here, once a call.
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "attention/attention_kernels.h"
@@ -22,12 +25,33 @@ namespace {
 
 enum class Path { Auto, Flash, Reference };
 
-Path requested_path() {
-  const char* s = env::get("TORCH_DNN_ATTENTION_PATH");
-  if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return Path::Auto;
-  if (std::strcmp(s, "flash") == 0) return Path::Flash;
-  if (std::strcmp(s, "reference") == 0) return Path::Reference;
-  TORCH_CHECK(false, "torch_dnn: TORCH_DNN_ATTENTION_PATH must be auto, flash or reference, but got '", s, "'");
+// The family's knobs (docs/attention.md), read once a call; a value that is none of the choices is an error.
+struct Knobs {
+  Path path = Path::Auto;
+  AttnArgs::Sm90Options sm90;
+};
+
+// knob value: empty (unset) or one of `choices`, else an error naming the knob.
+int knob_choice(const char* name, std::initializer_list<const char*> choices) {
+  const char* s = env::get(name);
+  if (s == nullptr || *s == '\0') return 0;
+  int i = 0;
+  for (const char* c : choices) {
+    if (std::strcmp(s, c) == 0) return i;
+    ++i;
+  }
+  std::string all;
+  for (const char* c : choices) all += std::string(all.empty() ? "" : ", ") + c;
+  TORCH_CHECK(false, "torch_dnn: ", name, " must be one of ", all, ", but got '", s, "'");
+}
+
+Knobs read_knobs() {
+  Knobs k;
+  k.path = Path(knob_choice("TORCH_DNN_ATTENTION_PATH", {"auto", "flash", "reference"}));
+  k.sm90.enabled = knob_choice("TORCH_DNN_ATTENTION_SM90", {"1", "0"}) == 0;
+  k.sm90.pingpong = knob_choice("TORCH_DNN_ATTENTION_SM90_FWD", {"default", "pingpong"}) == 1;
+  k.sm90.dq_atomic = knob_choice("TORCH_DNN_ATTENTION_DQ", {"separate", "atomic"}) == 1;
+  return k;
 }
 
 // The workspaces one call asks for, from the caching allocator (graph-capture safe), held until its launches are
@@ -44,16 +68,20 @@ struct CallWorkspace {
   Workspace source() { return {&CallWorkspace::get, this}; }
 };
 
-// flash first, then the reference kernels where flash answers cudaErrorNotSupported (as the path asks).
+// flash first, then the reference kernels where flash answers cudaErrorNotSupported (as the path asks). flash gets
+// the problem with the knobs' Hopper choices filled in.
 template <class Flash, class Reference>
-void launch(const char* what, Flash flash, Reference reference, const at::Tensor& like) {
+void launch(const char* what, const AttnArgs& a, Flash flash, Reference reference, const at::Tensor& like) {
   c10::cuda::CUDAGuard guard(like.device());
-  const env::Scope knobs;
-  const Path path = requested_path();
+  const env::Scope scope;
+  const Knobs knobs = read_knobs();
+  const Path path = knobs.path;
   CallWorkspace ws(like);
   cudaError_t err = cudaErrorNotSupported;
   if (path != Path::Reference) {
-    err = flash(ws.source(), current_stream());
+    AttnArgs chosen = a;
+    chosen.sm90 = knobs.sm90;
+    err = flash(chosen, ws.source(), current_stream());
     TORCH_CHECK(err != cudaErrorNotSupported || path != Path::Flash, "torch_dnn: TORCH_DNN_ATTENTION_PATH=flash, ",
                 "but the flash ", what, " cannot take this problem");
     if (err == cudaErrorNotSupported) (void)cudaGetLastError();  // not supported: nothing was launched
@@ -77,13 +105,14 @@ struct CudaBackend {
 
   static void forward(const AttnArgs& a, const at::Tensor& like) {
     launch(
-        "forward", [&](const Workspace& ws, cudaStream_t s) { return flash_forward(a, ws, s); },
+        "forward", a, [&](const AttnArgs& c, const Workspace& ws, cudaStream_t s) { return flash_forward(c, ws, s); },
         [&](const Workspace& ws, cudaStream_t s) { return reference_forward(a, ws, s); }, like);
   }
 
   static void backward(const AttnArgs& a, const AttnGrads& g, const at::Tensor& like) {
     launch(
-        "backward", [&](const Workspace& ws, cudaStream_t s) { return flash_backward(a, g, ws, s); },
+        "backward", a,
+        [&](const AttnArgs& c, const Workspace& ws, cudaStream_t s) { return flash_backward(c, g, ws, s); },
         [&](const Workspace& ws, cudaStream_t s) { return reference_backward(a, g, ws, s); }, like);
   }
 };

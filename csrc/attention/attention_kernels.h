@@ -67,6 +67,13 @@ struct AttnArgs {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   bool deterministic = false;  // backward: no atomics whose order varies (dq summed in a fixed order)
+  // The Hopper (wgmma) route's choices, made by the op layer from the TORCH_DNN_ATTENTION_* knobs
+  // (attention_cuda.cpp, docs/attention.md): whether it may run, and its variants not yet the default.
+  struct Sm90Options {
+    bool enabled = true;     // TORCH_DNN_ATTENTION_SM90=0: off
+    bool pingpong = false;   // TORCH_DNN_ATTENTION_SM90_FWD=pingpong
+    bool dq_atomic = false;  // TORCH_DNN_ATTENTION_DQ=atomic (head dim 128, not deterministic)
+  } sm90;
 };
 
 // Device scratch memory: get(bytes) returns at least `bytes` valid for the work queued on the stream, or null.

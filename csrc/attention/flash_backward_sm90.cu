@@ -9,7 +9,6 @@
 // 16-byte-aligned rows); everything else answers cudaErrorNotSupported and the mma.sync backward takes it.
 // TORCH_DNN_ATTENTION_SM90=0 turns it off, as the forward.
 #include <cstdint>
-#include <cstring>
 
 #include "attention/kernels/flash_backward_sm90.cuh"
 #include "attention/sm90_route.h"
@@ -73,9 +72,7 @@ cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, c
 template <typename T>
 cudaError_t launch_typed(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
   if (a.Dqk == 64) return launch<T, 64, false>(a, g, ws, stream);
-  const char* dq = env::get("TORCH_DNN_ATTENTION_DQ");
-  const bool atomic = dq != nullptr && std::strcmp(dq, "atomic") == 0;
-  return atomic && !a.deterministic ? launch<T, 128, true>(a, g, ws, stream) : launch<T, 128, false>(a, g, ws, stream);
+  return a.sm90.dq_atomic && !a.deterministic ? launch<T, 128, true>(a, g, ws, stream) : launch<T, 128, false>(a, g, ws, stream);
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 // TORCH_DNN_ATTENTION_SM90_FWD=pingpong: the warpgroups take turns issuing their MMAs (FlashAttention-3's schedule);
 // correct in the CPU emulation, not yet measured on a GPU, so not the default.
 #include <cstdint>
-#include <cstring>
 
 #include "attention/kernels/flash_forward_sm90.cuh"
 #include "attention/sm90_route.h"
@@ -32,8 +31,7 @@ cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t launch_typed(const AttnArgs& a, cudaStream_t stream) {
-  const char* knob = env::get("TORCH_DNN_ATTENTION_SM90_FWD");
-  if (knob != nullptr && std::strcmp(knob, "pingpong") == 0)
+  if (a.sm90.pingpong)
     return a.Dqk == 64 ? launch<T, 64, true>(a, stream) : launch<T, 128, true>(a, stream);
   return a.Dqk == 64 ? launch<T, 64, false>(a, stream) : launch<T, 128, false>(a, stream);
 }
