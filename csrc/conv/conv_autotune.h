@@ -5,22 +5,22 @@
 // benchmark mode the first route that takes the problem runs. With it (as cuDNN's benchmark mode), the first call
 // of a problem signature runs every route that takes the problem, times each (one warm-up run, then the best of
 // kTimedRuns between CUDA events on the call's stream; the host waits), and keeps the fastest for the signature in
-// this process; later calls run it, or the heuristic's order if it declines them (its operands' alignment can
-// differ between calls of one signature). Each run writes the whole result, so the last one leaves it right.
+// this process (and in TORCH_DNN_CONV_ROUTES_FILE's file: conv_route_cache.h); later calls run it, or the
+// heuristic's order if it declines them (its operands' alignment can differ between calls of one signature). Each
+// run writes the whole result, so the last one leaves it right.
 // Not measured under CUDA graph capture (no waiting there) nor with deterministic algorithms requested (the route
 // measured fastest can differ between processes, and with it the result's rounding): the heuristic's route runs.
 //
 // The signature: the pass, dtype, TF32 and determinism switches, the geometry, the three operands' strides and
-// 16-byte alignment, the epilogue (bias, residual and its strides and alignment, activation) and the device.
+// 16-byte alignment, the epilogue (bias, residual and its strides and alignment, activation) and the device's kind
+// (a number naming its model and compute capability, the same in every process).
 #pragma once
 #include <cstdint>
-#include <functional>
-#include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "conv/conv_kernels.h"
 #include "conv/conv_ops.h"
+#include "conv/conv_route_cache.h"
 
 namespace torch_dnn {
 namespace conv {
@@ -29,8 +29,8 @@ enum class Route : int { Hopper = 0, ImplicitGemm = 1, Staged = 2, Direct = 3 };
 constexpr int kRoutes = 4;
 constexpr int kTimedRuns = 3;
 
-inline std::vector<int64_t> problem_signature(Pass pass, const ConvArgs& a, int device) {
-  std::vector<int64_t> s{int64_t(pass), int64_t(a.dtype), a.allow_tf32, a.deterministic, device,
+inline std::vector<int64_t> problem_signature(Pass pass, const ConvArgs& a, int64_t device_kind) {
+  std::vector<int64_t> s{int64_t(pass), int64_t(a.dtype), a.allow_tf32, a.deterministic, device_kind,
                          a.g.N, a.g.C, a.g.K, a.g.G, a.bias != nullptr, int64_t(a.act)};
   for (int i = 0; i < 3; ++i)
     for (const int64_t v : {a.g.in[i], a.g.out[i], a.g.ker[i], a.g.stride[i], a.g.pad[i], a.g.dil[i]}) s.push_back(v);
@@ -40,36 +40,6 @@ inline std::vector<int64_t> problem_signature(Pass pass, const ConvArgs& a, int 
   }
   return s;
 }
-
-// The routes measured best per signature (this process).
-class RouteCache {
- public:
-  static RouteCache& instance() {
-    static RouteCache cache;
-    return cache;
-  }
-  // The kept route of `sig`, or -1.
-  int find(const std::vector<int64_t>& sig) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto it = routes_.find(sig);
-    return it == routes_.end() ? -1 : it->second;
-  }
-  void keep(const std::vector<int64_t>& sig, int route) {
-    std::lock_guard<std::mutex> lock(mu_);
-    routes_[sig] = route;
-  }
-
- private:
-  struct Hash {
-    size_t operator()(const std::vector<int64_t>& v) const {
-      size_t h = 1469598103934665603ull;
-      for (const int64_t x : v) h = (h ^ std::hash<int64_t>{}(x)) * 1099511628211ull;
-      return h;
-    }
-  };
-  std::mutex mu_;
-  std::unordered_map<std::vector<int64_t>, int, Hash> routes_;
-};
 
 }  // namespace conv
 }  // namespace torch_dnn

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "common/cuda_utils.h"
@@ -161,6 +163,27 @@ int measure_routes(const Call& c) {
   return best;
 }
 
+// A number naming the device's model and compute capability, the same in every process (the routes kept in a file
+// carry over to other processes on the same GPU model); asked once per device.
+int64_t device_kind(int index) {
+  static std::mutex mu;
+  static std::unordered_map<int, int64_t> kinds;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = kinds.find(index);
+  if (it != kinds.end()) return it->second;
+  cudaDeviceProp prop{};
+  int64_t kind = -1;
+  if (cudaGetDeviceProperties(&prop, index) == cudaSuccess) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a of the name, then the capability
+    for (const char* c = prop.name; *c != '\0'; ++c) h = (h ^ uint8_t(*c)) * 1099511628211ull;
+    kind = int64_t((h ^ uint64_t(prop.major * 100 + prop.minor)) & 0x7fffffffffffffffull);
+  } else {
+    (void)cudaGetLastError();
+  }
+  kinds[index] = kind;
+  return kind;
+}
+
 struct CudaBackend {
   static void run(Pass pass, ConvArgs& a, const at::Tensor& like, const at::Tensor& weight) {
     c10::cuda::CUDAGuard guard(like.device());
@@ -180,7 +203,7 @@ struct CudaBackend {
     const Call c{pass, a, like, capturing ? at::Tensor() : weight, stream};
     // deterministic algorithms: the heuristic's route, the same in every process (a measured one can differ)
     if (ctx.benchmarkCuDNN() && !capturing && !a.deterministic) {
-      const std::vector<int64_t> sig = problem_signature(pass, a, like.device().index());
+      const std::vector<int64_t> sig = problem_signature(pass, a, device_kind(like.device().index()));
       RouteCache& cache = RouteCache::instance();
       const int kept = cache.find(sig);
       if (kept >= 0 && run_route(Route(kept), c)) return;
