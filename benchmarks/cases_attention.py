@@ -38,16 +38,10 @@ def _on(backend, fn):
 _MMA_SYNC = {"TORCH_DNN_ATTENTION_SM90": "0"}
 
 
-# The Hopper kernels' variants not yet the default (docs/attention.md), a row each until measured.
-_PINGPONG = {"TORCH_DNN_ATTENTION_SM90_FWD": "pingpong"}
-_DQ_ATOMIC = {"TORCH_DNN_ATTENTION_DQ": "atomic"}
-
-
 def _forward_impls(causal):
     ours = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
     theirs = lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    impls = {"torch_dnn": ours, "torch_dnn ping-pong": with_env(ours, **_PINGPONG),
-             "torch_dnn mma.sync": with_env(ours, **_MMA_SYNC)}
+    impls = {"torch_dnn": ours, "torch_dnn mma.sync": with_env(ours, **_MMA_SYNC)}
     impls.update({name: _on(b, theirs) for name, b in _BACKENDS.items()})
     return impls
 
@@ -56,10 +50,8 @@ def _backward_impls(causal):
     """The backward rows: each forward's graph, the knob held through torch.autograd.grad too (the backward kernels
     are chosen when it runs, not when the forward recorded it)."""
     fwd = _forward_impls(causal)
-    fwd.pop("torch_dnn ping-pong")
     impls = {n: _backward(f) for n, f in fwd.items()}
     impls["torch_dnn mma.sync"] = with_env(impls["torch_dnn mma.sync"], **_MMA_SYNC)
-    impls["torch_dnn dQ atomic"] = with_env(_backward(fwd["torch_dnn"]), **_DQ_ATOMIC)
     return impls
 
 

@@ -531,6 +531,17 @@ def test_converted_model_routes_sdpa(device):
     assert type(again[0]) is type(ours[0]) and not any(b == "AttentionRouting" for _, _, b in report.swapped)
 
 
+def test_reference_models_are_routed():
+    """torch_dnn.reference's models stand for a user's: their attention modules' own sdpa calls are routed like any
+    model's (the benchmark's "with attention" rows time this), while torch_dnn's layers are not routed twice."""
+    from torch_dnn.reference import models
+    native = models.LlamaDecoder(64, 32, depth=2, heads=4, kv_heads=2, max_len=16)
+    ours, report = torch_dnn.convert(native, include=tnn.ATTENTION)
+    assert [n for n, _, b in report.swapped if b == "AttentionRouting"] == ["layers.0.attn", "layers.1.attn"]
+    x = torch.randint(0, 64, (2, 9))
+    assert _runs_ours(lambda: ours(x)) and not _runs_ours(lambda: native(x))
+
+
 @pytest.mark.parametrize("device", devices())
 def test_attention_is_opt_in(device):
     """By default convert leaves attention to PyTorch (its modules and the models' own sdpa calls): torch_dnn's

@@ -227,19 +227,6 @@ def test_reference_wide_dtypes(dtype, monkeypatch):
 
 
 @needs_cuda
-@pytest.mark.skipif(not HOPPER, reason="the wgmma kernels' variants need an sm_90 GPU")
-@pytest.mark.parametrize("knob", ["TORCH_DNN_ATTENTION_SM90_FWD=pingpong", "TORCH_DNN_ATTENTION_DQ=atomic"])
-def test_hopper_variants(knob, monkeypatch):
-    # the Hopper kernels' schedules not yet the default: several tiles, causal both ways, GQA, head dims 64 and 128
-    name, value = knob.split("=")
-    monkeypatch.setenv(name, value)
-    for D in (64, 128):
-        check_problem(f"{knob} D{D}", "flash", monkeypatch, 2, 4, 2, 300, 520, D, torch.bfloat16, causal=True,
-                      bottom_right=True)
-        check_problem(f"{knob} D{D} plain", "flash", monkeypatch, 1, 2, 2, 1025, 1025, D, torch.float16)
-
-
-@needs_cuda
 @pytest.mark.parametrize("path", PATHS)
 def test_varlen(path, monkeypatch):
     # packed sequences (one of them empty) against each sequence's math

@@ -69,7 +69,7 @@ def test_hopper_kernels_emulated(tmp_path):
     exe = _build(tmp_path, "attention_flash_emulation", "TORCH_DNN_EMULATE_MBARRIER", exe_name="attention_sm90_emulation")
     r = subprocess.run([exe] + ([] if FULL else ["--smoke"]), capture_output=True, text=True, timeout=1200)
     lines = r.stdout.splitlines()
-    assert sum(line.startswith("ok ") for line in lines) >= (15 if FULL else 6), r.stdout  # the cases ran
+    assert sum(line.startswith("ok ") for line in lines) >= (15 if FULL else 5), r.stdout  # the cases ran
     assert r.returncode == 0 and lines[-1] == "ALL OK", r.stdout
 
 

@@ -3,8 +3,8 @@
 // from the caching allocator and calls the torch-free entry points on the current stream: the flash tensor-core
 // kernels first, the reference kernels when those answer cudaErrorNotSupported.
 // TORCH_DNN_ATTENTION_PATH=auto|flash|reference overrides the choice (tests and benchmarks; flash on a problem
-// that it cannot take is an error, not a fallback); the TORCH_DNN_ATTENTION_SM90* / _DQ knobs set the Hopper
-// route's choices (AttnArgs::Sm90Options). Every knob is read here, once a call.
+// that it cannot take is an error, not a fallback); TORCH_DNN_ATTENTION_SM90=0 turns the Hopper route off
+// (AttnArgs::sm90_enabled). Every knob is read here, once a call.
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 
@@ -28,7 +28,7 @@ enum class Path { Auto, Flash, Reference };
 // The family's knobs (docs/attention.md), read once a call; a value that is none of the choices is an error.
 struct Knobs {
   Path path = Path::Auto;
-  AttnArgs::Sm90Options sm90;
+  bool sm90_enabled = true;
 };
 
 // knob value: empty (unset) or one of `choices`, else an error naming the knob.
@@ -48,9 +48,7 @@ int knob_choice(const char* name, std::initializer_list<const char*> choices) {
 Knobs read_knobs() {
   Knobs k;
   k.path = Path(knob_choice("TORCH_DNN_ATTENTION_PATH", {"auto", "flash", "reference"}));
-  k.sm90.enabled = knob_choice("TORCH_DNN_ATTENTION_SM90", {"1", "0"}) == 0;
-  k.sm90.pingpong = knob_choice("TORCH_DNN_ATTENTION_SM90_FWD", {"default", "pingpong"}) == 1;
-  k.sm90.dq_atomic = knob_choice("TORCH_DNN_ATTENTION_DQ", {"separate", "atomic"}) == 1;
+  k.sm90_enabled = knob_choice("TORCH_DNN_ATTENTION_SM90", {"1", "0"}) == 0;
   return k;
 }
 
@@ -80,7 +78,7 @@ void launch(const char* what, const AttnArgs& a, Flash flash, Reference referenc
   cudaError_t err = cudaErrorNotSupported;
   if (path != Path::Reference) {
     AttnArgs chosen = a;
-    chosen.sm90 = knobs.sm90;
+    chosen.sm90_enabled = knobs.sm90_enabled;
     err = flash(chosen, ws.source(), current_stream());
     TORCH_CHECK(err != cudaErrorNotSupported || path != Path::Flash, "torch_dnn: TORCH_DNN_ATTENTION_PATH=flash, ",
                 "but the flash ", what, " cannot take this problem");

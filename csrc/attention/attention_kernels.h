@@ -67,13 +67,9 @@ struct AttnArgs {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   bool deterministic = false;  // backward: no atomics whose order varies (dq summed in a fixed order)
-  // The Hopper (wgmma) route's choices, made by the op layer from the TORCH_DNN_ATTENTION_* knobs
-  // (attention_cuda.cpp, docs/attention.md): whether it may run, and its variants not yet the default.
-  struct Sm90Options {
-    bool enabled = true;     // TORCH_DNN_ATTENTION_SM90=0: off
-    bool pingpong = false;   // TORCH_DNN_ATTENTION_SM90_FWD=pingpong
-    bool dq_atomic = false;  // TORCH_DNN_ATTENTION_DQ=atomic (head dim 128, not deterministic)
-  } sm90;
+  // Whether the Hopper (wgmma) route may run: the op layer's TORCH_DNN_ATTENTION_SM90 knob (attention_cuda.cpp,
+  // docs/attention.md), so that the torch-free launchers read no environment.
+  bool sm90_enabled = true;
 };
 
 // Device scratch memory: get(bytes) returns at least `bytes` valid for the work queued on the stream, or null.

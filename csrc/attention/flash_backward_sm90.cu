@@ -1,8 +1,5 @@
 // The Hopper flash backward (kernels/flash_backward_sm90.cuh: wgmma; a preprocessing pass, dK/dV by key tiles, dQ
 // by query tiles): the first route of flash_backward on an sm_90 device when this build has sm_90a code.
-// TORCH_DNN_ATTENTION_DQ=atomic (head dim 128, not deterministic) fuses dQ into the dK/dV pass by atomics instead
-// of its own pass: 5 products instead of 7. Checked in the CPU emulation, not yet measured on a GPU: off by default
-// until it is.
 //
 // Takes what the Hopper forward takes (flash_forward_sm90.cu: Float16 / BFloat16, head dims 64 and 128, no mask,
 // dropout, softcap or ALiBi, a positive scale; causal and windows in either alignment, GQA, variable lengths,
@@ -18,15 +15,13 @@ namespace torch_dnn {
 namespace attention {
 namespace {
 
-// FUSED: dQ by atomics into a float workspace within the dK/dV pass (D = 128), then a conversion pass.
-template <typename T, int D, bool FUSED>
+template <typename T, int D>
 cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
-  using Kv = Sm90DkdvConfig<D, FUSED>;
+  using Kv = Sm90DkdvConfig<D>;
   using Q = Sm90DqConfig<D>;
-  constexpr auto dkdv = flash_bwd_dkdv_sm90_kernel<T, D, FUSED>;
+  constexpr auto dkdv = flash_bwd_dkdv_sm90_kernel<T, D>;
   constexpr auto dq = flash_bwd_dq_sm90_kernel<T, D>;
-  if (!sm90_allow_smem<dkdv>(Kv::kSmemBytes) || (!FUSED && !sm90_allow_smem<dq>(Q::kSmemBytes)))
-    return cudaErrorNotSupported;
+  if (!sm90_allow_smem<dkdv>(Kv::kSmemBytes) || !sm90_allow_smem<dq>(Q::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t sq_pad = (a.Sq + kSm90RowPad - 1) / kSm90RowPad * kSm90RowPad;
   const int64_t rows = a.B * a.Hq * sq_pad;
   const int64_t row_blocks = (rows + kSm90PrepWarps - 1) / kSm90PrepWarps;
@@ -36,17 +31,10 @@ cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, c
     return cudaErrorNotSupported;
   float* lse2 = nullptr;
   float* dsum = nullptr;
-  float* dq_acc = nullptr;
   if (rows > 0) {
-    const int64_t floats = 2 * rows + (FUSED ? rows * D : 0);
-    lse2 = static_cast<float*>(ws.get(floats * int64_t(sizeof(float))));
+    lse2 = static_cast<float*>(ws.get(2 * rows * int64_t(sizeof(float))));
     if (lse2 == nullptr) return cudaErrorMemoryAllocation;
     dsum = lse2 + rows;
-    if (FUSED) {
-      dq_acc = dsum + rows;
-      const cudaError_t e = cudaMemsetAsync(dq_acc, 0, rows * D * int64_t(sizeof(float)), stream);
-      if (e != cudaSuccess) return e;
-    }
     launch_1d(flash_bwd_prep_sm90_kernel<T>, row_blocks, 32 * kSm90PrepWarps, 0, stream, a, g, lse2, dsum, sq_pad);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
@@ -54,25 +42,19 @@ cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, c
   const float scale_log2 = float(a.scale * 1.4426950408889634);
   if (dkdv_blocks > 0) {
     launch_1d(dkdv, dkdv_blocks, Kv::kThreads, Kv::kSmemBytes, stream, a, g, static_cast<const float*>(lse2),
-              static_cast<const float*>(dsum), sq_pad, scale_log2, dq_acc);
+              static_cast<const float*>(dsum), sq_pad, scale_log2);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
-  if (FUSED) {
-    if (rows > 0)
-      launch_1d(flash_bwd_dq_convert_sm90_kernel<T, D>, row_blocks, 32 * kSm90PrepWarps, 0, stream, a, g,
-                static_cast<const float*>(dq_acc), sq_pad, float(a.scale));
-  } else if (dq_blocks > 0) {
+  if (dq_blocks > 0)
     launch_1d(dq, dq_blocks, Q::kThreads, Q::kSmemBytes, stream, a, g, static_cast<const float*>(lse2),
               static_cast<const float*>(dsum), sq_pad, scale_log2);
-  }
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t launch_typed(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
-  if (a.Dqk == 64) return launch<T, 64, false>(a, g, ws, stream);
-  return a.sm90.dq_atomic && !a.deterministic ? launch<T, 128, true>(a, g, ws, stream) : launch<T, 128, false>(a, g, ws, stream);
+  return a.Dqk == 64 ? launch<T, 64>(a, g, ws, stream) : launch<T, 128>(a, g, ws, stream);
 }
 
 }  // namespace

@@ -5,8 +5,6 @@
 // positive scale; causal and sliding windows in either alignment, GQA/MQA, variable lengths; 16-byte-aligned rows
 // (as the mma.sync kernels). Everything else answers cudaErrorNotSupported and flash_forward's mma.sync kernels
 // take it. TORCH_DNN_ATTENTION_SM90=0 turns the route off (tests of the mma.sync kernels on Hopper).
-// TORCH_DNN_ATTENTION_SM90_FWD=pingpong: the warpgroups take turns issuing their MMAs (FlashAttention-3's schedule);
-// correct in the CPU emulation, not yet measured on a GPU, so not the default.
 #include <cstdint>
 
 #include "attention/kernels/flash_forward_sm90.cuh"
@@ -17,10 +15,10 @@ namespace torch_dnn {
 namespace attention {
 namespace {
 
-template <typename T, int D, bool PINGPONG>
+template <typename T, int D>
 cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
   using C = Sm90FwdConfig<D>;
-  constexpr auto kernel = flash_forward_sm90_kernel<T, D, PINGPONG>;
+  constexpr auto kernel = flash_forward_sm90_kernel<T, D>;
   if (!sm90_allow_smem<kernel>(C::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t blocks = (a.Sq + C::kBM - 1) / C::kBM * a.Hq * a.B;
   if (blocks > int64_t(0x7fffffff)) return cudaErrorNotSupported;
@@ -31,9 +29,7 @@ cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t launch_typed(const AttnArgs& a, cudaStream_t stream) {
-  if (a.sm90.pingpong)
-    return a.Dqk == 64 ? launch<T, 64, true>(a, stream) : launch<T, 128, true>(a, stream);
-  return a.Dqk == 64 ? launch<T, 64, false>(a, stream) : launch<T, 128, false>(a, stream);
+  return a.Dqk == 64 ? launch<T, 64>(a, stream) : launch<T, 128>(a, stream);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace attention {
 
 // The problem (16-bit, head dims 64 or 128 with Dqk == Dv, no mask / dropout / softcap / ALiBi, a positive scale,
 // GQA groups, 16-byte-aligned rows of q, k, v, o), the device (sm_90), the build (sm_90a code) and the op layer's
-// choice (a.sm90.enabled: TORCH_DNN_ATTENTION_SM90=0 turns the route off).
+// choice (a.sm90_enabled: TORCH_DNN_ATTENTION_SM90=0 turns the route off).
 inline bool sm90_route_takes(const AttnArgs& a) {
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
   if (a.Dqk != a.Dv || (a.Dqk != 64 && a.Dqk != 128)) return false;
@@ -26,7 +26,7 @@ inline bool sm90_route_takes(const AttnArgs& a) {
   if (!rows_aligned16(a.q, varlen) || !rows_aligned16(a.k, varlen) || !rows_aligned16(a.v, varlen) ||
       !rows_aligned16(a.o, varlen))
     return false;
-  if (!a.sm90.enabled) return false;
+  if (!a.sm90_enabled) return false;
 #if defined(TORCH_DNN_EMULATE_CUDA)
   return true;  // the host emulation (tests/emulation/wgmma_emulation.h)
 #else

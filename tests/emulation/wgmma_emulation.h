@@ -1,6 +1,6 @@
 // The sm_90 operations of the Hopper (wgmma) kernels computed on the host for cuda_host_shim.h's emulation
 // (compiled with TORCH_DNN_EMULATE_MBARRIER): shared-memory mbarriers with their phases, arrival counts and
-// transaction bytes; named barriers; wgmma.mma_async reading its shared-memory operands through their matrix
+// transaction bytes; wgmma.mma_async reading its shared-memory operands through their matrix
 // descriptors (address, leading / stride byte offsets, the 128-byte swizzle applied to the address bits as the
 // hardware does) and its register A operand from the warpgroup's 128 threads. The MMAs complete at issue (a
 // kernel's fences and waits are no-ops): this checks layouts, descriptors, swizzles and the barrier protocol, not
@@ -8,12 +8,10 @@
 // aligns to 256 KB so that an offset has the absolute address's low bits (what the swizzle reads).
 // Included after cuda_host_shim.h and warp_emulation.h, before the kernel sources.
 #pragma once
-#include <barrier>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <type_traits>
@@ -72,27 +70,6 @@ inline void emu_mbar_wait(const void* bar, unsigned parity) {
   emu_mbars().cv.wait(l, [&] { return (b.completed & 1u) != (parity & 1u); });
 }
 
-// ---- named barriers (bar.sync / bar.arrive id, threads) ----
-inline std::barrier<>& emu_named_barrier(int id, int threads) {
-  static std::mutex m;
-  static std::map<int, std::unique_ptr<std::barrier<>>> bars;
-  std::lock_guard<std::mutex> l(m);
-  auto& p = bars[id];
-  if (!p) p = std::make_unique<std::barrier<>>(threads);
-  return *p;
-}
-inline void emu_named_barrier_sync(int id, int threads) { emu_named_barrier(id, threads).arrive_and_wait(); }
-inline void emu_named_barrier_arrive(int id, int threads) { (void)emu_named_barrier(id, threads).arrive(); }
-
-inline float2 atomicAdd(float2* p, float2 v) {
-  static std::mutex m;
-  std::lock_guard<std::mutex> l(m);
-  const float2 old = *p;
-  p->x += v.x;
-  p->y += v.y;
-  return old;
-}
-
 // ---- wgmma ----
 namespace torch_dnn_emu_wgmma {
 
@@ -148,9 +125,9 @@ void mma(float* d, AAt a_at, const Desc& b, bool b_mn, int scale_d) {
 }
 
 template <typename T, int N>
-void ss(float* d, uint64_t da, uint64_t db, int scale_d, bool a_mn, bool b_mn) {
+void ss(float* d, uint64_t da, uint64_t db, int scale_d) {
   const Desc a(da), b(db);
-  mma<T, N>(d, [&](int row, int k) { return tof<T>(a_mn ? a.mnmajor(k, row) : a.kmajor(row, k)); }, b, b_mn, scale_d);
+  mma<T, N>(d, [&](int row, int k) { return tof<T>(a.kmajor(row, k)); }, b, false, scale_d);
 }
 
 template <typename T, int N>

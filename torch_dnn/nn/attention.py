@@ -41,10 +41,17 @@ _SDPA_MARKERS = ("scaled_dot_product_attention", "ALL_ATTENTION_FUNCTIONS")
 _ROUTED: dict = {}  # module class -> its routed subclass
 
 
+def _library_class(cls) -> bool:
+    """A class of PyTorch's or of torch_dnn's own layers (not routed); torch_dnn.reference's models stand for a
+    user's and are."""
+    m = cls.__module__
+    return m.startswith("torch.") or (m.startswith("torch_dnn.") and not m.startswith("torch_dnn.reference."))
+
+
 @functools.lru_cache(maxsize=None)
 def _calls_sdpa(cls) -> bool:
     for c in cls.__mro__:
-        if c.__module__.startswith(("torch.", "torch_dnn.")) or c is object:
+        if _library_class(c) or c is object:
             continue
         try:
             src = inspect.getsource(c)
@@ -76,7 +83,7 @@ def route_attention_modules(model, report):
     AttentionRouting; parameters, buffers, hooks and state_dict are untouched)."""
     for name, module in model.named_modules():
         t = type(module)
-        if t.__module__.startswith(("torch.", "torch_dnn.")) or not _calls_sdpa(t):
+        if _library_class(t) or not _calls_sdpa(t):
             continue
         module.__class__ = _routed_class(t)
         report.swapped.append((name, t.__name__, "AttentionRouting"))

@@ -12,9 +12,8 @@
 //        P^T = exp2(scale log2(e) S^T - lse2),  dS^T = P^T (dP^T - D)
 //        dV += P^T dO, dK += dS^T Q      (RS: dO / Q read MN-major)
 //      dK = scale dK at the end.
-//      The fused variant (DQ, head dim 128; nondeterministic: the launcher's TORCH_DNN_ATTENTION_DQ=atomic) also
-//      adds each tile's dS K into a float dQ workspace by atomics, through dS^T in shared memory, and a conversion
-//      pass (flash_bwd_dq_convert_sm90_kernel) replaces pass 3: 5 products instead of 7.
+//      (Adding dS K into a float dQ workspace by atomics here instead of pass 3, FlashAttention-3's way, measured
+//      1-3% faster on the H200 at head dim 128 and is not deterministic: not kept.)
 //   3. flash_bwd_dq_sm90_kernel: a CTA per 128 query rows of a (batch, head), 64 a warpgroup, Q and dO resident;
 //      key tiles of 64 (K and V in two stages):
 //        S = Q K^T, dP = dO V^T (SS);  P = exp2(.. - lse2), dS = P (dP - D);  dQ += dS K (RS, K MN-major)
@@ -51,10 +50,7 @@ __global__ void __launch_bounds__(32 * kSm90PrepWarps)
   }
 }
 
-// DQ: the fused variant, which also adds each tile's dQ contribution dS K into a float workspace by atomics
-// (nondeterministic order; 5 products instead of the three passes' 7): dS^T goes through shared memory (two
-// buffers, so that one barrier an iteration orders its writes against the other warpgroup's reads).
-template <int D, bool DQ = false>
+template <int D>
 struct Sm90DkdvConfig {
   static constexpr int kBN = 128, kBQ = 64, kThreads = 256;
   static constexpr int kKBytes = kBN * D * 2;  // K or V
@@ -63,20 +59,18 @@ struct Sm90DkdvConfig {
   // Q and dO of a stage start on swizzle atoms (1024 bytes): the vectors' 512 bytes take a whole atom.
   static constexpr int kStageBytes = 2 * kQBytes + 1024;
   static_assert(2 * kVecBytes <= 1024 && kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "swizzle atoms");
-  static constexpr int kDsBytes = DQ ? kBN * kBQ * 2 : 0;  // one dS^T buffer [keys][queries]
-  static constexpr int kSmemBytes = 1024 + 2 * kKBytes + 2 * kStageBytes + 2 * kDsBytes + 64;
+  static constexpr int kSmemBytes = 1024 + 2 * kKBytes + 2 * kStageBytes + 64;
 };
 
-template <typename T, int D, bool DQ>
+template <typename T, int D>
 __global__ void __launch_bounds__(256, 1)
     flash_bwd_dkdv_sm90_kernel(const AttnArgs a, const AttnGrads gr, const float* lse2_all, const float* dsum_all,
-                               int64_t sq_pad, float scale_log2, float* dq_acc) {
+                               int64_t sq_pad, float scale_log2) {
 #ifdef TORCH_DNN_WGMMA_CODE
-  using C = Sm90DkdvConfig<D, DQ>;
-  static_assert(!DQ || D == 128, "the fused dQ splits D = 128 into the two warpgroups' 64 columns");
+  using C = Sm90DkdvConfig<D>;
   constexpr int BN = C::kBN, BQ = C::kBQ, NT = C::kThreads;
   const Sm90Thread th;
-  const int tid = th.tid, wg = th.wg, warp = th.warp, gq = th.g, quad = th.quad;
+  const int tid = th.tid, wg = th.wg, quad = th.quad;
 
   const int64_t n_tiles = (a.Sk + BN - 1) / BN;
   int64_t bid = blockIdx.x;
@@ -99,8 +93,7 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* sK = smem;
   unsigned char* sV = sK + C::kKBytes;
   unsigned char* stages = sV + C::kKBytes;  // stage s: Q, dO, lse2, D
-  unsigned char* sDs = stages + 2 * C::kStageBytes;  // DQ: two dS^T buffers
-  uint64_t* full = reinterpret_cast<uint64_t*>(sDs + 2 * C::kDsBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + 2 * C::kStageBytes);
   uint64_t* empty = full + 2;
   uint64_t* kv_full = full + 4;
   sm90_init_barriers(full, 5, NT);
@@ -212,39 +205,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk) Wgmma<D, T>::rs(dk, da[kk], qmn + ((kk * 16 * 128) >> 4));
     wgmma_commit();
-    if constexpr (DQ) {
-      // dS^T of this warpgroup's keys into buffer it % 2, then dQ[:, 64 wg ..] += dS K over all 128 keys.
-      unsigned char* ds = sDs + (it & 1) * C::kDsBytes;
-#pragma unroll
-      for (int j = 0; j < BQ / 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<uint32_t*>(ds + sw128_offset(BN, wg * 64 + warp * 16 + gq + 8 * r, 8 * j + 2 * quad)) =
-              da[j / 2][(j % 2) * 2 + r];
-      fence_proxy_async_shared();
-      named_barrier_sync(1, NT);
-      float dqp[BQ / 2];
-      const uint64_t a_desc = sw128_desc_mnmajor(smem_addr(ds), BN * 128);
-      const uint64_t b_desc = sw128_desc_mnmajor(smem_addr(sK) + wg * BN * 128, BN * 128);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        Wgmma<64, T>::ss_mn(dqp, a_desc + ((kk * 16 * 128) >> 4), b_desc + ((kk * 16 * 128) >> 4), kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operand(dqp);
-      const int64_t h = hk * group + it / nq;
-      float* rows = dq_acc + ((b * a.Hq + h) * sq_pad + i0) * D + wg * 64;
-#pragma unroll
-      for (int j = 0; j < BQ / 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          float* p = rows + int64_t(warp * 16 + gq + 8 * r) * D + 8 * j + 2 * quad;
-          atomicAdd(reinterpret_cast<float2*>(p), make_float2(dqp[4 * j + 2 * r], dqp[4 * j + 2 * r + 1]));
-        }
-    } else {
-      wgmma_wait<0>();
-    }
+    wgmma_wait<0>();
     wgmma_fence_operand(dv);
     wgmma_fence_operand(dk);
     mbar_arrive(&empty[s]);
@@ -266,26 +227,6 @@ __global__ void __launch_bounds__(256, 1)
     }
   }
 #endif
-}
-
-// The fused backward's last pass: dQ = scale dQ_acc rounded to the gradient's dtype, a warp a row.
-template <typename T, int D>
-__global__ void __launch_bounds__(32 * kSm90PrepWarps)
-    flash_bwd_dq_convert_sm90_kernel(const AttnArgs a, const AttnGrads gr, const float* dq_acc, int64_t sq_pad,
-                                     float scale) {
-  const int64_t row = int64_t(blockIdx.x) * kSm90PrepWarps + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
-  if (row >= a.B * a.Hq * sq_pad) return;
-  const int64_t i = row % sq_pad, bh = row / sq_pad, h = bh % a.Hq, b = bh / a.Hq;
-  const Seq seq = make_seq(a, b);
-  if (i >= seq.sq) return;
-  T* out = static_cast<T*>(gr.dq.ptr) + seq.q_off(gr.dq, b, h, i);
-  const float* acc = dq_acc + row * D;
-#pragma unroll
-  for (int c = 2 * lane; c < D; c += 64) {
-    const float2 v = *reinterpret_cast<const float2*>(acc + c);
-    *reinterpret_cast<uint32_t*>(out + c) = sm90_pack(v.x * scale, v.y * scale, static_cast<T*>(nullptr));
-  }
 }
 
 template <int D>

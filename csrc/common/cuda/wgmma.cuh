@@ -62,29 +62,6 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
-// Orders this thread's earlier shared-memory writes (generic proxy) before later wgmma reads of them (async
-// proxy); then a barrier among the writers and the readers.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-#ifdef TORCH_DNN_HAS_WGMMA
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-// bar.sync on hardware barrier `id` (1-15; 0 is __syncthreads') among `threads` threads (a multiple of 32).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-#ifdef TORCH_DNN_HAS_WGMMA
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-#elif defined(TORCH_DNN_EMULATE_MBARRIER)
-  emu_named_barrier_sync(id, threads);
-#endif
-}
-// bar.arrive on hardware barrier `id`: counts toward its `threads` without waiting (the other side bar.syncs).
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-#ifdef TORCH_DNN_HAS_WGMMA
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-#elif defined(TORCH_DNN_EMULATE_MBARRIER)
-  emu_named_barrier_arrive(id, threads);
-#endif
-}
 // Keeps the compiler from moving accesses of the accumulator across an asynchronous MMA's issue or wait.
 template <int N>
 __device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
@@ -97,21 +74,13 @@ __device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
 }
 
 // m64nNk16, float accumulation, T (__nv_bfloat16 or __half) operands: ss (A and B K-major in shared memory),
-// rs (A in registers, B MN-major in shared memory), ss_mn (N = 64 only: A and B MN-major in shared memory).
+// rs (A in registers, B MN-major in shared memory).
 template <int N, typename T>
 struct Wgmma;
 
 #ifdef TORCH_DNN_HAS_WGMMA
 template <>
 struct Wgmma<64, __nv_bfloat16> {
-  // d[32] += A (64x16, shared, MN-major: the 64 rows contiguous) * B (16x64, shared, MN-major).
-  static __device__ __forceinline__ void ss_mn(float* d, uint64_t a, uint64_t b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b), "r"(scale_d));
-  }
   // d[32] += A (64x16, shared, K-major) * B (16x64, shared, K-major); scale_d = 0 overwrites d.
   static __device__ __forceinline__ void ss(float* d, uint64_t a, uint64_t b, int scale_d) {
     asm volatile(
@@ -154,14 +123,6 @@ struct Wgmma<128, __nv_bfloat16> {
 
 template <>
 struct Wgmma<64, __half> {
-  // d[32] += A (64x16, shared, MN-major: the 64 rows contiguous) * B (16x64, shared, MN-major).
-  static __device__ __forceinline__ void ss_mn(float* d, uint64_t a, uint64_t b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b), "r"(scale_d));
-  }
   // d[32] += A (64x16, shared, K-major) * B (16x64, shared, K-major); scale_d = 0 overwrites d.
   static __device__ __forceinline__ void ss(float* d, uint64_t a, uint64_t b, int scale_d) {
     asm volatile(
@@ -205,12 +166,9 @@ struct Wgmma<128, __half> {
 template <int N, typename T>
 struct Wgmma {
   static void ss(float* d, uint64_t a, uint64_t b, int scale_d) {
-    torch_dnn_emu_wgmma::ss<T, N>(d, a, b, scale_d, false, false);
+    torch_dnn_emu_wgmma::ss<T, N>(d, a, b, scale_d);
   }
   static void rs(float* d, const uint32_t* a, uint64_t b) { torch_dnn_emu_wgmma::rs<T, N>(d, a, b); }
-  static void ss_mn(float* d, uint64_t a, uint64_t b, int scale_d) {
-    torch_dnn_emu_wgmma::ss<T, N>(d, a, b, scale_d, true, true);
-  }
 };
 #endif  // TORCH_DNN_HAS_WGMMA
 
