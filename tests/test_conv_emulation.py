@@ -133,6 +133,47 @@ def run_case(emu, N, C, K, G, spatial, ker, stride, pad, dil, dtype, layout, *, 
             check_close(f"bias_grad {label} workspace={ws}", db, ref, dtype)
 
 
+# The stem kernel: (N, C, K, H, W, kernel, stride, pad, bias); 2-D problems, run on bfloat16 and float16
+STEM = [
+    (2, 3, 64, 37, 300, (7, 7), (2, 2), (3, 3), False),   # ResNet's stem: a row of 150 outputs (two tiles, one partial)
+    (1, 3, 24, 13, 17, (3, 3), (2, 2), (1, 1), True),     # MobileNet-style 3x3/2, K < 64, bias
+    (2, 4, 70, 12, 16, (4, 4), (4, 4), (0, 0), False),    # ConvNeXt patchify 4x4/4, two channel tiles
+    (1, 1, 8, 9, 11, (5, 8), (1, 2), (2, 0), True),       # one channel, stride 1 down the rows, 8 taps
+]
+
+
+@pytest.mark.parametrize("case", _some(STEM, 3), ids=lambda c: f"C{c[1]}K{c[2]}_k{c[5]}s{c[6]}")
+@pytest.mark.parametrize("layout", _some(["ndhwc", "ncdhw", "odd"], 2))
+def test_stem(emu, case, layout):
+    N, C, K, H, W, ker, stride, pad, bias = case
+    for dtype in (torch.bfloat16, torch.float16):
+        gen = torch.Generator().manual_seed(hash(case) % 2**31)
+        x = make((N, C, 1, H, W), dtype, layout, gen)
+        w = make((K, C, 1) + ker, dtype, "odd" if layout == "ncdhw" else "ncdhw", gen)
+        b = (torch.rand(K, generator=gen, dtype=torch.float64) - 0.5).to(dtype) if bias else None
+        outs = tuple(out_size(s, k, st, p, 1) for s, k, st, p in zip((H, W), ker, stride, pad))
+        y = make((N, K, 1) + outs, dtype, layout, gen, fill=float("nan"))
+        assert emu.stem_fprop(x, w, y, b, (1,) + stride, (0,) + pad), "the stem kernel declined"
+        ref = F.conv3d(x.double(), w.double(), None if b is None else b.double(), (1,) + stride, (0,) + pad)
+        check_close(f"stem {case} {dtype} {layout}", y, ref, dtype)
+
+
+def test_stem_declines(emu):
+    """What the stem kernel does not take it says so (the other routes run), writing nothing: 5 input channels, an
+    odd horizontal stride, a 9-wide kernel, float32."""
+    def declined(C, ker, stride, dtype=torch.bfloat16):
+        x = torch.randn(1, C, 1, 12, 12).to(dtype)
+        w = torch.randn(8, C, 1, *ker).to(dtype)
+        outs = tuple(out_size(12, k, st, 0, 1) for k, st in zip(ker, stride))
+        y = torch.full((1, 8, 1) + outs, float("nan"), dtype=dtype)
+        took = emu.stem_fprop(x, w, y, None, (1,) + stride, (0, 0, 0))
+        return not took and bool(torch.isnan(y).all())
+    assert declined(5, (3, 3), (2, 2))
+    assert declined(3, (3, 3), (1, 1))
+    assert declined(3, (3, 9), (2, 2))
+    assert declined(3, (3, 3), (2, 2), torch.float32)
+
+
 # (N, C, K, G, spatial, kernel, stride, pad, dil)
 GENERIC = [
     (2, 4, 6, 2, (3, 5, 6), (2, 3, 3), (1, 2, 1), (1, 1, 0), (1, 1, 2)),   # 3-D, groups, mixed stride/dilation

@@ -16,7 +16,7 @@ from torch_dnn.testing import compare, random_like_case
 
 pytestmark = pytest.mark.cuda
 
-TENSOR_CORE = r"igemm_kernel|ConvUniversal|gemm_kernel|cutlass|Sm90|sm90"
+TENSOR_CORE = r"igemm_kernel|ConvUniversal|gemm_kernel|cutlass|Sm90|sm90|conv_stem_fprop"
 DIRECT = r"conv_generic_|conv_wgrad_sum_splits|depthwise"
 SM90_KERNEL = "ConvUniversal"
 
@@ -91,8 +91,15 @@ class Case:
         b = random_like_case((self.k,), dtype, "cuda", low=-1.0, high=1.0)
         return x, w, b
 
+    def stem_forward(self):
+        """Whether the stem kernel takes the forward (conv_stem.cu: 2-D, C <= 4, kernel <= 8, even stride along W)."""
+        return (self.dims == 2 and self.c <= 4 and self.groups == 1 and max(self.ker) <= 8 and self.dil == (1, 1)
+                and self.stride[1] in (2, 4))
+
     def hopper_forward(self):
-        """Whether conv_sm90's forward must take the staged problem (2-D, not a plain 1x1 GEMM)."""
+        """Whether conv_sm90's forward must take the staged problem (2-D, not a plain 1x1 GEMM, not the stem's)."""
+        if self.stem_forward():
+            return False
         is_1x1 = all(k == 1 for k in self.ker) and all(s == 1 for s in self.stride) and all(p == 0 for p in self.pad)
         return _sm90_available() and self.dims == 2 and not is_1x1 and all(s <= 8 for s in self.stride)
 
@@ -138,7 +145,10 @@ def _check_paths(case, x, w, b):
     ours = case.conv(F)
     dtype = x.dtype
     hopper = case.hopper_forward() and dtype in (torch.float16, torch.bfloat16)  # the Hopper path has no TF32
-    _assert_tensor_cores(_cuda_kernels(lambda: ours(x, w, b)), f"{case} {dtype} forward", hopper)
+    names = _cuda_kernels(lambda: ours(x, w, b))
+    _assert_tensor_cores(names, f"{case} {dtype} forward", hopper)
+    if case.stem_forward() and dtype in (torch.float16, torch.bfloat16):
+        assert any("conv_stem_fprop" in n for n in names), f"{case} {dtype}: the stem kernel did not run: {names}"
     xg, wg = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
     y = ours(xg, w, b)
     g = random_like_case(tuple(y.shape), dtype, "cuda", low=-1.0, high=1.0)
@@ -202,7 +212,7 @@ def test_staged_weight_follows_changes():
     """The staged weight is kept between calls (csrc/conv/conv_weight_cache.h): repeated calls stay right, an
     in-place change of the weight (a new version) is seen by the next forward and input gradient, and so is one
     made on another stream after an event; each result against PyTorch's on the same values."""
-    case = CASES[3]  # the stem: the weight is staged (C 3 -> 8) in every layout
+    case = CASES[3]  # the stem: the input gradient stages the weight (C 3 -> 8)
     x, w, b = case.inputs(torch.bfloat16)
     ours, theirs = case.conv(F), case.conv(TF)
 

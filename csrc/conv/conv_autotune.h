@@ -1,7 +1,8 @@
 // The route a convolution pass takes on CUDA, and its choice by measurement under torch.backends.cudnn.benchmark.
 //
-// Routes, in the order the heuristic tries them: the Hopper implicit GEMM, the portable implicit GEMM, either of
-// them on a staged copy of the problem (conv_staging.h), the direct kernels (they take every problem). Without
+// Routes, in the order the heuristic tries them: the stem kernel (a first convolution of few input channels,
+// forward only), the Hopper implicit GEMM, the portable implicit GEMM, either of them on a staged copy of the
+// problem (conv_staging.h), the direct kernels (they take every problem). Without
 // benchmark mode the first route that takes the problem runs. With it (as cuDNN's benchmark mode), the first call
 // of a problem signature runs every route that takes the problem, times each (one warm-up run, then the best of
 // kTimedRuns between CUDA events on the call's stream; the host waits), and keeps the fastest for the signature in
@@ -25,8 +26,9 @@
 namespace torch_dnn {
 namespace conv {
 
-enum class Route : int { Hopper = 0, ImplicitGemm = 1, Staged = 2, Direct = 3 };
-constexpr int kRoutes = 4;
+// The numbers are kept in route files (conv_route_cache.h): a new route takes the next one.
+enum class Route : int { Hopper = 0, ImplicitGemm = 1, Staged = 2, Direct = 3, Stem = 4 };
+constexpr int kRoutes = 5;
 constexpr int kTimedRuns = 3;
 
 inline std::vector<int64_t> problem_signature(Pass pass, const ConvArgs& a, int64_t device_kind) {

@@ -1,6 +1,6 @@
 // CUDA launcher of the convolution family: fills the kernels' ConvArgs from PyTorch's switches, gives them workspace
 // from the caching allocator, and calls the torch-free entry points of conv_kernels.h on the current stream: the
-// Hopper implicit GEMM, then the portable one, then, where both answer cudaErrorNotSupported, the same two on a
+// stem kernel (forward of C <= 4), the Hopper implicit GEMM, then the portable one, then, where both answer cudaErrorNotSupported, the same two on a
 // staged copy of the problem where its layout or channel counts were what they refused (conv_staging.h: NCHW,
 // C or K not a multiple of 8), then the direct kernels (they take every problem); under
 // torch.backends.cudnn.benchmark, the fastest of those routes as measured on the signature's first call
@@ -128,6 +128,7 @@ bool run_route(Route route, const Call& c) {
                                  [&](const ConvArgs& b) { return run_tensor_cores(c.pass, b, c.stream); },
                                  c.weight_owner, c10::cuda::getCurrentCUDAStream().unwrap());
     case Route::Direct: TD_CHECK_LAUNCH(direct(c.pass)(c.a, c.stream)); return true;
+    case Route::Stem: return c.pass == Pass::Fprop && run_entry(&conv_stem_fprop, c.a, c.stream);
   }
   return false;
 }
@@ -215,7 +216,7 @@ struct CudaBackend {
         }
       }
     }
-    for (const Route r : {Route::Hopper, Route::ImplicitGemm, Route::Staged, Route::Direct})
+    for (const Route r : {Route::Stem, Route::Hopper, Route::ImplicitGemm, Route::Staged, Route::Direct})
       if (run_route(r, c)) return;
   }
 

@@ -1,11 +1,18 @@
-// The direct convolution kernels (csrc/conv/conv_direct*.cu) run on the CPU through cuda_host_shim.h, as ops of
-// torch.ops.torch_dnn_conv_emu that take 5-D tensors of any strides and write the result in place: the
+// The direct convolution kernels (csrc/conv/conv_direct*.cu) and the stem kernel (conv_stem.cu) run on the CPU
+// through cuda_host_shim.h, as ops of torch.ops.torch_dnn_conv_emu that take 5-D tensors of any strides and write the result in place: the
 // contract's entry points called exactly as the op layer calls them. tests/test_conv_emulation.py compares them
 // with PyTorch's convolution in float64. Built on demand by that test with g++ (no GPU, no nvcc).
 #include "cuda_host_shim.h"
 
+// the stem kernel's ldmatrix / mma.sync (mma_emulation.h) exchange operands per warp: emu_warp_barrier; the
+// direct kernels keep the shim's block-wide shuffles
+#include "warp_emulation.h"
+#undef __shfl_xor_sync
+#undef __syncwarp
+
 #include "conv/conv_direct.cu"
 #include "conv/conv_direct_depthwise.cu"
+#include "conv/conv_stem.cu"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -84,6 +91,17 @@ void fprop(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y, const 
   check(conv_direct_fprop(a, nullptr));
 }
 
+// The stem kernel (conv_stem.cu); false where it does not take the problem.
+bool stem_fprop(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y, const std::optional<at::Tensor>& bias,
+                at::IntArrayRef stride, at::IntArrayRef pad) {
+  ConvArgs a = make_args(x, w, y, stride, pad, {1, 1, 1}, 1, false);
+  if (bias) a.bias = bias->const_data_ptr();
+  const cudaError_t e = conv_stem_fprop(a, nullptr);
+  if (e == cudaErrorNotSupported) return false;
+  check(e);
+  return true;
+}
+
 void dgrad(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& dx, at::IntArrayRef stride,
            at::IntArrayRef pad, at::IntArrayRef dil, int64_t groups) {
   check(conv_direct_dgrad(make_args(dx, w, dy, stride, pad, dil, groups, false), nullptr));
@@ -110,6 +128,7 @@ void bias_grad(const at::Tensor& dy, const at::Tensor& db, bool workspace) {
 TORCH_LIBRARY(torch_dnn_conv_emu, m) {
   m.def("fprop(Tensor x, Tensor w, Tensor(a!) y, Tensor? bias, Tensor? residual, int[] stride, int[] pad, "
         "int[] dil, int groups, int act, float act_a, float act_b) -> ()");
+  m.def("stem_fprop(Tensor x, Tensor w, Tensor(a!) y, Tensor? bias, int[] stride, int[] pad) -> bool");
   m.def("dgrad(Tensor dy, Tensor w, Tensor(a!) dx, int[] stride, int[] pad, int[] dil, int groups) -> ()");
   m.def("wgrad(Tensor dy, Tensor x, Tensor(a!) dw, int[] stride, int[] pad, int[] dil, int groups, "
         "bool workspace) -> ()");
@@ -118,6 +137,7 @@ TORCH_LIBRARY(torch_dnn_conv_emu, m) {
 
 TORCH_LIBRARY_IMPL(torch_dnn_conv_emu, CPU, m) {
   m.impl("fprop", fprop);
+  m.impl("stem_fprop", stem_fprop);
   m.impl("dgrad", dgrad);
   m.impl("wgrad", wgrad);
   m.impl("bias_grad", bias_grad);

@@ -13,22 +13,11 @@
 
 #include <type_traits>
 
-#if defined(TORCH_DNN_EMULATE_CUDA)
-#include "mma_emulation.h"  // tests/emulation/: the same wrappers computed on the host
-#else
-#include "matmul/kernels/gemm_mma.cuh"
-#endif
+#include "common/cuda/mma_sync.cuh"  // torch_dnn::ptx: cp.async, ldmatrix and mma.sync
 
 namespace torch_dnn {
 namespace attention {
 namespace flash {
-
-// cp.async, ldmatrix and mma.sync wrappers
-#if defined(TORCH_DNN_EMULATE_CUDA)
-namespace ptx = ::torch_dnn_emu_ptx;
-#else
-namespace ptx = ::torch_dnn::matmul::mma;
-#endif
 
 template <int D>
 struct SmemTile {
