@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "common/cuda/mma_sync.cuh"
+#include "common/cuda/types.cuh"
 #include "conv/conv_kernels.h"
 #include "conv/kernels/conv_direct_common.cuh"
 
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) conv_stem_fprop_kernel(const ConvArg
   const int kw = g.R * 32;
   for (int i = tid; i < kTileN * kw; i += kThreads) {
     const int n = i / kw, k = i % kw, r = k / 32, s = (k % 32) / 4, c = k % 4;
-    T v = T(0.0f);
+    T v = from_acc<T>(0.0f);
     if (s < g.S && c < g.C && k0 + n < g.K) v = w[(k0 + n) * ws[0] + c * ws[1] + r * ws[3] + s * ws[4]];
     sW[n * WLD + k] = v;
   }
@@ -78,7 +79,8 @@ __global__ void __launch_bounds__(kThreads) conv_stem_fprop_kernel(const ConvArg
     for (int i = tid; i < g.R * XW; i += kThreads) {
       const int r = i / XW, p = i % XW;
       const int64_t iy = iy0 + r, ix = ix0 + p;
-      T v[4] = {T(0.0f), T(0.0f), T(0.0f), T(0.0f)};
+      const T zero = from_acc<T>(0.0f);
+      T v[4] = {zero, zero, zero, zero};
       if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W) {
         const T* px = x + n * xs[0] + iy * xs[3] + ix * xs[4];
 #pragma unroll
@@ -134,11 +136,11 @@ __global__ void __launch_bounds__(kThreads) conv_stem_fprop_kernel(const ConvArg
           const int m = warp * 32 + mt * 16 + gq + 8 * h, ch = nt * 8 + 2 * t4;
           float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
           if (bias != nullptr) {
-            if (k0 + ch < g.K) v0 += float(bias[k0 + ch]);
-            if (k0 + ch + 1 < g.K) v1 += float(bias[k0 + ch + 1]);
+            if (k0 + ch < g.K) v0 += to_acc<float>(bias[k0 + ch]);
+            if (k0 + ch + 1 < g.K) v1 += to_acc<float>(bias[k0 + ch + 1]);
           }
-          sO[m * kOutLd + ch] = T(v0);
-          sO[m * kOutLd + ch + 1] = T(v1);
+          sO[m * kOutLd + ch] = from_acc<T>(v0);
+          sO[m * kOutLd + ch + 1] = from_acc<T>(v1);
         }
     __syncthreads();
 
