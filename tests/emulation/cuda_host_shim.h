@@ -15,6 +15,8 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -115,8 +117,11 @@ void emulate_launch(void (*kernel)(P...), unsigned grid, unsigned block, Args...
 }
 
 // Dynamic shared memory: one buffer (one block runs at a time), aligned to 256 KB (so that an offset into it has
-// the low address bits of the GPU's shared window, which the Hopper swizzle reads), poisoned before each launch.
+// the low address bits of the GPU's shared window, which the Hopper swizzle reads), poisoned before each launch,
+// with a poisoned guard after the size the launch asked for: a kernel that wrote past it (its launcher asked for
+// less than its layout uses, an illegal address on the GPU) fails the launch.
 constexpr size_t kEmuSmemAlign = size_t(256) << 10;
+constexpr size_t kEmuSmemGuard = size_t(64) << 10;
 inline std::vector<int4>& emu_dyn_buffer() {
   static std::vector<int4> buf;
   return buf;
@@ -129,8 +134,14 @@ inline unsigned char* emu_dyn_smem() {
 template <typename... P, typename... Args>
 void emulate_launch_smem(void (*kernel)(P...), unsigned grid, unsigned block, size_t smem, Args... args) {
   auto& buf = emu_dyn_buffer();
-  buf.assign((smem + kEmuSmemAlign + 15) / 16, int4{-1, -1, -1, -1});  // NaN-ish bytes: a read before a write shows
+  // NaN-ish bytes: a read before a write shows
+  buf.assign((smem + kEmuSmemAlign + kEmuSmemGuard + 15) / 16, int4{-1, -1, -1, -1});
   emulate_launch(kernel, grid, block, args...);
+  const unsigned char* guard = emu_dyn_smem() + smem;
+  for (size_t i = 0; i < kEmuSmemGuard; ++i)
+    if (guard[i] != 0xff)
+      throw std::runtime_error("emulated kernel wrote " + std::to_string(i) + " bytes past the " +
+                               std::to_string(smem) + " bytes of dynamic shared memory its launch asked for");
 }
 
 // The CUDA runtime calls the launchers make, answered for a pretend device of two SMs (small grids, so that
