@@ -1,10 +1,10 @@
 // CUDA launcher of the convolution family: fills the kernels' ConvArgs from PyTorch's switches, gives them workspace
 // from the caching allocator, and calls the torch-free entry points of conv_kernels.h on the current stream: the
-// stem kernel (forward of C <= 4), the Hopper implicit GEMM, then the portable one, then, where both answer cudaErrorNotSupported, the same two on a
-// staged copy of the problem where its layout or channel counts were what they refused (conv_staging.h: NCHW,
-// C or K not a multiple of 8), then the direct kernels (they take every problem); under
-// torch.backends.cudnn.benchmark, the fastest of those routes as measured on the signature's first call
-// (conv_autotune.h). Registered for the CUDA dispatch key only.
+// stem kernel (forward of C <= 4), the Hopper implicit GEMM, then the portable one, then, where both answer
+// cudaErrorNotSupported, the same two on a staged copy of the problem where its layout or channel counts were what
+// they refused (conv_staging.h: NCHW, C or K not a multiple of 8), then the direct kernels (they take every
+// problem); under torch.backends.cudnn.benchmark, the fastest of those routes as measured on the signature's first
+// call (conv_autotune.h). Registered for the CUDA dispatch key only.
 #include <torch/version.h>
 
 #include <algorithm>
