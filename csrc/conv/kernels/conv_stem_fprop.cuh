@@ -4,10 +4,10 @@
 // gathers 16 bytes a tap; here a tap row of up to 8 pixels x 4 channels is one 64-byte stretch of shared memory.
 //
 // Shared memory of a CTA (128 threads, 4 warps):
-//   sX [R][x_width(stride)][4]  the R input rows that one output row reads, as 4-channel pixels (channels >= C and pixels
-//                   outside x are zeros), from the input column of the tile's first output pixel
-//   sW [64][w_ld(R)]   the CTA's 64 output channels' weights, k = r * 32 + s * 4 + c (zeros for s >= S, c >= C)
-//   sO [128][72]    the output tile, staged for coalesced stores
+//   sX [R][x_width(stride)][4]  the R input rows that one output row reads, as 4-channel pixels (channels >= C
+//       and pixels outside x are zeros), from the input column of the tile's first output pixel
+//   sW [64][w_ld(R)]  the CTA's 64 output channels' weights, k = r * 32 + s * 4 + c (zeros for s >= S, c >= C)
+//   sO [128][72]  the output tile, staged for coalesced stores
 // GEMM per output tile: M = 128 output pixels of one output row, N = 64 output channels, K = R * 32. The A row of
 // pixel m at kernel row r is sX[r][m * stride .. m * stride + 7] (32 contiguous elements): with an even stride,
 // its 16-byte halves are 16-byte aligned, so ldmatrix reads it as it lies. Warp w owns pixels 32 w .. 32 w + 31
