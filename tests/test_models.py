@@ -70,11 +70,23 @@ CUDA_CASES = {
 }
 
 
+# convert's opt-in swaps, each case also run with the one that applies to it: the transformers with attention
+# swapped too, the CNNs with their convolutions
+def _opt_in(name):
+    if name.startswith(("encoder", "llama")):
+        return {"": (), "with_attention": torch_dnn.nn.ATTENTION}
+    return {"": (), "with_conv": torch_dnn.nn.CONVOLUTIONS}
+
+
 def _params():
-    out = [pytest.param(name, fmt, "cpu", id=f"{name}-{fmt}-cpu")
-           for name, (_, _, fmts) in CPU_CASES.items() for fmt in fmts]
-    out += [pytest.param(name, fmt, "cuda", id=f"{name}-{fmt}-cuda", marks=pytest.mark.cuda)
-            for name, (_, _, fmts) in CUDA_CASES.items() for fmt in fmts]
+    out = []
+    for device, cases in (("cpu", CPU_CASES), ("cuda", CUDA_CASES)):
+        marks = [pytest.mark.cuda] if device == "cuda" else []
+        for name, (_, _, fmts) in cases.items():
+            for fmt in fmts:
+                for tag, include in _opt_in(name).items():
+                    out.append(pytest.param(name, fmt, device, include, marks=marks,
+                                            id="-".join(p for p in (name, fmt, device, tag) if p)))
     return out
 
 
@@ -82,7 +94,7 @@ def _to_format(t, fmt):
     return t.contiguous(memory_format=CL) if fmt == "channels_last" else t
 
 
-def run_models(build, make_input, device, fmt, seed=0):
+def run_models(build, make_input, device, fmt, seed=0, include=()):
     """One forward + backward of the native model, its converted copy and each one's float64 copy following its
     pieces, on the same input and grad_output. Returns ({"native", "ours", "ref_native", "ref_ours"} -> (model,
     output)), the conversion report and the number of elements where ours and native took different pieces."""
@@ -91,7 +103,7 @@ def run_models(build, make_input, device, fmt, seed=0):
     if fmt == "channels_last":
         native = native.to(memory_format=CL)
     ref_native, ref_ours = copy.deepcopy(native).double(), copy.deepcopy(native).double()
-    ours, report = torch_dnn.convert(copy.deepcopy(native))
+    ours, report = torch_dnn.convert(copy.deepcopy(native), include=include)
     log_native, log_ours = record_pieces(native), record_pieces(ours)
     gen = torch.Generator().manual_seed(seed + 1)
     x = _to_format(make_input(gen).to(device), fmt)
@@ -140,11 +152,11 @@ def worst_message(rows, differ) -> str:
             f"element(s) of ReLU/Hardswish/Hardsigmoid/MaxPool2d inputs")
 
 
-@pytest.mark.parametrize("name,fmt,device", _params())
-def test_model_grads_match_float64(name, fmt, device):
+@pytest.mark.parametrize("name,fmt,device,include", _params())
+def test_model_grads_match_float64(name, fmt, device, include):
     build, make_input, _ = (CPU_CASES if device == "cpu" else CUDA_CASES)[name]
     assert not (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32), "TF32 must be off"
-    run, report, differ = run_models(build, make_input, device, fmt)
+    run, report, differ = run_models(build, make_input, device, fmt, include=include)
     assert report.swapped, str(report)
     ok, ratio, eo, en = ratio_rule(run["ours"][1], run["ref_ours"][1], run["native"][1], run["ref_native"][1],
                                    grad=False)
