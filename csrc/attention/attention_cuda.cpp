@@ -8,10 +8,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 
-#include <cstring>
-#include <initializer_list>
 #include <mutex>
-#include <string>
 #include <vector>
 
 #include "attention/attention_kernels.h"
@@ -30,20 +27,6 @@ struct Knobs {
   Path path = Path::Auto;
   bool sm90_enabled = true;
 };
-
-// knob value: empty (unset) or one of `choices`, else an error naming the knob.
-int knob_choice(const char* name, std::initializer_list<const char*> choices) {
-  const char* s = env::get(name);
-  if (s == nullptr || *s == '\0') return 0;
-  int i = 0;
-  for (const char* c : choices) {
-    if (std::strcmp(s, c) == 0) return i;
-    ++i;
-  }
-  std::string all;
-  for (const char* c : choices) all += std::string(all.empty() ? "" : ", ") + c;
-  TORCH_CHECK(false, "torch_dnn: ", name, " must be one of ", all, ", but got '", s, "'");
-}
 
 Knobs read_knobs() {
   Knobs k;

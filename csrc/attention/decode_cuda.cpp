@@ -5,7 +5,6 @@
 // memory with cp.async; registers: loaded straight into registers), for tests and benchmarks.
 #include <c10/cuda/CUDAGuard.h>
 
-#include <cstring>
 #include <vector>
 
 #include "attention/decode_ops.h"
@@ -33,11 +32,7 @@ struct CudaDecode {
     DecodeArgs a = args;
     {
       const env::Scope knobs;
-      const char* k = env::get("TORCH_DNN_DECODE_KERNEL");
-      const bool registers = k != nullptr && std::strcmp(k, "registers") == 0;
-      TORCH_CHECK(k == nullptr || *k == '\0' || registers || std::strcmp(k, "staged") == 0,
-                  "torch_dnn: TORCH_DNN_DECODE_KERNEL must be staged or registers, but got '", k, "'");
-      a.staged = !registers;
+      a.staged = knob_choice("TORCH_DNN_DECODE_KERNEL", {"staged", "registers"}) == 0;
     }
     TORCH_CHECK(a.capacity <= int64_t(0x7fffffff), op, ": the cache's capacity (", a.capacity,
                 " keys) is past the CUDA kernels' int32 key index");

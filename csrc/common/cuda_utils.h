@@ -4,11 +4,36 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <cstring>
+#include <initializer_list>
+#include <string>
+
+#include "common/env.h"
+
 namespace torch_dnn {
 
 inline cudaStream_t current_stream() { return at::cuda::getCurrentCUDAStream().stream(); }
 
 // Every torch-free launcher returns cudaGetLastError(); this turns a failure into a Python exception.
 #define TD_CHECK_LAUNCH(expr) C10_CUDA_CHECK(expr)
+
+// A TORCH_DNN_* knob of named choices (read inside the launcher's env::Scope): the index of its value in `choices`,
+// 0 (the first, the default) when unset or empty; any other value is an error naming the knob and its choices.
+inline int knob_choice(const char* name, std::initializer_list<const char*> choices) {
+  const char* s = env::get(name);
+  if (s == nullptr || *s == '\0') return 0;
+  int i = 0;
+  for (const char* c : choices) {
+    if (std::strcmp(s, c) == 0) return i;
+    ++i;
+  }
+  std::string all;
+  i = 0;
+  for (const char* c : choices) {
+    all += std::string(i == 0 ? "" : i + 1 == int(choices.size()) ? " or " : ", ") + c;
+    ++i;
+  }
+  TORCH_CHECK(false, "torch_dnn: ", name, " must be ", all, ", but got '", s, "'");
+}
 
 }  // namespace torch_dnn

@@ -23,13 +23,7 @@ namespace {
 
 enum class Path { Auto, Sm80, Sm90 };
 
-Path requested_path() {
-  const char* s = env::get("TORCH_DNN_GEMM_PATH");
-  if (s == nullptr || *s == '\0' || std::strcmp(s, "auto") == 0) return Path::Auto;
-  if (std::strcmp(s, "sm80") == 0) return Path::Sm80;
-  if (std::strcmp(s, "sm90") == 0) return Path::Sm90;
-  TORCH_CHECK(false, "torch_dnn: TORCH_DNN_GEMM_PATH must be auto, sm80 or sm90, but got '", s, "'");
-}
+Path requested_path() { return Path(knob_choice("TORCH_DNN_GEMM_PATH", {"auto", "sm80", "sm90"})); }
 
 // A workspace from the caching allocator (graph-capture safe); none (undefined) when no bytes are needed.
 at::Tensor workspace(int64_t bytes, const at::Tensor& like) {
