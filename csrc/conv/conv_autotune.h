@@ -12,9 +12,10 @@
 // Not measured under CUDA graph capture (no waiting there) nor with deterministic algorithms requested (the route
 // measured fastest can differ between processes, and with it the result's rounding): the heuristic's route runs.
 //
-// The signature: the pass, dtype, TF32 and determinism switches, the geometry, the three operands' strides and
-// 16-byte alignment, the epilogue (bias, residual and its strides and alignment, activation) and the device's kind
-// (a number naming its model and compute capability, the same in every process).
+// The signature: the number of routes (a route measured among fewer, in a file written by an older build, is not
+// kept over the new ones), the pass, dtype, TF32 and determinism switches, the geometry, the three operands' strides
+// and 16-byte alignment, the epilogue (bias, residual and its strides and alignment, activation) and the device's
+// kind (a number naming its model and compute capability, the same in every process).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -32,7 +33,7 @@ constexpr int kRoutes = 5;
 constexpr int kTimedRuns = 3;
 
 inline std::vector<int64_t> problem_signature(Pass pass, const ConvArgs& a, int64_t device_kind) {
-  std::vector<int64_t> s{int64_t(pass), int64_t(a.dtype), a.allow_tf32, a.deterministic, device_kind,
+  std::vector<int64_t> s{kRoutes, int64_t(pass), int64_t(a.dtype), a.allow_tf32, a.deterministic, device_kind,
                          a.g.N, a.g.C, a.g.K, a.g.G, a.bias != nullptr, int64_t(a.act)};
   for (int i = 0; i < 3; ++i)
     for (const int64_t v : {a.g.in[i], a.g.out[i], a.g.ker[i], a.g.stride[i], a.g.pad[i], a.g.dil[i]}) s.push_back(v);
