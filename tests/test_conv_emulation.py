@@ -158,6 +158,28 @@ def test_stem(emu, case, layout):
         check_close(f"stem {case} {dtype} {layout}", y, ref, dtype)
 
 
+@pytest.mark.parametrize("case", _some([c for c in STEM if c[5][0] in (3, 4, 5, 7)], 3),
+                         ids=lambda c: f"C{c[1]}K{c[2]}_k{c[5]}s{c[6]}")
+@pytest.mark.parametrize("layout", _some(["ndhwc", "ncdhw", "odd"], 2))
+def test_stem_wgrad(emu, case, layout):
+    """The stem kernel's weight gradient against float64, twice (the split partials summed in a fixed order: the
+    same bits)."""
+    N, C, K, H, W, ker, stride, pad, _ = case
+    for dtype in (torch.bfloat16, torch.float16):
+        gen = torch.Generator().manual_seed(hash(case) % 2**31 + 1)
+        x = make((N, C, 1, H, W), dtype, layout, gen)
+        outs = tuple(out_size(s, k, st, p, 1) for s, k, st, p in zip((H, W), ker, stride, pad))
+        dy = make((N, K, 1) + outs, dtype, layout, gen)
+        runs = []
+        for _ in range(2):
+            dw = make((K, C, 1) + ker, dtype, "odd" if layout == "ncdhw" else "ncdhw", gen, fill=float("nan"))
+            assert emu.stem_wgrad(dy, x, dw, (1,) + stride, (0,) + pad), "the stem kernel declined"
+            runs.append(dw)
+        ref = torch.nn.grad.conv3d_weight(x.double(), (K, C, 1) + ker, dy.double(), (1,) + stride, (0,) + pad)
+        check_close(f"stem wgrad {case} {dtype} {layout}", runs[0], ref, dtype)
+        assert torch.equal(runs[0], runs[1]), f"stem wgrad {case}: two runs differ"
+
+
 def test_stem_declines(emu):
     """What the stem kernel does not take it says so (the other routes run), writing nothing: 5 input channels, an
     odd horizontal stride, a 9-wide kernel, float32."""

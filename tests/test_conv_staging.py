@@ -16,7 +16,7 @@ from torch_dnn.testing import compare, random_like_case
 
 pytestmark = pytest.mark.cuda
 
-TENSOR_CORE = r"igemm_kernel|ConvUniversal|gemm_kernel|cutlass|Sm90|sm90|conv_stem_fprop"
+TENSOR_CORE = r"igemm_kernel|ConvUniversal|gemm_kernel|cutlass|Sm90|sm90|conv_stem_"
 DIRECT = r"conv_generic_|conv_wgrad_sum_splits|depthwise"
 SM90_KERNEL = "ConvUniversal"
 

@@ -62,6 +62,9 @@ def test_stem_against_pytorch(case, dtype, channels_last):
     x64, w64 = x.detach().double().requires_grad_(True), w.detach().double().requires_grad_(True)
     xp, wp = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
     g = random_like_case(tuple(yp.shape), dtype, "cuda", low=-1.0, high=1.0)
+    names = _kernels(lambda: torch.autograd.grad(ours(x, wg, b), [wg], g))
+    if case[6] in (3, 4, 5, 7):
+        assert any("conv_stem_wgrad" in n for n in names), f"{case[0]}: the weight gradient ran {sorted(set(names))}"
     grads = torch.autograd.grad(ours(xg, wg, b), [xg, wg], g)
     grads_p = torch.autograd.grad(theirs(xp, wp, b), [xp, wp], g)
     grads_64 = torch.autograd.grad(theirs(x64, w64, None if b is None else b.double()), [x64, w64], g.double())

@@ -128,7 +128,9 @@ bool run_route(Route route, const Call& c) {
                                  [&](const ConvArgs& b) { return run_tensor_cores(c.pass, b, c.stream); },
                                  c.weight_owner, c10::cuda::getCurrentCUDAStream().unwrap());
     case Route::Direct: TD_CHECK_LAUNCH(direct(c.pass)(c.a, c.stream)); return true;
-    case Route::Stem: return c.pass == Pass::Fprop && run_entry(&conv_stem_fprop, c.a, c.stream);
+    case Route::Stem:
+      return c.pass != Pass::Dgrad &&
+             run_entry(c.pass == Pass::Fprop ? &conv_stem_fprop : &conv_stem_wgrad, c.a, c.stream);
   }
   return false;
 }

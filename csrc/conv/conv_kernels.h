@@ -98,8 +98,9 @@ cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream);
 
 // The stem forward (conv_stem.cu): a first convolution of few input channels (C <= 4, kernel up to 8 x 8, an even
 // horizontal stride up to 4), Float16/BFloat16 on mma.sync tensor cores, any layouts; cudaErrorNotSupported
-// otherwise (and for the other passes: there are none).
+// otherwise; its weight gradient (conv_stem_wgrad, kernel rows 3, 4, 5 or 7). No input gradient.
 cudaError_t conv_stem_fprop(const ConvArgs& a, cudaStream_t stream);
+cudaError_t conv_stem_wgrad(const ConvArgs& a, cudaStream_t stream);
 
 // Bias gradient: db[k] = sum over n and the spatial positions of dy[n][k][...] (Operand5 `dy`, shape of y),
 // written to dense db [K] in the same dtype, accumulated in float (double for Float64), in a fixed order.

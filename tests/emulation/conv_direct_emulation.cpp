@@ -102,6 +102,15 @@ bool stem_fprop(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y, c
   return true;
 }
 
+// The stem kernel's weight gradient; false where it does not take the problem.
+bool stem_wgrad(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& dw, at::IntArrayRef stride,
+                at::IntArrayRef pad) {
+  const cudaError_t e = conv_stem_wgrad(make_args(x, dw, dy, stride, pad, {1, 1, 1}, 1, true), nullptr);
+  if (e == cudaErrorNotSupported) return false;
+  check(e);
+  return true;
+}
+
 void dgrad(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& dx, at::IntArrayRef stride,
            at::IntArrayRef pad, at::IntArrayRef dil, int64_t groups) {
   check(conv_direct_dgrad(make_args(dx, w, dy, stride, pad, dil, groups, false), nullptr));
@@ -129,6 +138,7 @@ TORCH_LIBRARY(torch_dnn_conv_emu, m) {
   m.def("fprop(Tensor x, Tensor w, Tensor(a!) y, Tensor? bias, Tensor? residual, int[] stride, int[] pad, "
         "int[] dil, int groups, int act, float act_a, float act_b) -> ()");
   m.def("stem_fprop(Tensor x, Tensor w, Tensor(a!) y, Tensor? bias, int[] stride, int[] pad) -> bool");
+  m.def("stem_wgrad(Tensor dy, Tensor x, Tensor(a!) dw, int[] stride, int[] pad) -> bool");
   m.def("dgrad(Tensor dy, Tensor w, Tensor(a!) dx, int[] stride, int[] pad, int[] dil, int groups) -> ()");
   m.def("wgrad(Tensor dy, Tensor x, Tensor(a!) dw, int[] stride, int[] pad, int[] dil, int groups, "
         "bool workspace) -> ()");
@@ -138,6 +148,7 @@ TORCH_LIBRARY(torch_dnn_conv_emu, m) {
 TORCH_LIBRARY_IMPL(torch_dnn_conv_emu, CPU, m) {
   m.impl("fprop", fprop);
   m.impl("stem_fprop", stem_fprop);
+  m.impl("stem_wgrad", stem_wgrad);
   m.impl("dgrad", dgrad);
   m.impl("wgrad", wgrad);
   m.impl("bias_grad", bias_grad);
