@@ -27,8 +27,9 @@ DEVICE = "cuda"  # the harness times CUDA; another value only to try the steps o
 
 
 # The CNN cases also time the model converted with its convolutions swapped too ("torch_dnn with conv"), the
-# transformer cases with attention swapped too ("torch_dnn with attention"): both are convert's opt-in include,
-# beside the default conversion (convolutions and attention native).
+# transformer cases with attention's sdpa routing too ("torch_dnn with attention"): both are convert's opt-in
+# include, beside the default conversion (convolutions and models' own sdpa calls native; attention's modules
+# swapped).
 CONVS = torch_dnn.nn.CONVOLUTIONS
 OPT_IN = {"torch_dnn with conv": CONVS, "torch_dnn with attention": torch_dnn.nn.ATTENTION}
 

@@ -543,15 +543,16 @@ def test_reference_models_are_routed():
 
 
 @pytest.mark.parametrize("device", devices())
-def test_attention_is_opt_in(device):
-    """By default convert leaves attention to PyTorch (its modules and the models' own sdpa calls): torch_dnn's
-    kernels are slower than PyTorch's cuDNN and flash backends on the H100 (docs/attention.md)."""
+def test_routing_is_opt_in(device):
+    """By default convert swaps attention's modules but leaves the models' own sdpa calls to PyTorch
+    (docs/attention.md: at long sequences torch_dnn's kernels are slower than cuDNN's)."""
     native = torch.nn.Sequential(SdpaBlock(64, 4), torch.nn.MultiheadAttention(64, 4, batch_first=True)).to(device)
     ours, report = torch_dnn.convert(native)
-    assert type(ours[0]) is SdpaBlock and type(ours[1]) is torch.nn.MultiheadAttention
-    assert ("1", "MultiheadAttention", "opt-in (convert's include)") in report.left
+    assert type(ours[0]) is SdpaBlock and type(ours[1]) is tnn.MultiheadAttention
+    assert ("1", "MultiheadAttention", "MultiheadAttention") in report.swapped
     x = rnd((2, 9, 64), torch.float32, device)
     assert not _runs_ours(lambda: ours[0](x))
+    assert _runs_ours(lambda: ours[1](x, x, x, need_weights=False))
 
 
 def test_routing_mode_by_hand():

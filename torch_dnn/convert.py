@@ -221,8 +221,8 @@ def convert(model: torch.nn.Module, inplace: bool = False, fuse: bool = False, e
     fuse=True also fuses Linear + activation pairs of nn.Sequential containers into LinearAct, folds evaluation-mode
     BatchNorms into the convolutions they follow and fuses swapped convolutions with their activation (see above).
     exclude: torch.nn types left native (e.g. (torch.nn.Conv2d,)), reported as left with the reason "excluded".
-    include: opt-in torch.nn types to swap too (OPT_IN: the convolutions, e.g. include=(torch.nn.Conv2d,), and
-    attention's modules), and opt-in passes by their token: torch_dnn.nn.AttentionRouting routes the model's own
+    include: opt-in torch.nn types to swap too (OPT_IN: the convolutions, e.g. include=(torch.nn.Conv2d,)), and
+    opt-in passes by their token: torch_dnn.nn.AttentionRouting routes the model's own
     F.scaled_dot_product_attention calls; torch_dnn.nn.ATTENTION names all of attention, torch_dnn.nn.CONVOLUTIONS
     all the convolutions."""
     exclude = tuple(exclude) + tuple(t for t in OPT_IN if t not in tuple(include))

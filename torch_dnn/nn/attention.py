@@ -89,7 +89,7 @@ def route_attention_modules(model, report):
         report.swapped.append((name, t.__name__, "AttentionRouting"))
 
 
-@register_swap(torch.nn.MultiheadAttention, opt_in=True)
+@register_swap(torch.nn.MultiheadAttention)
 class MultiheadAttention(torch.nn.MultiheadAttention):
     """torch.nn.MultiheadAttention whose attention is torch_dnn's scaled_dot_product_attention (and projections
     torch_dnn's linear) when no weights are asked for; with need_weights=True, PyTorch's math path, which computes
@@ -217,7 +217,7 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
 
 
-@register_swap(torch.nn.TransformerEncoderLayer, opt_in=True)
+@register_swap(torch.nn.TransformerEncoderLayer)
 class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
     """nn.TransformerEncoderLayer without its inference fast path (torch._transformer_encoder_layer_fwd, one native
     kernel for the whole layer, which would bypass the converted attention, linear and norm modules): the fast
@@ -233,7 +233,7 @@ class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
         pass  # nn.TransformerEncoderLayer's __init__ / __setstate__ set it
 
 
-@register_swap(torch.nn.TransformerEncoder, opt_in=True)
+@register_swap(torch.nn.TransformerEncoder)
 class TransformerEncoder(torch.nn.TransformerEncoder):
     """nn.TransformerEncoder without its nested-tensor inference path (padded batches turned into nested tensors,
     which torch_dnn's attention does not take): use_nested_tensor reads false."""
@@ -247,8 +247,7 @@ class TransformerEncoder(torch.nn.TransformerEncoder):
         pass  # nn.TransformerEncoder's __init__ sets it
 
 
-# What convert's include names to swap all of attention: the modules and the routing of models' own
-# F.scaled_dot_product_attention calls. Opt-in while torch_dnn's kernels are slower than PyTorch's cuDNN and flash
-# backends on the H100 (docs/attention.md): by default a converted model keeps PyTorch's attention.
+# What convert's include names to swap all of attention: the modules (swapped by default) and the routing of
+# models' own F.scaled_dot_product_attention calls (opt-in: docs/attention.md says why).
 ATTENTION = (torch.nn.MultiheadAttention, torch.nn.TransformerEncoderLayer, torch.nn.TransformerEncoder,
              AttentionRouting)
