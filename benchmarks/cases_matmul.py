@@ -38,14 +38,11 @@ def _with_tf32(fn):
     return run
 
 
-def _ours(fn, pingpong=False):
-    """{"torch_dnn": fn} plus the forced portable path where a Hopper path exists (and, with pingpong, the bf16
-    ping-pong Hopper kernel instead of the cooperative one)."""
+def _ours(fn):
+    """{"torch_dnn": fn} plus the forced portable path where a Hopper path exists."""
     impls = {"torch_dnn": fn}
     if "sm90" in gemm_paths():
         impls["torch_dnn sm80"] = with_env(fn, TORCH_DNN_GEMM_PATH="sm80")
-        if pingpong:
-            impls["torch_dnn pingpong"] = with_env(fn, TORCH_DNN_SM90_KERNEL="pingpong")
     return impls
 
 
@@ -59,7 +56,7 @@ _TAKE_TURNS = {"rounds": 4, "warmup_ms": 150.0}
 
 def _gemm_case(m, n, k, dtype, group, tf32=False):
     mm = (lambda a, b: ops.mm(a, b, allow_tf32=True)) if tf32 else (lambda a, b: ops.mm(a, b))
-    impls = _ours(mm, pingpong=dtype == torch.bfloat16)
+    impls = _ours(mm)
     if tf32 and "sm90" in gemm_paths():  # the Hopper TF32 kernel on rounded copies: both (default) / one
         impls["torch_dnn sm90 tf32 round1"] = with_env(mm, TORCH_DNN_SM90_TF32="round1")
         impls["torch_dnn sm90 tf32 128x128"] = with_env(mm, TORCH_DNN_SM90_TF32_TILE="mid")
@@ -77,7 +74,7 @@ def _linear_gelu_cases(m, k, n, dtype, group):
     def eager(x, w, b):
         return TF.gelu(TF.linear(x, w, b))
 
-    fwd = _ours(lambda x, w, b: F.linear_act(x, w, b, "gelu"), pingpong=dtype == torch.bfloat16)
+    fwd = _ours(lambda x, w, b: F.linear_act(x, w, b, "gelu"))
     fwd.update({"eager (cuBLAS + gelu)": eager, "compile": torch.compile(eager, dynamic=False)})
     out = [Case("matmul", f"linear+bias+gelu fwd {m}x{k}->{n} {_short(dtype)}",
                 lambda: (_rand((m, k), dtype), _rand((n, k), dtype, -0.05, 0.05), _rand((n,), dtype)), fwd,
@@ -119,6 +116,17 @@ def _skinny_case(m, kn, dtype, group):
                 target=">= cuBLAS")
 
 
+def _weight_grad_case(tokens, n_out, n_in, dtype, group):
+    """A linear layer's weight gradient dW = dY.T @ X over many tokens (K) with a small weight (few output tiles):
+    the LLaMA-style projections of a 4k-token batch."""
+    es = torch.empty((), dtype=dtype).element_size()
+    return Case("matmul", f"weight grad {n_out}x{n_in} over {tokens} tokens {_short(dtype)}",
+                lambda: (_rand((tokens, n_out), dtype), _rand((tokens, n_in), dtype)),
+                {**_ours(lambda g, x: ops.mm(g.t(), x)), "cuBLAS (torch.mm)": lambda g, x: torch.mm(g.t(), x)},
+                bytes=(tokens * (n_out + n_in) + n_out * n_in) * es, flops=2 * tokens * n_out * n_in, group=group,
+                target=">= cuBLAS")
+
+
 def cases(quick: bool = False):
     out = []
     gemm_shapes = [(8192, 8192, 8192)] + ([] if quick else [(16384, 16384, 4096)])
@@ -129,5 +137,7 @@ def cases(quick: bool = False):
     for m in ((64,) if quick else (16, 64, 256)):
         for kn in ((4096,) if quick else (4096, 16384)):
             out.append(_skinny_case(m, kn, torch.bfloat16, "skinny linear bf16"))
+    for n_out, n_in in (((512, 512),) if quick else ((128, 512), (512, 512), (1536, 512), (512, 1536))):
+        out.append(_weight_grad_case(8192, n_out, n_in, torch.bfloat16, "weight gradient bf16 (few tiles, long K)"))
     out.append(_gemm_case(8192, 8192, 8192, torch.float32, "fp32 (TF32 on)", tf32=True))
     return out

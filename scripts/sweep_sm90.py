@@ -1,5 +1,4 @@
-"""Sweep the Hopper GEMM's run-time knobs on the device: kernel (cooperative / ping-pong), raster order and
-swizzle, for the issue's GEMM and linear+bias+gelu shapes, against cuBLAS in the same process. Variants are
+"""Sweep the Hopper GEMM's run-time knobs on the device: raster order and swizzle, for the issue's GEMM and linear+bias+gelu shapes, against cuBLAS in the same process. Variants are
 interleaved over several rounds (the GPU's clock drifts with heat, so back-to-back blocks of one variant bias
 the comparison); each cell is the median over all rounds. Writes a table to stdout and JSON to --out.
 
@@ -48,20 +47,18 @@ def main():
                   lambda x, w, b: F.linear(x, w, b), TF.linear))
 
     variants = {}
-    for kern, raster, sw in itertools.product(("coop", "pingpong"), ("auto", "m", "n"), (1, 2, 4, 8)):
-        env = {"TORCH_DNN_SM90_KERNEL": kern, "TORCH_DNN_SM90_SWIZZLE": str(sw)}
+    for raster, sw in itertools.product(("auto", "m", "n"), (1, 2, 4, 8)):
+        env = {"TORCH_DNN_SM90_SWIZZLE": str(sw)}
         if raster != "auto":
             env["TORCH_DNN_SM90_RASTER"] = raster
         else:
             env["TORCH_DNN_SM90_RASTER"] = "auto"
-        variants[f"{kern} r={raster} s={sw}"] = env
+        variants[f"r={raster} s={sw}"] = env
 
     results = {}
     for cname, flops, sets, ours, peer in cases:
         impls = {"cuBLAS/eager": peer}
         for vname, env in variants.items():
-            if "pingpong" in vname and "fp16" in cname:
-                continue  # the ping-pong kernel is instantiated for bf16 only
             impls[vname] = with_env(ours, **env)
         times = {k: [] for k in impls}
         for fn in impls.values():  # warm-up (and compile nothing: all kernels are prebuilt)

@@ -222,6 +222,18 @@ def test_mm_deterministic():
         assert torch.equal(_mm(a, b), first)
 
 
+@pytest.mark.parametrize("n_out,n_in", [(128, 512), (512, 512), (512, 1536)])
+def test_weight_grad_stream_k(n_out, n_in):
+    # dY.T @ X over 8192 tokens with a weight of few output tiles (TtStreamK): K split across the SMs, the partial
+    # tiles summed in a fixed order (bitwise equal run to run), as accurate as cuBLAS
+    g = _operand(n_out, 8192, torch.bfloat16, True)
+    x = _operand(8192, n_in, torch.bfloat16, False)
+    first = _mm(g, x)
+    _check(first, torch.mm(g, x), torch.mm(g.double(), x.double()), f"weight grad {n_out}x{n_in} over 8192")
+    for _ in range(2):
+        assert torch.equal(_mm(g, x), first)
+
+
 # --- batched -----------------------------------------------------------------------------------------------
 
 

@@ -4,15 +4,15 @@
 // kernels' bodies exist only in the sm_90a device code (CUTLASS's own arch guards), and gemm_sm90_plan
 // says no on any other device or when the build has no sm_90a code.
 //
-// Instantiations (13; docs/matmul.md says which problems take which):
+// Instantiations (14; docs/matmul.md says which problems take which):
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A K-major, B K-major (x @ w.T)   128x256x64, cluster 2x1, persistent     "big"
 //   bf16, fp16  A K-major, B K-major             128x128x64, cluster 1x1, stream-K      "skinny / few tiles"
 //   bf16, fp16  A K-major, B N-major (dZ @ W)    128x256x64, cluster 2x1, persistent, no preact store
 //   bf16, fp16  A M-major, B N-major (dZ.T @ X)  128x256x64, cluster 2x1, persistent, no preact store
+//   bf16, fp16  A M-major, B N-major             128x128x64, cluster 1x1, stream-K      "few tiles, long K"
 //   tf32        A K-major, B K-major             128x128x32, cluster 2x1, persistent
 //   tf32        A K-major, B K-major             128x256x32, cluster 2x1, persistent, no preact store (default)
-//   bf16        A K-major, B K-major             64x256x64 ping-pong, cluster 2x1, opt-in (TORCH_DNN_SM90_KERNEL)
 // and, in gemm_sm90_skinny.cu, the kernels of skinny x @ w.T (M <= 256 rows of x: swap-AB and narrow tiles).
 //
 // NDEBUG before any include: CUTLASS's device-side asserts become calls to __assertfail, and a call inside the
@@ -34,18 +34,17 @@ enum class Layout { TN, NN, TT };  // A K-major/B K-major, A K-major/B N-major, 
 using Big = Shape<_128, _256, _64>;
 using Mid32 = Shape<_128, _128, _32>;  // tf32: 4-byte elements (128x256x32 left only 2 smem stages)
 using Mid = Shape<_128, _128, _64>;
-using Wide64 = Shape<_64, _256, _64>;  // ping-pong: one consumer warpgroup a tile
 
 // CUTLASS's B is N x K: "ColumnMajor" B is K-contiguous (our col_major B), "RowMajor" B is N-contiguous.
 template <class T> using TnBig = Sm90Gemm<T, RowM, ColM, T, Big, C21, Persistent>;
 template <class T> using TnBigPlain = Sm90Gemm<T, RowM, ColM, T, Big, C21, Persistent, false>;
-// Ping-pong alternative to TnBigPlain (bf16 only, chosen by TORCH_DNN_SM90_KERNEL=pingpong): the two consumer
-// warpgroups work on different tiles, so one's epilogue (bias + activation) overlaps the other's MMAs.
-using TnPingpongBf16 = Sm90Gemm<bf16, RowM, ColM, bf16, Wide64, C21, Persistent, false, true>;
 template <class T> using TnStreamK = Sm90Gemm<T, RowM, ColM, T, Mid, C11, StreamK>;
 // The backward layouts never store preact: without the aux store their mainloop keeps 4 stages.
 template <class T> using NnBig = Sm90Gemm<T, RowM, RowM, T, Big, C21, Persistent, false>;
 template <class T> using TtBig = Sm90Gemm<T, ColM, RowM, T, Big, C21, Persistent, false>;
+// A weight gradient whose output has few tiles (a 512 x 512 weight: 8 of 128x256) reduces over the tokens (K of
+// thousands): stream-K spreads K over every SM, its partial tiles summed in a fixed order.
+template <class T> using TtStreamK = Sm90Gemm<T, ColM, RowM, T, Mid, C11, StreamK, false>;
 using Tf32Big = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Mid32, C21, Persistent>;
 // The wide TF32 tile without the preact store (its smem goes to mainloop stages): the default (prefer_tf32_wide).
 using Tf32Wide = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Shape<_128, _256, _32>, C21, Persistent, false>;
@@ -74,7 +73,7 @@ bool layout_of(const GemmArgs& a, Layout* out) {
 bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
 
 // Which kernel a problem takes.
-enum class Kind { None, TnBig, TnBigPlain, TnPingpong, TnStreamK, TnSkinny, NnBig, TtBig, Tf32, Tf32Wide };
+enum class Kind { None, TnBig, TnBigPlain, TnStreamK, TnSkinny, NnBig, TtBig, TtStreamK, Tf32, Tf32Wide };
 
 // The skinny kernels of gemm_sm90_skinny.cu for x @ w.T with M <= 256 and N >= 4 M (swap-AB: x's rows on wgmma's
 // N side, so that no MMA work goes to rows of x that do not exist and each weight tile is read once; or narrow
@@ -89,13 +88,6 @@ bool prefer_tf32_wide() {
   return !env::is("TORCH_DNN_SM90_TF32_TILE", "mid");
 }
 
-// TORCH_DNN_SM90_KERNEL=pingpong: bf16 K-major x K-major problems that would take TnBigPlain take the ping-pong
-// kernel instead (to compare the two on the device; docs/matmul.md says why cooperative is the default).
-// Read at every call, as TORCH_DNN_GEMM_PATH is, so that one benchmark process can compare both kernels.
-bool prefer_pingpong() {
-  return env::is("TORCH_DNN_SM90_KERNEL", "pingpong");
-}
-
 Kind choose(const GemmArgs& a) {
   Layout l;
   if (!layout_of(a, &l)) return Kind::None;
@@ -105,15 +97,14 @@ Kind choose(const GemmArgs& a) {
   }
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return Kind::None;
   if (l == Layout::NN) return a.preact ? Kind::None : Kind::NnBig;
-  if (l == Layout::TT) return a.preact ? Kind::None : Kind::TtBig;
-  if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && skinny_enabled())
-    return Kind::TnSkinny;
-  // K-major x K-major: the big persistent tile when it fills the machine, else stream-K on 128x128 tiles.
+  // the big persistent tile when it fills the machine, else stream-K on 128x128 tiles
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
   const int sms = sm_count_or_h100();
+  if (l == Layout::TT) return a.preact ? Kind::None : tiles < sms ? Kind::TtStreamK : Kind::TtBig;
+  if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && skinny_enabled())
+    return Kind::TnSkinny;
   if (tiles < sms) return Kind::TnStreamK;
-  if (a.preact) return Kind::TnBig;
-  return (a.dtype == DType::BFloat16 && prefer_pingpong()) ? Kind::TnPingpong : Kind::TnBigPlain;
+  return a.preact ? Kind::TnBig : Kind::TnBigPlain;
 }
 
 // The kernels of this file (the callers take TnSkinny to gemm_sm90_skinny.cu first).
@@ -124,11 +115,12 @@ auto dispatch(const GemmArgs& a, Kind k, F&& f) {
     case Kind::TnBig: return bf ? f.template operator()<TnBig<bf16>>() : f.template operator()<TnBig<fp16>>();
     case Kind::TnBigPlain:
       return bf ? f.template operator()<TnBigPlain<bf16>>() : f.template operator()<TnBigPlain<fp16>>();
-    case Kind::TnPingpong: return f.template operator()<TnPingpongBf16>();
     case Kind::TnStreamK:
       return bf ? f.template operator()<TnStreamK<bf16>>() : f.template operator()<TnStreamK<fp16>>();
     case Kind::NnBig: return bf ? f.template operator()<NnBig<bf16>>() : f.template operator()<NnBig<fp16>>();
     case Kind::TtBig: return bf ? f.template operator()<TtBig<bf16>>() : f.template operator()<TtBig<fp16>>();
+    case Kind::TtStreamK:
+      return bf ? f.template operator()<TtStreamK<bf16>>() : f.template operator()<TtStreamK<fp16>>();
     case Kind::Tf32Wide: return f.template operator()<Tf32Wide>();
     case Kind::Tf32:
     default: return f.template operator()<Tf32Big>();
