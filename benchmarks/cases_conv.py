@@ -86,7 +86,24 @@ def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype, layout="NHW
               bytes=3 * (x_bytes + w_bytes + y_bytes), flops=3 * flops,
               group=f"conv forward+backward bf16 {layout}",
               target=target(fb_target))
-    return [fwd, fb]
+    if cin > 4:
+        return [fwd, fb]
+    # a network's first convolution: its input needs no gradient, so its backward is the weight gradient alone
+    def fwd_wgrad(fn):
+        def run(x, w, g):
+            return torch.autograd.grad(fn(x, w), [w], g)
+        return run
+
+    def stem_inputs():
+        x, w, g = inputs(True)
+        return x.detach(), w, g
+
+    fw = Case("conv", f"conv {label} fwd+wgrad bf16 {layout}", stem_inputs,
+              {**{k: fwd_wgrad(v) for k, v in ours.items()}, "cuDNN (F.conv2d)": _cudnn_benchmark(fwd_wgrad(eager)),
+               "compile": _cudnn_benchmark(fwd_wgrad(compiled))},
+              bytes=2 * (x_bytes + w_bytes + y_bytes), flops=2 * flops, group=f"conv forward+backward bf16 {layout}",
+              target=">= cuDNN")
+    return [fwd, fb, fw]
 
 
 def _fused_cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
