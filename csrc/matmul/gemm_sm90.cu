@@ -127,6 +127,21 @@ auto dispatch(const GemmArgs& a, Kind k, F&& f) {
   }
 }
 
+// TtStreamK's K splits. CUTLASS's deterministic fixup is a turnstile: a tile's splits add their partials into the
+// workspace one after another, so its chain grows with the splits while each split's MMAs shrink. As many splits
+// as fill the SMs once, at most kMaxTtSplits (TORCH_DNN_SM90_TT_SPLITS=n asks for n, -1 for CUTLASS's own
+// stream-K heuristic: measurement knobs, read at every call), each split at least 4 K-tiles.
+constexpr int64_t kMaxTtSplits = 8;
+int tt_splits(const GemmArgs& a) {
+  const int e = env::get_int("TORCH_DNN_SM90_TT_SPLITS", 0);
+  if (e < 0) return 0;
+  const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 127) / 128) * a.batch;
+  const int64_t ktiles = (a.K + 63) / 64;
+  int64_t s = e > 0 ? e : std::min<int64_t>(sm_count_or_h100() / tiles, kMaxTtSplits);
+  s = std::min<int64_t>(s, ktiles / 4);
+  return int(std::max<int64_t>(s, 1));
+}
+
 // Whether the kernels can take the problem's operands and epilogue: TMA's rules and the epilogue's activations.
 bool operands_fit(const GemmArgs& a) {
   if (!sm90::epilogue_act_supported(a.act)) return false;
@@ -170,7 +185,8 @@ cudaError_t gemm_sm90(const GemmArgs& a, const Sm90Plan& plan, const WorkspaceSo
   if (!plan.ok()) return cudaErrorNotSupported;
   const Kind k = Kind(plan.kind);
   if (k == Kind::TnSkinny) return run_skinny(a, workspace, stream);
-  return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, stream); });
+  const int splits = k == Kind::TtStreamK ? tt_splits(a) : 0;
+  return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, stream, splits); });
 }
 
 }  // namespace matmul
