@@ -88,6 +88,24 @@ bool prefer_tf32_wide() {
   return !env::is("TORCH_DNN_SM90_TF32_TILE", "mid");
 }
 
+// A d_weight's K splits on 128x128 tiles. CUTLASS's deterministic fixup is a turnstile: a tile's splits add their
+// partials into the workspace one after another, so the chain grows with the splits while each split's MMAs
+// shrink: 2 or 4 splits (the power of two that fills the SMs at most once), each at least 4 K-tiles; odd counts
+// and more than 4 measured slower, as did CUTLASS's own stream-K heuristic (docs/matmul.md).
+int tt_splits(const GemmArgs& a) {
+  const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 127) / 128) * a.batch;
+  const int64_t fill = sm_count_or_h100() / tiles;
+  const int64_t s = std::min<int64_t>(fill >= 4 ? 4 : fill >= 2 ? 2 : 1, (a.K + 63) / 64 / 4);
+  return int(std::max<int64_t>(s, 1));
+}
+
+// TtStreamK's splits at run time: the rule, or TORCH_DNN_SM90_TT_SPLITS=n (n splits; -1: CUTLASS's stream-K
+// heuristic), a measurement knob read at every call.
+int tt_splits_run(const GemmArgs& a) {
+  const int e = env::get_int("TORCH_DNN_SM90_TT_SPLITS", 0);
+  return e > 0 ? e : e < 0 ? 0 : tt_splits(a);
+}
+
 Kind choose(const GemmArgs& a) {
   Layout l;
   if (!layout_of(a, &l)) return Kind::None;
@@ -100,7 +118,8 @@ Kind choose(const GemmArgs& a) {
   // the big persistent tile when it fills the machine, else stream-K on 128x128 tiles
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
   const int sms = sm_count_or_h100();
-  if (l == Layout::TT) return a.preact ? Kind::None : tiles < sms ? Kind::TtStreamK : Kind::TtBig;
+  // d_weight: split K where the 128x128 tiles leave at least half the SMs idle (tt_splits() >= 2), else the big tile
+  if (l == Layout::TT) return a.preact ? Kind::None : tt_splits(a) > 1 ? Kind::TtStreamK : Kind::TtBig;
   if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && skinny_enabled())
     return Kind::TnSkinny;
   if (tiles < sms) return Kind::TnStreamK;
@@ -125,21 +144,6 @@ auto dispatch(const GemmArgs& a, Kind k, F&& f) {
     case Kind::Tf32:
     default: return f.template operator()<Tf32Big>();
   }
-}
-
-// TtStreamK's K splits. CUTLASS's deterministic fixup is a turnstile: a tile's splits add their partials into the
-// workspace one after another, so its chain grows with the splits while each split's MMAs shrink. As many splits
-// as fill the SMs once, at most kMaxTtSplits (TORCH_DNN_SM90_TT_SPLITS=n asks for n, -1 for CUTLASS's own
-// stream-K heuristic: measurement knobs, read at every call), each split at least 4 K-tiles.
-constexpr int64_t kMaxTtSplits = 8;
-int tt_splits(const GemmArgs& a) {
-  const int e = env::get_int("TORCH_DNN_SM90_TT_SPLITS", 0);
-  if (e < 0) return 0;
-  const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 127) / 128) * a.batch;
-  const int64_t ktiles = (a.K + 63) / 64;
-  int64_t s = e > 0 ? e : std::min<int64_t>(sm_count_or_h100() / tiles, kMaxTtSplits);
-  s = std::min<int64_t>(s, ktiles / 4);
-  return int(std::max<int64_t>(s, 1));
 }
 
 // Whether the kernels can take the problem's operands and epilogue: TMA's rules and the epilogue's activations.
@@ -185,7 +189,7 @@ cudaError_t gemm_sm90(const GemmArgs& a, const Sm90Plan& plan, const WorkspaceSo
   if (!plan.ok()) return cudaErrorNotSupported;
   const Kind k = Kind(plan.kind);
   if (k == Kind::TnSkinny) return run_skinny(a, workspace, stream);
-  const int splits = k == Kind::TtStreamK ? tt_splits(a) : 0;
+  const int splits = k == Kind::TtStreamK ? tt_splits_run(a) : 0;
   return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, stream, splits); });
 }
 
