@@ -153,9 +153,31 @@ def test_stem(emu, case, layout):
         b = (torch.rand(K, generator=gen, dtype=torch.float64) - 0.5).to(dtype) if bias else None
         outs = tuple(out_size(s, k, st, p, 1) for s, k, st, p in zip((H, W), ker, stride, pad))
         y = make((N, K, 1) + outs, dtype, layout, gen, fill=float("nan"))
-        assert emu.stem_fprop(x, w, y, b, (1,) + stride, (0,) + pad), "the stem kernel declined"
+        assert emu.stem_fprop(x, w, y, b, None, (1,) + stride, (0,) + pad, 0, 0.0, 0.0), "the stem kernel declined"
         ref = F.conv3d(x.double(), w.double(), None if b is None else b.double(), (1,) + stride, (0,) + pad)
         check_close(f"stem {case} {dtype} {layout}", y, ref, dtype)
+
+
+@pytest.mark.parametrize("act", ["relu", "silu", "hardswish"])
+@pytest.mark.parametrize("layout", ["ndhwc", "ncdhw"])
+def test_stem_epilogue(emu, act, layout):
+    """conv_bias_act / conv_bias_add_act on the stem kernel: act(conv + bias (+ residual)), a row of 70 output pixels
+    (a partial tile) and 70 channels (a partial second tile of 64), against float64."""
+    N, C, K, H, W = 2, 3, 70, 9, 139
+    for dtype, residual in ((torch.bfloat16, False), (torch.float16, True)):
+        gen = torch.Generator().manual_seed(len(act) + 7 * residual)
+        x = make((N, C, 1, H, W), dtype, layout, gen)
+        w = make((K, C, 1, 7, 7), dtype, "ncdhw", gen)
+        b = (torch.rand(K, generator=gen, dtype=torch.float64) - 0.5).to(dtype)
+        outs = tuple(out_size(s, 7, 2, 3, 1) for s in (H, W))
+        r = make((N, K, 1) + outs, dtype, layout, gen) if residual else None
+        y = make((N, K, 1) + outs, dtype, layout, gen, fill=float("nan"))
+        code, fn = ACTS[act]
+        assert emu.stem_fprop(x, w, y, b, r, (1, 2, 2), (0, 3, 3), code, 0.0, 0.0), "the stem kernel declined"
+        ref = F.conv3d(x.double(), w.double(), b.double(), (1, 2, 2), (0, 3, 3))
+        if residual:
+            ref = ref + r.double()
+        check_close(f"stem {act} residual={residual} {dtype} {layout}", y, fn(ref), dtype)
 
 
 @pytest.mark.parametrize("case", _some([c for c in STEM if c[5][0] in (3, 4, 5, 7)], 3),
@@ -188,7 +210,7 @@ def test_stem_declines(emu):
         w = torch.randn(8, C, 1, *ker).to(dtype)
         outs = tuple(out_size(12, k, st, 0, 1) for k, st in zip(ker, stride))
         y = torch.full((1, 8, 1) + outs, float("nan"), dtype=dtype)
-        took = emu.stem_fprop(x, w, y, None, (1,) + stride, (0, 0, 0))
+        took = emu.stem_fprop(x, w, y, None, None, (1,) + stride, (0, 0, 0), 0, 0.0, 0.0)
         return not took and bool(torch.isnan(y).all())
     assert declined(5, (3, 3), (2, 2))
     assert declined(3, (3, 3), (1, 1))

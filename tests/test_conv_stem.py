@@ -73,6 +73,33 @@ def test_stem_against_pytorch(case, dtype, channels_last):
         assert v, v.message
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("act", ["relu", "silu", "hardswish"])
+@pytest.mark.parametrize("residual", [False, True], ids=["bias_act", "bias_add_act"])
+def test_stem_fused(act, residual, channels_last):
+    """conv_bias_act / conv_bias_add_act on the stem kernel (its epilogue): the kernel ran, values against
+    PyTorch's conv + add + activation under the error rule."""
+    case = CASES[1]  # a partial row tile, bias
+    stride, pad = case[7], case[8]
+    x, w, b = _inputs(case, torch.bfloat16, channels_last)
+    y_shape = TF.conv2d(x, w, b, stride, pad).shape
+    r = random_like_case(tuple(y_shape), torch.bfloat16, "cuda", low=-1.0, high=1.0) if residual else None
+    if r is not None and channels_last:
+        r = r.contiguous(memory_format=torch.channels_last)
+    act_fn = {"relu": TF.relu, "silu": TF.silu, "hardswish": TF.hardswish}[act]
+    if residual:
+        ours = lambda: F.conv_bias_add_act(x, w, b, r, act, stride, pad)  # noqa: E731
+        theirs = lambda x, w, b, r: act_fn(TF.conv2d(x, w, b, stride, pad) + r)  # noqa: E731
+    else:
+        ours = lambda: F.conv_bias_act(x, w, b, act, stride, pad)  # noqa: E731
+        theirs = lambda x, w, b, r: act_fn(TF.conv2d(x, w, b, stride, pad))  # noqa: E731
+    names = _kernels(ours)
+    assert any("conv_stem_fprop" in n for n in names), f"{act}: the stem kernel did not run: {sorted(set(names))}"
+    ref = theirs(x.double(), w.double(), b.double(), None if r is None else r.double())
+    v = compare(ours(), theirs(x, w, b, r), ref, name=f"stem {act} residual={residual}")
+    assert v, v.message
+
+
 def test_stem_empty_batch():
     x = torch.empty(0, 3, 32, 32, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 3, 7, 7, device="cuda", dtype=torch.bfloat16)

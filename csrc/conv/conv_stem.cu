@@ -5,8 +5,8 @@
 // pixels split across CTAs, the float partials summed in a fixed order (deterministic).
 //
 // Taken: Float16 / BFloat16; fprop of a 2-D problem (D = T = P = 1), groups 1, no dilation; C <= 4 input
-// channels; kernel rows and columns <= 8; horizontal stride 2 or 4; bias allowed, no residual or activation.
-// Else cudaErrorNotSupported (the implicit GEMMs, staged, and the direct kernels follow). Any K (tiles of 64
+// channels; kernel rows and columns <= 8; horizontal stride 2 or 4; the forward with conv's epilogue (bias,
+// residual, activation). Else cudaErrorNotSupported (the implicit GEMMs, staged, and the direct kernels follow). Any K (tiles of 64
 // channels, the grid's y), any N, H, W.
 #include <algorithm>
 
@@ -43,7 +43,7 @@ bool stem_geometry(const ConvArgs& a, stem::Geometry& sg) {
 
 cudaError_t conv_stem_fprop(const ConvArgs& a, cudaStream_t stream) {
   stem::Geometry sg;
-  if (!stem_geometry(a, sg) || a.residual.ptr != nullptr || a.act != Act::Identity) return cudaErrorNotSupported;
+  if (!stem_geometry(a, sg)) return cudaErrorNotSupported;
   if (sg.tiles == 0 || sg.K == 0) return cudaSuccess;
   const int64_t k_tiles = sg.k_tiles;
   const int smem = stem::smem_bytes(sg.R, sg.sw);
@@ -57,9 +57,11 @@ cudaError_t conv_stem_fprop(const ConvArgs& a, cudaStream_t stream) {
   // a few CTAs a SM in all, each keeping its channels' weights over many output tiles
   const int64_t slots = std::max<int64_t>(1, std::min<int64_t>(sg.tiles, int64_t(sm_count()) * 3 / k_tiles));
   if (a.dtype == DType::Float16)
-    launch_direct(stem::conv_stem_fprop_kernel<__half>, slots * k_tiles, stem::kThreads, smem, stream, a, sg);
+    launch_direct(stem::conv_stem_fprop_kernel<__half>, slots * k_tiles, stem::kThreads, smem, stream, a, sg,
+                  make_epilogue<__half>(a));
   else
-    launch_direct(stem::conv_stem_fprop_kernel<__nv_bfloat16>, slots * k_tiles, stem::kThreads, smem, stream, a, sg);
+    launch_direct(stem::conv_stem_fprop_kernel<__nv_bfloat16>, slots * k_tiles, stem::kThreads, smem, stream, a, sg,
+                  make_epilogue<__nv_bfloat16>(a));
   return cudaGetLastError();
 }
 

@@ -93,9 +93,14 @@ void fprop(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y, const 
 
 // The stem kernel (conv_stem.cu); false where it does not take the problem.
 bool stem_fprop(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y, const std::optional<at::Tensor>& bias,
-                at::IntArrayRef stride, at::IntArrayRef pad) {
+                const std::optional<at::Tensor>& residual, at::IntArrayRef stride, at::IntArrayRef pad, int64_t act,
+                double act_a, double act_b) {
   ConvArgs a = make_args(x, w, y, stride, pad, {1, 1, 1}, 1, false);
   if (bias) a.bias = bias->const_data_ptr();
+  if (residual) a.residual = operand(*residual);
+  a.act = Act(act);
+  a.act_params.a = act_a;
+  a.act_params.b = act_b;
   const cudaError_t e = conv_stem_fprop(a, nullptr);
   if (e == cudaErrorNotSupported) return false;
   check(e);
@@ -137,7 +142,8 @@ void bias_grad(const at::Tensor& dy, const at::Tensor& db, bool workspace) {
 TORCH_LIBRARY(torch_dnn_conv_emu, m) {
   m.def("fprop(Tensor x, Tensor w, Tensor(a!) y, Tensor? bias, Tensor? residual, int[] stride, int[] pad, "
         "int[] dil, int groups, int act, float act_a, float act_b) -> ()");
-  m.def("stem_fprop(Tensor x, Tensor w, Tensor(a!) y, Tensor? bias, int[] stride, int[] pad) -> bool");
+  m.def("stem_fprop(Tensor x, Tensor w, Tensor(a!) y, Tensor? bias, Tensor? residual, int[] stride, int[] pad, "
+        "int act, float act_a, float act_b) -> bool");
   m.def("stem_wgrad(Tensor dy, Tensor x, Tensor(a!) dw, int[] stride, int[] pad) -> bool");
   m.def("dgrad(Tensor dy, Tensor w, Tensor(a!) dx, int[] stride, int[] pad, int[] dil, int groups) -> ()");
   m.def("wgrad(Tensor dy, Tensor x, Tensor(a!) dw, int[] stride, int[] pad, int[] dil, int groups, "

@@ -48,7 +48,8 @@ struct Geometry {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) conv_stem_fprop_kernel(const ConvArgs a, const Geometry g) {
+__global__ void __launch_bounds__(kThreads) conv_stem_fprop_kernel(const ConvArgs a, const Geometry g,
+                                                                     const Epilogue<T> ep) {
   T* sX = reinterpret_cast<T*>(direct_smem());
   const int XW = x_width(g.sw), WLD = w_ld(g.R);
   T* sW = sX + g.R * XW * 4;
@@ -124,9 +125,10 @@ __global__ void __launch_bounds__(kThreads) conv_stem_fprop_kernel(const ConvArg
       }
     }
 
-    // accumulators (+ bias) -> sO[pixel][channel]
-    const T* bias = static_cast<const T*>(a.bias);
+    // act(accumulators + bias + residual) -> sO[pixel][channel]; pixels past the row and channels past K are
+    // never stored, so their epilogue (and the residual's out-of-bounds read) is skipped
     const int gq = lane / 4, t4 = lane % 4;
+    const int64_t res_base = n * ep.rs[0] + oy * ep.rs[3];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -134,13 +136,16 @@ __global__ void __launch_bounds__(kThreads) conv_stem_fprop_kernel(const ConvArg
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int m = warp * 32 + mt * 16 + gq + 8 * h, ch = nt * 8 + 2 * t4;
-          float v0 = acc[mt][nt][2 * h], v1 = acc[mt][nt][2 * h + 1];
-          if (bias != nullptr) {
-            if (k0 + ch < g.K) v0 += to_acc<float>(bias[k0 + ch]);
-            if (k0 + ch + 1 < g.K) v1 += to_acc<float>(bias[k0 + ch + 1]);
+          float v[2] = {acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]};
+          if (ox0 + m < g.OW) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const int64_t k = k0 + ch + j;
+              if (k < g.K) v[j] = ep.apply(v[j], k, res_base + k * ep.rs[1] + (ox0 + m) * ep.rs[4]);
+            }
           }
-          sO[m * kOutLd + ch] = from_acc<T>(v0);
-          sO[m * kOutLd + ch + 1] = from_acc<T>(v1);
+          sO[m * kOutLd + ch] = from_acc<T>(v[0]);
+          sO[m * kOutLd + ch + 1] = from_acc<T>(v[1]);
         }
     __syncthreads();
 
