@@ -347,10 +347,13 @@ int64_t staged_bwd_grid(int64_t rows, int threads) {
   const int avail = allow_max_dynamic_smem<norm_staged_bwd<T, RMS>>();
   int per_sm = avail >= 0 && bytes <= avail ? resident_per_sm<norm_staged_bwd<T, RMS>>(threads, size_t(bytes)) : 0;
   if (per_sm <= 0) return 0;
-  // The cap: TORCH_DNN_NORM_BWD_BLOCKS when set; else two for float rows (fewer partial rows, and the prefetch keeps
-  // enough bytes in flight: faster at 4K; 16K rows fit two anyway), none for the others (16-bit rows at 4K are
-  // slower with two; docs/norm.md).
-  const int knob = bwd_blocks_cap(), cap = knob > 0 ? knob : std::is_same_v<T, float> ? 2 : 0;
+  // The cap: TORCH_DNN_NORM_BWD_BLOCKS when set; else, for float rows, two blocks or kFloatBwdThreadsPerSm threads
+  // an SM, whichever is more (fewer partial rows, and the prefetch of 256-thread blocks keeps enough bytes in flight:
+  // faster at 4K; 16K rows fit two anyway; short rows, a warp a block, need more blocks to keep loads in flight);
+  // none for the others (16-bit rows at 4K are slower with two; docs/norm.md).
+  constexpr int kFloatBwdThreadsPerSm = 512;
+  const int knob = bwd_blocks_cap();
+  const int cap = knob > 0 ? knob : std::is_same_v<T, float> ? std::max(2, kFloatBwdThreadsPerSm / threads) : 0;
   if (cap > 0) per_sm = std::min(per_sm, cap);
   return balanced_grid(rows, int64_t(sm_count()) * per_sm);
 }
