@@ -118,7 +118,7 @@ def _skinny_case(m, kn, dtype, group):
 
 def _weight_grad_case(tokens, n_out, n_in, dtype, group):
     """A linear layer's weight gradient dW = dY.T @ X over many tokens (K) with a small weight (few output tiles):
-    the LLaMA-style projections of a 4k-token batch."""
+    the projections of the 4k-context LLaMA (8192 tokens, 512 wide) and of a ViT-B / BERT-base batch (3152, 768)."""
     es = torch.empty((), dtype=dtype).element_size()
     return Case("matmul", f"weight grad {n_out}x{n_in} over {tokens} tokens {_short(dtype)}",
                 lambda: (_rand((tokens, n_out), dtype), _rand((tokens, n_in), dtype)),
@@ -137,7 +137,9 @@ def cases(quick: bool = False):
     for m in ((64,) if quick else (16, 64, 256)):
         for kn in ((4096,) if quick else (4096, 16384)):
             out.append(_skinny_case(m, kn, torch.bfloat16, "skinny linear bf16"))
-    for n_out, n_in in (((512, 512),) if quick else ((128, 512), (512, 512), (1536, 512), (512, 1536))):
-        out.append(_weight_grad_case(8192, n_out, n_in, torch.bfloat16, "weight gradient bf16 (few tiles, long K)"))
+    wgrad_shapes = [(8192, 512, 512)] if quick else [(8192, 128, 512), (8192, 512, 512), (8192, 1536, 512),
+                                                     (8192, 512, 1536), (3152, 768, 768), (3152, 3072, 768)]
+    for tokens, n_out, n_in in wgrad_shapes:
+        out.append(_weight_grad_case(tokens, n_out, n_in, torch.bfloat16, "weight gradient bf16 (few tiles, long K)"))
     out.append(_gemm_case(8192, 8192, 8192, torch.float32, "fp32 (TF32 on)", tf32=True))
     return out
