@@ -105,3 +105,35 @@ def test_benchmark_runner_lists_each_case_file():
                   if f.startswith("cases_") and f.endswith(".py")}
     assert case_files == set(BENCH)
     assert all(BENCH[n].__name__ == f"benchmarks.cases_{n}" and callable(BENCH[n].cases) for n in BENCH)
+
+
+def _knobs_read_by_the_code():
+    """The TORCH_DNN_* environment variables the product reads (quoted names in csrc/ and torch_dnn/; the build's
+    macros are never quoted)."""
+    import re
+
+    found = set()
+    for top in ("csrc", "torch_dnn"):
+        for folder, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith((".cu", ".cuh", ".h", ".cpp", ".py")):
+                    with open(os.path.join(folder, f), errors="ignore") as fh:
+                        found |= set(re.findall(r'"(TORCH_DNN_[A-Z0-9_]+)', fh.read()))
+    return found
+
+
+def test_every_knob_has_a_row_in_a_knob_table():
+    """Each run-time knob is documented where its family's knobs are: a row of a docs/*.md (or README) table that
+    starts with its name."""
+    import glob
+    import re
+
+    rows = set()
+    for path in glob.glob(os.path.join(ROOT, "docs", "*.md")) + [os.path.join(ROOT, "README.md")]:
+        with open(path) as fh:
+            for line in fh:
+                if line.startswith("|"):
+                    rows |= set(re.findall(r"TORCH_DNN_[A-Z0-9_]+", line.split("|")[1]))
+    knobs = _knobs_read_by_the_code()
+    assert len(knobs) > 30, f"found only {sorted(knobs)}: the scan is broken"
+    assert not knobs - rows, f"knobs without a table row: {sorted(knobs - rows)}"
