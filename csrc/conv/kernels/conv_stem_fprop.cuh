@@ -47,8 +47,56 @@ struct Geometry {
   int k_tiles;  // the 1-D grid is k_tiles x (CTAs walking the output tiles), the channel tile fastest
 };
 
+// Copies `count` items into shared memory, the CTA's threads taking items tid, tid + kThreads, ...: kBatch items'
+// global loads issued before any of their stores, so that a thread has kBatch loads in flight rather than one (a
+// shared store after each load would wait for it: a tile's copy was one memory latency an item).
+template <int kBatch, class Load, class Store>
+__device__ __forceinline__ void batched_copy(int count, int tid, Load load, Store store) {
+  for (int base = tid; base < count; base += kBatch * kThreads) {
+    decltype(load(0)) v[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (base + b * kThreads < count) v[b] = load(base + b * kThreads);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (base + b * kThreads < count) store(base + b * kThreads, v[b]);
+  }
+}
+
 template <typename T>
-__global__ void __launch_bounds__(kThreads) conv_stem_fprop_kernel(const ConvArgs a, const Geometry g,
+struct Pixel4 {
+  T c[4];
+};
+
+// The R input rows an output row reads (from input row iy0, column ix0) into sX [R][XW][4]: 4-channel pixels,
+// zeros past C and outside x.
+template <int kBatch, typename T>
+__device__ __forceinline__ void load_input_rows(T* sX, const T* x, const int64_t* xs, const Geometry& g, int R,
+                                                int XW, int64_t n, int64_t iy0, int64_t ix0, int tid) {
+  const T zero = from_acc<T>(0.0f);
+  const T* xn = x + n * xs[0];
+  batched_copy<kBatch>(
+      R * XW, tid,
+      [&](int i) {
+        const int r = i / XW, p = i % XW;
+        const int64_t iy = iy0 + r, ix = ix0 + p;
+        Pixel4<T> v{{zero, zero, zero, zero}};
+        if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W) {
+          const T* px = xn + iy * xs[3] + ix * xs[4];
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if (c < g.C) v.c[c] = px[c * xs[1]];
+        }
+        return v;
+      },
+      [&](int i, const Pixel4<T>& v) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) sX[i * 4 + c] = v.c[c];
+      });
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const ConvArgs a, const Geometry g,
                                                                      const Epilogue<T> ep) {
   T* sX = reinterpret_cast<T*>(direct_smem());
   const int XW = x_width(g.sw), WLD = w_ld(g.R);
@@ -77,20 +125,7 @@ __global__ void __launch_bounds__(kThreads) conv_stem_fprop_kernel(const ConvArg
     const int64_t bw = tile % g.tiles_w, rest = tile / g.tiles_w, oy = rest % g.OH, n = rest / g.OH;
     const int64_t ox0 = bw * kTileM, ix0 = ox0 * g.sw - g.pw, iy0 = oy * g.sh - g.ph;
     __syncthreads();  // the previous tile's reads of sX and sO are done (and, the first time, sW is written)
-    for (int i = tid; i < g.R * XW; i += kThreads) {
-      const int r = i / XW, p = i % XW;
-      const int64_t iy = iy0 + r, ix = ix0 + p;
-      const T zero = from_acc<T>(0.0f);
-      T v[4] = {zero, zero, zero, zero};
-      if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W) {
-        const T* px = x + n * xs[0] + iy * xs[3] + ix * xs[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if (c < g.C) v[c] = px[c * xs[1]];
-      }
-#pragma unroll
-      for (int c = 0; c < 4; ++c) sX[i * 4 + c] = v[c];
-    }
+    load_input_rows<4>(sX, x, xs, g, g.R, XW, n, iy0, ix0, tid);
     __syncthreads();
 
     float acc[2][8][4];

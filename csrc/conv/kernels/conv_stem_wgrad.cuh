@@ -53,28 +53,21 @@ __global__ void __launch_bounds__(kThreads) conv_stem_wgrad_kernel(const ConvArg
     const int64_t bw = tile % g.tiles_w, rest = tile / g.tiles_w, oy = rest % g.OH, n = rest / g.OH;
     const int64_t ox0 = bw * kTileM, ix0 = ox0 * g.sw - g.pw, iy0 = oy * g.sh - g.ph;
     __syncthreads();  // the previous tile's reads are done
-    for (int i = tid; i < R * XW; i += kThreads) {
-      const int r = i / XW, p = i % XW;
-      const int64_t iy = iy0 + r, ix = ix0 + p;
-      T v[4] = {zero, zero, zero, zero};
-      if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W) {
-        const T* px = x + n * xs[0] + iy * xs[3] + ix * xs[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if (c < g.C) v[c] = px[c * xs[1]];
-      }
-#pragma unroll
-      for (int c = 0; c < 4; ++c) sX[i * 4 + c] = v[c];
-    }
+    load_input_rows<4>(sX, x, xs, g, R, XW, n, iy0, ix0, tid);
     // dy's 128 pixels x 64 channels (zeros past the row's end and past K); consecutive threads take dy's
     // consecutive elements: channels where they are innermost, else pixels
     const bool channels_inner = ys[1] == 1;
-    for (int i = tid; i < kTileM * kTileN; i += kThreads) {
-      const int m = channels_inner ? i / kTileN : i % kTileM, ch = channels_inner ? i % kTileN : i / kTileM;
-      T v = zero;
-      if (ox0 + m < g.OW && k0 + ch < g.K) v = dy[n * ys[0] + (k0 + ch) * ys[1] + oy * ys[3] + (ox0 + m) * ys[4]];
-      sDy[m * kOutLd + ch] = v;
-    }
+    const T* dy_row = dy + n * ys[0] + oy * ys[3];
+    batched_copy<8>(
+        kTileM * kTileN, tid,
+        [&](int i) {
+          const int m = channels_inner ? i / kTileN : i % kTileM, ch = channels_inner ? i % kTileN : i / kTileM;
+          return ox0 + m < g.OW && k0 + ch < g.K ? dy_row[(k0 + ch) * ys[1] + (ox0 + m) * ys[4]] : zero;
+        },
+        [&](int i, T v) {
+          const int m = channels_inner ? i / kTileN : i % kTileM, ch = channels_inner ? i % kTileN : i / kTileM;
+          sDy[m * kOutLd + ch] = v;
+        });
     __syncthreads();
     // reduction over the tile's 128 pixels, 16 at a time
     for (int p16 = 0; p16 < kTileM / 16; ++p16) {
