@@ -161,9 +161,9 @@ def test_stem(emu, case, layout):
 @pytest.mark.parametrize("act", ["relu", "silu", "hardswish"])
 @pytest.mark.parametrize("layout", ["ndhwc", "ncdhw"])
 def test_stem_epilogue(emu, act, layout):
-    """conv_bias_act / conv_bias_add_act on the stem kernel: act(conv + bias (+ residual)), a row of 70 output pixels
+    """conv_bias_act / conv_bias_add_act on the stem kernel: act(conv + bias (+ residual)), a row of 38 output pixels
     (a partial tile) and 70 channels (a partial second tile of 64), against float64."""
-    N, C, K, H, W = 2, 3, 70, 9, 139
+    N, C, K, H, W = 2, 3, 70, 9, 75
     for dtype, residual in ((torch.bfloat16, False), (torch.float16, True)):
         gen = torch.Generator().manual_seed(len(act) + 7 * residual)
         x = make((N, C, 1, H, W), dtype, layout, gen)
@@ -187,19 +187,20 @@ def test_stem_wgrad(emu, case, layout):
     """The stem kernel's weight gradient against float64, twice (the split partials summed in a fixed order: the
     same bits)."""
     N, C, K, H, W, ker, stride, pad, _ = case
+    H = min(H, 13)  # at most 7 output rows: still several tiles a CTA (the emulated device has 2 SMs), a shorter run
     for dtype in (torch.bfloat16, torch.float16):
         gen = torch.Generator().manual_seed(hash(case) % 2**31 + 1)
         x = make((N, C, 1, H, W), dtype, layout, gen)
         outs = tuple(out_size(s, k, st, p, 1) for s, k, st, p in zip((H, W), ker, stride, pad))
         dy = make((N, K, 1) + outs, dtype, layout, gen)
         runs = []
-        for _ in range(2):
+        for _ in range(2 if dtype == torch.bfloat16 else 1):
             dw = make((K, C, 1) + ker, dtype, "odd" if layout == "ncdhw" else "ncdhw", gen, fill=float("nan"))
             assert emu.stem_wgrad(dy, x, dw, (1,) + stride, (0,) + pad), "the stem kernel declined"
             runs.append(dw)
         ref = torch.nn.grad.conv3d_weight(x.double(), (K, C, 1) + ker, dy.double(), (1,) + stride, (0,) + pad)
         check_close(f"stem wgrad {case} {dtype} {layout}", runs[0], ref, dtype)
-        assert torch.equal(runs[0], runs[1]), f"stem wgrad {case}: two runs differ"
+        assert all(torch.equal(runs[0], r) for r in runs[1:]), f"stem wgrad {case}: two runs differ"
 
 
 def test_stem_declines(emu):
