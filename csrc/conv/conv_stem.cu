@@ -4,10 +4,10 @@
 // conv_stem_wgrad (kernels/conv_stem_wgrad.cuh): the weight gradient of the same problems, reduced over output
 // pixels split across CTAs, the float partials summed in a fixed order (deterministic).
 //
-// Taken: Float16 / BFloat16; fprop of a 2-D problem (D = T = P = 1), groups 1, no dilation; C <= 4 input
-// channels; kernel rows and columns <= 8; horizontal stride 2 or 4; the forward with conv's epilogue (bias,
-// residual, activation). Else cudaErrorNotSupported (the implicit GEMMs, staged, and the direct kernels follow). Any K (tiles of 64
-// channels, the grid's y), any N, H, W.
+// Taken: Float16 / BFloat16; a 2-D problem (D = T = P = 1), groups 1, no dilation; C <= 4 input channels; kernel
+// rows and columns <= 8 (the weight gradient: 3, 4, 5 or 7 rows); horizontal stride 2 or 4; the forward with conv's
+// epilogue (bias, residual, activation). Else cudaErrorNotSupported (the implicit GEMMs, staged, and the direct
+// kernels follow). Any K (tiles of 64 channels), any N, H, W.
 #include <algorithm>
 
 #include "common/cuda/device.cuh"
