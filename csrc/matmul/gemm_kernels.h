@@ -58,6 +58,7 @@ struct GemmArgs {
 struct Sm90Plan {
   int kind = 0;         // the kernel (gemm_sm90.cu's Kind); 0: the path cannot take the problem
   bool skinny = false;  // the skinny kernels of gemm_sm90_skinny.cu (x @ w.T, M <= 256)
+  int splits = 0;       // the split-K d_weight kernel's K splits (gemm_sm90.cu's tt_splits); 0 for the others
   bool ok() const { return kind != 0; }
 };
 Sm90Plan gemm_sm90_plan(const GemmArgs& a);

@@ -99,14 +99,9 @@ int tt_splits(const GemmArgs& a) {
   return int(std::max<int64_t>(s, 1));
 }
 
-// TtStreamK's splits at run time: the rule, or TORCH_DNN_SM90_TT_SPLITS=n (n splits; -1: CUTLASS's stream-K
-// heuristic), a measurement knob read at every call.
-int tt_splits_run(const GemmArgs& a) {
-  const int e = env::get_int("TORCH_DNN_SM90_TT_SPLITS", 0);
-  return e > 0 ? e : e < 0 ? 0 : tt_splits(a);
-}
-
-Kind choose(const GemmArgs& a) {
+// The kernel a problem takes; `splits`: TtStreamK's K splits (tt_splits), else 0.
+Kind choose(const GemmArgs& a, int& splits) {
+  splits = 0;
   Layout l;
   if (!layout_of(a, &l)) return Kind::None;
   if (a.dtype == DType::Float32) {
@@ -119,7 +114,13 @@ Kind choose(const GemmArgs& a) {
   const int64_t tiles = ((a.M + 127) / 128) * ((a.N + 255) / 256) * a.batch;
   const int sms = sm_count_or_h100();
   // d_weight: split K where the 128x128 tiles leave at least half the SMs idle (tt_splits() >= 2), else the big tile
-  if (l == Layout::TT) return a.preact ? Kind::None : tt_splits(a) > 1 ? Kind::TtStreamK : Kind::TtBig;
+  if (l == Layout::TT) {
+    if (a.preact) return Kind::None;
+    const int s = tt_splits(a);
+    if (s < 2) return Kind::TtBig;
+    splits = s;
+    return Kind::TtStreamK;
+  }
   if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && skinny_enabled())
     return Kind::TnSkinny;
   if (tiles < sms) return Kind::TnStreamK;
@@ -177,11 +178,13 @@ Sm90Plan gemm_sm90_plan(const GemmArgs& a) {
   // TF32 only with a pre-rounded operand (tf32_rounded, see round_to_tf32): wgmma truncates fp32 operands to
   // TF32, which gives several times cuBLAS's TF32 error, past the error-ratio rule.
   if (a.dtype == DType::Float32 && !a.tf32_rounded) return p;
-  const Kind k = choose(a);
+  int splits = 0;
+  const Kind k = choose(a, splits);
   if (k == Kind::None || !operands_fit(a)) return p;
   static_assert(int(Kind::None) == 0, "Sm90Plan::kind 0 means none");
   p.kind = int(k);
   p.skinny = k == Kind::TnSkinny;
+  p.splits = splits;
   return p;
 }
 
@@ -189,7 +192,11 @@ cudaError_t gemm_sm90(const GemmArgs& a, const Sm90Plan& plan, const WorkspaceSo
   if (!plan.ok()) return cudaErrorNotSupported;
   const Kind k = Kind(plan.kind);
   if (k == Kind::TnSkinny) return run_skinny(a, workspace, stream);
-  const int splits = k == Kind::TtStreamK ? tt_splits_run(a) : 0;
+  int splits = plan.splits;
+  if (k == Kind::TtStreamK) {  // TORCH_DNN_SM90_TT_SPLITS=n: n splits, -1: CUTLASS's stream-K heuristic (measurement)
+    const int e = env::get_int("TORCH_DNN_SM90_TT_SPLITS", 0);
+    if (e != 0) splits = e > 0 ? e : 0;
+  }
   return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, stream, splits); });
 }
 
