@@ -41,28 +41,38 @@ bool stem_geometry(const ConvArgs& a, stem::Geometry& sg) {
 
 }  // namespace
 
-cudaError_t conv_stem_fprop(const ConvArgs& a, cudaStream_t stream) {
-  stem::Geometry sg;
-  if (!stem_geometry(a, sg)) return cudaErrorNotSupported;
-  if (sg.tiles == 0 || sg.K == 0) return cudaSuccess;
-  const int64_t k_tiles = sg.k_tiles;
+namespace {
+
+template <typename T, bool kFused>
+cudaError_t conv_stem_fprop_t(const ConvArgs& a, const stem::Geometry& sg, cudaStream_t stream) {
   const int smem = stem::smem_bytes(sg.R, sg.sw);
 #if defined(TORCH_DNN_EMULATE_CUDA)
   const int allowed = smem;  // the emulation's shared memory is a host buffer of any size
 #else
-  const int allowed = a.dtype == DType::Float16 ? allow_max_dynamic_smem<stem::conv_stem_fprop_kernel<__half>>()
-                                                : allow_max_dynamic_smem<stem::conv_stem_fprop_kernel<__nv_bfloat16>>();
+  const int allowed = allow_max_dynamic_smem<stem::conv_stem_fprop_kernel<T, kFused>>();
 #endif
   if (smem > allowed) return cudaErrorNotSupported;
   // a few CTAs a SM in all, each keeping its channels' weights over many output tiles
-  const int64_t slots = std::max<int64_t>(1, std::min<int64_t>(sg.tiles, int64_t(sm_count()) * 3 / k_tiles));
-  if (a.dtype == DType::Float16)
-    launch_direct(stem::conv_stem_fprop_kernel<__half>, slots * k_tiles, stem::kThreads, smem, stream, a, sg,
-                  make_epilogue<__half>(a));
-  else
-    launch_direct(stem::conv_stem_fprop_kernel<__nv_bfloat16>, slots * k_tiles, stem::kThreads, smem, stream, a, sg,
-                  make_epilogue<__nv_bfloat16>(a));
+  const int64_t slots = std::max<int64_t>(1, std::min<int64_t>(sg.tiles, int64_t(sm_count()) * 3 / sg.k_tiles));
+  launch_direct(stem::conv_stem_fprop_kernel<T, kFused>, slots * sg.k_tiles, stem::kThreads, smem, stream, a, sg,
+                make_epilogue<T>(a));
   return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t conv_stem_fprop_dtype(const ConvArgs& a, const stem::Geometry& sg, cudaStream_t stream) {
+  const bool fused = a.residual.ptr != nullptr || a.act != Act::Identity;
+  return fused ? conv_stem_fprop_t<T, true>(a, sg, stream) : conv_stem_fprop_t<T, false>(a, sg, stream);
+}
+
+}  // namespace
+
+cudaError_t conv_stem_fprop(const ConvArgs& a, cudaStream_t stream) {
+  stem::Geometry sg;
+  if (!stem_geometry(a, sg)) return cudaErrorNotSupported;
+  if (sg.tiles == 0 || sg.K == 0) return cudaSuccess;
+  return a.dtype == DType::Float16 ? conv_stem_fprop_dtype<__half>(a, sg, stream)
+                                   : conv_stem_fprop_dtype<__nv_bfloat16>(a, sg, stream);
 }
 
 // The stem's weight gradient: a.x (x), a.y (dy) read, a.w (dw) written.

@@ -95,7 +95,11 @@ __device__ __forceinline__ void load_input_rows(T* sX, const T* x, const int64_t
       });
 }
 
-template <typename T>
+// kFused: the epilogue adds a residual or applies an activation (conv_bias_act, conv_bias_add_act); without it
+// only the bias is added. Two instantiations because the general epilogue (a runtime activation switch and a
+// residual read for each of a thread's 64 outputs) slowed the plain convolution by a third, and its loads take the
+// batched copy, which won back part of that only where the epilogue is there (docs/conv.md, "The stem kernels").
+template <typename T, bool kFused>
 __global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const ConvArgs a, const Geometry g,
                                                                      const Epilogue<T> ep) {
   T* sX = reinterpret_cast<T*>(direct_smem());
@@ -125,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const Conv
     const int64_t bw = tile % g.tiles_w, rest = tile / g.tiles_w, oy = rest % g.OH, n = rest / g.OH;
     const int64_t ox0 = bw * kTileM, ix0 = ox0 * g.sw - g.pw, iy0 = oy * g.sh - g.ph;
     __syncthreads();  // the previous tile's reads of sX and sO are done (and, the first time, sW is written)
-    load_input_rows<4>(sX, x, xs, g, g.R, XW, n, iy0, ix0, tid);
+    load_input_rows<kFused ? 4 : 1>(sX, x, xs, g, g.R, XW, n, iy0, ix0, tid);
     __syncthreads();
 
     float acc[2][8][4];
@@ -172,12 +176,18 @@ __global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const Conv
         for (int h = 0; h < 2; ++h) {
           const int m = warp * 32 + mt * 16 + gq + 8 * h, ch = nt * 8 + 2 * t4;
           float v[2] = {acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]};
-          if (ox0 + m < g.OW) {
+          if constexpr (kFused) {
+            if (ox0 + m < g.OW) {
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const int64_t k = k0 + ch + j;
-              if (k < g.K) v[j] = ep.apply(v[j], k, res_base + k * ep.rs[1] + (ox0 + m) * ep.rs[4]);
+              for (int j = 0; j < 2; ++j) {
+                const int64_t k = k0 + ch + j;
+                if (k < g.K) v[j] = ep.apply(v[j], k, res_base + k * ep.rs[1] + (ox0 + m) * ep.rs[4]);
+              }
             }
+          } else if (ep.bias != nullptr) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+              if (k0 + ch + j < g.K) v[j] += to_acc<float>(ep.bias[k0 + ch + j]);
           }
           sO[m * kOutLd + ch] = from_acc<T>(v[0]);
           sO[m * kOutLd + ch + 1] = from_acc<T>(v[1]);
