@@ -350,10 +350,14 @@ int64_t staged_bwd_grid(int64_t rows, int threads) {
   // The cap: TORCH_DNN_NORM_BWD_BLOCKS when set; else, for float rows, two blocks or kFloatBwdThreadsPerSm threads
   // an SM, whichever is more (fewer partial rows, and the prefetch of 256-thread blocks keeps enough bytes in flight:
   // faster at 4K; 16K rows fit two anyway; short rows, a warp a block, need more blocks to keep loads in flight);
-  // none for the others (16-bit rows at 4K are slower with two; docs/norm.md).
-  constexpr int kFloatBwdThreadsPerSm = 512;
+  // for 16-bit rows of one warp (N <= 512) kHalfWarpBlocksPerSm (fewer blocks than fit: fewer partial rows to sum);
+  // none for the other 16-bit rows (at 4K they are slower with two; docs/norm.md).
+  constexpr int kFloatBwdThreadsPerSm = 512, kHalfWarpBlocksPerSm = 8;
   const int knob = bwd_blocks_cap();
-  const int cap = knob > 0 ? knob : std::is_same_v<T, float> ? std::max(2, kFloatBwdThreadsPerSm / threads) : 0;
+  const int cap = knob > 0                        ? knob
+                  : std::is_same_v<T, float>      ? std::max(2, kFloatBwdThreadsPerSm / threads)
+                  : sizeof(T) == 2 && threads == 32 ? kHalfWarpBlocksPerSm
+                                                    : 0;
   if (cap > 0) per_sm = std::min(per_sm, cap);
   return balanced_grid(rows, int64_t(sm_count()) * per_sm);
 }
