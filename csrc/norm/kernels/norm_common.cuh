@@ -85,7 +85,7 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 //   TORCH_DNN_NORM_FWD_GRID=waves      block forward: the persistent grid of 4 waves; =rows a block per row
 //   (unset: the measured defaults below)
 //   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows;
-//                                      unset: two for float rows, the occupancy limit for the others)
+//                                      unset: staged_bwd_grid's caps by dtype and block size)
 // The block forward's defaults, measured (docs/norm.md): one reduction and a block per row, except fp16 LayerNorm
 // (below). bf16 rows are read as packed words (elem_acc), and every row length takes the block kernel. Each knob,
 // when set, forces its choice:
