@@ -141,6 +141,19 @@ int64_t item_grid(const DwParams& p) {
   return int64_t(p.chunks) * std::min<int64_t>(blocks, kMaxGrid / p.chunks);
 }
 
+// wgrad's slices of the items: two full waves of resident blocks over the R x chunks (filter row, channel chunk)
+// pairs, rounded down (every block takes the same items, so a block past the resident slots would run alone in a
+// further wave: 30 slices of 18 pairs on 132 SMs x 2 blocks made a third wave of 12 blocks), each item lane with at
+// least 4 items. One slice where the pairs fill the waves alone.
+template <auto Kernel>
+int64_t wgrad_splits(const DwParams& p, int64_t pairs) {
+  const int64_t per_sm = std::max(resident_per_sm<Kernel>(kDwThreads), 1);
+  const int64_t target = per_sm * sm_count() * 2;
+  const int64_t by = kDwThreads / p.bx;
+  if (pairs >= target) return 1;
+  return std::max<int64_t>(1, std::min<int64_t>(target / pairs, int64_t(p.items) / (by * 4)));
+}
+
 // Calls f(dw_int<KS>, dw_int<STR>) for the compile-time width and stride (0, 0: run-time loops).
 template <class F>
 void dispatch_width(int ks, int str, F&& f) {
@@ -254,41 +267,37 @@ cudaError_t depthwise_wgrad(const ConvArgs& args, cudaStream_t stream) {
       const int V = vec ? VV : 1;
       p.bx = lanes_for(g.K, V, a.y.stride[1]);
       if (!finish_plan<A>(p, g.K, V, g.out[1], g.out[2], 0, 0, false)) return;
-      // slices: enough blocks for about 4 a SM, each item lane with at least 4 items
       const int64_t base = int64_t(p.R) * p.chunks;
-      const int64_t by = kDwThreads / p.bx;
-      const int64_t target = int64_t(sm_count()) * 4;
-      int64_t splits = 1;
-      if (base < target)
-        splits = std::max<int64_t>(1, std::min<int64_t>((target + base - 1) / base, int64_t(p.items) / (by * 4)));
-      A* partial = nullptr;
-      const int64_t RS = int64_t(p.R) * p.S;
-      if (splits > 1) {
-        partial = static_cast<A*>(a.workspace.get(splits * g.K * RS * int64_t(sizeof(A))));
-        if (partial == nullptr) splits = 1;
-      }
-      if (base * splits >= (int64_t(1) << 31)) return;
-      const int64_t grid = std::min<int64_t>(base * splits, kMaxGrid);
+      if (base >= (int64_t(1) << 31)) return;
       const T* dy = static_cast<const T*>(a.y.ptr);
       const T* x = static_cast<const T*>(a.x.ptr);
       T* dw = static_cast<T*>(a.w.ptr);
+      const int64_t RS = int64_t(p.R) * p.S;
       auto go = [&](auto v) {
         constexpr int VC = decltype(v)::value;
         dispatch_width(fixed_width(g), int(g.stride[2]), [&](auto k, auto s) {
           constexpr int KS = decltype(k)::value, STR = decltype(s)::value;
-          if constexpr (KS != 0)
-            launch_direct(conv_depthwise_wgrad<T, VC, KS, STR>, grid, kDwThreads, 0, stream, p, dy, x, partial, dw,
-                          VC > 1 && m == 1, int(splits));
+          if constexpr (KS != 0) {
+            constexpr auto kernel = conv_depthwise_wgrad<T, VC, KS, STR>;
+            int64_t splits = wgrad_splits<kernel>(p, base);
+            A* partial = nullptr;
+            if (splits > 1) {
+              partial = static_cast<A*>(a.workspace.get(splits * g.K * RS * int64_t(sizeof(A))));
+              if (partial == nullptr) splits = 1;
+            }
+            const int64_t grid = std::min<int64_t>(base * splits, kMaxGrid);
+            launch_direct(kernel, grid, kDwThreads, 0, stream, p, dy, x, partial, dw, VC > 1 && m == 1, int(splits));
+            if (splits > 1) {
+              const int64_t count = g.K * RS;
+              const int64_t sgrid = std::min<int64_t>((count + kGenericThreads - 1) / kGenericThreads, kMaxGrid);
+              launch_direct(conv_wgrad_sum_splits<T>, sgrid, kGenericThreads, 0, stream,
+                            static_cast<const A*>(partial), splits, g.K, int64_t(1), g.ker[1], g.ker[2], RS, a.w);
+            }
+          }
         });
       };
       if (vec) go(dw_int<VV>{});
       else go(dw_int<1>{});
-      if (splits > 1) {
-        const int64_t count = g.K * RS;
-        const int64_t sgrid = std::min<int64_t>((count + kGenericThreads - 1) / kGenericThreads, kMaxGrid);
-        launch_direct(conv_wgrad_sum_splits<T>, sgrid, kGenericThreads, 0, stream, static_cast<const A*>(partial),
-                      splits, g.K, int64_t(1), g.ker[1], g.ker[2], RS, a.w);
-      }
       result = cudaGetLastError();
     }
   });

@@ -121,9 +121,13 @@ void dgrad(const at::Tensor& dy, const at::Tensor& w, const at::Tensor& dx, at::
   check(conv_direct_dgrad(make_args(dx, w, dy, stride, pad, dil, groups, false), nullptr));
 }
 
-void wgrad(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& dw, at::IntArrayRef stride,
-           at::IntArrayRef pad, at::IntArrayRef dil, int64_t groups, bool workspace) {
+// Returns the workspace bytes the launch asked for (a split reduction's partial sums).
+int64_t wgrad(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& dw, at::IntArrayRef stride,
+              at::IntArrayRef pad, at::IntArrayRef dil, int64_t groups, bool workspace) {
   check(conv_direct_wgrad(make_args(x, dw, dy, stride, pad, dil, groups, workspace), nullptr));
+  int64_t bytes = 0;
+  for (const at::Tensor& t : scratch()) bytes += t.numel();
+  return bytes;
 }
 
 void bias_grad(const at::Tensor& dy, const at::Tensor& db, bool workspace) {
@@ -147,7 +151,7 @@ TORCH_LIBRARY(torch_dnn_conv_emu, m) {
   m.def("stem_wgrad(Tensor dy, Tensor x, Tensor(a!) dw, int[] stride, int[] pad) -> bool");
   m.def("dgrad(Tensor dy, Tensor w, Tensor(a!) dx, int[] stride, int[] pad, int[] dil, int groups) -> ()");
   m.def("wgrad(Tensor dy, Tensor x, Tensor(a!) dw, int[] stride, int[] pad, int[] dil, int groups, "
-        "bool workspace) -> ()");
+        "bool workspace) -> int");
   m.def("bias_grad(Tensor dy, Tensor(a!) db, bool workspace) -> ()");
 }
 
