@@ -130,13 +130,14 @@ bool finish_plan(DwParams& p, int64_t channels, int V, int64_t rows, int64_t col
   return true;
 }
 
-// Blocks: chunks x item blocks, about 8 blocks a SM over all chunks (2 resident a SM at 100-166 registers a
-// thread, so four waves), never more than the items need: each thread then takes several items, which spreads
-// the block's weight staging over them.
+// Blocks: chunks x item blocks, at most 8 blocks a SM over all chunks (2 resident a SM at 100-166 registers a
+// thread, so four waves; rounded down, as a block past them would make a fifth wave alone: every block takes the
+// same items), never more than the items need: each thread then takes several items, which spreads the block's
+// weight staging over them.
 int64_t item_grid(const DwParams& p) {
   const int64_t by = kDwThreads / p.bx;
   const int64_t need = (int64_t(p.items) + by - 1) / by;
-  const int64_t cap = std::max<int64_t>(1, (int64_t(sm_count()) * 8 + p.chunks - 1) / p.chunks);
+  const int64_t cap = std::max<int64_t>(1, int64_t(sm_count()) * 8 / p.chunks);
   const int64_t blocks = std::max<int64_t>(1, std::min(need, cap));
   return int64_t(p.chunks) * std::min<int64_t>(blocks, kMaxGrid / p.chunks);
 }
