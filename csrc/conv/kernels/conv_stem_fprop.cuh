@@ -97,8 +97,8 @@ __device__ __forceinline__ void load_input_rows(T* sX, const T* x, const int64_t
 
 // kFused: the epilogue adds a residual or applies an activation (conv_bias_act, conv_bias_add_act); without it
 // only the bias is added. Two instantiations because the general epilogue (a runtime activation switch and a
-// residual read for each of a thread's 64 outputs) slowed the plain convolution by a third, and its loads take the
-// batched copy, which won back part of that only where the epilogue is there (docs/conv.md, "The stem kernels").
+// residual read for each of a thread's 64 outputs) made the plain convolution slower, and the batched copy of the
+// input rows won back part of that only where the epilogue is there (docs/conv.md, the Stem path).
 template <typename T, bool kFused>
 __global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const ConvArgs a, const Geometry g,
                                                                      const Epilogue<T> ep) {
