@@ -77,9 +77,13 @@ struct Epilogue {
   // act(acc + bias[k] + residual[offset]), in the accumulation type.
   __device__ __forceinline__ A apply(A acc, int64_t k, int64_t res_offset) const {
     if (bias != nullptr) acc += to_acc<A>(bias[k]);
-    if (res != nullptr) acc += to_acc<A>(res[res_offset]);
-    if (act != 0) acc = apply_act_runtime<A, kFastMath<T>>(act, acc, a, b);
-    return acc;
+    return add_res_act(acc, res_offset);
+  }
+  // act(v + residual[offset]): the epilogue after the bias.
+  __device__ __forceinline__ A add_res_act(A v, int64_t res_offset) const {
+    if (res != nullptr) v += to_acc<A>(res[res_offset]);
+    if (act != 0) v = apply_act_runtime<A, kFastMath<T>>(act, v, a, b);
+    return v;
   }
 };
 

@@ -95,10 +95,17 @@ __device__ __forceinline__ void load_input_rows(T* sX, const T* x, const int64_t
       });
 }
 
-// kFused: the epilogue adds a residual or applies an activation (conv_bias_act, conv_bias_add_act); without it
-// only the bias is added. Two instantiations because the general epilogue (a runtime activation switch and a
-// residual read for each of a thread's 64 outputs) made the plain convolution slower, and the batched copy of the
-// input rows won back part of that only where the epilogue is there (docs/conv.md, the Stem path).
+// The fused epilogue of one stored element: act(v + residual) at (n, channel k, output row oy, column ox).
+template <typename T>
+__device__ __forceinline__ T finish_output(const Epilogue<T>& ep, T v, int64_t n, int64_t oy, int64_t k, int64_t ox) {
+  return from_acc<T>(ep.add_res_act(to_acc<float>(v), n * ep.rs[0] + k * ep.rs[1] + oy * ep.rs[3] + ox * ep.rs[4]));
+}
+
+// kFused: the epilogue adds a residual or applies an activation (conv_bias_act, conv_bias_add_act), in the loop that
+// stores the staged tile (once an element, after the bias-added sum is rounded to T in sO: as the unfused
+// composition rounds the convolution's output); without it only the bias is added. Two instantiations because the
+// general epilogue applied to a thread's 64 accumulators, unrolled, made even the plain convolution slower
+// (docs/conv.md, the Stem path).
 template <typename T, bool kFused>
 __global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const ConvArgs a, const Geometry g,
                                                                      const Epilogue<T> ep) {
@@ -129,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const Conv
     const int64_t bw = tile % g.tiles_w, rest = tile / g.tiles_w, oy = rest % g.OH, n = rest / g.OH;
     const int64_t ox0 = bw * kTileM, ix0 = ox0 * g.sw - g.pw, iy0 = oy * g.sh - g.ph;
     __syncthreads();  // the previous tile's reads of sX and sO are done (and, the first time, sW is written)
-    load_input_rows<kFused ? 4 : 1>(sX, x, xs, g, g.R, XW, n, iy0, ix0, tid);
+    load_input_rows<1>(sX, x, xs, g, g.R, XW, n, iy0, ix0, tid);
     __syncthreads();
 
     float acc[2][8][4];
@@ -164,10 +171,8 @@ __global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const Conv
       }
     }
 
-    // act(accumulators + bias + residual) -> sO[pixel][channel]; pixels past the row and channels past K are
-    // never stored, so their epilogue (and the residual's out-of-bounds read) is skipped
+    // accumulators + bias -> sO[pixel][channel]
     const int gq = lane / 4, t4 = lane % 4;
-    const int64_t res_base = n * ep.rs[0] + oy * ep.rs[3];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -176,15 +181,7 @@ __global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const Conv
         for (int h = 0; h < 2; ++h) {
           const int m = warp * 32 + mt * 16 + gq + 8 * h, ch = nt * 8 + 2 * t4;
           float v[2] = {acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]};
-          if constexpr (kFused) {
-            if (ox0 + m < g.OW) {
-#pragma unroll
-              for (int j = 0; j < 2; ++j) {
-                const int64_t k = k0 + ch + j;
-                if (k < g.K) v[j] = ep.apply(v[j], k, res_base + k * ep.rs[1] + (ox0 + m) * ep.rs[4]);
-              }
-            }
-          } else if (ep.bias != nullptr) {
+          if (ep.bias != nullptr) {
 #pragma unroll
             for (int j = 0; j < 2; ++j)
               if (k0 + ch + j < g.K) v[j] += to_acc<float>(ep.bias[k0 + ch + j]);
@@ -203,13 +200,22 @@ __global__ void __launch_bounds__(kThreads, 3) conv_stem_fprop_kernel(const Conv
     if (vec) {
       for (int i = tid; i < kTileM * (kTileN / 8); i += kThreads) {
         const int m = i / (kTileN / 8), c8 = (i % (kTileN / 8)) * 8;
-        if (ox0 + m < g.OW && c8 < kn)
-          *reinterpret_cast<uint4*>(yrow + (ox0 + m) * ys[4] + k0 + c8) =
-              *reinterpret_cast<const uint4*>(sO + m * kOutLd + c8);
+        if (ox0 + m < g.OW && c8 < kn) {
+          T* run = sO + m * kOutLd + c8;  // this thread's alone in this loop: finished in place
+          if constexpr (kFused) {
+#pragma unroll 1
+            for (int j = 0; j < 8; ++j) run[j] = finish_output(ep, run[j], n, oy, k0 + c8 + j, ox0 + m);
+          }
+          *reinterpret_cast<uint4*>(yrow + (ox0 + m) * ys[4] + k0 + c8) = *reinterpret_cast<const uint4*>(run);
+        }
       }
     } else if (ox0 + tid < g.OW) {
       T* py = yrow + (ox0 + tid) * ys[4] + k0 * ys[1];
-      for (int c = 0; c < kn; ++c) py[c * ys[1]] = sO[tid * kOutLd + c];
+      for (int c = 0; c < kn; ++c) {
+        const T v = sO[tid * kOutLd + c];
+        if constexpr (kFused) py[c * ys[1]] = finish_output(ep, v, n, oy, k0 + c, ox0 + tid);
+        else py[c * ys[1]] = v;
+      }
     }
   }
 }
