@@ -164,6 +164,7 @@ __global__ void __launch_bounds__(256, 1)
       const uint64_t off_q = ((kk / 4) * BQ * 128 + (kk % 4) * 32) >> 4;
       Wgmma<BQ, T>::ss(sc, k_desc + off_k, qd + off_q, kk > 0);
     }
+    wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint64_t off_k = ((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4;
@@ -171,9 +172,10 @@ __global__ void __launch_bounds__(256, 1)
       Wgmma<BQ, T>::ss(dp, v_desc + off_k, dod + off_q, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    // S^T, dP^T and dV, dK are separate groups, so that this warpgroup's exponentials run while its dP^T is in
+    // flight and dS^T while dV is (groups complete in order: wait<1> is the older one landed)
+    wgmma_wait<1>();
     wgmma_fence_operand(sc);
-    wgmma_fence_operand(dp);
 
     const int64_t i0 = q_lo + int64_t(it % nq) * BQ;
     if (i0 < full_qlo || i0 + BQ > full_qhi) sm90_mask_cols<BQ>(sc, lo, hi, i0 + 2 * quad);
@@ -183,25 +185,36 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int j = 0; j < BQ / 8; ++j) {
       const float2 l = *reinterpret_cast<const float2*>(l2 + 8 * j + 2 * quad);
-      const float2 d = *reinterpret_cast<const float2*>(dsv + 8 * j + 2 * quad);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i = 4 * j + 2 * r;
-        const float p0 = td_exp2_fast(fmaf(sc[i], scale_log2, -l.x));
-        const float p1 = td_exp2_fast(fmaf(sc[i + 1], scale_log2, -l.y));
-        const float ds0 = p0 * (dp[i] - d.x), ds1 = p1 * (dp[i + 1] - d.y);
+        sc[i] = td_exp2_fast(fmaf(sc[i], scale_log2, -l.x));  // sc holds P^T from here
+        sc[i + 1] = td_exp2_fast(fmaf(sc[i + 1], scale_log2, -l.y));
         // accumulator chunk j, row half r -> A operand k-step j / 2, register (j % 2) * 2 + r
-        pa[j / 2][(j % 2) * 2 + r] = sm90_pack(p0, p1, static_cast<T*>(nullptr));
-        da[j / 2][(j % 2) * 2 + r] = sm90_pack(ds0, ds1, static_cast<T*>(nullptr));
+        pa[j / 2][(j % 2) * 2 + r] = sm90_pack(sc[i], sc[i + 1], static_cast<T*>(nullptr));
       }
     }
 
     const uint64_t qmn = st_mndesc + s * kStageStep, domn = qmn + kDoStep;
     wgmma_fence_operand(dv);
-    wgmma_fence_operand(dk);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk) Wgmma<D, T>::rs(dv, pa[kk], domn + ((kk * 16 * 128) >> 4));
+    wgmma_commit();
+    wgmma_wait<1>();  // dP^T landed; dV may still run
+    wgmma_fence_operand(dp);
+#pragma unroll
+    for (int j = 0; j < BQ / 8; ++j) {
+      const float2 d = *reinterpret_cast<const float2*>(dsv + 8 * j + 2 * quad);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 4 * j + 2 * r;
+        da[j / 2][(j % 2) * 2 + r] =
+            sm90_pack(sc[i] * (dp[i] - d.x), sc[i + 1] * (dp[i + 1] - d.y), static_cast<T*>(nullptr));
+      }
+    }
+    wgmma_fence_operand(dk);
+    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BQ / 16; ++kk) Wgmma<D, T>::rs(dk, da[kk], qmn + ((kk * 16 * 128) >> 4));
     wgmma_commit();
@@ -319,6 +332,7 @@ __global__ void __launch_bounds__(256, 1)
       const uint64_t off_n = ((kk / 4) * BN * 128 + (kk % 4) * 32) >> 4;
       Wgmma<BN, T>::ss(sc, q_desc + off_m, k_desc + s * kStageStep + off_n, kk > 0);
     }
+    wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint64_t off_m = ((kk / 4) * BM * 128 + (kk % 4) * 32) >> 4;
@@ -326,22 +340,23 @@ __global__ void __launch_bounds__(256, 1)
       Wgmma<BN, T>::ss(dp, do_desc + off_m, v_desc + s * kStageStep + off_n, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // S landed; the exponentials run while dP is in flight
     wgmma_fence_operand(sc);
-    wgmma_fence_operand(dp);
 
     const int64_t n0 = n_lo + int64_t(t) * BN;
     if (qt.needs_mask(n0, BN)) sm90_mask_cols<BN>(sc, lo, hi, n0 + 2 * quad);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) sc[i] = td_exp2_fast(fmaf(sc[i], scale_log2, -lse2[(i / 2) % 2]));  // P
+    wgmma_wait<0>();
+    wgmma_fence_operand(dp);
     uint32_t da[BN / 16][4];
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i = 4 * j + 2 * r;
-        const float p0 = td_exp2_fast(fmaf(sc[i], scale_log2, -lse2[r]));
-        const float p1 = td_exp2_fast(fmaf(sc[i + 1], scale_log2, -lse2[r]));
         da[j / 2][(j % 2) * 2 + r] =
-            sm90_pack(p0 * (dp[i] - dsum[r]), p1 * (dp[i + 1] - dsum[r]), static_cast<T*>(nullptr));
+            sm90_pack(sc[i] * (dp[i] - dsum[r]), sc[i + 1] * (dp[i + 1] - dsum[r]), static_cast<T*>(nullptr));
       }
 
     wgmma_fence_operand(dq);
