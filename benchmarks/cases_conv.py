@@ -1,5 +1,5 @@
-"""Benchmark cases of the convolution family (TFLOP/s): ResNet-50's distinct convolutions and a MobileNet-style
-depthwise 3x3, N = 64, bf16, channels_last, forward alone and forward+backward (autograd: d_input, d_weight), and
+"""Benchmark cases of the convolution family (TFLOP/s): ResNet-50's distinct convolutions and MobileNet/EfficientNet
+depthwise layers (3x3, 5x5/2; their input and weight gradients also one by one), N = 64, bf16, channels_last, forward alone and forward+backward (autograd: d_input, d_weight), and
 the fused conv_bias_act(relu) / conv_bias_add_act(relu) forwards at ResNet-50's layers,
 against F.conv2d (cuDNN, torch.backends.cudnn.benchmark = True, as issue 36's targets are measured) and its
 torch.compile. FLOPs are the convolution's multiply-adds x 2 (x 3 for forward+backward: dgrad and wgrad each
@@ -23,6 +23,7 @@ LAYERS = [
     ("1x1/2 1024->2048 @14", 1024, 2048, 1, 2, 0, 14, 1),
     ("7x7/2 stem 3->64 @224", 3, 64, 7, 2, 3, 224, 1),
     ("depthwise 3x3 384 @28", 384, 384, 3, 1, 1, 28, 384),
+    ("depthwise 5x5/2 144 @56", 144, 144, 5, 2, 2, 56, 144),
 ]
 
 # the layers also run with NCHW operands (staged for the tensor-core paths: conv_staging.h)
@@ -106,6 +107,39 @@ def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype, layout="NHW
     return [fwd, fb, fw]
 
 
+def _pass_cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
+    """The input gradient and the weight gradient alone (NHWC), ours (conv_backward_input / conv_backward_weight)
+    against cuDNN's (aten.convolution_backward with one output asked for): which pass of forward+backward loses.
+    Bytes: the two operands read and the gradient written, once each."""
+    es = torch.empty((), dtype=dtype).element_size()
+    out = (size + 2 * pad - k) // stride + 1
+    flops = 2 * N * cout * out * out * (cin // groups) * k * k
+    x_bytes, w_bytes, y_bytes = N * cin * size * size * es, cout * (cin // groups) * k * k * es, N * cout * out * out * es
+    geo = ([stride, stride], [pad, pad], [1, 1], False, [0, 0], groups)
+
+    def inputs():
+        x = rand_cuda((N, cin, size, size), dtype, "NHWC", -1, 1)
+        w = rand_cuda((cout, cin // groups, k, k), dtype, "NHWC", -0.1, 0.1)
+        return x, w, rand_cuda((N, cout, out, out), dtype, "NHWC", -1, 1)
+
+    def cudnn(mask):
+        i = mask.index(True)
+        return _cudnn_benchmark(
+            lambda x, w, g: torch.ops.aten.convolution_backward(g, x, w, None, *geo, mask)[i])
+
+    ops = torch.ops.torch_dnn
+    return [
+        Case("conv", f"conv {label} dgrad bf16 NHWC", inputs,
+             {"torch_dnn": lambda x, w, g: ops.conv_backward_input(g, w, list(x.shape), *geo),
+              "cuDNN (convolution_backward)": cudnn([True, False, False])},
+             bytes=x_bytes + w_bytes + y_bytes, flops=flops, group="conv backward passes bf16 NHWC", target=">= cuDNN"),
+        Case("conv", f"conv {label} wgrad bf16 NHWC", inputs,
+             {"torch_dnn": lambda x, w, g: ops.conv_backward_weight(g, x, list(w.shape), *geo),
+              "cuDNN (convolution_backward)": cudnn([False, True, False])},
+             bytes=x_bytes + w_bytes + y_bytes, flops=flops, group="conv backward passes bf16 NHWC", target=">= cuDNN"),
+    ]
+
+
 def _fused_cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
     """conv_bias_act(relu) and conv_bias_add_act(relu), forward, against F.conv2d with the bias (cuDNN, benchmark
     mode) followed by PyTorch's residual add and relu (eager), and that composition compiled. Bytes: input, weight,
@@ -149,6 +183,8 @@ def cases(quick: bool = False):
     layers = LAYERS[:1] + LAYERS[-2:] if quick else LAYERS
     out = [c for layer in layers for c in _cases_of(*layer, torch.bfloat16)]
     out += [c for layer in layers if layer[0] in NCHW_LAYERS for c in _cases_of(*layer, torch.bfloat16, "NCHW")]
+    # the depthwise layers' backward passes one by one (memory-bound kernels of their own: which pass loses)
+    out += [c for layer in layers if layer[-1] == layer[1] > 1 for c in _pass_cases_of(*layer, torch.bfloat16)]
     # the fused epilogues at ResNet-50's layers (the depthwise layer is MobileNet's)
     resnet = [layer for layer in (LAYERS[:1] if quick else LAYERS) if layer[-1] == 1]
     return out + [c for layer in resnet for c in _fused_cases_of(*layer, torch.bfloat16)]
