@@ -190,10 +190,9 @@ __global__ void __launch_bounds__(256, 1)
         const int i = 4 * j + 2 * r;
         sc[i] = td_exp2_fast(fmaf(sc[i], scale_log2, -l.x));  // sc holds P^T from here
         sc[i + 1] = td_exp2_fast(fmaf(sc[i + 1], scale_log2, -l.y));
-        // accumulator chunk j, row half r -> A operand k-step j / 2, register (j % 2) * 2 + r
-        pa[j / 2][(j % 2) * 2 + r] = sm90_pack(sc[i], sc[i + 1], static_cast<T*>(nullptr));
       }
     }
+    sm90_acc_to_a<BQ, T>(sc, pa);
 
     const uint64_t qmn = st_mndesc + s * kStageStep, domn = qmn + kDoStep;
     wgmma_fence_operand(dv);
@@ -209,10 +208,11 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int i = 4 * j + 2 * r;
-        da[j / 2][(j % 2) * 2 + r] =
-            sm90_pack(sc[i] * (dp[i] - d.x), sc[i + 1] * (dp[i + 1] - d.y), static_cast<T*>(nullptr));
+        dp[i] = sc[i] * (dp[i] - d.x);  // dp holds dS^T from here
+        dp[i + 1] = sc[i + 1] * (dp[i + 1] - d.y);
       }
     }
+    sm90_acc_to_a<BQ, T>(dp, da);
     wgmma_fence_operand(dk);
     wgmma_fence();
 #pragma unroll
@@ -349,15 +349,10 @@ __global__ void __launch_bounds__(256, 1)
     for (int i = 0; i < BN / 2; ++i) sc[i] = td_exp2_fast(fmaf(sc[i], scale_log2, -lse2[(i / 2) % 2]));  // P
     wgmma_wait<0>();
     wgmma_fence_operand(dp);
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) dp[i] = sc[i] * (dp[i] - dsum[(i / 2) % 2]);  // dS
     uint32_t da[BN / 16][4];
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int i = 4 * j + 2 * r;
-        da[j / 2][(j % 2) * 2 + r] =
-            sm90_pack(sc[i] * (dp[i] - dsum[r]), sc[i + 1] * (dp[i + 1] - dsum[r]), static_cast<T*>(nullptr));
-      }
+    sm90_acc_to_a<BN, T>(dp, da);
 
     wgmma_fence_operand(dq);
     wgmma_fence();

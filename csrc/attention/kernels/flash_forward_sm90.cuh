@@ -143,13 +143,6 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
       l_run[r] = l_run[r] * alpha[r] + sum;
     }
   };
-  auto pack_p = [&]() {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        pf[kk][i] = sm90_pack(sc[8 * kk + 2 * i], sc[8 * kk + 2 * i + 1], static_cast<T*>(nullptr));
-  };
 
   if (n_tiles > 0) {
     // Q and K of tile 0 share full_k[0]'s first phase.
@@ -166,7 +159,7 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
     mbar_arrive(&empty_k[0]);
     float alpha[2];
     softmax(0, alpha);
-    pack_p();
+    sm90_acc_to_a<BN, T>(sc, pf);
   }
   // Iteration t: S of t and P V of t - 1 in flight together; the softmax of t runs while P V is still computing.
   for (int t = 1; t < n_tiles; ++t) {
@@ -195,7 +188,7 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
         o[4 * j + 2 * r] *= alpha[r];
         o[4 * j + 2 * r + 1] *= alpha[r];
       }
-    pack_p();
+    sm90_acc_to_a<BN, T>(sc, pf);
   }
   if (n_tiles > 0) {
     const int t = n_tiles - 1;

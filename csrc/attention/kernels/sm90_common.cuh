@@ -129,6 +129,16 @@ __device__ __forceinline__ uint32_t sm90_pack(float lo, float hi, __half*) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// An m64 x N float accumulator fragment (wgmma.cuh's layout) as the register A operand of a following wgmma over
+// those N columns: element pairs packed to T, k-step kk taking elements 8 kk .. 8 kk + 7.
+template <int N, typename T>
+__device__ __forceinline__ void sm90_acc_to_a(const float (&acc)[N / 2], uint32_t (&a)[N / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[kk][i] = sm90_pack(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1], static_cast<T*>(nullptr));
+}
+
 // Sets to -inf the elements of an m64 x N accumulator fragment (wgmma.cuh's layout) whose column lies outside
 // [lo[r], hi[r]) for the thread's row r (0: row g, 1: row g + 8); col0 is the global column of the thread's first
 // element (the tile's first column + 2 (lane % 4)).
