@@ -10,9 +10,9 @@
 //   orientation  channels-last: strips along W, items (n, row, strip). NCHW (channels not innermost, several
 //        rows): the problem with H and W swapped, items (n, strip, row): strips run down the columns and a
 //        warp's 32 threads take 32 neighbouring columns, so each load instruction reads 32 contiguous elements.
-//   V    16 bytes of channels (8 fp16/bf16, 4 fp32, 2 fp64) where the written operand's and the read operands'
-//        channels are contiguous, aligned and V divides the channels (with m > 1 the input side is gathered
-//        element by element); else 1.
+//   V    16 bytes of channels (8 fp16/bf16, 4 fp32, 2 fp64) where m == 1 and every operand's channels are
+//        contiguous, aligned and V divides them; else 1 (a channel multiplier m > 1 reads input channel k / m:
+//        element loads, which keeps the vector kernels free of a gather path and its registers).
 //   bx   threads along channels: up to 8 vectors (a warp reads 128 bytes of each of 4 pixels) or, with V = 1 and
 //        channels innermost, up to 32 channels; 1 for NCHW-like layouts (a block's 256 threads then take 256
 //        items of one channel's planes). Halved while the chunk's weights pass 48 KB.
@@ -130,9 +130,9 @@ bool finish_plan(DwParams& p, int64_t channels, int V, int64_t rows, int64_t col
   return true;
 }
 
-// Blocks: chunks x item blocks, at most 8 blocks a SM over all chunks (2 resident a SM at 100-166 registers a
-// thread, so four waves; rounded down, as a block past them would make a fifth wave alone: every block takes the
-// same items), never more than the items need: each thread then takes several items, which spreads the block's
+// Blocks: chunks x item blocks, at most 8 blocks a SM over all chunks (2 resident a SM up to width 5,
+// dw_min_blocks, so four waves; rounded down, as a block past them would make a fifth wave alone: every block takes
+// the same items), never more than the items need: each thread then takes several items, which spreads the block's
 // weight staging over them.
 int64_t item_grid(const DwParams& p) {
   const int64_t by = kDwThreads / p.bx;
@@ -182,7 +182,7 @@ cudaError_t depthwise_fprop(const ConvArgs& args, cudaStream_t stream) {
     p.rows_fastest = rows_fastest;
     const int m = p.m;
     constexpr int VV = kVec16<T>;
-    const bool vec = vec_ok(a.y, g.K, VV) && (m > 1 || vec_ok(a.x, g.C, VV));
+    const bool vec = m == 1 && vec_ok(a.y, g.K, VV) && vec_ok(a.x, g.C, VV);
     const int V = vec ? VV : 1;
     p.bx = lanes_for(g.K, V, a.y.stride[1]);
     if (!finish_plan<A>(p, g.K, V, g.out[1], g.out[2], 0, g.ker[1] * g.ker[2], true)) return;
@@ -198,8 +198,7 @@ cudaError_t depthwise_fprop(const ConvArgs& args, cudaStream_t stream) {
       dispatch_width(ks, int(g.stride[2]), [&](auto k, auto s) {
         constexpr int KS = decltype(k)::value, STR = decltype(s)::value;
         if constexpr (std::is_same_v<T, double> && KS != 0) return;
-        else launch_direct(conv_depthwise_fprop<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, x, w, y, ep,
-                           VC > 1 && m == 1);
+        else launch_direct(conv_depthwise_fprop<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, x, w, y, ep);
       });
     };
     if (vec) go(dw_int<VV>{});
@@ -222,7 +221,7 @@ cudaError_t depthwise_dgrad(const ConvArgs& args, cudaStream_t stream) {
     p.rows_fastest = rows_fastest;
     const int m = p.m;
     constexpr int VV = kVec16<T>;
-    const bool vec = vec_ok(a.x, g.C, VV) && (m > 1 || vec_ok(a.y, g.K, VV));
+    const bool vec = m == 1 && vec_ok(a.x, g.C, VV) && vec_ok(a.y, g.K, VV);
     const int V = vec ? VV : 1;
     p.bx = lanes_for(g.C, V, a.x.stride[1]);
     const int ks = std::is_same_v<T, double> ? 0 : fixed_width(g);
@@ -238,8 +237,7 @@ cudaError_t depthwise_dgrad(const ConvArgs& args, cudaStream_t stream) {
       dispatch_width(ks, int(g.stride[2]), [&](auto k, auto s) {
         constexpr int KS = decltype(k)::value, STR = decltype(s)::value;
         if constexpr (std::is_same_v<T, double> && KS != 0) return;
-        else launch_direct(conv_depthwise_dgrad<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, dy, w, dx,
-                           VC > 1 && m == 1);
+        else launch_direct(conv_depthwise_dgrad<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, dy, w, dx);
       });
     };
     if (vec) go(dw_int<VV>{});
@@ -264,7 +262,7 @@ cudaError_t depthwise_wgrad(const ConvArgs& args, cudaStream_t stream) {
       p.rows_fastest = rows_fastest;
       const int m = p.m;
       constexpr int VV = kVec16<T>;
-      const bool vec = vec_ok(a.y, g.K, VV) && (m > 1 || vec_ok(a.x, g.C, VV));
+      const bool vec = m == 1 && vec_ok(a.y, g.K, VV) && vec_ok(a.x, g.C, VV);
       const int V = vec ? VV : 1;
       p.bx = lanes_for(g.K, V, a.y.stride[1]);
       if (!finish_plan<A>(p, g.K, V, g.out[1], g.out[2], 0, 0, false)) return;
@@ -287,7 +285,7 @@ cudaError_t depthwise_wgrad(const ConvArgs& args, cudaStream_t stream) {
               if (partial == nullptr) splits = 1;
             }
             const int64_t grid = std::min<int64_t>(base * splits, kMaxGrid);
-            launch_direct(kernel, grid, kDwThreads, 0, stream, p, dy, x, partial, dw, VC > 1 && m == 1, int(splits));
+            launch_direct(kernel, grid, kDwThreads, 0, stream, p, dy, x, partial, dw, int(splits));
             if (splits > 1) {
               const int64_t count = g.K * RS;
               const int64_t sgrid = std::min<int64_t>((count + kGenericThreads - 1) / kGenericThreads, kMaxGrid);

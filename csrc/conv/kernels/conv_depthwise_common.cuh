@@ -13,6 +13,11 @@ namespace conv {
 
 constexpr int kDwThreads = 256;
 constexpr int kDwStrip = 4;  // OTW: positions along W a thread
+// Blocks an SM the kernels are compiled for (__launch_bounds__): two (128 registers a thread) up to width 5; with
+// one, the bf16 3- and 5-wide kernels took 140-150 registers and ran 8 warps an SM, and two measured up to 1.4x
+// faster (fprop 5x5/2 at 144 @56 spills 60 bytes and still gains; docs/conv.md, depthwise). The 7-wide ones
+// spill 50-270 bytes at two and keep one.
+constexpr int dw_min_blocks(int ks) { return ks == 7 ? 1 : 2; }
 
 struct DwParams {
   int N, C, K, m;    // batch, input channels, output channels (K = m C), multiplier
@@ -43,34 +48,50 @@ __device__ __forceinline__ void split_item(const DwParams& p, uint32_t item, uin
   }
 }
 
-// V values in the accumulation type from a thread's V channels of one pixel, `pix` addressing its channel 0:
-// a vector at channel c0 where `vec` (channels contiguous and aligned), else element channel(v) * cs, with
-// channel(v) = (k0 + v) / m (fprop, wgrad: the input channels of output channels k0..) as div_m gives.
-template <int V, typename T, typename A>
-__device__ __forceinline__ void load_in_channels(const T* pix, bool vec, int k0, const FastDivmod32& div_m, int64_t cs,
-                                                 A (&out)[V]) {
-  if constexpr (V > 1) {
-    if (vec) {
-      load_acc<V>(pix + k0, out);
-      return;
-    }
-  }
+// Pixel loads that the warp waits for once a filter row: a strip's pixels are loaded as stored (Vec<T, V>, two
+// bf16/fp16 a register), zero where out of range, all of them before any is converted or used, so that ptxas
+// issues them back to back as predicated loads. With the conversion inside an `if (in range)` it kept each load's
+// conversion next to it, in the branch, and with a select after an unconditional load it zeroed each vector
+// before issuing the next load: either way the warp waited a round trip a pixel.
+template <typename T, int V>
+__device__ __forceinline__ Vec<T, V> zero_vec() {
+  Vec<T, V> r;
+  if constexpr (sizeof(Vec<T, V>) % 4 == 0) {
+    auto* w = reinterpret_cast<uint32_t*>(&r);
 #pragma unroll
-  for (int v = 0; v < V; ++v) out[v] = to_acc<A>(pix[int64_t(div_m.div(uint32_t(k0 + v))) * cs]);
+    for (int i = 0; i < int(sizeof(r) / 4); ++i) w[i] = 0u;
+  } else {
+    static_assert(sizeof(Vec<T, V>) == 2, "a 16-bit element");
+    *reinterpret_cast<uint16_t*>(&r) = 0;
+  }
+  return r;
 }
 
-// dgrad's dy values of output channels (c0 + v) m + j, v < V: a vector where m == 1 and `vec`, else gathered.
-template <int V, typename T, typename A>
-__device__ __forceinline__ void load_out_channels(const T* pix, bool vec, int c0, int m, int j, int64_t cs,
-                                                  A (&out)[V]) {
+// A thread's V channels of one input pixel (zero where !ok), `pix` addressing its channel 0: with V > 1 the vector
+// at channel k0 (the plans vectorize only m == 1, where output channel k reads input channel k), else the element
+// of input channel k0 / m (div_m), cs apart.
+template <int V, typename T>
+__device__ __forceinline__ Vec<T, V> load_in_raw(const T* pix, bool ok, int k0, const FastDivmod32& div_m, int64_t cs) {
+  Vec<T, V> r = zero_vec<T, V>();
   if constexpr (V > 1) {
-    if (vec) {
-      load_acc<V>(pix + c0, out);
-      return;
-    }
+    if (ok) r = load_vec<T, V>(pix + k0);
+  } else {
+    if (ok) r.v[0] = pix[int64_t(div_m.div(uint32_t(k0))) * cs];
   }
-#pragma unroll
-  for (int v = 0; v < V; ++v) out[v] = to_acc<A>(pix[int64_t((c0 + v) * m + j) * cs]);
+  return r;
+}
+
+// dgrad's dy values of output channels (c0 + v) m + j, v < V (zero where !ok): with V > 1 (m == 1) the vector at
+// c0, else the element of output channel c0 m + j.
+template <int V, typename T>
+__device__ __forceinline__ Vec<T, V> load_out_raw(const T* pix, bool ok, int c0, int m, int j, int64_t cs) {
+  Vec<T, V> r = zero_vec<T, V>();
+  if constexpr (V > 1) {
+    if (ok) r = load_vec<T, V>(pix + c0);
+  } else {
+    if (ok) r.v[0] = pix[int64_t(c0 * m + j) * cs];
+  }
+  return r;
 }
 
 template <int V, typename A>

@@ -14,9 +14,8 @@ namespace torch_dnn {
 namespace conv {
 
 template <typename T, int V, int KS, int STR>
-__global__ void __launch_bounds__(kDwThreads)
-    conv_depthwise_dgrad(DwParams p, const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx,
-                         bool dyvec) {
+__global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
+    conv_depthwise_dgrad(DwParams p, const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx) {
   using A = acc_t<T>;
   constexpr int OTW = kDwStrip;
   A* wsm = reinterpret_cast<A*>(direct_smem());
@@ -57,18 +56,21 @@ __global__ void __launch_bounds__(kDwThreads)
           for (int s = 0; s < KS; ++s) load_smem_weights<V>(wrow + s * cbv, wr[s]);
           const int qbase = (w0 + p.pw) / STR;  // exact: the plan aligned the strips
           constexpr int E0 = -((KS - 1) / STR), E1 = (OTW - 1) / STR;
+          Vec<T, V> dv[E1 - E0 + 1];
 #pragma unroll
           for (int e = E0; e <= E1; ++e) {
             const int qq = qbase + e;
-            A dv[V];
-            if (qq >= 0 && qq < p.O) load_out_channels<V>(dyrow + int64_t(qq) * p.ys[4], dyvec, c0, p.m, j, p.ys[1], dv);
-            else zero(dv);
+            const bool in = qq >= 0 && qq < p.O;
+            dv[e - E0] = load_out_raw<V>(dyrow + int64_t(qq) * p.ys[4], in, c0, p.m, j, p.ys[1]);
+          }
+#pragma unroll
+          for (int e = E0; e <= E1; ++e) {
 #pragma unroll
             for (int o = 0; o < OTW; ++o) {
               const int s = o - e * STR;
               if (s >= 0 && s < KS) {
 #pragma unroll
-                for (int v = 0; v < V; ++v) acc[o][v] += dv[v] * wr[s][v];
+                for (int v = 0; v < V; ++v) acc[o][v] += vec_elem<A>(dv[e - E0], v) * wr[s][v];
               }
             }
           }
@@ -82,10 +84,9 @@ __global__ void __launch_bounds__(kDwThreads)
               if (num2 < 0 || num2 % p.sw != 0) continue;
               const int qq = num2 / p.sw;
               if (qq >= p.O) continue;
-              A dv[V];
-              load_out_channels<V>(dyrow + int64_t(qq) * p.ys[4], dyvec, c0, p.m, j, p.ys[1], dv);
+              const Vec<T, V> dv = load_out_raw<V>(dyrow + int64_t(qq) * p.ys[4], true, c0, p.m, j, p.ys[1]);
 #pragma unroll
-              for (int v = 0; v < V; ++v) acc[o][v] += dv[v] * wv[v];
+              for (int v = 0; v < V; ++v) acc[o][v] += vec_elem<A>(dv, v) * wv[v];
             }
           }
         }

@@ -15,9 +15,9 @@ namespace torch_dnn {
 namespace conv {
 
 template <typename T, int V, int KS, int STR>
-__global__ void __launch_bounds__(kDwThreads)
+__global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
     conv_depthwise_fprop(DwParams p, const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
-                         Epilogue<T> ep, bool xvec) {
+                         Epilogue<T> ep) {
   using A = acc_t<T>;
   constexpr int OTW = kDwStrip;
   A* wsm = reinterpret_cast<A*>(direct_smem());
@@ -55,19 +55,23 @@ __global__ void __launch_bounds__(kDwThreads)
         A wr[KS][V];
 #pragma unroll
         for (int s = 0; s < KS; ++s) load_smem_weights<V>(wrow + s * cbv, wr[s]);
+        constexpr int SPAN = (OTW - 1) * STR + KS;
         const int iw0 = o0 * STR - p.pw;
+        Vec<T, V> xs[SPAN];
 #pragma unroll
-        for (int i = 0; i < (OTW - 1) * STR + KS; ++i) {
+        for (int i = 0; i < SPAN; ++i) {
           const int iw = iw0 + i;
-          A xv[V];
-          if (iw >= 0 && iw < p.W) load_in_channels<V>(xrow + int64_t(iw) * p.xs[4], xvec, k0, p.div_m, p.xs[1], xv);
-          else zero(xv);
+          const bool in = iw >= 0 && iw < p.W;
+          xs[i] = load_in_raw<V>(xrow + int64_t(iw) * p.xs[4], in, k0, p.div_m, p.xs[1]);
+        }
+#pragma unroll
+        for (int i = 0; i < SPAN; ++i) {
 #pragma unroll
           for (int o = 0; o < OTW; ++o) {
             const int s = i - o * STR;
             if (s >= 0 && s < KS) {
 #pragma unroll
-              for (int v = 0; v < V; ++v) acc[o][v] += xv[v] * wr[s][v];
+              for (int v = 0; v < V; ++v) acc[o][v] += vec_elem<A>(xs[i], v) * wr[s][v];
             }
           }
         }
@@ -78,11 +82,10 @@ __global__ void __launch_bounds__(kDwThreads)
 #pragma unroll
           for (int o = 0; o < OTW; ++o) {
             const int iw = (o0 + o) * p.sw - p.pw + s * p.dw;
-            if (iw < 0 || iw >= p.W) continue;
-            A xv[V];
-            load_in_channels<V>(xrow + int64_t(iw) * p.xs[4], xvec, k0, p.div_m, p.xs[1], xv);
+            const bool in = iw >= 0 && iw < p.W;
+            const Vec<T, V> xv = load_in_raw<V>(xrow + int64_t(iw) * p.xs[4], in, k0, p.div_m, p.xs[1]);
 #pragma unroll
-            for (int v = 0; v < V; ++v) acc[o][v] += xv[v] * wv[v];
+            for (int v = 0; v < V; ++v) acc[o][v] += vec_elem<A>(xv, v) * wv[v];
           }
         }
       }

@@ -14,9 +14,9 @@ namespace torch_dnn {
 namespace conv {
 
 template <typename T, int V, int KS, int STR>
-__global__ void __launch_bounds__(kDwThreads)
+__global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
     conv_depthwise_wgrad(DwParams p, const T* __restrict__ dy, const T* __restrict__ x, acc_t<T>* __restrict__ partial,
-                         T* __restrict__ dw, bool xvec, int splits) {
+                         T* __restrict__ dw, int splits) {
   using A = acc_t<T>;
   constexpr int OTW = kDwStrip;
   __shared__ A red[V * kDwThreads];
@@ -41,27 +41,31 @@ __global__ void __launch_bounds__(kDwThreads)
       const int ih = int(q) * p.sh - p.ph + r * p.dh;
       if (ih < 0 || ih >= p.H) continue;
       const int o0 = int(strip) * OTW;
-      A g[OTW][V];
+      constexpr int SPAN = (OTW - 1) * STR + KS;
+      Vec<T, V> g[OTW], xs[SPAN];
       const T* dyrow = dy + int64_t(n) * p.ys[0] + int64_t(k0) * p.ys[1] + int64_t(q) * p.ys[3];
 #pragma unroll
       for (int o = 0; o < OTW; ++o) {
-        if (o0 + o < p.O) load_acc<V>(dyrow + int64_t(o0 + o) * p.ys[4], g[o]);
-        else zero(g[o]);
+        const bool in = o0 + o < p.O;
+        g[o] = zero_vec<T, V>();
+        if (in) g[o] = load_vec<T, V>(dyrow + int64_t(o0 + o) * p.ys[4]);
       }
       const T* xrow = x + int64_t(n) * p.xs[0] + int64_t(ih) * p.xs[3];
       const int iw0 = o0 * STR - p.pw;
 #pragma unroll
-      for (int i = 0; i < (OTW - 1) * STR + KS; ++i) {
+      for (int i = 0; i < SPAN; ++i) {
         const int iw = iw0 + i;
-        if (iw < 0 || iw >= p.W) continue;
-        A xv[V];
-        load_in_channels<V>(xrow + int64_t(iw) * p.xs[4], xvec, k0, p.div_m, p.xs[1], xv);
+        const bool in = iw >= 0 && iw < p.W;
+        xs[i] = load_in_raw<V>(xrow + int64_t(iw) * p.xs[4], in, k0, p.div_m, p.xs[1]);
+      }
+#pragma unroll
+      for (int i = 0; i < SPAN; ++i) {
 #pragma unroll
         for (int o = 0; o < OTW; ++o) {
           const int s = i - o * STR;
           if (s >= 0 && s < KS) {
 #pragma unroll
-            for (int v = 0; v < V; ++v) acc[s][v] += xv[v] * g[o][v];
+            for (int v = 0; v < V; ++v) acc[s][v] += vec_elem<A>(xs[i], v) * vec_elem<A>(g[o], v);
           }
         }
       }
