@@ -16,8 +16,10 @@ constexpr int kDwStrip = 4;  // OTW: positions along W a thread
 // Blocks an SM the kernels are compiled for (__launch_bounds__): two (128 registers a thread) up to width 5; with
 // one, the bf16 3- and 5-wide kernels took 140-150 registers and ran 8 warps an SM, and two measured up to 1.4x
 // faster (fprop 5x5/2 at 144 @56 spills 60 bytes and still gains; docs/conv.md, depthwise). The 7-wide ones
-// spill 50-270 bytes at two and keep one.
+// spill 50-270 bytes at two and keep one. wgrad 3x3 stride 1 takes three (80 registers, no spill: 0.93x the time
+// at 384 @28); its other widths spill 60-400 bytes at three and ran 1.1-2.9x slower.
 constexpr int dw_min_blocks(int ks) { return ks == 7 ? 1 : 2; }
+constexpr int dw_wgrad_min_blocks(int ks, int str) { return ks == 3 && str == 1 ? 3 : dw_min_blocks(ks); }
 
 struct DwParams {
   int N, C, K, m;    // batch, input channels, output channels (K = m C), multiplier

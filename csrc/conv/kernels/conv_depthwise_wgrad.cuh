@@ -14,7 +14,7 @@ namespace torch_dnn {
 namespace conv {
 
 template <typename T, int V, int KS, int STR>
-__global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
+__global__ void __launch_bounds__(kDwThreads, dw_wgrad_min_blocks(KS, STR))
     conv_depthwise_wgrad(DwParams p, const T* __restrict__ dy, const T* __restrict__ x, acc_t<T>* __restrict__ partial,
                          T* __restrict__ dw, int splits) {
   using A = acc_t<T>;
