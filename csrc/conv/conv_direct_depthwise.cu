@@ -133,11 +133,11 @@ bool finish_plan(DwParams& p, int64_t channels, int V, int64_t rows, int64_t col
 // Blocks: chunks x item blocks, never more than the items need (each thread then takes several items, which
 // spreads the block's weight staging over them), at most
 //   channels-last (bx > 1): 2 blocks a SM over all chunks, one wave where two are resident (dw_min_blocks): the
-//        weights are staged once a block and no wave runs part-empty; on the H200 0.5-0.9x the time of the
-//        four-wave grid below at 3x3 384 @28, 5x5 672 @14, 5x5/2 144 @56, 7x7 96 @56.
-//   NCHW (bx = 1): 8 blocks a SM over all chunks (four waves): with one channel a chunk, two a SM leave a block or
-//        two a channel and a part of the SMs idle (3x3/2 96 @112 took 1.5x the time, its dgrad 1.6x).
-// Rounded down, as a block past the waves would make a wave alone (every block takes the same items).
+//        weights are staged once a block and no wave runs part-empty.
+//   NCHW (bx = 1): 8 blocks a SM over all chunks (four waves): with one channel a chunk, two a SM would leave a
+//        block or two a channel and part of the SMs idle.
+// Rounded down, as a block past the waves would make a wave alone (every block takes the same items). Both choices
+// measured against the other: docs/conv.md.
 int64_t item_grid(const DwParams& p) {
   const int64_t by = kDwThreads / p.bx;
   const int64_t need = (int64_t(p.items) + by - 1) / by;

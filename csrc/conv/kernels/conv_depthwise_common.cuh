@@ -2,7 +2,7 @@
 //
 // Depthwise: G == C, K = m C (m the channel multiplier), output channel k reads input channel k / m. The kernels
 // take 2-D problems (D = P = T = 1; 1-D ones have H = Q = R = 1) and give each thread V channels (a 16-byte
-// vector where the channels are innermost and aligned, else one channel) and a strip of OTW neighbouring
+// vector where the channels are innermost and aligned and m == 1, else one channel) and a strip of OTW neighbouring
 // positions along W of one row: the strip's input span is loaded once a filter row and reused by its OTW
 // outputs from registers; the block's neighbouring strips share their halos through L1.
 #pragma once
@@ -13,11 +13,10 @@ namespace conv {
 
 constexpr int kDwThreads = 256;
 constexpr int kDwStrip = 4;  // OTW: positions along W a thread
-// Blocks an SM the kernels are compiled for (__launch_bounds__): two (128 registers a thread) up to width 5; with
-// one, the bf16 3- and 5-wide kernels took 140-150 registers and ran 8 warps an SM, and two measured up to 1.4x
-// faster (fprop 5x5/2 at 144 @56 spills 60 bytes and still gains; docs/conv.md, depthwise). The 7-wide ones
-// spill 50-270 bytes at two and keep one. wgrad 3x3 stride 1 takes three (80 registers, no spill: 0.93x the time
-// at 384 @28); its other widths spill 60-400 bytes at three and ran 1.1-2.9x slower.
+// Blocks an SM the kernels are compiled for (__launch_bounds__): two (128 registers a thread) up to width 5, where
+// one left the 16-bit kernels at 140-150 registers and 8 warps an SM, too few to cover their loads (the 5x5/2
+// forward spills a little at two and still gains); one for the 7-wide kernels, which spill more at two. wgrad 3x3
+// stride 1 fits three without spilling; its other widths spill at three and lose. Measurements: docs/conv.md.
 constexpr int dw_min_blocks(int ks) { return ks == 7 ? 1 : 2; }
 constexpr int dw_wgrad_min_blocks(int ks, int str) { return ks == 3 && str == 1 ? 3 : dw_min_blocks(ks); }
 
