@@ -8,6 +8,7 @@
 # Variants (any combination in one name):
 #   head  the tree as it is
 #   wpf   wgrad items software-pipelined (variant_wgrad_prefetch.patch; two blocks an SM)
+#   wr    wgrad blocks own every filter row (variant_wgrad_rows*.patch: dy loaded once for all R; square kernels)
 #   lb7   the 7-wide kernels compiled for two blocks an SM like the others
 #   rows  the forward loads every filter row before any product (variant_fprop_rows.patch; square kernels only)
 #   v4    8-byte vectors (half the channels a thread) in all three passes
@@ -28,6 +29,8 @@ for v in "$@"; do
   case $v in *s8*) sed -i 's/constexpr int kDwStrip = 4;/constexpr int kDwStrip = 8;/' "$k/conv_depthwise_common.cuh";; esac
   case $v in *wpf*) patch -s "$k/conv_depthwise_wgrad.cuh" < "$HERE/variant_wgrad_prefetch.patch";; esac
   case $v in *lb7*) sed -i 's/return ks == 7 ? 1 : 2;/return 2;/' "$k/conv_depthwise_common.cuh";; esac
+  case $v in *wr*) patch -s "$k/conv_depthwise_wgrad.cuh" < "$HERE/variant_wgrad_rows.patch"
+                   patch -s "$plan" < "$HERE/variant_wgrad_rows_plan.patch";; esac
   case $v in *rows*) patch -s "$k/conv_depthwise_fprop.cuh" < "$HERE/variant_fprop_rows.patch";; esac
   case $v in *v4*) sed -i 's/constexpr int VV = kVec16<T>;/constexpr int VV = kVec16<T> > 1 ? kVec16<T> \/ 2 : 1;/' "$plan"
                    grep -q "kVec16<T> / 2" "$plan";; esac
