@@ -1,5 +1,5 @@
 """Benchmark cases of the convolution family (TFLOP/s): ResNet-50's distinct convolutions and MobileNet/EfficientNet
-depthwise layers (3x3, 5x5/2; their input and weight gradients also one by one), N = 64, bf16, channels_last, forward alone and forward+backward (autograd: d_input, d_weight), and
+depthwise layers (3x3, 5x5/2, ConvNeXt's 7x7; their input and weight gradients also one by one), N = 64, bf16, channels_last, forward alone and forward+backward (autograd: d_input, d_weight), and
 the fused conv_bias_act(relu) / conv_bias_add_act(relu) forwards at ResNet-50's layers,
 against F.conv2d (cuDNN, torch.backends.cudnn.benchmark = True, as issue 36's targets are measured) and its
 torch.compile. FLOPs are the convolution's multiply-adds x 2 (x 3 for forward+backward: dgrad and wgrad each
@@ -24,6 +24,7 @@ LAYERS = [
     ("7x7/2 stem 3->64 @224", 3, 64, 7, 2, 3, 224, 1),
     ("depthwise 3x3 384 @28", 384, 384, 3, 1, 1, 28, 384),
     ("depthwise 5x5/2 144 @56", 144, 144, 5, 2, 2, 56, 144),
+    ("depthwise 7x7 96 @56", 96, 96, 7, 1, 3, 56, 96),  # ConvNeXt-T's first stage
 ]
 
 # the layers also run with NCHW operands (staged for the tensor-core paths: conv_staging.h)
@@ -180,7 +181,7 @@ def _fused_cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
 
 
 def cases(quick: bool = False):
-    layers = LAYERS[:1] + LAYERS[-2:] if quick else LAYERS
+    layers = LAYERS[:1] + [layer for layer in LAYERS if layer[0].startswith("depthwise")][:2] if quick else LAYERS
     out = [c for layer in layers for c in _cases_of(*layer, torch.bfloat16)]
     out += [c for layer in layers if layer[0] in NCHW_LAYERS for c in _cases_of(*layer, torch.bfloat16, "NCHW")]
     # the depthwise layers' backward passes one by one (memory-bound kernels of their own: which pass loses)
