@@ -2,6 +2,8 @@
 host path): `python research/host/probe_host.py [bn]`. Prints microseconds per call for torch_dnn and PyTorch, and
 the CPU-side operators of one torch_dnn step (torch.profiler), to see where the host time goes.
 `python research/host/probe_host.py autograd`: forward + backward of small ops that record autograd.
+`python research/host/probe_host.py conv`: convolutions on small tensors by route (Hopper implicit GEMM NHWC, staged
+NCHW, depthwise NHWC), forward and forward + backward against F.conv2d (cuDNN), and the CPU operators of ours.
 `python research/host/probe_host.py linear`: the layers of a decode-sized linear call (Python wrapper, the op below
 autograd, the launcher with one kernel or a split-K pair) against F.linear (cuBLAS), on small shapes whose GPU
 time is under the host time."""
@@ -104,7 +106,40 @@ def autograd_steps():
         print(f"{name:28s} {per_call_us(fn, 2000):8.1f} us/call")
 
 
+def conv_steps():
+    """Small convolutions whose GPU time is a few microseconds: the loop measures each route's host path."""
+    def tensors(c, k, groups, layout):
+        mf = torch.channels_last if layout == "NHWC" else torch.contiguous_format
+        x = torch.randn(2, c, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=mf).requires_grad_()
+        w = torch.randn(k, c // groups, 3, 3, device="cuda", dtype=torch.bfloat16).to(memory_format=mf)
+        return x, w.requires_grad_()
+
+    rows = {}
+    for label, c, groups, layout in (("3x3 NHWC", 64, 1, "NHWC"), ("3x3 NCHW staged", 64, 1, "NCHW"),
+                                     ("depthwise NHWC", 64, 64, "NHWC")):
+        x, w = tensors(c, c, groups, layout)
+        g = torch.randn_like(x)
+        for impl, fn in (("torch_dnn", F.conv2d), ("torch", TF.conv2d)):
+            conv = (lambda fn=fn, x=x, w=w, groups=groups: fn(x, w, None, 1, 1, 1, groups))
+            rows[f"conv {label} fwd {impl}"] = conv
+            rows[f"conv {label} fwd+bwd {impl}"] = (lambda conv=conv, x=x, w=w, g=g: torch.autograd.grad(conv(), [x, w], g))
+    return rows
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["conv"]:
+        steps = conv_steps()
+        for name, fn in steps.items():
+            print(f"{name:40s} {per_call_us(fn):8.1f} us/call")
+        from torch.profiler import ProfilerActivity, profile
+        for name in [n for n in steps if n.endswith("fwd+bwd torch_dnn")]:
+            with profile(activities=[ProfilerActivity.CPU]) as p:
+                for _ in range(20):
+                    steps[name]()
+                torch.cuda.synchronize()
+            print(f"== {name}, 20 steps")
+            print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=14))
+        sys.exit(0)
     if sys.argv[1:] == ["autograd"]:
         autograd_steps()
         sys.exit(0)
