@@ -132,7 +132,7 @@ bool finish_plan(DwParams& p, int64_t channels, int V, int64_t rows, int64_t col
 
 // Blocks: chunks x item blocks, never more than the items need (each thread then takes several items, which
 // spreads the block's weight staging over them), at most
-//   channels-last (bx > 1): 2 blocks a SM over all chunks, one wave where two are resident (dw_min_blocks): the
+//   channels-last (bx > 1): 2 blocks a SM over all chunks, one wave where two are resident (kDwMinBlocks): the
 //        weights are staged once a block and no wave runs part-empty.
 //   NCHW (bx = 1): 8 blocks a SM over all chunks (four waves): with one channel a chunk, two a SM would leave a
 //        block or two a channel and part of the SMs idle.

@@ -16,7 +16,6 @@
 // (torch_dnn/ops/conv.py), whose forward is the op itself, recomputes pre in its backward. With grad mode on
 // (create_graph), pre is recomputed through convolution (differentiable), the activation's derivative taken as ATen
 // ops, and the gradients come from the backward ops at the Autograd key, so they can be differentiated again.
-#pragma GCC diagnostic ignored "-Wstringop-overflow"  // see conv_fused.cpp
 #include "activation/activation_create_graph.h"
 #include "common/autograd_kernel.h"
 #include "common/create_graph.h"

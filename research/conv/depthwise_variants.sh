@@ -7,11 +7,8 @@
 #   probe_<name> N C H W R stride pad nhwc    e.g. probe_head 64 384 28 28 3 1 1 1
 # Variants (any combination in one name):
 #   head  the tree as it is
-#   one   the two raw-load helpers as one, the thread's channel offset computed once by the caller (a tidying that
-#         moves registers by up to +-8 in 53 kernels: measure before taking it; variant_one_load_helper.patch)
 #   wpf   wgrad items software-pipelined (variant_wgrad_prefetch.patch; two blocks an SM)
 #   wr    wgrad blocks own every filter row (variant_wgrad_rows*.patch: dy loaded once for all R; square kernels)
-#   lb7   the 7-wide kernels compiled for two blocks an SM like the others
 #   rows  the forward loads every filter row before any product (variant_fprop_rows.patch; square kernels only)
 #   v4    8-byte vectors (half the channels a thread) in all three passes
 #   g3    channels-last forward / dgrad grids of three blocks an SM
@@ -29,9 +26,7 @@ for v in "$@"; do
   k=$d/csrc/conv/kernels
   plan=$d/csrc/conv/conv_direct_depthwise.cu
   case $v in *s8*) sed -i 's/constexpr int kDwStrip = 4;/constexpr int kDwStrip = 8;/' "$k/conv_depthwise_common.cuh";; esac
-  case $v in *one*) patch -s -p1 -d "$d" < "$HERE/variant_one_load_helper.patch";; esac
   case $v in *wpf*) patch -s "$k/conv_depthwise_wgrad.cuh" < "$HERE/variant_wgrad_prefetch.patch";; esac
-  case $v in *lb7*) sed -i 's/return ks == 7 ? 1 : 2;/return 2;/' "$k/conv_depthwise_common.cuh";; esac
   case $v in *wr*) patch -s "$k/conv_depthwise_wgrad.cuh" < "$HERE/variant_wgrad_rows.patch"
                    patch -s "$plan" < "$HERE/variant_wgrad_rows_plan.patch";; esac
   case $v in *rows*) patch -s "$k/conv_depthwise_fprop.cuh" < "$HERE/variant_fprop_rows.patch";; esac

@@ -13,12 +13,12 @@ namespace conv {
 
 constexpr int kDwThreads = 256;
 constexpr int kDwStrip = 4;  // OTW: positions along W a thread
-// Blocks an SM the kernels are compiled for (__launch_bounds__): two (128 registers a thread) up to width 5, where
-// one left the 16-bit kernels at 140-150 registers and 8 warps an SM, too few to cover their loads (the 5x5/2
-// forward spills a little at two and still gains); one for the 7-wide kernels, which spill more at two. wgrad 3x3
-// stride 1 fits three without spilling; its other widths spill at three and lose. Measurements: docs/conv.md.
-constexpr int dw_min_blocks(int ks) { return ks == 7 ? 1 : 2; }
-constexpr int dw_wgrad_min_blocks(int ks, int str) { return ks == 3 && str == 1 ? 3 : dw_min_blocks(ks); }
+// Blocks an SM the kernels are compiled for (__launch_bounds__): two (128 registers a thread), where one left the
+// 16-bit kernels at 140-170 registers and 8 warps an SM, too few to cover their loads (the 5x5/2 forward and the
+// 7-wide kernels spill a little at two and still gain). wgrad 3x3 stride 1 fits three without spilling; its other
+// widths spill at three and lose. Measurements: docs/conv.md.
+constexpr int kDwMinBlocks = 2;
+constexpr int dw_wgrad_min_blocks(int ks, int str) { return ks == 3 && str == 1 ? 3 : kDwMinBlocks; }
 
 struct DwParams {
   int N, C, K, m;    // batch, input channels, output channels (K = m C), multiplier
@@ -68,30 +68,13 @@ __device__ __forceinline__ Vec<T, V> zero_vec() {
   return r;
 }
 
-// A thread's V channels of one input pixel (zero where !ok), `pix` addressing its channel 0: with V > 1 the vector
-// at channel k0 (the plans vectorize only m == 1, where output channel k reads input channel k), else the element
-// of input channel k0 / m (div_m), cs apart.
+// A thread's V channels of one pixel as stored, zero where !ok: the V elements at pix + off, `off` the thread's
+// channel offset in the pixel (with V > 1 its first channel, the channels being contiguous; with V = 1 the element's
+// channel times the channel stride), computed once a thread by the caller.
 template <int V, typename T>
-__device__ __forceinline__ Vec<T, V> load_in_raw(const T* pix, bool ok, int k0, const FastDivmod32& div_m, int64_t cs) {
+__device__ __forceinline__ Vec<T, V> load_pixel_raw(const T* pix, bool ok, int64_t off) {
   Vec<T, V> r = zero_vec<T, V>();
-  if constexpr (V > 1) {
-    if (ok) r = load_vec<T, V>(pix + k0);
-  } else {
-    if (ok) r.v[0] = pix[int64_t(div_m.div(uint32_t(k0))) * cs];
-  }
-  return r;
-}
-
-// dgrad's dy values of output channels (c0 + v) m + j, v < V (zero where !ok): with V > 1 (m == 1) the vector at
-// c0, else the element of output channel c0 m + j.
-template <int V, typename T>
-__device__ __forceinline__ Vec<T, V> load_out_raw(const T* pix, bool ok, int c0, int m, int j, int64_t cs) {
-  Vec<T, V> r = zero_vec<T, V>();
-  if constexpr (V > 1) {
-    if (ok) r = load_vec<T, V>(pix + c0);
-  } else {
-    if (ok) r.v[0] = pix[int64_t(c0 * m + j) * cs];
-  }
+  if (ok) r = load_vec<T, V>(pix + off);
   return r;
 }
 

@@ -14,7 +14,7 @@ namespace torch_dnn {
 namespace conv {
 
 template <typename T, int V, int KS, int STR>
-__global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
+__global__ void __launch_bounds__(kDwThreads, kDwMinBlocks)
     conv_depthwise_dgrad(DwParams p, const T* __restrict__ dy, const T* __restrict__ w, T* __restrict__ dx) {
   using A = acc_t<T>;
   constexpr int OTW = kDwStrip;
@@ -43,6 +43,8 @@ __global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
     for (int o = 0; o < OTW; ++o) zero(acc[o]);
     const T* dyn = dy + int64_t(n) * p.ys[0];
     for (int j = 0; j < p.m; ++j) {
+      // the thread's dy channels in a pixel: c0.. (V > 1 only where m == 1), else channel c0 m + j
+      const int64_t yoff = V > 1 ? int64_t(c0) : int64_t(c0 * p.m + j) * p.ys[1];
       for (int r = 0; r < p.R; ++r) {
         const int num = int(h) + p.ph - r * p.dh;
         if (num < 0 || num % p.sh != 0) continue;
@@ -61,7 +63,7 @@ __global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
           for (int e = E0; e <= E1; ++e) {
             const int qq = qbase + e;
             const bool in = qq >= 0 && qq < p.O;
-            dv[e - E0] = load_out_raw<V>(dyrow + int64_t(qq) * p.ys[4], in, c0, p.m, j, p.ys[1]);
+            dv[e - E0] = load_pixel_raw<V>(dyrow + int64_t(qq) * p.ys[4], in, yoff);
           }
 #pragma unroll
           for (int e = E0; e <= E1; ++e) {
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
               if (num2 < 0 || num2 % p.sw != 0) continue;
               const int qq = num2 / p.sw;
               if (qq >= p.O) continue;
-              const Vec<T, V> dv = load_out_raw<V>(dyrow + int64_t(qq) * p.ys[4], true, c0, p.m, j, p.ys[1]);
+              const Vec<T, V> dv = load_pixel_raw<V>(dyrow + int64_t(qq) * p.ys[4], true, yoff);
 #pragma unroll
               for (int v = 0; v < V; ++v) acc[o][v] += vec_elem<A>(dv, v) * wv[v];
             }

@@ -15,7 +15,7 @@ namespace torch_dnn {
 namespace conv {
 
 template <typename T, int V, int KS, int STR>
-__global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
+__global__ void __launch_bounds__(kDwThreads, kDwMinBlocks)
     conv_depthwise_fprop(DwParams p, const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                          Epilogue<T> ep) {
   using A = acc_t<T>;
@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
 #pragma unroll
   for (int v = 0; v < V; ++v) bias[v] = ep.bias != nullptr ? to_acc<A>(ep.bias[k0 + v]) : A(0);
   const A* wt = wsm + tx * V;
+  // the thread's input channels in a pixel: k0.. (V > 1 only where m == 1), else channel k0 / m
+  const int64_t xoff = V > 1 ? int64_t(k0) : int64_t(p.div_m.div(uint32_t(k0))) * p.xs[1];
   for (uint32_t item = (blockIdx.x / uint32_t(p.chunks)) * by + ty; item < p.items; item += item_blocks * by) {
     uint32_t n, q, strip;
     split_item(p, item, n, q, strip);
@@ -62,7 +64,7 @@ __global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
         for (int i = 0; i < SPAN; ++i) {
           const int iw = iw0 + i;
           const bool in = iw >= 0 && iw < p.W;
-          xs[i] = load_in_raw<V>(xrow + int64_t(iw) * p.xs[4], in, k0, p.div_m, p.xs[1]);
+          xs[i] = load_pixel_raw<V>(xrow + int64_t(iw) * p.xs[4], in, xoff);
         }
 #pragma unroll
         for (int i = 0; i < SPAN; ++i) {
@@ -83,7 +85,7 @@ __global__ void __launch_bounds__(kDwThreads, dw_min_blocks(KS))
           for (int o = 0; o < OTW; ++o) {
             const int iw = (o0 + o) * p.sw - p.pw + s * p.dw;
             const bool in = iw >= 0 && iw < p.W;
-            const Vec<T, V> xv = load_in_raw<V>(xrow + int64_t(iw) * p.xs[4], in, k0, p.div_m, p.xs[1]);
+            const Vec<T, V> xv = load_pixel_raw<V>(xrow + int64_t(iw) * p.xs[4], in, xoff);
 #pragma unroll
             for (int v = 0; v < V; ++v) acc[o][v] += vec_elem<A>(xv, v) * wv[v];
           }

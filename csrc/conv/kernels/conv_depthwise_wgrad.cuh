@@ -30,6 +30,8 @@ __global__ void __launch_bounds__(kDwThreads, dw_wgrad_min_blocks(KS, STR))
     const int chunk = int(rest % uint32_t(p.chunks)), split = int(rest / uint32_t(p.chunks));
     const int k0 = chunk * cbv + tx * V;
     const bool active = k0 < p.K;  // V divides K where V > 1
+    // the thread's input channels in a pixel: k0.. (V > 1 only where m == 1), else channel k0 / m
+    const int64_t xoff = V > 1 ? int64_t(k0) : int64_t(p.div_m.div(uint32_t(k0))) * p.xs[1];
     A acc[KS][V];
 #pragma unroll
     for (int s = 0; s < KS; ++s) zero(acc[s]);
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(kDwThreads, dw_wgrad_min_blocks(KS, STR))
       for (int i = 0; i < SPAN; ++i) {
         const int iw = iw0 + i;
         const bool in = iw >= 0 && iw < p.W;
-        xs[i] = load_in_raw<V>(xrow + int64_t(iw) * p.xs[4], in, k0, p.div_m, p.xs[1]);
+        xs[i] = load_pixel_raw<V>(xrow + int64_t(iw) * p.xs[4], in, xoff);
       }
 #pragma unroll
       for (int i = 0; i < SPAN; ++i) {
