@@ -60,7 +60,7 @@ if cuda_home:
     os.environ["CUDA_HOME"] = cuda_home  # must be set before cpp_extension is imported
 
 import torch  # noqa: E402
-from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension  # noqa: E402
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, include_paths  # noqa: E402
 
 with_cuda = torch.version.cuda is not None and cuda_home is not None and os.environ.get("TORCH_DNN_CPU_ONLY") != "1"
 if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.is_available():
@@ -86,8 +86,17 @@ if _clash:
 
 # -fopenmp: the CPU kernels split their work with at::parallel_for, which is an OpenMP region in torch's builds;
 # compiled without it the region is a plain serial loop. The runtime is the libgomp.so.1 that torch already loads.
+# -fno-trapping-math: the CPU kernels' ternaries and selects (activation, softmax) vectorise only when GCC may assume
+# that no float operation traps; no value changes, only floating-point exception flags could. It is set for every
+# source because the precompiled torch headers (below) must be compiled with the flags of the sources that use them.
+# -Wno-stringop-overflow: g++ 12 reports a false one inside c10::IValue's destructor (torch headers) where the
+# autocast kernels pass optional<double> arguments to the dispatcher (conv_fused.cpp, matmul.cpp).
 cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
-             "-fopenmp"]
+             "-Wno-stringop-overflow", "-fno-trapping-math", "-fopenmp"]
+# torch's headers as system headers (GCC then ignores torch's own -I for them): their warnings are torch's, and g++
+# 12 loses their `#pragma GCC diagnostic` silencing when they come from a precompiled header.
+for _d in include_paths():
+    cxx_flags += ["-isystem", _d]
 link_flags = ["-fopenmp"]
 define_macros = [("TORCH_DNN_BUILT_WITH_TORCH", f'"{torch.__version__}"')]
 include_dirs = [os.path.join(ROOT, "csrc")]
@@ -154,6 +163,67 @@ class KeptBuildExtension(BuildExtension.with_options(use_ninja=True)):
 
         tag = f"temp.{get_platform()}-{sys.implementation.cache_tag}"
         self.build_temp = os.path.join(ROOT, "build", tag)
+
+    def build_extension(self, ext):
+        # torch's BuildExtension has replaced self.compiler.compile by its ninja writer; wrap it so that the C++
+        # sources get the precompiled torch headers with exactly the flags ninja will compile them with.
+        ninja_compile = self.compiler.compile
+
+        def compile_with_pch(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
+                             extra_postargs=None, depends=None):
+            pch = _precompile_torch_headers(self.compiler, output_dir, macros, include_dirs, debug, extra_preargs,
+                                            extra_postargs, depends)
+            if pch is not None:
+                extra_postargs = dict(extra_postargs, cxx=[*extra_postargs["cxx"], "-Winvalid-pch", "-include", pch])
+            return ninja_compile(sources, output_dir, macros, include_dirs, debug, extra_preargs, extra_postargs,
+                                 depends)
+
+        self.compiler.compile = compile_with_pch
+        try:
+            super().build_extension(ext)
+        finally:
+            self.compiler.compile = ninja_compile
+
+
+def _precompile_torch_headers(compiler, output_dir, macros, include_dirs, debug, extra_preargs, extra_postargs,
+                              depends):
+    """Precompiles csrc/common/precompiled_torch.h with the C++ sources' flags (as torch's ninja writer forms them)
+    into <build>/pch/<hash>/, the hash over the header, the command and the torch version: when any of them changes
+    the -include path changes, and with it every source's command, so ninja rebuilds them all (the headers inside a
+    PCH are not in the sources' dependency files). Returns the header path to -include, or None (the sources then
+    compile without it) when the compiler is not GCC-like or the header does not precompile."""
+    import hashlib
+    import subprocess
+
+    from torch.utils.cpp_extension import get_cxx_compiler
+
+    if not isinstance(extra_postargs, dict) or sys.platform == "win32":
+        return None
+    output_dir = os.path.abspath(output_dir)
+    _, _, _, pp_opts, _ = compiler._setup_compile(output_dir, macros, include_dirs, [], depends, extra_postargs)
+    flags = [*compiler.compiler_so[1:], *compiler._get_cc_args(pp_opts, debug, extra_preargs), *extra_postargs["cxx"]]
+    with open(os.path.join(ROOT, "csrc", "common", "precompiled_torch.h")) as f:
+        text = f.read()
+    cxx = get_cxx_compiler()
+    key = hashlib.sha1("\0".join([text, cxx, torch.__version__, *flags]).encode()).hexdigest()[:16]
+    pch_root = os.path.join(output_dir, "pch")
+    folder = os.path.join(pch_root, key)
+    header = os.path.join(folder, "precompiled_torch.h")
+    if os.path.exists(header + ".gch"):
+        return header
+    shutil.rmtree(pch_root, ignore_errors=True)  # older ones: 0.4 GB each
+    os.makedirs(folder)
+    with open(header, "w") as f:
+        f.write(text)
+    partial = header + ".gch.partial"
+    cmd = [cxx, *flags, "-x", "c++-header", header, "-o", partial]
+    print("torch_dnn setup.py: precompiling the torch headers:", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"torch_dnn setup.py: the torch headers did not precompile; compiling without them:\n{r.stderr[-2000:]}")
+        return None
+    os.replace(partial, header + ".gch")
+    return header
 
 
 setup(

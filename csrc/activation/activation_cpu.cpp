@@ -6,13 +6,8 @@
 // vectoriser's aliasing analysis. On x86-64 every block loop is compiled twice, for the baseline ISA and for
 // AVX2, and picked at run time (cpu_isa.h).
 
-// The formulas' ternaries (x > 0 ? x : a * expm1(x)) vectorise only if both sides may be computed for every
-// element, which GCC allows only when it may assume that no float operation traps. No value changes (NaN and the
-// infinities propagate as before; only the floating-point exception flags could differ). Set before every include
-// so that all inlined code in this file agrees: GCC does not inline across differing trapping-math settings.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
-#endif
+// The formulas' ternaries (x > 0 ? x : a * expm1(x)) vectorise only because GCC may assume that no float operation
+// traps (-fno-trapping-math, setup.py).
 
 #include "activation/activation_cpu.h"
 

@@ -1,9 +1,5 @@
 // Matmul family: schemas, the CPU kernels' registration, and autocast (as torch.matmul: floating inputs are
 // cast to the autocast dtype, float64 is left alone) for CPU and CUDA.
-// g++ 12 reports a false -Wstringop-overflow inside c10::IValue's destructor (torch headers) when the
-// autocast kernels below pass linear_act's optional<double> arguments to the dispatcher. The warning is located
-// in the header, so it is silenced before the headers are read.
-#pragma GCC diagnostic ignored "-Wstringop-overflow"
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 

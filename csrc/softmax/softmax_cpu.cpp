@@ -3,11 +3,8 @@
 // inner == 1 (softmax over the last dimension) take contiguous_line_*: exp(x - max) computed once, by the
 // vectorisable exp of activation_cpu_vec.h (1 ulp), stored in y and scaled in place; the sums stay sequential.
 
-// exp_f's clamps and the backward's selects vectorise only if GCC may assume that no float operation traps (no
-// value changes); set before every include so that all inlined code in this file agrees (activation_cpu.cpp).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
-#endif
+// exp_f's clamps and the backward's selects vectorise only because GCC may assume that no float operation traps
+// (-fno-trapping-math, setup.py).
 
 #include "softmax/softmax_cpu.h"
 
