@@ -1,9 +1,6 @@
 // The convolution family's fused forward ops (conv_fused_ops.h): schemas, the CPU kernels' registration, and autocast
 // (convolution's policy: floating inputs cast to the autocast dtype, float64 left alone) for CPU and CUDA. Their
 // autograd is conv_fused_autograd.cpp's; the CUDA registration sits in conv_cuda.cpp beside the backend.
-// g++ 12 reports a false -Wstringop-overflow inside c10::IValue's destructor (torch headers) when the autocast
-// kernels pass optional<double> arguments to the dispatcher (as matmul.cpp's linear_act does).
-#pragma GCC diagnostic ignored "-Wstringop-overflow"
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
