@@ -216,9 +216,11 @@ def _linear_act_cases(device, dtype):
             continue  # a known bug: test_linear_act_hardsigmoid_float64_cpu
         for shape, n in shapes:
             x, w, b, _ = _linear_inputs(shape, n, dtype, device, bias=True)
-            # PyTorch's CUDA hardswish rounds 1/6 to float32: the exact composite is the float64 reference
-            exact = (lambda x, w, b: hardswish_reference(linear_act_reference(x, w, b, "none"))) \
-                if act == "hardswish" else None
+            # PyTorch's CUDA hardswish and hardsigmoid round 1/6 to float32: the exact composite is the float64
+            # reference
+            exact = {"hardswish": lambda x, w, b: hardswish_reference(linear_act_reference(x, w, b, "none")),
+                     "hardsigmoid": lambda x, w, b: hardsigmoid_reference(linear_act_reference(x, w, b, "none"))
+                     }.get(act)
             yield Against(f"linear_act {act} {shape}->{n} {dtype}", lambda x, w, b: F.linear_act(x, w, b, act),
                           lambda x, w, b: linear_act_reference(x, w, b, act), [x, w, b],
                           grad_output=_grad_away_from_kinks(act, x, w, b), ref_fn=exact)
