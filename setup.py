@@ -8,7 +8,6 @@ import glob
 import os
 import shutil
 import sys
-import sysconfig
 
 from setuptools import find_packages, setup
 
@@ -47,11 +46,18 @@ def _cutlass_include_dir():
 
 
 def _pip_nvidia_include_dirs():
-    """Library headers (cusparse.h, cublas_v2.h ...) that a slim toolkit lacks live in the pip nvidia packages."""
-    bases = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
-    dirs = [d for b in bases for d in sorted(glob.glob(os.path.join(b, "nvidia", "cu*", "include")))]
+    """Library headers (cusparse.h, cublas_v2.h ...) that a slim toolkit lacks live in the pip nvidia packages,
+    found as Python finds them (a virtual environment may see them in the system's site-packages)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    bases = sorted(set(spec.submodule_search_locations or [])) if spec else []
+    dirs = [d for b in bases for d in sorted(glob.glob(os.path.join(b, "cu*", "include")))]
     if not dirs:  # older layout: one package per library
-        dirs = [d for b in bases for d in sorted(glob.glob(os.path.join(b, "nvidia", "*", "include")))]
+        dirs = [d for b in bases for d in sorted(glob.glob(os.path.join(b, "*", "include")))]
     return [d for d in dirs if os.path.isdir(d)]
 
 
