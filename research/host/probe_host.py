@@ -4,6 +4,8 @@ the CPU-side operators of one torch_dnn step (torch.profiler), to see where the 
 `python research/host/probe_host.py autograd`: forward + backward of small ops that record autograd.
 `python research/host/probe_host.py conv`: convolutions on small tensors by route (Hopper implicit GEMM NHWC, staged
 NCHW, depthwise NHWC), forward and forward + backward against F.conv2d (cuDNN), and the CPU operators of ours.
+`python research/host/probe_host.py convlayers`: the layers of one small convolution's forward (wrapper, autograd, the
+op, its route, PyTorch's backend query) against cuDNN.
 `python research/host/probe_host.py linear`: the layers of a decode-sized linear call (Python wrapper, the op below
 autograd, the launcher with one kernel or a split-K pair) against F.linear (cuBLAS), on small shapes whose GPU
 time is under the host time."""
@@ -126,7 +128,58 @@ def conv_steps():
     return rows
 
 
+def conv_layers():
+    """The layers of one small convolution's forward (GPU work of a few microseconds, so the loop measures the host):
+    the functional wrapper with and without autograd, the op below autograd on the Hopper route and on the portable
+    one (TORCH_DNN_CONV_SM90=0), PyTorch's backend query that the op asks for the result's layout, and cuDNN's
+    forward; an empty_strided and a small relu op as the floor of any op."""
+    ops = torch.ops.torch_dnn
+    x = torch.randn(2, 64, 8, 8, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.randn(64, 64, 3, 3, device="cuda", dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    one, zero = [1, 1], [0, 0]
+
+    def below():
+        with torch._C._AutoDispatchBelowAutograd():
+            return ops.convolution.default(x, w, None, one, one, one, False, zero, 1)
+
+    def no_grad(fn):
+        def run():
+            with torch.no_grad():
+                return fn()
+        return run
+
+    rows = {"F.conv2d torch_dnn, autograd": lambda: F.conv2d(xg, wg, None, 1, 1),
+            "F.conv2d torch_dnn, no_grad": no_grad(lambda: F.conv2d(x, w, None, 1, 1)),
+            "op below autograd": below,
+            "F.conv2d cuDNN, autograd": lambda: TF.conv2d(xg, wg, None, 1, 1),
+            "F.conv2d cuDNN, no_grad": no_grad(lambda: TF.conv2d(x, w, None, 1, 1)),
+            "select_conv_backend": lambda: torch._C._select_conv_backend(x, w, None, one, one, one, False, zero, 1),
+            "empty_strided(out)": lambda: torch.empty_strided((2, 64, 8, 8), (4096, 1, 512, 64), device="cuda",
+                                                              dtype=torch.bfloat16),
+            "relu op below autograd": no_grad(lambda: ops.relu.default(x))}
+    for env in [{}, {"TORCH_DNN_CONV_SM90": "0"}]:
+        os.environ.update(env)
+        tag = ",".join(f"{k}={v}" for k, v in env.items()) or "default"
+        for name, fn in rows.items():
+            if env and "torch_dnn" not in name and not name.startswith("op "):
+                continue
+            print(f"{tag:22s} {name:32s} {per_call_us(fn, 2000):7.1f} us/call")
+        for key in env:
+            del os.environ[key]
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(50):
+            below()
+        torch.cuda.synchronize()
+    print("== op below autograd, 50 calls")
+    print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["convlayers"]:
+        conv_layers()
+        sys.exit(0)
     if sys.argv[1:] == ["conv"]:
         steps = conv_steps()
         for name, fn in steps.items():
