@@ -100,7 +100,8 @@ if _clash:
 cxx_flags = ["-O3", "-std=c++20", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers",
              "-Wno-stringop-overflow", "-fno-trapping-math", "-fopenmp"]
 # torch's headers as system headers (GCC then ignores torch's own -I for them): their warnings are torch's, and g++
-# 12 loses their `#pragma GCC diagnostic` silencing when they come from a precompiled header.
+# 12 loses their `#pragma GCC diagnostic` silencing when they come from a precompiled header. They leave the
+# dependency files; another torch changes TORCH_DNN_BUILT_WITH_TORCH, and with it every command ninja compares.
 for _d in include_paths():
     cxx_flags += ["-isystem", _d]
 link_flags = ["-fopenmp"]
@@ -197,7 +198,8 @@ def _precompile_torch_headers(compiler, output_dir, macros, include_dirs, debug,
     into <build>/pch/<hash>/, the hash over the header, the command and the torch version: when any of them changes
     the -include path changes, and with it every source's command, so ninja rebuilds them all (the headers inside a
     PCH are not in the sources' dependency files). Returns the header path to -include, or None (the sources then
-    compile without it) when the compiler is not GCC-like or the header does not precompile."""
+    compile without it) where the header does not precompile; a compiler that rejects the result reads the header
+    itself (-Winvalid-pch says so)."""
     import hashlib
     import subprocess
 
