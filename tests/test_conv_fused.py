@@ -52,15 +52,12 @@ def _grad_off_kinks(case, act, ts):
     rounding picks the side; None for other activations."""
     if act not in KINKS:
         return None
-    _, _, _, bias, res, kw, _ = case
-    ts = list(ts)
-    x, w = ts[:2]
-    b = ts[2].double() if bias else None
-    r = ts[-1].double() if res is not None else None
+    dtype, device = ts[0].dtype, ts[0].device
+    x, w, b, r = (t.double() if t is not None else None for t in _split(case, ts))
     with torch.no_grad():
-        pre = conv_act_reference(x.double(), w.double(), b, **kw, activation="none", residual=r)
-    g = _rand(tuple(pre.shape), x.dtype, x.device)
-    margin = 8 * torch.finfo(x.dtype).eps
+        pre = conv_act_reference(x, w, b, **case[5], activation="none", residual=r)
+    g = _rand(tuple(pre.shape), dtype, device)
+    margin = 8 * torch.finfo(dtype).eps
     for k in KINKS[act]:
         g[(pre - k).abs() < margin] = 0
     return g
@@ -111,32 +108,32 @@ def _inputs(case, dtype, device):
     return x, w, b, r
 
 
+def _split(case, ts):
+    """(x, w, bias or None, residual or None) from the case's tensor list (x, w, then the bias and residual where the
+    case has them)."""
+    ts = list(ts)
+    return ts[0], ts[1], ts[2] if case[3] else None, ts[-1] if case[4] is not None else None
+
+
 def _fns(case, act, act_a=None, act_b=None):
     """(ours, theirs, the float64 reference) over the given tensors (x, w, then the bias and residual where the
     case has them)."""
-    _, _, _, bias, res, kw, _ = case
-
-    def split(ts):
-        ts = list(ts)
-        x, w = ts[:2]
-        b = ts[2] if bias else None
-        r = ts[-1] if res is not None else None
-        return x, w, b, r
+    kw = case[5]
 
     def ours(*ts):
-        x, w, b, r = split(ts)
+        x, w, b, r = _split(case, ts)
         if r is None:
             return F.conv_bias_act(x, w, b, act, act_a=act_a, act_b=act_b, **kw)
         return F.conv_bias_add_act(x, w, b, r, act, act_a=act_a, act_b=act_b, **kw)
 
     def theirs(*ts):
-        x, w, b, r = split(ts)
+        x, w, b, r = _split(case, ts)
         return conv_act_reference(x, w, b, **kw, activation=act, residual=r, act_a=act_a, act_b=act_b)
 
     def ref(*ts):
         if act not in EXACT:
             return theirs(*ts)
-        x, w, b, r = split(ts)
+        x, w, b, r = _split(case, ts)
         return EXACT[act](conv_act_reference(x, w, b, **kw, activation="none", residual=r))
 
     return ours, theirs, ref
