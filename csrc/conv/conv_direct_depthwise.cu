@@ -141,7 +141,7 @@ bool finish_plan(DwParams& p, int64_t channels, int V, int64_t rows, int64_t col
 int64_t item_grid(const DwParams& p) {
   const int64_t by = kDwThreads / p.bx;
   const int64_t need = (int64_t(p.items) + by - 1) / by;
-  const int64_t per_sm = p.bx > 1 ? 2 : 8;
+  const int64_t per_sm = p.bx > 1 ? kDwMinBlocks : 8;
   const int64_t cap = std::max<int64_t>(1, int64_t(sm_count()) * per_sm / p.chunks);
   const int64_t blocks = std::max<int64_t>(1, std::min(need, cap));
   return int64_t(p.chunks) * std::min<int64_t>(blocks, kMaxGrid / p.chunks);

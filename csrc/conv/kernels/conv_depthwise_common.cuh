@@ -78,6 +78,13 @@ __device__ __forceinline__ Vec<T, V> load_pixel_raw(const T* pix, bool ok, int64
   return r;
 }
 
+// The offset of a thread's input channels in a pixel (fprop, wgrad: output channels k0..): channel k0 itself with
+// V > 1 (vectors only where m == 1), else input channel k0 / m times the channel stride.
+template <int V>
+__device__ __forceinline__ int64_t input_channel_offset(const DwParams& p, int k0) {
+  return V > 1 ? int64_t(k0) : int64_t(p.div_m.div(uint32_t(k0))) * p.xs[1];
+}
+
 template <int V, typename A>
 __device__ __forceinline__ void zero(A (&v)[V]) {
 #pragma unroll

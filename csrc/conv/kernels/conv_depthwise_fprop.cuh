@@ -38,8 +38,7 @@ __global__ void __launch_bounds__(kDwThreads, kDwMinBlocks)
 #pragma unroll
   for (int v = 0; v < V; ++v) bias[v] = ep.bias != nullptr ? to_acc<A>(ep.bias[k0 + v]) : A(0);
   const A* wt = wsm + tx * V;
-  // the thread's input channels in a pixel: k0.. (V > 1 only where m == 1), else channel k0 / m
-  const int64_t xoff = V > 1 ? int64_t(k0) : int64_t(p.div_m.div(uint32_t(k0))) * p.xs[1];
+  const int64_t xoff = input_channel_offset<V>(p, k0);
   for (uint32_t item = (blockIdx.x / uint32_t(p.chunks)) * by + ty; item < p.items; item += item_blocks * by) {
     uint32_t n, q, strip;
     split_item(p, item, n, q, strip);

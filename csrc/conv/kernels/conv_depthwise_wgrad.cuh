@@ -30,8 +30,7 @@ __global__ void __launch_bounds__(kDwThreads, dw_wgrad_min_blocks(KS, STR))
     const int chunk = int(rest % uint32_t(p.chunks)), split = int(rest / uint32_t(p.chunks));
     const int k0 = chunk * cbv + tx * V;
     const bool active = k0 < p.K;  // V divides K where V > 1
-    // the thread's input channels in a pixel: k0.. (V > 1 only where m == 1), else channel k0 / m
-    const int64_t xoff = V > 1 ? int64_t(k0) : int64_t(p.div_m.div(uint32_t(k0))) * p.xs[1];
+    const int64_t xoff = input_channel_offset<V>(p, k0);
     A acc[KS][V];
 #pragma unroll
     for (int s = 0; s < KS; ++s) zero(acc[s]);
