@@ -68,7 +68,7 @@ struct ConvolutionFn : torch::autograd::Function<ConvolutionFn> {
       y = convolution_op().call(x, w, b, stride, padding, dilation, transposed, output_padding, groups);
     }
     // the layout of the result: its gradients take it too
-    ctx->saved_data["channels_last"] = made_channels_last(y);
+    ctx->saved_data["channels_last"] = strides_channels_last(y);
     ctx->saved_data["bias_size"] = is_given(b) ? b->size(0) : int64_t(-1);
     geometry_of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
     ctx->save_for_backward({x, w});

@@ -172,7 +172,7 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
         y = call.fused(x, w, b, res, act, act_a, act_b);
       }
     }
-    ctx->saved_data["channels_last"] = made_channels_last(save_pre ? pre : y);
+    ctx->saved_data["channels_last"] = strides_channels_last(save_pre ? pre : y);
     ctx->saved_data["bias_size"] = is_given(b) ? b->size(0) : int64_t(-1);
     ctx->saved_data["has_res"] = res.defined();
     call.save(ctx);

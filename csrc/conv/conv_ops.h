@@ -183,14 +183,10 @@ inline Tensor exactly_in_layout(const Tensor& t, bool channels_last) {
   return at::empty_strided(t.sizes(), want, t.options()).copy_(t);
 }
 
-// The layout an op chose for a result it made (empty_in): the autograd kernels read it back from the result instead
-// of asking PyTorch's backend choice again (host time). Where both layouts give the same strides, either answer
-// names the same layout.
-inline bool made_channels_last(const Tensor& result) {
-  return result.strides() == IntArrayRef(channels_last_strides(result.sizes()));
-}
-
-// The backward ops' rule: channels-last results for a grad_output whose strides are exactly channels-last's.
+// The backward ops' rule: channels-last results for a grad_output whose strides are exactly channels-last's. The
+// autograd kernels also read back with it the layout an op chose for a result it made (empty_in), instead of asking
+// PyTorch's backend choice again (host time): where both layouts give the same strides, either answer names the
+// same layout.
 inline bool strides_channels_last(const Tensor& t) {
   return t.strides() == IntArrayRef(channels_last_strides(t.sizes())) &&
          t.strides() != IntArrayRef(row_major_strides(t.sizes()));
