@@ -178,16 +178,12 @@ class KeptBuildExtension(BuildExtension.with_options(use_ninja=True)):
 
         def compile_with_pch(sources, output_dir=None, macros=None, include_dirs=None, debug=0, extra_preargs=None,
                              extra_postargs=None, depends=None):
-            header, worker = _precompile_torch_headers(self.compiler, output_dir, macros, include_dirs, debug,
-                                                       extra_preargs, extra_postargs, depends)
-            if header is not None:
-                extra_postargs = dict(extra_postargs, cxx=[*extra_postargs["cxx"], "-Winvalid-pch", "-include", header])
-            try:
-                return ninja_compile(sources, output_dir, macros, include_dirs, debug, extra_preargs, extra_postargs,
-                                     depends)
-            finally:
-                if worker is not None:
-                    worker.join()
+            pch = _precompile_torch_headers(self.compiler, output_dir, macros, include_dirs, debug, extra_preargs,
+                                            extra_postargs, depends)
+            if pch is not None:
+                extra_postargs = dict(extra_postargs, cxx=[*extra_postargs["cxx"], "-Winvalid-pch", "-include", pch])
+            return ninja_compile(sources, output_dir, macros, include_dirs, debug, extra_preargs, extra_postargs,
+                                 depends)
 
         self.compiler.compile = compile_with_pch
         try:
@@ -201,21 +197,16 @@ def _precompile_torch_headers(compiler, output_dir, macros, include_dirs, debug,
     """Precompiles csrc/common/precompiled_torch.h with the C++ sources' flags (as torch's ninja writer forms them)
     into <build>/pch/<hash>/, the hash over the header, the command and the torch version: when any of them changes
     the -include path changes, and with it every source's command, so ninja rebuilds them all (the headers inside a
-    PCH are not in the sources' dependency files).
-
-    Returns (the header to -include, the thread still precompiling it, or None). On a machine of 8 cores or more the
-    precompilation runs beside ninja: a source compiled before the .gch appears (renamed from a finished partial
-    file) reads the header itself and gives the same object, so the build does not wait for it (the CUTLASS sources,
-    which do not use it, set the build's length there); so does every source where the header does not precompile,
-    and a compiler that rejects the .gch (-Winvalid-pch says so)."""
+    PCH are not in the sources' dependency files). Returns the header path to -include, or None (the sources then
+    compile without it) where the header does not precompile; a compiler that rejects the result reads the header
+    itself (-Winvalid-pch says so)."""
     import hashlib
     import subprocess
-    import threading
 
     from torch.utils.cpp_extension import get_cxx_compiler
 
     if not isinstance(extra_postargs, dict) or sys.platform == "win32":
-        return None, None
+        return None
     output_dir = os.path.abspath(output_dir)
     _, _, _, pp_opts, _ = compiler._setup_compile(output_dir, macros, include_dirs, [], depends, extra_postargs)
     flags = [*compiler.compiler_so[1:], *compiler._get_cc_args(pp_opts, debug, extra_preargs), *extra_postargs["cxx"]]
@@ -226,33 +217,21 @@ def _precompile_torch_headers(compiler, output_dir, macros, include_dirs, debug,
     pch_root = os.path.join(output_dir, "pch")
     folder = os.path.join(pch_root, key)
     header = os.path.join(folder, "precompiled_torch.h")
-    gch = header + ".gch"
-    if os.path.exists(gch):
-        return header, None
+    if os.path.exists(header + ".gch"):
+        return header
     shutil.rmtree(pch_root, ignore_errors=True)  # older ones: 0.4 GB each
     os.makedirs(folder)
     with open(header, "w") as f:
         f.write(text)
-    cmd = [cxx, *flags, "-x", "c++-header", header, "-o", gch + ".partial"]
-    print("torch_dnn setup.py: precompiling the torch headers beside the build:", " ".join(cmd), flush=True)
-
-    def precompile():
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode == 0:
-            os.replace(gch + ".partial", gch)
-        else:
-            print(f"torch_dnn setup.py: the torch headers did not precompile (the sources read them):\n"
-                  f"{r.stderr[-2000:]}", flush=True)
-
-    worker = threading.Thread(target=precompile, daemon=True)
-    worker.start()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if cores < 8:
-        # ninja's jobs would share these cores with it and the first sources would read the headers themselves:
-        # waiting costs less (2 cores: a CPU-only build 234 s waiting, 251 s beside it)
-        worker.join()
-        return header, None
-    return header, worker
+    partial = header + ".gch.partial"
+    cmd = [cxx, *flags, "-x", "c++-header", header, "-o", partial]
+    print("torch_dnn setup.py: precompiling the torch headers:", " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"torch_dnn setup.py: the torch headers did not precompile; compiling without them:\n{r.stderr[-2000:]}")
+        return None
+    os.replace(partial, header + ".gch")
+    return header
 
 
 setup(
