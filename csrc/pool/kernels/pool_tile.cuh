@@ -524,6 +524,51 @@ __device__ __forceinline__ void cover(int i, int k, int d, int p, int out, const
   hi = imin(int(by_s.div(uint32_t(ip))) + 1, out);
 }
 
+// Stages a band's grad rows [oh_lo, oh_hi) (n_out outputs from g + gbase) in shared memory as the accumulation
+// type: avg's divided by their window's divisor; max's with their indices made relative to the plane (ibase; -1
+// where an index lies outside it, which matches no input).
+template <typename T, Op OP>
+__device__ __forceinline__ void stage_grad_rows(const T* g, const int64_t* ind,
+                                                acc_t<T>* sg, int* sidx, int64_t gbase, int64_t ibase, int n_out,
+                                                int oh_lo, const TileArgs& a) {
+  using A = acc_t<T>;
+  const int H = a.H, W = a.W, OW = a.OW;
+  constexpr int U = 4;
+  // walk over the staged outputs (a.step_* walk the band's inputs or owners, not these)
+  const int step_r = kThreads / OW, step_c = kThreads % OW;
+  int r = threadIdx.x / OW, c = threadIdx.x % OW;
+  for (int e0 = threadIdx.x; e0 < n_out; e0 += U * kThreads) {
+    T gv[U];
+    int64_t iv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + u * kThreads;
+      if (e < n_out) {
+        gv[u] = g[gbase + e];
+        if constexpr (OP == Op::Max) iv[u] = ind[gbase + e];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int e = e0 + u * kThreads;
+      if (e < n_out) {
+        if constexpr (OP == Op::Max) {
+          const int64_t rel = iv[u] - ibase;
+          sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+          sg[e] = to_acc<A>(gv[u]);
+        } else {
+          const int hs = (oh_lo + r) * a.sh - a.ph, ws = c * a.sw - a.pw;
+          const int div = a.divisor_override ? a.divisor_override
+                                             : avg_window_size(hs, ws, a.kh, a.kw, H, W, a.ph, a.pw, a.cip);
+          sg[e] = to_acc<A>(gv[u]) / A(div);
+        }
+      }
+      c += step_c, r += step_r;
+      if (c >= OW) c -= OW, ++r;
+    }
+  }
+}
+
 // C > 0: at most C outputs cover a position along each axis (unrolled); 0: run-time loops.
 template <typename T, Op OP, int C>
 __global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ g, const int64_t* __restrict__ ind,
@@ -543,43 +588,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile(const T* __restrict__ 
     const int64_t gbase = plane * OH * OW + int64_t(oh_lo) * OW;
     const int64_t ibase = (a.D == 1 ? int64_t(0) : plane % a.D) * H * W;
     __syncthreads();  // the previous band's readers are done
-    {
-      // stage: grad rows [oh_lo, oh_hi) as float (avg: divided by the window's divisor), max's indices
-      constexpr int U = 4;
-      // walk over the staged outputs (a.step_* walk the band's inputs or owners, not these)
-      const int step_r = kThreads / OW, step_c = kThreads % OW;
-      int r = threadIdx.x / OW, c = threadIdx.x % OW;
-      for (int e0 = threadIdx.x; e0 < n_out; e0 += U * kThreads) {
-        T gv[U];
-        int64_t iv[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int e = e0 + u * kThreads;
-          if (e < n_out) {
-            gv[u] = g[gbase + e];
-            if constexpr (OP == Op::Max) iv[u] = ind[gbase + e];
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int e = e0 + u * kThreads;
-          if (e < n_out) {
-            if constexpr (OP == Op::Max) {
-              const int64_t rel = iv[u] - ibase;  // outside the plane: matches no input
-              sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
-              sg[e] = to_acc<A>(gv[u]);
-            } else {
-              const int hs = (oh_lo + r) * a.sh - a.ph, ws = c * a.sw - a.pw;
-              const int div = a.divisor_override ? a.divisor_override
-                                                 : avg_window_size(hs, ws, a.kh, a.kw, H, W, a.ph, a.pw, a.cip);
-              sg[e] = to_acc<A>(gv[u]) / A(div);
-            }
-          }
-          c += step_c, r += step_r;
-          if (c >= OW) c -= OW, ++r;
-        }
-      }
-    }
+    stage_grad_rows<T, OP>(g, ind, sg, sidx, gbase, ibase, n_out, oh_lo, a);
     __syncthreads();
     const int64_t xbase = plane * H * W;
     int r = threadIdx.x / W, w = threadIdx.x % W;
@@ -640,42 +649,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restr
     const int64_t gbase = plane * OH * OW + int64_t(oh_lo) * OW;
     const int64_t ibase = (a.D == 1 ? int64_t(0) : plane % a.D) * H * W;
     __syncthreads();  // the previous band's readers are done
-    {
-      constexpr int U = 4;
-      // walk over the staged outputs (a.step_* walk the band's inputs or owners, not these)
-      const int step_r = kThreads / OW, step_c = kThreads % OW;
-      int r = threadIdx.x / OW, c = threadIdx.x % OW;
-      for (int e0 = threadIdx.x; e0 < n_out; e0 += U * kThreads) {
-        T gv[U];
-        int64_t iv[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int e = e0 + u * kThreads;
-          if (e < n_out) {
-            gv[u] = g[gbase + e];
-            if constexpr (OP == Op::Max) iv[u] = ind[gbase + e];
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int e = e0 + u * kThreads;
-          if (e < n_out) {
-            if constexpr (OP == Op::Max) {
-              const int64_t rel = iv[u] - ibase;  // outside the plane: matches no input
-              sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
-              sg[e] = to_acc<A>(gv[u]);
-            } else {
-              const int hs = (oh_lo + r) * a.sh - a.ph, ws = c * a.sw - a.pw;
-              const int div = a.divisor_override ? a.divisor_override
-                                                 : avg_window_size(hs, ws, a.kh, a.kw, H, W, a.ph, a.pw, a.cip);
-              sg[e] = to_acc<A>(gv[u]) / A(div);
-            }
-          }
-          c += step_c, r += step_r;
-          if (c >= OW) c -= OW, ++r;
-        }
-      }
-    }
+    stage_grad_rows<T, OP>(g, ind, sg, sidx, gbase, ibase, n_out, oh_lo, a);
     __syncthreads();
     const int64_t xbase = plane * H * W;
     int r = threadIdx.x / own_w, q = threadIdx.x % own_w;
