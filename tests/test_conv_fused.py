@@ -13,7 +13,7 @@ import torch.nn.functional as TF
 import torch_dnn
 import torch_dnn.functional as F
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
-from tests.utils import devices, make_input
+from tests.utils import KINKS, devices, grad_off_kinks, make_input
 from torch_dnn.reference import hardsigmoid_reference, hardswish_reference
 from torch_dnn.reference.conv import conv_act_reference
 from torch_dnn.testing import compare
@@ -28,15 +28,12 @@ PARAMS = {"leaky_relu": (0.2, None), "elu": (0.5, None), "softplus": (2.0, 5.0)}
 # PyTorch's CPU hardsigmoid / hardswish gradients multiply by 1/6 rounded to float32 in every dtype: the float64
 # reference is the exact composite (tests/test_float64.py)
 EXACT = {"hardsigmoid": hardsigmoid_reference, "hardswish": hardswish_reference}
-# Where an activation's derivative jumps away from 0: a pre-activation within a bf16 rounding of the point takes
-# either side depending on how it was rounded (ours once from float32, the unfused composite after the convolution
-# and again after the add), and one element on the other side moves d_input by |w| / 6 there
-KINKS = {"hardsigmoid": (-3.0, 3.0), "hardswish": (-3.0, 3.0), "relu6": (6.0,)}
 
 
 def _off_kinks(r, act, pre):
     """The residual r moved by 0.125 (away from the point) where the exact pre-activation `pre` (float64, r
-    included) lies within 0.0625 of one of act's derivative jumps (KINKS), so that no rounding decides the side."""
+    included) lies within 0.0625 of one of act's derivative jumps (KINKS), so that no rounding decides the side:
+    at +-3 and 6 one element on the other side moves d_input by |w| / 6 there."""
     r = r.clone()
     with torch.no_grad():
         for k in KINKS.get(act, ()):
@@ -52,15 +49,11 @@ def _grad_off_kinks(case, act, ts):
     rounding picks the side; None for other activations."""
     if act not in KINKS:
         return None
-    dtype, device = ts[0].dtype, ts[0].device
+    dtype = ts[0].dtype
     x, w, b, r = (t.double() if t is not None else None for t in _split(case, ts))
     with torch.no_grad():
         pre = conv_act_reference(x, w, b, **case[5], activation="none", residual=r)
-    g = _rand(tuple(pre.shape), dtype, device)
-    margin = 8 * torch.finfo(dtype).eps
-    for k in KINKS[act]:
-        g[(pre - k).abs() < margin] = 0
-    return g
+    return grad_off_kinks(pre, act, dtype, lambda k: 8 * torch.finfo(dtype).eps)
 
 
 def _layout(t, layout):

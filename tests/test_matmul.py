@@ -16,7 +16,8 @@ from torch_dnn.ops.matmul import gemm_paths
 from torch_dnn.reference import hardsigmoid_reference, hardswish_reference, linear_act_reference
 from torch_dnn.testing import compare, random_like_case
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
-from tests.utils import assert_models_agree, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input
+from tests.utils import (assert_models_agree, ALL_DTYPES, assert_matches_torch, devices, first_line, grad_off_kinks,
+                         make_input)
 
 ops = torch.ops.torch_dnn
 
@@ -32,25 +33,12 @@ ACTS = ["none", "relu", "relu6", "leaky_relu", "elu", "gelu", "gelu_tanh", "silu
         "mish", "hardswish", "hardsigmoid"]
 
 
-# Where these activations' derivatives jump. A pre-activation whose exact value and 16-bit rounding (ours or
-# PyTorch's) lie on different sides of a jump moves a whole row of d_input by the jump: which side's rounding
-# met the larger upstream gradient then decides the error ratio (a flake seen on the H100). The tests give those
-# few outputs a zero upstream gradient.
-KINKS = {"relu": (0.0,), "leaky_relu": (0.0,), "relu6": (0.0, 6.0), "hardswish": (-3.0, 3.0),
-         "hardsigmoid": (-3.0, 3.0)}
-
-
 def _grad_away_from_kinks(act, x, w, b):
-    """A random upstream gradient for linear_act, zero where the exact pre-activation lies within 2 ulps (of the
-    dtype at the kink's size, at least 1e-3) of one of act's derivative jumps; None for other acts."""
-    if act not in KINKS:
-        return None
+    """linear_act's upstream gradient, zero within 2 ulps (of the dtype at the kink's size, at least 1e-3) of a
+    derivative jump (tests/utils.py KINKS)."""
     pre = x.double() @ w.double().t() + (b.double() if b is not None else 0.0)
-    g = random_like_case(pre.shape, x.dtype, x.device, low=-1, high=1)
     eps = torch.finfo(x.dtype).eps
-    for k in KINKS[act]:
-        g[(pre - k).abs() <= max(2 * eps * abs(k), 1e-3)] = 0
-    return g
+    return grad_off_kinks(pre, act, x.dtype, lambda k: max(2 * eps * abs(k), 1e-3))
 
 
 def _mnk(device):
