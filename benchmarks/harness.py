@@ -215,6 +215,7 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
     n_sets = 4 if case.host else max(1, min(8, -(-L2_FLUSH_BYTES // max(set_bytes, 1))))
     input_sets = [first] + [case.make_inputs() for _ in range(n_sets - 1)]
     times_of, errors = {impl: [] for impl in case.impls}, {}
+    round_ms = {impl: [] for impl in case.impls}  # each turn's median: the paired ratios below
     names = list(case.impls)
     for r in range(max(1, case.rounds)):
         # odd rounds in reverse order: each impl follows each of its neighbours, not always the same one
@@ -223,6 +224,7 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
             if impl in errors:
                 continue
             try:
+                start = len(times_of[impl])
                 if case.host:
                     times_of[impl] += time_host_calls(fn, input_sets, warmup, reps)
                 elif case.graph:
@@ -232,6 +234,7 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
                                                       case.warmup_ms)
                 else:
                     times_of[impl] += time_calls(fn, input_sets, warmup, reps, case.warmup_ms)
+                round_ms[impl].append(statistics.median(times_of[impl][start:]))
             except Exception as e:  # a peer that cannot run this case (e.g. compile failure) is reported, not fatal
                 errors[impl] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
     rows = []
@@ -254,6 +257,11 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
     for r in rows:
         if ours and "ms" in r and r is not ours:
             r["ours_speedup"] = r["ms"] / ours["ms"]
+            # the speedup turn by turn (a peer's turn against ours in the same round): its range says how far the
+            # machine's drift moves the ratio, which the p10-p90 of single samples overstates
+            paired = [p / o for p, o in zip(round_ms[r["impl"]], round_ms["torch_dnn"])]
+            if len(paired) > 1:
+                r["speedup_range"] = [min(paired), max(paired)]
     del input_sets, first
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -290,6 +298,8 @@ def format_table(rows: list[dict]) -> str:
             out.append(f"| {r['case']} | {r['impl']} | failed: {r['error']} | | | | | |")
             continue
         spd = f"{r['ours_speedup']:.2f}x" if "ours_speedup" in r else ""
+        if "speedup_range" in r:
+            spd += " ({:.2f}-{:.2f} by round)".format(*r["speedup_range"])
         tflops = f"{r['tflops']:.1f}" if "tflops" in r else ""
         out.append(
             f"| {r['case']} | {r['impl']} | {r['ms']:.4f} ({r['p10_ms']:.4f}-{r['p90_ms']:.4f}) | "
@@ -318,6 +328,8 @@ def run(cases: list[Case], out_dir: str | None = None, md_path: str | None = Non
                 print(f"{r['case']:<48} {r['impl']:<10} FAILED {r['error']}", flush=True)
             else:
                 spd = f"x{r['ours_speedup']:.2f}" if "ours_speedup" in r else ""
+                if "speedup_range" in r:
+                    spd += " ({:.2f}-{:.2f} by round)".format(*r["speedup_range"])
                 tflops = f"{r['tflops']:7.1f} TFLOP/s " if "tflops" in r else ""
                 print(f"{r['case']:<48} {r['impl']:<10} {r['ms']:8.4f} ms {r.get('gbps', 0):7.0f} GB/s "
                       f"{r.get('pct_copy', 0):5.1f}% {tflops}{spd}", flush=True)
