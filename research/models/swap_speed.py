@@ -1,0 +1,107 @@
+"""Which swapped module type makes a converted network's train step slower? (issue: converted models' speed)
+
+Part 1 times a bf16-autocast train step (forward, sum, backward) of a native model against copies with one
+module type swapped at a time (and all of them), interleaved step by step, by the wall clock (queue drained
+around each step): the median of ours over native, and the range of that ratio over blocks of steps.
+Part 2 times BatchNorm2d alone (training forward + backward, bf16 autocast, weight and bias requiring grad) at
+ResNet-50's batch-16 shapes, ours and native in turns: wall clock per call over 20 calls in a row, so the queue
+shows whether the host or the GPU bounds it.
+
+    python research/models/swap_speed.py resnet50 [--batch 16] [--steps 40]
+"""
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+
+from grad_bisect import build, swap  # noqa: E402  (same folder)
+
+TYPES = ["BatchNorm2d", "ReLU", "MaxPool2d", "AdaptiveAvgPool2d", "Linear"]
+
+
+def step(model, x):
+    with torch.autocast("cuda", torch.bfloat16):
+        y = model(x)
+    y.float().sum().backward()
+    for p in model.parameters():
+        p.grad = None
+
+
+def timed(fn):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def models_part(a, mf):
+    torch.manual_seed(0)
+    base = build(a.model).cuda().train().to(memory_format=mf)
+    x = torch.randn(a.batch, 3, 224, 224, device="cuda").contiguous(memory_format=mf)
+    variants = {"native": base}
+    for t in TYPES + ["all"]:
+        variants[t] = swap(copy.deepcopy(base), [] if t == "all" else [t])
+    for m in variants.values():
+        for _ in range(3):
+            step(m, x)
+    times = {k: [] for k in variants}
+    names = list(variants)
+    for i in range(a.steps):
+        for k in names if i % 2 == 0 else names[::-1]:
+            times[k].append(timed(lambda m=variants[k]: step(m, x)))
+    nat = statistics.median(times["native"])
+    print(f"## {a.model} b{a.batch} {'channels_last' if mf == torch.channels_last else 'NCHW'}: native "
+          f"{nat * 1e3:.2f} ms a step")
+    block = max(1, a.steps // 5)
+    for k in names[1:]:
+        ratios = [statistics.median(times[k][j:j + block]) / statistics.median(times["native"][j:j + block])
+                  for j in range(0, a.steps, block)]
+        print(f"  swapped {k:<18} {statistics.median(times[k]) * 1e3:7.2f} ms  ours/native "
+              f"{statistics.median(times[k]) / nat:.3f} (blocks {min(ratios):.3f}-{max(ratios):.3f})")
+
+
+def bn_part(mf):
+    import torch_dnn
+
+    shapes = [(16, 64, 112, 112), (16, 256, 56, 56), (16, 128, 28, 28), (16, 1024, 14, 14), (16, 2048, 7, 7)]
+    print(f"## BatchNorm2d training fwd+bwd, bf16 autocast, {'channels_last' if mf == torch.channels_last else 'NCHW'}:"
+          " us a call (20 calls in a row, queue drained around them)")
+    for s in shapes:
+        nat = torch.nn.BatchNorm2d(s[1]).cuda()
+        ours = torch_dnn.convert(copy.deepcopy(nat))[0]
+        x = torch.randn(s, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=mf).requires_grad_()
+        g = torch.randn(s, device="cuda", dtype=torch.bfloat16).contiguous(memory_format=mf)
+
+        def run(m):
+            for _ in range(20):
+                with torch.autocast("cuda", torch.bfloat16):
+                    y = m(x)
+                y.backward(g)
+
+        res = {"native": [], "ours": []}
+        for m in (nat, ours):
+            run(m)
+        for i in range(10):
+            for k, m in ((("native", nat), ("ours", ours)) if i % 2 == 0 else (("ours", ours), ("native", nat))):
+                res[k].append(timed(lambda m=m: run(m)) / 20 * 1e6)
+        n, o = statistics.median(res["native"]), statistics.median(res["ours"])
+        print(f"  {str(list(s)):<22} native {n:8.1f}  ours {o:8.1f}  ours/native {o / n:.3f}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=40)
+    a = p.parse_args()
+    for mf in (torch.contiguous_format, torch.channels_last):
+        models_part(a, mf)
+    for mf in (torch.contiguous_format, torch.channels_last):
+        bn_part(mf)
+
+
+if __name__ == "__main__":
+    main()
