@@ -105,6 +105,23 @@ BwdCoeffPtrs bwd_ptrs(const BwdCoeffArgs& a) {
   return p;
 }
 
+// The training forward's one-kernel paths: their coefficient pointers (the kernels keep scale and shift to
+// themselves).
+FwdCoeffPtrs training_fwd_ptrs(const FwdCoeffArgs& a) {
+  FwdCoeffPtrs p;
+  p.weight = vec(a.weight);
+  p.bias = vec(a.bias);
+  p.running_mean = vec(a.running_mean);
+  p.running_var = vec(a.running_var);
+  p.training = true;
+  p.momentum = a.momentum;
+  p.eps = a.eps;
+  p.count = a.count;
+  p.mean = vec(a.mean);
+  p.invstd = vec(a.invstd);
+  return p;
+}
+
 struct CudaBackend {
   static void fwd_coeffs(FwdCoeffArgs& a) {
     c10::cuda::CUDAGuard guard(a.mean.device());
@@ -125,23 +142,19 @@ struct CudaBackend {
   static bool fused_forward(const at::Tensor& x, const at::Tensor& res, int64_t act, FwdCoeffArgs& a, at::Tensor& y) {
     if (x.numel() == 0) return false;
     c10::cuda::CUDAGuard guard(x.device());
-    const env::Scope knobs;  // plan_persist and the launch read several knobs: one scan of the environment
+    const env::Scope knobs;  // the plans and the launch read several knobs: one scan of the environment
     const at::Tensor xd = dense_like(x), rd = like(res, xd);
+    const DType dt = to_dtype(x.scalar_type());
+    const BnShape s = shape_of(xd);
+    const FwdCoeffPtrs p = training_fwd_ptrs(a);
+    if (!rd.defined() && act == 0 && y.strides() == xd.strides() && channel_passes_fit(dt, s)) {
+      TD_CHECK_LAUNCH(launch_channel_forward(dt, s, xd.const_data_ptr(), y.data_ptr(), p, current_stream()));
+      return true;
+    }
     const PersistKind kind = rd.defined() || act != 0 ? PersistKind::ForwardAct : PersistKind::Forward;
     at::Tensor ws;
     const PersistPlan plan = plan_for(xd, y, kind, {xd.const_data_ptr(), cptr(rd), y.data_ptr()}, ws);
     if (!plan.ok) return false;
-    FwdCoeffPtrs p;
-    p.weight = vec(a.weight);
-    p.bias = vec(a.bias);
-    p.running_mean = vec(a.running_mean);
-    p.running_var = vec(a.running_var);
-    p.training = true;
-    p.momentum = a.momentum;
-    p.eps = a.eps;
-    p.count = a.count;
-    p.mean = vec(a.mean);
-    p.invstd = vec(a.invstd);
     return launched(launch_persist_forward(plan, xd.const_data_ptr(), cptr(rd), y.data_ptr(), int(act), p,
                                            ws.data_ptr(), current_stream()));
   }
@@ -152,11 +165,26 @@ struct CudaBackend {
   static bool fused_backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& res, const at::Tensor& scale,
                              const at::Tensor& shift, const at::Tensor& mean, int64_t act, BwdCoeffArgs& a,
                              const at::Tensor& dz, at::Tensor& dx) {
-    if (x.numel() == 0 || mean.scalar_type() != at::kFloat) return false;
+    if (x.numel() == 0) return false;
     c10::cuda::CUDAGuard guard(x.device());
     const env::Scope knobs;
     const at::Tensor xd = dense_like(x), dyd = like(dy, xd), rd = like(res, xd), mu = stat(mean);
     const bool plain = act == 0 && !rd.defined();
+    const DType dt = to_dtype(x.scalar_type());
+    const BnShape s = shape_of(xd);
+    BwdCoeffPtrs p;
+    p.invstd = vec(a.invstd);
+    p.weight = vec(a.weight);
+    p.training = a.training;
+    p.count = a.count;
+    p.dw = vec(a.dw);
+    p.db = vec(a.db);
+    if (plain && dx.strides() == xd.strides() && channel_passes_fit(dt, s)) {
+      TD_CHECK_LAUNCH(launch_channel_backward(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
+                                              dx.data_ptr(), current_stream()));
+      return true;
+    }
+    if (mean.scalar_type() != at::kFloat) return false;
     if (!plain && ((dz.defined() && dz.strides() != xd.strides()) || (act != 0 && scale.scalar_type() != at::kFloat)))
       return false;
     const PersistKind kind = plain ? PersistKind::Backward
@@ -166,13 +194,6 @@ struct CudaBackend {
         xd, dx, kind, {dyd.const_data_ptr(), xd.const_data_ptr(), dx.data_ptr(), cptr(rd), plain ? nullptr : cptr(dz)},
         ws);
     if (!plan.ok) return false;
-    BwdCoeffPtrs p;
-    p.invstd = vec(a.invstd);
-    p.weight = vec(a.weight);
-    p.training = a.training;
-    p.count = a.count;
-    p.dw = vec(a.dw);
-    p.db = vec(a.db);
     BwdActArgs act_args;  // plain batch_norm: the defaults
     at::Tensor z, sc, sh;
     if (!plain) {

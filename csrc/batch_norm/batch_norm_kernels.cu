@@ -1,5 +1,6 @@
 // batch_norm CUDA launchers. The kernels are in kernels/ (bn_common.cuh says how the tensor is walked): bn_stats,
-// bn_reduce, bn_elementwise, bn_coeffs, bn_persistent; the launch geometry and plans in batch_norm_plan.h.
+// bn_reduce, bn_elementwise, bn_coeffs, bn_channel, bn_persistent; the launch geometry and plans in
+// batch_norm_plan.h.
 #include "batch_norm/batch_norm_kernels.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "batch_norm/batch_norm_plan.h"
+#include "batch_norm/kernels/bn_channel.cuh"
 #include "batch_norm/kernels/bn_coeffs.cuh"
 #include "batch_norm/kernels/bn_elementwise.cuh"
 #include "batch_norm/kernels/bn_persistent.cuh"
@@ -83,6 +85,21 @@ cudaError_t launch_cooperative(K kernel, const PersistGeom& g, Args args, cudaSt
   return cudaSuccess;
 }
 
+// The whole-channel kernels' grids: every channel at once where the device holds that many blocks, else as many
+// blocks as it holds, each taking channels in turn.
+template <typename T, int V>
+void run_channel_forward(const BnShape& s, const T* x, T* y, const FwdCoeffPtrs& p, cudaStream_t stream) {
+  const unsigned grid = unsigned(resident_grid<channel_forward<T, V>>(s.C, kThreads));
+  channel_forward<T, V><<<grid, kThreads, 0, stream>>>(x, y, s.outer, s.C, s.inner, pieces_of<T>(s, V > 1), p);
+}
+template <typename T, int V>
+void run_channel_backward(const BnShape& s, const T* dy, const T* x, const acc_t<T>* mean, T* dx,
+                          const BwdCoeffPtrs& p, cudaStream_t stream) {
+  const unsigned grid = unsigned(resident_grid<channel_backward<T, V>>(s.C, kThreads));
+  channel_backward<T, V><<<grid, kThreads, 0, stream>>>(dy, x, mean, dx, s.outer, s.C, s.inner,
+                                                        pieces_of<T>(s, V > 1), p);
+}
+
 }  // namespace
 
 int64_t stats_workspace(DType dtype, const BnShape& s) {
@@ -123,6 +140,44 @@ cudaError_t launch_stats(DType dtype, const BnShape& s, const void* x, void* mea
     else
       stats_finalize<A, false><<<blocks, kThreads, 0, stream>>>(part, splits, s.C, static_cast<A*>(mean),
                                                                  static_cast<A*>(m2), FwdCoeffPtrs{});
+  });
+  return cudaGetLastError();
+}
+
+bool channel_passes_fit(DType dtype, const BnShape& s) {
+  bool fits = false;
+  dispatch_dtype(dtype, [&](auto tag) { fits = channel_fits<decltype(tag)>(s); });
+  return fits;
+}
+
+cudaError_t launch_channel_forward(DType dtype, const BnShape& s, const void* x, void* y, const FwdCoeffPtrs& p,
+                                   cudaStream_t stream) {
+  if (empty(s)) return cudaSuccess;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = static_cast<const T*>(x);
+    T* yp = static_cast<T*>(y);
+    if (use_vectors<T>(s, {x, y}))
+      run_channel_forward<T, kVec16<T>>(s, xp, yp, p, stream);
+    else
+      run_channel_forward<T, 1>(s, xp, yp, p, stream);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t launch_channel_backward(DType dtype, const BnShape& s, const void* dy, const void* x, const void* mean,
+                                    const BwdCoeffPtrs& p, void* dx, cudaStream_t stream) {
+  if (empty(s)) return cudaSuccess;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const T *dyp = static_cast<const T*>(dy), *xp = static_cast<const T*>(x);
+    const A* mp = static_cast<const A*>(mean);
+    T* dxp = static_cast<T*>(dx);
+    if (use_vectors<T>(s, {dy, x, dx}))
+      run_channel_backward<T, kVec16<T>>(s, dyp, xp, mp, dxp, p, stream);
+    else
+      run_channel_backward<T, 1>(s, dyp, xp, mp, dxp, p, stream);
   });
   return cudaGetLastError();
 }

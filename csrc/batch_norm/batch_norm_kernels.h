@@ -75,6 +75,17 @@ struct BwdCoeffPtrs {
 };
 cudaError_t launch_bwd_coeffs(const BwdCoeffPtrs& p, int64_t C, cudaStream_t stream);
 
+// ---- training forward / backward of planes-walk layers (inner > 1) with small channels, one launch each ----
+// A block owns whole channels (kernels/bn_channel.cuh): statistics, coefficients and y in one launch (writes p's
+// mean, invstd and running statistics; p.scale / p.shift may be null); plain batch_norm's sums, coefficients and
+// dx in one launch (writes p's dw and db, either may be null; mean: the accumulation type). channel_passes_fit:
+// inner > 1 and one channel's input (outer * inner elements) within TORCH_DNN_BN_CHANNEL_KB (0: never).
+bool channel_passes_fit(DType dtype, const BnShape& s);
+cudaError_t launch_channel_forward(DType dtype, const BnShape& s, const void* x, void* y, const FwdCoeffPtrs& p,
+                                   cudaStream_t stream);
+cudaError_t launch_channel_backward(DType dtype, const BnShape& s, const void* dy, const void* x, const void* mean,
+                                    const BwdCoeffPtrs& p, void* dx, cudaStream_t stream);
+
 // ---- training forward / backward in one persistent kernel each ----
 // Statistics (sums) and the elementwise pass in one cooperative launch, part of the data kept on chip in
 // between (rows walk only: inner == 1, 16-byte vectors, 16- and 32-bit floats; kernels/bn_persistent.cuh says how).

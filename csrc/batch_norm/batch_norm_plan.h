@@ -82,6 +82,20 @@ bool use_vectors(const BnShape& s, std::initializer_list<const void*> ptrs) {
 bool empty(const BnShape& s) { return s.outer == 0 || s.C == 0 || s.inner == 0; }
 
 
+// ---- one launch each way by whole channels (kernels/bn_channel.cuh) ----
+
+// The largest channel (its outer * inner elements, KB of input) taken by the whole-channel kernels. A block then
+// reads a channel two or three times from L2 in a few microseconds, while the call's host time is hundreds; past
+// it the separate passes, which split a channel over many blocks, keep the GPU busier. Knob (docs/batch_norm.md):
+// TORCH_DNN_BN_CHANNEL_KB, 0 turns the kernels off.
+constexpr int kChannelKbDefault = 256;
+
+template <typename T>
+bool channel_fits(const BnShape& s) {
+  const int64_t kb = env::get_int("TORCH_DNN_BN_CHANNEL_KB", kChannelKbDefault);
+  return s.inner > 1 && !empty(s) && s.outer * s.inner * int64_t(sizeof(T)) <= kb * 1024;
+}
+
 // ---- persistent passes: host side ----
 
 // The geometry of a persistent launch over NT tensors a row (1 forward, 2 backward, 3 with a residual); false

@@ -47,6 +47,8 @@ inline float __uint_as_float(uint32_t u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+// CUDA's integer min for 64-bit indices (its device overloads are not declared for the host)
+inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int4 __ldcs(const int4* p) { return *p; }
 inline void __stcs(int4* p, int4 v) { *p = v; }
 
@@ -104,6 +106,19 @@ T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
   exchange[t] = double(v);
   __syncthreads();
   const T r = T(exchange[(t & ~(w - 1)) | ((t & (w - 1)) ^ unsigned(lane_mask))]);
+  __syncthreads();
+  return r;
+}
+
+// Lane t reads lane t + delta's value of its width-wide group, its own where that lies past the group.
+template <typename T>
+T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
+  static double exchange[1024];
+  const unsigned t = emu_thread_idx.x, w = unsigned(width);
+  exchange[t] = double(v);
+  __syncthreads();
+  const unsigned src = (t & (w - 1)) + delta < w ? t + delta : t;
+  const T r = T(exchange[src]);
   __syncthreads();
   return r;
 }

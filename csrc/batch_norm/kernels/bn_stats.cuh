@@ -82,17 +82,17 @@ __global__ void __launch_bounds__(kThreads, 3) stats_rows(const T* __restrict__ 
   }
 }
 
+// The moments of channel c over the (image, piece) units u0, u0 + step, ... of a planes walk, shifted by sh (the
+// channel's first element): one warp's share, before merging across the warp.
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads, 3) stats_planes(const T* __restrict__ x, int64_t N, int64_t C, int64_t S,
-                                                         int64_t pieces, acc_t<T>* __restrict__ part) {
+__device__ __forceinline__ Moments<acc_t<T>> plane_moments(const T* __restrict__ x, int64_t N, int64_t C, int64_t S,
+                                                           int64_t pieces, int64_t c, int64_t u0, int64_t step,
+                                                           acc_t<T> sh) {
   using A = acc_t<T>;
-  __shared__ Moments<A> sm[kWarps];
-  const int64_t c = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const A sh = to_acc<A>(x[c * S]);
+  const int lane = threadIdx.x % 32;
   const int64_t sv = S / V;
   Moments<A> m{A(0), A(0), A(0)};
-  for (int64_t u = int64_t(blockIdx.y) * kWarps + warp; u < N * pieces; u += int64_t(gridDim.y) * kWarps) {
+  for (int64_t u = u0; u < N * pieces; u += step) {
     const int64_t n = u / pieces, i0 = (u - n * pieces) * kPiece, end = min(sv, i0 + kPiece);
     const T* p = x + (n * C + c) * S;
     static_assert(kPiece <= kFold * 32, "one fold per piece");
@@ -126,6 +126,19 @@ __global__ void __launch_bounds__(kThreads, 3) stats_planes(const T* __restrict_
     }
     m = merge(m, from_sums(cnt, sh, s, q));
   }
+  return m;
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads, 3) stats_planes(const T* __restrict__ x, int64_t N, int64_t C, int64_t S,
+                                                         int64_t pieces, acc_t<T>* __restrict__ part) {
+  using A = acc_t<T>;
+  __shared__ Moments<A> sm[kWarps];
+  const int64_t c = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const A sh = to_acc<A>(x[c * S]);
+  Moments<A> m = plane_moments<T, V>(x, N, C, S, pieces, c, int64_t(blockIdx.y) * kWarps + warp,
+                                     int64_t(gridDim.y) * kWarps, sh);
   m = warp_merge(m);
   if (lane == 0) sm[warp] = m;
   __syncthreads();
