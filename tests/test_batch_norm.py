@@ -421,6 +421,34 @@ def test_cuda_training_paths(monkeypatch, knobs, dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=str)
+def test_cuda_whole_channel_kernels(monkeypatch, dtype):
+    # NCHW training with the whole-channel kernels (kernels/bn_channel.cuh; TORCH_DNN_BN_CHANNEL_KB), forward,
+    # backward and running statistics against PyTorch: planes with 16-byte vectors (14x14 bf16 / fp16: 196 = 8 x 24.5,
+    # so only 28x28 and 8x8 are vectorised), without (7x7), of several pieces (56x56), more channels than the grid's
+    # resident blocks (4 x 2048 x 7 x 7), and a channel past the threshold (the separate passes: 64 x 8 x 64 x 64)
+    monkeypatch.setenv("TORCH_DNN_BN_CHANNEL_KB", "256")
+    for shape in ((16, 64, 28, 28), (8, 96, 8, 8), (4, 2048, 7, 7), (2, 16, 56, 56), (64, 8, 64, 64)):
+        x = _input(shape, dtype, "cuda", "contiguous")
+        pdtype = torch.float64 if dtype == torch.float64 else torch.float32
+        w, b = _params(shape[1], pdtype, "cuda")
+        rm, rv = _stats(shape[1], "cuda")
+        outs = {}
+
+        def run(fn, key):
+            def f(x, w, b):
+                m, v = (rm.double(), rv.double()) if x.dtype == torch.float64 else (rm.clone(), rv.clone())
+                outs[key] = (m, v)
+                return fn(x, m, v, w, b, True, 0.2, 1e-5)
+            return f
+
+        assert_matches_torch(run(F.batch_norm, "ours"), run(TF.batch_norm, "peer"), [x, w, b],
+                             name=f"batch_norm whole channels {shape} {dtype}", ref_fn=run(TF.batch_norm, "ref"))
+        for i, what in enumerate(("running_mean", "running_var")):
+            _compare(outs["ours"][i], outs["peer"][i], outs["ref"][i], f"{what} {shape} {dtype} whole channels")
+
+
+@pytest.mark.cuda
 def test_cuda_outputs_fully_written():
     # the caching allocator hands back a NaN-poisoned block: every element of the outputs and the gradients must be
     # overwritten with PyTorch's value (silu(bn(x) + r), r = x given as a separate input)
