@@ -5,12 +5,15 @@ module type swapped at a time (and all of them), interleaved step by step, by th
 around each step): the median of ours over native, and the range of that ratio over blocks of steps.
 Part 2 times BatchNorm2d alone (training forward + backward, bf16 autocast, weight and bias requiring grad) at
 ResNet-50's batch-16 shapes, ours and native in turns: wall clock per call over 20 calls in a row, so the queue
-shows whether the host or the GPU bounds it.
+shows whether the host or the GPU bounds it. Both parts also time ours with the environment of --with (e.g.
+TORCH_DNN_BN_CHANNEL_KB=256: the launchers read their knobs at every call), in the same turns.
 
     python research/models/swap_speed.py resnet50 [--batch 16] [--steps 40]
 """
 import argparse
+import contextlib
 import copy
+import os
 import statistics
 import time
 
@@ -19,6 +22,21 @@ import torch
 from grad_bisect import build, swap  # noqa: E402  (same folder)
 
 TYPES = ["BatchNorm2d", "ReLU", "MaxPool2d", "AdaptiveAvgPool2d", "Linear"]
+WITH = {}  # --with's environment
+
+
+@contextlib.contextmanager
+def env(values):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
 
 
 def step(model, x):
@@ -44,14 +62,18 @@ def models_part(a, mf):
     variants = {"native": base}
     for t in TYPES + ["all"]:
         variants[t] = swap(copy.deepcopy(base), [] if t == "all" else [t])
-    for m in variants.values():
-        for _ in range(3):
-            step(m, x)
+    if WITH:
+        variants["all, with"] = variants["all"]
+    for k, m in variants.items():
+        with env(WITH if k.endswith("with") else {}):
+            for _ in range(3):
+                step(m, x)
     times = {k: [] for k in variants}
     names = list(variants)
     for i in range(a.steps):
         for k in names if i % 2 == 0 else names[::-1]:
-            times[k].append(timed(lambda m=variants[k]: step(m, x)))
+            with env(WITH if k.endswith("with") else {}):
+                times[k].append(timed(lambda m=variants[k]: step(m, x)))
     nat = statistics.median(times["native"])
     print(f"## {a.model} b{a.batch} {'channels_last' if mf == torch.channels_last else 'NCHW'}: native "
           f"{nat * 1e3:.2f} ms a step")
@@ -68,7 +90,7 @@ def bn_part(mf):
 
     shapes = [(16, 64, 112, 112), (16, 256, 56, 56), (16, 128, 28, 28), (16, 1024, 14, 14), (16, 2048, 7, 7)]
     print(f"## BatchNorm2d training fwd+bwd, bf16 autocast, {'channels_last' if mf == torch.channels_last else 'NCHW'}:"
-          " us a call (20 calls in a row, queue drained around them)")
+          " us a call (20 calls in a row, queue drained around them; over native's in brackets)")
     for s in shapes:
         nat = torch.nn.BatchNorm2d(s[1]).cuda()
         ours = torch_dnn.convert(copy.deepcopy(nat))[0]
@@ -81,14 +103,19 @@ def bn_part(mf):
                     y = m(x)
                 y.backward(g)
 
-        res = {"native": [], "ours": []}
-        for m in (nat, ours):
-            run(m)
+        impls = [("native", nat, {}), ("ours", ours, {})] + ([("ours with", ours, WITH)] if WITH else [])
+        res = {k: [] for k, _, _ in impls}
+        for _, m, e in impls:
+            with env(e):
+                run(m)
         for i in range(10):
-            for k, m in ((("native", nat), ("ours", ours)) if i % 2 == 0 else (("ours", ours), ("native", nat))):
-                res[k].append(timed(lambda m=m: run(m)) / 20 * 1e6)
-        n, o = statistics.median(res["native"]), statistics.median(res["ours"])
-        print(f"  {str(list(s)):<22} native {n:8.1f}  ours {o:8.1f}  ours/native {o / n:.3f}")
+            for k, m, e in impls if i % 2 == 0 else impls[::-1]:
+                with env(e):
+                    res[k].append(timed(lambda m=m: run(m)) / 20 * 1e6)
+        n = statistics.median(res["native"])
+        cells = "  ".join(f"{k} {statistics.median(res[k]):8.1f} ({statistics.median(res[k]) / n:.3f})"
+                          for k, _, _ in impls[1:])
+        print(f"  {str(list(s)):<22} native {n:8.1f}  {cells}")
 
 
 def main():
@@ -96,7 +123,9 @@ def main():
     p.add_argument("model")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--with", dest="with_env", nargs="*", default=[], help="KEY=VALUE: also ours in this environment")
     a = p.parse_args()
+    WITH.update(kv.split("=", 1) for kv in a.with_env)
     for mf in (torch.contiguous_format, torch.channels_last):
         models_part(a, mf)
     for mf in (torch.contiguous_format, torch.channels_last):
