@@ -11,30 +11,16 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn  # noqa: F401
+from tests.utils import load_kernel_emulation
 from torch_dnn.testing import compare, random_like_case
 
 pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") not in ("1", "full"),
                                 reason="set TORCH_DNN_EMULATE=1 (or full) to build and run the CUDA-kernel emulation")
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 @pytest.fixture(scope="module")
 def emu():
-    from torch.utils import cpp_extension
-
-    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    includes = [os.path.join(h, "include") for h in homes if h]
-    found = [d for d in includes if os.path.exists(os.path.join(d, "cuda_bf16.h"))]
-    if not found:
-        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
-    cpp_extension.load(
-        name="torch_dnn_bn_emulation",
-        sources=[os.path.join(HERE, "emulation", "bn_channel_emulation.cpp")],
-        extra_include_paths=[os.path.join(os.path.dirname(HERE), "csrc"), os.path.join(HERE, "emulation"),
-                             found[0]],
-        extra_cflags=["-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-O1", "-std=c++20", "-Wno-attributes"],
-        is_python_module=False, verbose=False)
+    load_kernel_emulation("torch_dnn_bn_emulation", "bn_channel_emulation.cpp")
     return torch.ops.torch_dnn_bn_emu
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import torch_dnn  # noqa: F401
-from tests.utils import POOL_VARIANTS, set_variant
+from tests.utils import POOL_VARIANTS, load_kernel_emulation, set_variant
 
 pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") not in ("1", "full"),
                                 reason="set TORCH_DNN_EMULATE=1 (or full) to build and run the CUDA-kernel emulation")
@@ -19,26 +19,12 @@ pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") not in ("1",
 # TORCH_DNN_EMULATE=full on every case.
 FULL = os.environ.get("TORCH_DNN_EMULATE") == "full"
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 ref = torch.ops.torch_dnn
 
 
 @pytest.fixture(scope="module")
 def emu():
-    from torch.utils import cpp_extension
-
-    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    includes = [os.path.join(h, "include") for h in homes if h]
-    found = [d for d in includes if os.path.exists(os.path.join(d, "cuda_bf16.h"))]
-    if not found:
-        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
-    cpp_extension.load(
-        name="torch_dnn_pool_emulation",
-        sources=[os.path.join(HERE, "emulation", "pool_emulation.cpp")],
-        extra_include_paths=[os.path.join(os.path.dirname(HERE), "csrc"), os.path.join(HERE, "emulation"),
-                             found[0]],
-        extra_cflags=["-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-O1", "-std=c++20", "-Wno-attributes"],
-        is_python_module=False, verbose=False)
+    load_kernel_emulation("torch_dnn_pool_emulation", "pool_emulation.cpp")
     return torch.ops.torch_dnn_emu
 
 

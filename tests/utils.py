@@ -3,6 +3,7 @@ PyTorch with the error-ratio rule (torch_dnn.testing), opcheck over samples, flo
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -74,8 +75,6 @@ def grad_off_kinks(pre, act, dtype, margin):
     lies within margin(k) of one of act's derivative jumps k (KINKS); None for activations without one."""
     if act not in KINKS:
         return None
-    from torch_dnn.testing import random_like_case
-
     g = random_like_case(pre.shape, dtype, pre.device, low=-1, high=1)
     for k in KINKS[act]:
         g[(pre - k).abs() <= margin(k)] = 0
@@ -206,3 +205,21 @@ def set_variant(monkeypatch, variant: str):
     for setting in variant.split(","):
         name, value = setting.split("=")
         monkeypatch.setenv(name, value)
+
+
+def load_kernel_emulation(name: str, source: str):
+    """Builds tests/emulation/<source> (kernel sources compiled by g++ under cuda_host_shim.h: TORCH_DNN_EMULATE_CUDA)
+    as the torch extension `name`, which registers its ops; skips the test where the CUDA headers are missing."""
+    from torch.utils import cpp_extension
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    includes = [os.path.join(h, "include") for h in homes if h]
+    found = [d for d in includes if os.path.exists(os.path.join(d, "cuda_bf16.h"))]
+    if not found:
+        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
+    cpp_extension.load(
+        name=name, sources=[os.path.join(here, "emulation", source)],
+        extra_include_paths=[os.path.join(os.path.dirname(here), "csrc"), os.path.join(here, "emulation"), found[0]],
+        extra_cflags=["-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-O1", "-std=c++20", "-Wno-attributes"],
+        is_python_module=False, verbose=False)

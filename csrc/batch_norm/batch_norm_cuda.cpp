@@ -105,23 +105,6 @@ BwdCoeffPtrs bwd_ptrs(const BwdCoeffArgs& a) {
   return p;
 }
 
-// The training forward's one-kernel paths: their coefficient pointers (the kernels keep scale and shift to
-// themselves).
-FwdCoeffPtrs training_fwd_ptrs(const FwdCoeffArgs& a) {
-  FwdCoeffPtrs p;
-  p.weight = vec(a.weight);
-  p.bias = vec(a.bias);
-  p.running_mean = vec(a.running_mean);
-  p.running_var = vec(a.running_var);
-  p.training = true;
-  p.momentum = a.momentum;
-  p.eps = a.eps;
-  p.count = a.count;
-  p.mean = vec(a.mean);
-  p.invstd = vec(a.invstd);
-  return p;
-}
-
 struct CudaBackend {
   static void fwd_coeffs(FwdCoeffArgs& a) {
     c10::cuda::CUDAGuard guard(a.mean.device());
@@ -146,7 +129,7 @@ struct CudaBackend {
     const at::Tensor xd = dense_like(x), rd = like(res, xd);
     const DType dt = to_dtype(x.scalar_type());
     const BnShape s = shape_of(xd);
-    const FwdCoeffPtrs p = training_fwd_ptrs(a);
+    const FwdCoeffPtrs p = fwd_ptrs(a);  // scale and shift undefined: the one-kernel paths keep their own
     if (!rd.defined() && act == 0 && y.strides() == xd.strides() && channel_passes_fit(dt, s)) {
       TD_CHECK_LAUNCH(launch_channel_forward(dt, s, xd.const_data_ptr(), y.data_ptr(), p, current_stream()));
       return true;
@@ -172,13 +155,7 @@ struct CudaBackend {
     const bool plain = act == 0 && !rd.defined();
     const DType dt = to_dtype(x.scalar_type());
     const BnShape s = shape_of(xd);
-    BwdCoeffPtrs p;
-    p.invstd = vec(a.invstd);
-    p.weight = vec(a.weight);
-    p.training = a.training;
-    p.count = a.count;
-    p.dw = vec(a.dw);
-    p.db = vec(a.db);
+    const BwdCoeffPtrs p = bwd_ptrs(a);  // k, a, b undefined: the one-kernel paths keep their own
     if (plain && dx.strides() == xd.strides() && channel_passes_fit(dt, s)) {
       TD_CHECK_LAUNCH(launch_channel_backward(dt, s, dyd.const_data_ptr(), xd.const_data_ptr(), mu.const_data_ptr(), p,
                                               dx.data_ptr(), current_stream()));

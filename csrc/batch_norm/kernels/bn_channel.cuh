@@ -25,13 +25,9 @@ __global__ void __launch_bounds__(kThreads) channel_forward(const T* __restrict_
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t sv = S / V;
   for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
-    Moments<A> m = plane_moments<T, V>(x, N, C, S, pieces, c, warp, kWarps, to_acc<A>(x[c * S]));
-    m = warp_merge(m);
-    if (lane == 0) sm[warp] = m;
-    __syncthreads();
+    const Moments<A> t =
+        block_moments(plane_moments<T, V>(x, N, C, S, pieces, c, warp, kWarps, to_acc<A>(x[c * S])), sm);
     if (threadIdx.x == 0) {
-      Moments<A> t = sm[0];
-      for (int w = 1; w < kWarps; ++w) t = merge(t, sm[w]);
       double scale, shift;
       fwd_coeffs_one(p, c, double(t.mean), double(t.m2), &scale, &shift);
       coef[0] = A(scale);  // rounded as the separate passes' scale / shift vectors
@@ -82,18 +78,8 @@ __global__ void __launch_bounds__(kThreads) channel_backward(const T* __restrict
       a += s1[j];
       b += s2[j];
     }
-    a = warp_reduce(a, SumOp{});
-    b = warp_reduce(b, SumOp{});
-    if (lane == 0) {
-      sm[0][warp] = a;
-      sm[1][warp] = b;
-    }
-    __syncthreads();
+    block_sums(a, b, sm);
     if (threadIdx.x == 0) {
-      for (int w = 1; w < kWarps; ++w) {
-        a += sm[0][w];
-        b += sm[1][w];
-      }
       const BwdCoeffs r = bwd_coeffs_one(p, c, double(a), double(b));
       coef[0] = A(r.k);  // rounded as the separate passes' k, a, b vectors
       coef[1] = A(r.a);

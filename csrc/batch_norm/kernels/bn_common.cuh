@@ -79,6 +79,38 @@ __device__ __forceinline__ Moments<A> warp_merge(Moments<A> m) {
   return m;  // lane 0 holds the warp's moments
 }
 
+// The block's moments from each thread's: merged across each warp, then warp by warp in a fixed order (sm: kWarps
+// slots of shared memory); valid in thread 0.
+template <typename A>
+__device__ __forceinline__ Moments<A> block_moments(Moments<A> m, Moments<A>* sm) {
+  m = warp_merge(m);
+  if (threadIdx.x % 32 == 0) sm[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    m = sm[0];
+    for (int w = 1; w < kWarps; ++w) m = merge(m, sm[w]);
+  }
+  return m;
+}
+
+// The block's sums of each thread's a and b, likewise (sm: two rows of kWarps slots); valid in thread 0.
+template <typename A>
+__device__ __forceinline__ void block_sums(A& a, A& b, A (*sm)[kWarps]) {
+  a = warp_reduce(a, SumOp{});
+  b = warp_reduce(b, SumOp{});
+  if (threadIdx.x % 32 == 0) {
+    sm[0][threadIdx.x / 32] = a;
+    sm[1][threadIdx.x / 32] = b;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) {
+      a += sm[0][w];
+      b += sm[1][w];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace batch_norm
 }  // namespace torch_dnn

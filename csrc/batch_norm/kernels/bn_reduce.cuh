@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 3) reduce_planes(GradArgs<T> g, int6
   using A = acc_t<T>;
   __shared__ A sm[2][kWarps];
   const int64_t c = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
   A mu[V], sc[V], sh[V], s1[V], s2[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) {
@@ -161,18 +161,8 @@ __global__ void __launch_bounds__(kThreads, 3) reduce_planes(GradArgs<T> g, int6
     a += s1[j];
     b += s2[j];
   }
-  a = warp_reduce(a, SumOp{});
-  b = warp_reduce(b, SumOp{});
-  if (lane == 0) {
-    sm[0][warp] = a;
-    sm[1][warp] = b;
-  }
-  __syncthreads();
+  block_sums(a, b, sm);
   if (threadIdx.x == 0) {
-    for (int w = 1; w < kWarps; ++w) {
-      a += sm[0][w];
-      b += sm[1][w];
-    }
     *partial(part, 0, c, blockIdx.y, C) = a;
     *partial(part, 1, c, blockIdx.y, C) = b;
   }

@@ -135,16 +135,12 @@ __global__ void __launch_bounds__(kThreads, 3) stats_planes(const T* __restrict_
   using A = acc_t<T>;
   __shared__ Moments<A> sm[kWarps];
   const int64_t c = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
   const A sh = to_acc<A>(x[c * S]);
-  Moments<A> m = plane_moments<T, V>(x, N, C, S, pieces, c, int64_t(blockIdx.y) * kWarps + warp,
-                                     int64_t(gridDim.y) * kWarps, sh);
-  m = warp_merge(m);
-  if (lane == 0) sm[warp] = m;
-  __syncthreads();
+  const Moments<A> t = block_moments(plane_moments<T, V>(x, N, C, S, pieces, c, int64_t(blockIdx.y) * kWarps + warp,
+                                                        int64_t(gridDim.y) * kWarps, sh),
+                                     sm);
   if (threadIdx.x == 0) {
-    Moments<A> t = sm[0];
-    for (int w = 1; w < kWarps; ++w) t = merge(t, sm[w]);
     *partial(part, 0, c, blockIdx.y, C) = t.n;
     *partial(part, 1, c, blockIdx.y, C) = t.mean;
     *partial(part, 2, c, blockIdx.y, C) = t.m2;
