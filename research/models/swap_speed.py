@@ -11,40 +11,21 @@ TORCH_DNN_BN_CHANNEL_KB=256: the launchers read their knobs at every call), in t
     python research/models/swap_speed.py resnet50 [--batch 16] [--steps 40]
 """
 import argparse
-import contextlib
 import copy
 import os
 import statistics
+import sys
 import time
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the repository root
+from benchmarks.harness import with_env  # noqa: E402
 from grad_bisect import build, swap  # noqa: E402  (same folder)
+from host_profile import step  # noqa: E402  (same folder)
 
 TYPES = ["BatchNorm2d", "ReLU", "MaxPool2d", "AdaptiveAvgPool2d", "Linear"]
 WITH = {}  # --with's environment
-
-
-@contextlib.contextmanager
-def env(values):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                del os.environ[k]
-            else:
-                os.environ[k] = v
-
-
-def step(model, x):
-    with torch.autocast("cuda", torch.bfloat16):
-        y = model(x)
-    y.float().sum().backward()
-    for p in model.parameters():
-        p.grad = None
 
 
 def timed(fn):
@@ -62,18 +43,17 @@ def models_part(a, mf):
     variants = {"native": base}
     for t in TYPES + ["all"]:
         variants[t] = swap(copy.deepcopy(base), [] if t == "all" else [t])
+    fns = {k: with_env(lambda m=m: step(m, x)) for k, m in variants.items()}
     if WITH:
-        variants["all, with"] = variants["all"]
-    for k, m in variants.items():
-        with env(WITH if k.endswith("with") else {}):
-            for _ in range(3):
-                step(m, x)
-    times = {k: [] for k in variants}
-    names = list(variants)
+        fns["all, with"] = with_env(lambda m=variants["all"]: step(m, x), **WITH)
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    times = {k: [] for k in fns}
+    names = list(fns)
     for i in range(a.steps):
         for k in names if i % 2 == 0 else names[::-1]:
-            with env(WITH if k.endswith("with") else {}):
-                times[k].append(timed(lambda m=variants[k]: step(m, x)))
+            times[k].append(timed(fns[k]))
     nat = statistics.median(times["native"])
     print(f"## {a.model} b{a.batch} {'channels_last' if mf == torch.channels_last else 'NCHW'}: native "
           f"{nat * 1e3:.2f} ms a step")
@@ -103,18 +83,19 @@ def bn_part(mf):
                     y = m(x)
                 y.backward(g)
 
-        impls = [("native", nat, {}), ("ours", ours, {})] + ([("ours with", ours, WITH)] if WITH else [])
-        res = {k: [] for k, _, _ in impls}
-        for _, m, e in impls:
-            with env(e):
-                run(m)
+        impls = {"native": with_env(lambda: run(nat)), "ours": with_env(lambda: run(ours))}
+        if WITH:
+            impls["ours with"] = with_env(lambda: run(ours), **WITH)
+        res = {k: [] for k in impls}
+        for fn in impls.values():
+            fn()
+        names = list(impls)
         for i in range(10):
-            for k, m, e in impls if i % 2 == 0 else impls[::-1]:
-                with env(e):
-                    res[k].append(timed(lambda m=m: run(m)) / 20 * 1e6)
+            for k in names if i % 2 == 0 else names[::-1]:
+                res[k].append(timed(impls[k]) / 20 * 1e6)
         n = statistics.median(res["native"])
         cells = "  ".join(f"{k} {statistics.median(res[k]):8.1f} ({statistics.median(res[k]) / n:.3f})"
-                          for k, _, _ in impls[1:])
+                          for k in names[1:])
         print(f"  {str(list(s)):<22} native {n:8.1f}  {cells}")
 
 

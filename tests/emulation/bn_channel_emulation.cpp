@@ -5,6 +5,7 @@
 #include "cuda_host_shim.h"
 
 #include "batch_norm/kernels/bn_channel.cuh"
+#include "common/tensor_utils.h"
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
@@ -15,16 +16,6 @@ namespace {
 
 using namespace torch_dnn;
 using namespace torch_dnn::batch_norm;
-
-DType to_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return DType::Float32;
-    case at::kHalf: return DType::Float16;
-    case at::kBFloat16: return DType::BFloat16;
-    case at::kDouble: return DType::Float64;
-    default: TORCH_CHECK(false, "bn emulation: unsupported dtype");
-  }
-}
 
 ChannelVec vec(const c10::optional<at::Tensor>& t) {
   if (!t.has_value() || !t->defined()) return ChannelVec{};

@@ -65,19 +65,8 @@ __global__ void __launch_bounds__(kThreads) channel_backward(const T* __restrict
   const int64_t sv = S / V;
   const GradArgs<T> g{dy, x, nullptr, nullptr, nullptr, mean, nullptr, 0};
   for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
-    A mu[V], none[V], s1[V], s2[V];
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      mu[j] = mean[c];
-      none[j] = s1[j] = s2[j] = A(0);
-    }
-    plane_grad_sums<T, V, false>(g, N, C, S, pieces, c, warp, kWarps, mu, none, none, s1, s2);
-    A a = A(0), b = A(0);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      a += s1[j];
-      b += s2[j];
-    }
+    A a, b;
+    plane_grad_sums<T, V, false>(g, N, C, S, pieces, c, warp, kWarps, a, b);
     block_sums(a, b, sm);
     if (threadIdx.x == 0) {
       const BwdCoeffs r = bwd_coeffs_one(p, c, double(a), double(b));
@@ -86,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) channel_backward(const T* __restrict
       coef[2] = A(r.b);
     }
     __syncthreads();
-    const A k = coef[0], ca = coef[1], cb = coef[2], m = mu[0];
+    const A k = coef[0], ca = coef[1], cb = coef[2], m = mean[c];
     for (int64_t u = warp; u < N * pieces; u += kWarps) {
       const int64_t n = u / pieces, i0 = (u - n * pieces) * kPiece, end = min(sv, i0 + kPiece);
       const int64_t base = (n * C + c) * S;

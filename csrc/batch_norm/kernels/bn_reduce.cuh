@@ -120,14 +120,21 @@ __global__ void __launch_bounds__(kThreads, 3) reduce_rows(GradArgs<T> g, int64_
   }
 }
 
-// Channel c's sums s1 += dz, s2 += dz (x - mu) over the (image, piece) units u0, u0 + step, ... of a planes walk:
-// one warp's share, before adding across the warp.
+// One thread's sums of channel c, a = sum dz and b = sum dz (x - mean), over the (image, piece) units u0, u0 + step,
+// ... of a planes walk (its V lanes added): before adding across the warp.
 template <typename T, int V, bool ACT>
 __device__ __forceinline__ void plane_grad_sums(const GradArgs<T>& g, int64_t N, int64_t C, int64_t S, int64_t pieces,
-                                                int64_t c, int64_t u0, int64_t step, const acc_t<T> (&mu)[V],
-                                                const acc_t<T> (&sc)[V], const acc_t<T> (&sh)[V], acc_t<T> (&s1)[V],
-                                                acc_t<T> (&s2)[V]) {
+                                                int64_t c, int64_t u0, int64_t step, acc_t<T>& a, acc_t<T>& b) {
+  using A = acc_t<T>;
   const int lane = threadIdx.x % 32;
+  A mu[V], sc[V], sh[V], s1[V], s2[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    mu[j] = g.mean[c];
+    sc[j] = ACT ? g.scale[c] : A(0);
+    sh[j] = ACT ? g.shift[c] : A(0);
+    s1[j] = s2[j] = A(0);
+  }
   const int64_t sv = S / V;
   for (int64_t u = u0; u < N * pieces; u += step) {
     const int64_t n = u / pieces, i0 = (u - n * pieces) * kPiece, end = min(sv, i0 + kPiece);
@@ -135,6 +142,12 @@ __device__ __forceinline__ void plane_grad_sums(const GradArgs<T>& g, int64_t N,
     int64_t i = i0 + lane;
     for (; i + 32 < end; i += 64) grad_pair<T, V, ACT>(g, base + i * V, base + (i + 32) * V, mu, sc, sh, s1, s2);
     if (i < end) grad_one<T, V, ACT>(g, base + i * V, mu, sc, sh, s1, s2);
+  }
+  a = b = A(0);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    a += s1[j];
+    b += s2[j];
   }
 }
 
@@ -145,22 +158,9 @@ __global__ void __launch_bounds__(kThreads, 3) reduce_planes(GradArgs<T> g, int6
   __shared__ A sm[2][kWarps];
   const int64_t c = blockIdx.x;
   const int warp = threadIdx.x / 32;
-  A mu[V], sc[V], sh[V], s1[V], s2[V];
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    mu[j] = g.mean[c];
-    sc[j] = ACT ? g.scale[c] : A(0);
-    sh[j] = ACT ? g.shift[c] : A(0);
-    s1[j] = s2[j] = A(0);
-  }
+  A a, b;
   plane_grad_sums<T, V, ACT>(g, N, C, S, pieces, c, int64_t(blockIdx.y) * kWarps + warp, int64_t(gridDim.y) * kWarps,
-                             mu, sc, sh, s1, s2);
-  A a = A(0), b = A(0);
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    a += s1[j];
-    b += s2[j];
-  }
+                             a, b);
   block_sums(a, b, sm);
   if (threadIdx.x == 0) {
     *partial(part, 0, c, blockIdx.y, C) = a;
