@@ -12,6 +12,7 @@
 # FILE's name less .patch) with FILE reverse-applied (make it here with `git diff BASE -- csrc > .ab/base.patch`;
 # .ab/ is ignored, so carry it), built at the same time as this one. scripts/ab_probe.py times the builds in turns.
 #
+# On a warm machine (a call within seconds of the last) only what changed is rebuilt (scripts/source_stamp.py).
 # Carried wheels (.whl/*.whl, e.g. expecttest) are installed first. Build: MAX_JOBS=16, TORCH_CUDA_ARCH_LIST=9.0a
 # unless set. Exit status: non-zero if the build, a test or the self-check failed.
 set -uo pipefail
@@ -39,9 +40,14 @@ for w in .whl/*.whl; do
   [ -n "$NO_SM90" ] && [[ "$(basename "$w")" == nvidia_cutlass* ]] && continue
   wheels+=("$w")
 done
+# A warm machine keeps /tmp/site and build/ between calls: wheels already installed there are not installed again,
+# since fresh header mtimes (CUTLASS's) would make ninja rebuild every object that includes them.
 if [ ${#wheels[@]} -gt 0 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}" \
-    && export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+  if ! sha1sum "${wheels[@]}" | cmp -s - /tmp/site/.wheels; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${wheels[@]}" \
+      && sha1sum "${wheels[@]}" > /tmp/site/.wheels
+  fi
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 
 status=0
@@ -60,10 +66,16 @@ for patch in "${AB_PATCHES[@]}"; do
   (cd "$tree" && git apply -R "$patch" && python3 setup.py build_ext --inplace > "$OUT/build-$(basename "$tree").log" 2>&1) &
   ab_pids+=($!)
 done
+# Each call copies the tree with fresh mtimes, so a warm machine's kept objects would all look stale: sources whose
+# content is the same as at the last successful build get that build's mtimes back (build/.source_stamp). The stamp
+# is removed before building, so a failed build leaves none and the next call rebuilds what changed since.
+python3 scripts/source_stamp.py restore build/.source_stamp
+rm -f build/.source_stamp
 if ! python3 setup.py build_ext --inplace > "$OUT/build.log" 2>&1; then
   tail -60 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
 fi
 echo "build: $(( $(date +%s) - start )) s; warnings in our code: $(grep -c 'csrc/.*warning' "$OUT/build.log")"
+python3 scripts/source_stamp.py save build/.source_stamp
 for i in "${!ab_pids[@]}"; do
   tree=/tmp/ab-$(basename "${AB_PATCHES[$i]}" .patch)
   if ! wait "${ab_pids[$i]}"; then tail -40 "$OUT/build-$(basename "$tree").log"; echo "A/B BUILD FAILED: $tree"; exit 1; fi
