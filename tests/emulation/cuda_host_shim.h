@@ -99,28 +99,28 @@ inline EmuBlockPool& emu_pool(unsigned n) {
 
 inline void __syncthreads() { emu_pool(emu_block_dim.x).sync(); }
 
+// Every thread of the block publishes v, then reads thread src's.
 template <typename T>
-T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
+T emu_exchange(T v, unsigned src) {
   static double exchange[1024];
-  const unsigned t = emu_thread_idx.x, w = unsigned(width);
-  exchange[t] = double(v);
+  exchange[emu_thread_idx.x] = double(v);
   __syncthreads();
-  const T r = T(exchange[(t & ~(w - 1)) | ((t & (w - 1)) ^ unsigned(lane_mask))]);
+  const T r = T(exchange[src]);
   __syncthreads();
   return r;
+}
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int lane_mask, int width = 32) {
+  const unsigned t = emu_thread_idx.x, w = unsigned(width);
+  return emu_exchange(v, (t & ~(w - 1)) | ((t & (w - 1)) ^ unsigned(lane_mask)));
 }
 
 // Lane t reads lane t + delta's value of its width-wide group, its own where that lies past the group.
 template <typename T>
 T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32) {
-  static double exchange[1024];
   const unsigned t = emu_thread_idx.x, w = unsigned(width);
-  exchange[t] = double(v);
-  __syncthreads();
-  const unsigned src = (t & (w - 1)) + delta < w ? t + delta : t;
-  const T r = T(exchange[src]);
-  __syncthreads();
-  return r;
+  return emu_exchange(v, (t & (w - 1)) + delta < w ? t + delta : t);
 }
 
 template <typename... P, typename... Args>
