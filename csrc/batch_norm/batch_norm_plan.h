@@ -93,8 +93,9 @@ constexpr int kChannelKbDefault = 0;
 
 template <typename T>
 bool channel_fits(const BnShape& s) {
+  if (s.inner <= 1 || empty(s)) return false;
   const int64_t kb = env::get_int("TORCH_DNN_BN_CHANNEL_KB", kChannelKbDefault);
-  return s.inner > 1 && !empty(s) && s.outer * s.inner * int64_t(sizeof(T)) <= kb * 1024;
+  return s.outer * s.inner * int64_t(sizeof(T)) <= kb * 1024;
 }
 
 // ---- persistent passes: host side ----
