@@ -27,75 +27,26 @@ def needs_autograd(*tensors) -> bool:
     return False
 
 
-def apply_inplace(functional_op, inplace_op, input, *args, backward_from_result=None, backward_from_input=None):
-    """Run the in-place op, or, where autograd must record the op, the functional op written back into input.
+def apply_inplace(functional_op, inplace_op, input, *args):
+    """Run the in-place op, or, where its C++ autograd kernel cannot record it, the functional op written back into
+    input.
 
-    Mutating custom ops cannot carry an autograd formula; writing the differentiable result back with copy_
-    gives the same values, the same aliasing and the same autograd errors as PyTorch's in-place ops (a leaf
-    that requires grad cannot be modified in place). The functional op runs on a copy because its backward
-    reads the input, which the write-back overwrites.
-
-    backward_from_result(grad, result, *args): given where the derivative can be read from the result, as for
-    PyTorch's in-place relu, hardtanh and leaky_relu. Then a non-leaf, non-view input is modified in place by
-    an autograd.Function that saves the result: two passes over the tensor less (the copy and the write-back).
-    backward_from_input(grad, input, *args): otherwise, the derivative from the input's value before the op; then
-    such an input is modified in place by an autograd.Function that saves a copy of it, as PyTorch's in-place ops
-    save self. Both Functions also give the gradient the layout PyTorch's gives it: the write-back's copy_ gives the
-    overwritten value a contiguous zero gradient, to which the rest is added (a channels_last gradient comes back
-    contiguous). They run under autocast too (the activations have no autocast rule).
+    A non-leaf, non-view input under plain eager autograd (autocast included: the activations have no autocast rule)
+    is modified by the in-place op itself, whose Autograd-key kernel (autograd_register.h:
+    register_in_place_autograd) records a node saving the result, or a copy of the input where the derivative
+    cannot be read from the result, as PyTorch's in-place ops do. Otherwise (a leaf or a view that requires grad,
+    torch.compile's tracing, torch.func transforms, subclasses) the functional op runs on a copy and its result is
+    written back with copy_: the same values, aliasing and autograd errors as PyTorch's in-place ops (a leaf that
+    requires grad cannot be modified in place); the copy because the functional op's backward reads the input, which
+    the write-back overwrites.
     """
     if needs_autograd(input):
-        if (not input.is_leaf and input._base is None
-                and (backward_from_result is not None or backward_from_input is not None)
-                and _plain_call((input, *args), {}, autocast_ok=True)):
-            if not torch.compiler.is_compiling():
-                # the op's C++ autograd kernel records the same node as the Functions below, without Python
-                # (autograd_register.h: register_in_place_autograd)
-                inplace_op(input, *args)
-                return input
-            if backward_from_result is not None:
-                return _InplaceFromResult.apply(input, inplace_op, backward_from_result, *args)
-            return _InplaceFromInput.apply(input, inplace_op, backward_from_input, *args)
+        if not input.is_leaf and input._base is None and _plain_call((input, *args), {}, autocast_ok=True):
+            inplace_op(input, *args)
+            return input
         return input.copy_(functional_op(input.clone(), *args))
     inplace_op(input, *args)
     return input
-
-
-class _InplaceFromResult(torch.autograd.Function):
-    """apply_inplace's in-place form under autograd: the op writes input in place (called at the Autograd key,
-    whose fallback for mutating ops bumps input's version counter, so that earlier nodes that saved input see
-    the change), input is marked dirty and saved as the result for the backward."""
-
-    @staticmethod
-    def forward(ctx, input, inplace_op, backward_from_result, *args):
-        inplace_op(input, *args)
-        ctx.mark_dirty(input)
-        ctx.save_for_backward(input)
-        ctx.backward_from_result, ctx.args = backward_from_result, args
-        return input
-
-    @staticmethod
-    def backward(ctx, grad):
-        (result,) = ctx.saved_tensors
-        return (ctx.backward_from_result(grad, result, *ctx.args), None, None) + (None,) * len(ctx.args)
-
-
-class _InplaceFromInput(torch.autograd.Function):
-    """apply_inplace's in-place form for a derivative read from the input: a copy of input saved, input modified in
-    place (at the Autograd key, as _InplaceFromResult) and marked dirty."""
-
-    @staticmethod
-    def forward(ctx, input, inplace_op, backward_from_input, *args):
-        ctx.save_for_backward(input.clone())
-        inplace_op(input, *args)
-        ctx.mark_dirty(input)
-        ctx.backward_from_input, ctx.args = backward_from_input, args
-        return input
-
-    @staticmethod
-    def backward(ctx, grad):
-        (saved,) = ctx.saved_tensors
-        return (ctx.backward_from_input(grad, saved, *ctx.args), None, None) + (None,) * len(ctx.args)
 
 
 def _any_requires_grad_py(*args, **kwargs) -> bool:

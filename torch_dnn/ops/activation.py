@@ -129,19 +129,19 @@ add_family(
 
 # ---- functional wrappers (torch.nn.functional signatures) ----
 
-# The in-place forms below pass their backward op as backward_from_result where the derivative's mask reads the
-# same from the result as from the input (relu: r <= 0 iff x <= 0; relu6 / hardtanh: r at a bound iff x at or
-# past it; leaky_relu: r > 0 iff x > 0 for a slope >= 0), as PyTorch's in-place forms do.
+# The in-place forms' autograd (csrc/activation/activation.cpp) reads the derivative from the result where its mask
+# reads the same as from the input (relu: r <= 0 iff x <= 0; relu6 / hardtanh: r at a bound iff x at or past it;
+# leaky_relu: r > 0 iff x > 0 for a slope >= 0), as PyTorch's in-place forms do, else from a copy of the input.
 
 def relu(input, inplace=False):
     if inplace:
-        return apply_inplace(_ops.relu, _ops.relu_, input, backward_from_result=_ops.relu_backward)
+        return apply_inplace(_ops.relu, _ops.relu_, input)
     return _ops.relu(input)
 
 
 def relu6(input, inplace=False):
     if inplace:
-        return apply_inplace(_ops.relu6, _ops.relu6_, input, backward_from_result=_ops.relu6_backward)
+        return apply_inplace(_ops.relu6, _ops.relu6_, input)
     return _ops.relu6(input)
 
 
@@ -149,24 +149,19 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     if min_val > max_val:
         raise ValueError("torch_dnn.hardtanh: min_val cannot be greater than max_val")
     if inplace:
-        return apply_inplace(_ops.hardtanh, _ops.hardtanh_, input, float(min_val), float(max_val),
-                             backward_from_result=_ops.hardtanh_backward)
+        return apply_inplace(_ops.hardtanh, _ops.hardtanh_, input, float(min_val), float(max_val))
     return _ops.hardtanh(input, float(min_val), float(max_val))
 
 
 def leaky_relu(input, negative_slope=0.01, inplace=False):
     if inplace:
-        if negative_slope >= 0:
-            return apply_inplace(_ops.leaky_relu, _ops.leaky_relu_, input, float(negative_slope),
-                                 backward_from_result=_ops.leaky_relu_backward)
-        return apply_inplace(_ops.leaky_relu, _ops.leaky_relu_, input, float(negative_slope),
-                             backward_from_input=_ops.leaky_relu_backward)
+        return apply_inplace(_ops.leaky_relu, _ops.leaky_relu_, input, float(negative_slope))
     return _ops.leaky_relu(input, float(negative_slope))
 
 
 def elu(input, alpha=1.0, inplace=False):
     if inplace:
-        return apply_inplace(_ops.elu, _ops.elu_, input, float(alpha), backward_from_input=_ops.elu_backward)
+        return apply_inplace(_ops.elu, _ops.elu_, input, float(alpha))
     return _ops.elu(input, float(alpha))
 
 
@@ -176,7 +171,7 @@ def gelu(input, approximate="none"):
 
 def silu(input, inplace=False):
     if inplace:
-        return apply_inplace(_ops.silu, _ops.silu_, input, backward_from_input=_ops.silu_backward)
+        return apply_inplace(_ops.silu, _ops.silu_, input)
     return _ops.silu(input)
 
 
@@ -194,19 +189,19 @@ def softplus(input, beta=1.0, threshold=20.0):
 
 def mish(input, inplace=False):
     if inplace:
-        return apply_inplace(_ops.mish, _ops.mish_, input, backward_from_input=_ops.mish_backward)
+        return apply_inplace(_ops.mish, _ops.mish_, input)
     return _ops.mish(input)
 
 
 def hardswish(input, inplace=False):
     if inplace:
-        return apply_inplace(_ops.hardswish, _ops.hardswish_, input, backward_from_input=_ops.hardswish_backward)
+        return apply_inplace(_ops.hardswish, _ops.hardswish_, input)
     return _ops.hardswish(input)
 
 
 def hardsigmoid(input, inplace=False):
     if inplace:
-        return apply_inplace(_ops.hardsigmoid, _ops.hardsigmoid_, input, backward_from_input=_ops.hardsigmoid_backward)
+        return apply_inplace(_ops.hardsigmoid, _ops.hardsigmoid_, input)
     return _ops.hardsigmoid(input)
 
 
