@@ -290,6 +290,10 @@ def environment() -> dict:
     }
 
 
+def _by_round(row: dict) -> str:
+    return " ({:.2f}-{:.2f} by round)".format(*row["speedup_range"]) if "speedup_range" in row else ""
+
+
 def format_table(rows: list[dict]) -> str:
     out = ["| case | impl | ms (p10-p90) | GB/s | % copy | TFLOP/s | torch_dnn speedup | target |",
            "|---|---|---|---|---|---|---|---|"]
@@ -297,9 +301,7 @@ def format_table(rows: list[dict]) -> str:
         if "error" in r:
             out.append(f"| {r['case']} | {r['impl']} | failed: {r['error']} | | | | | |")
             continue
-        spd = f"{r['ours_speedup']:.2f}x" if "ours_speedup" in r else ""
-        if "speedup_range" in r:
-            spd += " ({:.2f}-{:.2f} by round)".format(*r["speedup_range"])
+        spd = f"{r['ours_speedup']:.2f}x{_by_round(r)}" if "ours_speedup" in r else ""
         tflops = f"{r['tflops']:.1f}" if "tflops" in r else ""
         out.append(
             f"| {r['case']} | {r['impl']} | {r['ms']:.4f} ({r['p10_ms']:.4f}-{r['p90_ms']:.4f}) | "
@@ -327,9 +329,7 @@ def run(cases: list[Case], out_dir: str | None = None, md_path: str | None = Non
             if "error" in r:
                 print(f"{r['case']:<48} {r['impl']:<10} FAILED {r['error']}", flush=True)
             else:
-                spd = f"x{r['ours_speedup']:.2f}" if "ours_speedup" in r else ""
-                if "speedup_range" in r:
-                    spd += " ({:.2f}-{:.2f} by round)".format(*r["speedup_range"])
+                spd = f"x{r['ours_speedup']:.2f}{_by_round(r)}" if "ours_speedup" in r else ""
                 tflops = f"{r['tflops']:7.1f} TFLOP/s " if "tflops" in r else ""
                 print(f"{r['case']:<48} {r['impl']:<10} {r['ms']:8.4f} ms {r.get('gbps', 0):7.0f} GB/s "
                       f"{r.get('pct_copy', 0):5.1f}% {tflops}{spd}", flush=True)

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 import torch_dnn  # noqa: F401  (loads the extension once for every test)
+from torch_dnn.testing import no_tf32
 # a parametrised test whose every case skipped itself fails (the hooks are found here by name)
 from tests.ran_nothing import pytest_collection_finish, pytest_runtest_makereport  # noqa: F401
 
@@ -16,8 +17,5 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True)
 def _no_tf32():
     # References are built without TF32 (DESIGN.md section 3).
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    with no_tf32():
+        yield

@@ -23,14 +23,6 @@ ops = torch.ops.torch_dnn
 INF = float("inf")
 
 
-@pytest.fixture(autouse=True)
-def no_tf32():
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 def _rand(shape, dtype, gen, low=-1.0, high=1.0):
     return (torch.rand(shape, generator=gen, dtype=torch.float64) * (high - low) + low).to("cuda", dtype)
 

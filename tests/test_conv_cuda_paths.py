@@ -16,16 +16,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 ops = torch.ops.torch_dnn
 
 
-@pytest.fixture(autouse=True)
-def true_float32():
-    # float32 without TF32: the direct kernels' problem, and PyTorch's float32 reference free of TF32 rounding
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-
-
 def _rand(shape, dtype, gen, channels_last=False):
     t = (torch.rand(shape, generator=gen, dtype=torch.float64) * 2 - 1).to(device="cuda", dtype=dtype)
     if channels_last and t.dim() == 4:

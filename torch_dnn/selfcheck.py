@@ -16,15 +16,13 @@ def _checks():
 
 
 def run_selfcheck(devices) -> int:
-    # float32 without TF32, as the tests (DESIGN.md section 3): with the flags at PyTorch's defaults our convolutions
-    # take TF32 as cudnn.allow_tf32 permits, while cuDNN picks full-precision kernels at these sizes, so the error
-    # rule would compare two precisions
-    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
+    # float32 without TF32, as the tests: with the flags at PyTorch's defaults our convolutions take TF32 as
+    # cudnn.allow_tf32 permits, while cuDNN picks full-precision kernels at these sizes, so the error rule would
+    # compare two precisions
+    from torch_dnn.testing import no_tf32
+
+    with no_tf32():
         return _run(devices)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
 def _run(devices) -> int:

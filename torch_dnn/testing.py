@@ -11,6 +11,7 @@ Non-finite values must appear where PyTorch's own output has them (NaN for NaN, 
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -103,6 +104,18 @@ def compare(ours: torch.Tensor, peer: torch.Tensor, ref64: torch.Tensor, *, grad
         f"{e_peer[1]:.3g} (allowed {factor}x, floor {floor:.3g})"
     )
     return Verdict(ok, e_ours, e_peer, msg)
+
+
+@contextlib.contextmanager
+def no_tf32():
+    """float32 matmuls and convolutions without TF32 inside (references are built without it: DESIGN.md section 3);
+    the flags as they were after."""
+    flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
 
 
 def random_like_case(shape, dtype, device, *, low=-4.0, high=4.0, generator=None) -> torch.Tensor:
