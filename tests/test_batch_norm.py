@@ -13,8 +13,8 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.testing import compare
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
-from tests.utils import (ALL_DTYPES, assert_close_to_reference, assert_matches_torch, assert_models_agree, devices,
-                         first_line, make_input)
+from tests.utils import (assert_close_to_reference, assert_matches_torch, assert_models_agree, devices, first_line,
+                         grad_off_kinks, make_input)
 
 ops = torch.ops.torch_dnn
 
@@ -205,11 +205,24 @@ def _batch_norm_add_act_cases(device, dtype, act):
             theirs = lambda x, r, w, b: ACTS[act](  # noqa: E731
                 TF.batch_norm(x, rm.clone().to(x.dtype if x.dtype == torch.float64 else rm.dtype),
                               rv.clone().to(x.dtype if x.dtype == torch.float64 else rv.dtype), w, b, training) + r)
-            yield Against(f"batch_norm_add_act {act} {shape} {layout} {dtype}", ours, theirs, [x, r, w, b])
+            stats = (None, None) if training else (rm.double(), rv.double())
+            pre = TF.batch_norm(x.double(), *stats, w.double(), b.double(), training) + r.double()
+            yield Against(f"batch_norm_add_act {act} {shape} {layout} {dtype}", ours, theirs, [x, r, w, b],
+                          grad_output=_grad_off_kinks(act, pre, dtype))
         # no residual
+        pre = TF.batch_norm(x.double(), None, None, w.double(), b.double(), True)
         yield Against(f"batch_norm_add_act {act} no residual {shape} {layout} {dtype}",
                       lambda x, w, b: F.batch_norm_add_act(x, None, None, w, b, None, act, True),
-                      lambda x, w, b: ACTS[act](TF.batch_norm(x, None, None, w, b, True)), [x, w, b])
+                      lambda x, w, b: ACTS[act](TF.batch_norm(x, None, None, w, b, True)), [x, w, b],
+                      grad_output=_grad_off_kinks(act, pre, dtype))
+
+
+def _grad_off_kinks(act, pre, dtype):
+    # An output whose exact pre-activation lies within rounding of relu's kink has its mask decided by the last bit,
+    # ours and PyTorch's each their own way, and a flipped mask moves every d_input of its channel (float32 (4096, 40):
+    # about one draw in 400 has such an output, research/batch_norm/probe_bn_kink.py): those outputs get a zero
+    # upstream gradient (None for activations without a kink).
+    return grad_off_kinks(pre, act, dtype, lambda k: 16 * torch.finfo(dtype).eps)
 
 
 @pytest.mark.parametrize("device", devices())
@@ -427,17 +440,19 @@ def test_cuda_training_paths(monkeypatch, knobs, dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("channel_kb", ["256", "0"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64], ids=str)
-def test_cuda_whole_channel_kernels(monkeypatch, dtype):
+def test_cuda_whole_channel_kernels(monkeypatch, dtype, channel_kb):
     # NCHW training with the whole-channel kernels (kernels/bn_channel.cuh; TORCH_DNN_BN_CHANNEL_KB), forward,
     # backward and running statistics against PyTorch: planes with 16-byte vectors (14x14 bf16 / fp16: 196 = 8 x 24.5,
     # so only 28x28 and 8x8 are vectorised), without (7x7), of several pieces (56x56), more channels than the grid's
-    # resident blocks (4 x 2048 x 7 x 7), and a channel past the threshold (the separate passes: 64 x 8 x 64 x 64)
-    monkeypatch.setenv("TORCH_DNN_BN_CHANNEL_KB", "256")
+    # resident blocks (4 x 2048 x 7 x 7), and a channel past the threshold (the separate passes: 64 x 8 x 64 x 64);
+    # with the knob at 0 the separate passes at every shape
+    monkeypatch.setenv("TORCH_DNN_BN_CHANNEL_KB", channel_kb)
     for shape in ((16, 64, 28, 28), (8, 96, 8, 8), (4, 2048, 7, 7), (2, 16, 56, 56), (64, 8, 64, 64)):
         x = _input(shape, dtype, "cuda", "contiguous")
         w, b = _params(shape[1], torch.float64 if dtype == torch.float64 else torch.float32, "cuda")
-        _training_matches_torch(x, w, b, f"{shape} {dtype} whole channels")
+        _training_matches_torch(x, w, b, f"{shape} {dtype} TORCH_DNN_BN_CHANNEL_KB={channel_kb}")
 
 
 @pytest.mark.cuda

@@ -79,7 +79,7 @@ cudaError_t launch_bwd_coeffs(const BwdCoeffPtrs& p, int64_t C, cudaStream_t str
 // A block owns whole channels (kernels/bn_channel.cuh): statistics, coefficients and y in one launch (writes p's
 // mean, invstd and running statistics; p.scale / p.shift may be null); plain batch_norm's sums, coefficients and
 // dx in one launch (writes p's dw and db, either may be null; mean: the accumulation type). channel_passes_fit:
-// inner > 1 and one channel's input (outer * inner elements) within TORCH_DNN_BN_CHANNEL_KB (0: never).
+// inner > 1 and one channel's input (outer * inner elements) within TORCH_DNN_BN_CHANNEL_KB (256 by default; 0: never).
 bool channel_passes_fit(DType dtype, const BnShape& s);
 cudaError_t launch_channel_forward(DType dtype, const BnShape& s, const void* x, void* y, const FwdCoeffPtrs& p,
                                    cudaStream_t stream);

@@ -87,9 +87,8 @@ bool empty(const BnShape& s) { return s.outer == 0 || s.C == 0 || s.inner == 0; 
 // The largest channel (its outer * inner elements, KB of input) taken by the whole-channel kernels. A block then
 // reads a channel two or three times from L2 in a few microseconds, while the call's host time is hundreds; past
 // it the separate passes, which split a channel over many blocks, keep the GPU busier. Knob (docs/batch_norm.md):
-// TORCH_DNN_BN_CHANNEL_KB (256 is the size meant); 0, the default, turns the kernels off until they have run on
-// a GPU.
-constexpr int kChannelKbDefault = 0;
+// TORCH_DNN_BN_CHANNEL_KB; 0 turns the kernels off.
+constexpr int kChannelKbDefault = 256;
 
 template <typename T>
 bool channel_fits(const BnShape& s) {
