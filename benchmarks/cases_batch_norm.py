@@ -1,5 +1,5 @@
-"""Benchmark cases of the batch_norm family: batch_norm2d training on 64x256x56x56 bf16, NHWC and NCHW,
-forward alone and forward+backward (autograd: d_input, d_weight, d_bias), against eager (cuDNN through
+"""Benchmark cases of the batch_norm family: batch_norm2d training on 64x256x56x56 bf16, NHWC and NCHW, and on
+16x256x56x56 NCHW (the whole-channel kernels' size, against the separate passes), forward alone and forward+backward (autograd: d_input, d_weight, d_bias), against eager (cuDNN through
 F.batch_norm) and torch.compile; batch_norm_add_act (bn + residual + relu) forward+backward NHWC against eager
 bn, add, relu. Bytes are the minimum traffic: forward reads x and writes y (2 tensors), backward reads x and dy
 and writes dx (3 tensors); the fused op adds the residual read and its gradient write. The fwd+bwd cases also
@@ -30,30 +30,30 @@ def _params(c, dtype, grad=False):
     return w, b, rm, rv
 
 
-def _bn_cases(dtype, layout):
+def _bn_cases(dtype, layout, shape=SHAPE, variants=None, graph_variants=False):
     es = torch.empty((), dtype=dtype).element_size()
-    numel = math.prod(SHAPE)
-    C = SHAPE[1]
-    tag = f"{'x'.join(map(str, SHAPE))} {layout} bf16"
+    numel = math.prod(shape)
+    C = shape[1]
+    tag = f"{'x'.join(map(str, shape))} {layout} bf16"
+    variants = VARIANTS if variants is None else variants
     group = f"batch_norm {layout}"
     target = ">=1.8x cuDNN fwd+bwd" if layout == "NHWC" else ">=1x cuDNN"
 
     def fwd_inputs():
-        return (rand_cuda(SHAPE, dtype, layout),) + _params(C, dtype)
+        return (rand_cuda(shape, dtype, layout),) + _params(C, dtype)
 
     def eager_fwd(x, w, b, rm, rv):
         return TF.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)
 
     ours_fwd = lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, True, 0.1, 1e-5)  # noqa: E731
     fwd_impls = {"torch_dnn": ours_fwd, "eager": eager_fwd, "compile": torch.compile(eager_fwd, dynamic=False)}
-    if layout == "NHWC":  # the persistent kernels' knobs (csrc/batch_norm/batch_norm_kernels.cu)
-        fwd_impls.update({name: with_env(ours_fwd, **env) for name, env in VARIANTS.items()})
+    fwd_impls.update({name: with_env(ours_fwd, **env) for name, env in variants.items()})
     fwd = Case("batch_norm", f"batch_norm2d train fwd {tag}", fwd_inputs, fwd_impls,
                bytes=2 * numel * es, target=target, group=group)
 
     def fb_inputs():
-        x = rand_cuda(SHAPE, dtype, layout).requires_grad_()
-        return (x,) + _params(C, dtype, grad=True) + (rand_cuda(SHAPE, dtype, layout, -1, 1),)
+        x = rand_cuda(shape, dtype, layout).requires_grad_()
+        return (x,) + _params(C, dtype, grad=True) + (rand_cuda(shape, dtype, layout, -1, 1),)
 
     def fwd_bwd(fn):
         def run(x, w, b, rm, rv, g):
@@ -63,15 +63,14 @@ def _bn_cases(dtype, layout):
 
     compiled = torch.compile(lambda x, rm, rv, w, b, t, m, e: TF.batch_norm(x, rm, rv, w, b, t, m, e), dynamic=False)
     fb_impls = {"torch_dnn": fwd_bwd(F.batch_norm), "eager": fwd_bwd(TF.batch_norm), "compile": fwd_bwd(compiled)}
-    if layout == "NHWC":
-        fb_impls.update({name: with_env(fwd_bwd(F.batch_norm), **env) for name, env in VARIANTS.items()})
+    fb_impls.update({name: with_env(fwd_bwd(F.batch_norm), **env) for name, env in variants.items()})
     fb = Case("batch_norm", f"batch_norm2d train fwd+bwd {tag}", fb_inputs, fb_impls,
               bytes=5 * numel * es, target=target, group=group)
     # the same step as GPU time (CUDA-graph replay of forward + autograd backward): the per-call rows include
     # the host's autograd path, which on some device hosts takes longer than the GPU work (p10-p90 wide)
+    graph_impls = ("torch_dnn", "eager", "compile") + (tuple(variants) if graph_variants else ())
     fb_graph = Case("batch_norm", f"batch_norm2d train fwd+bwd {tag} graph", fb_inputs,
-                    {k: fb_impls[k] for k in ("torch_dnn", "eager", "compile")}, bytes=5 * numel * es,
-                    target=target, group=group, graph=True)
+                    {k: fb_impls[k] for k in graph_impls}, bytes=5 * numel * es, target=target, group=group, graph=True)
     return [fwd, fb, fb_graph]
 
 
@@ -109,7 +108,10 @@ def _fused_case(dtype):
 
 def cases(quick: bool = False):
     dtype = torch.bfloat16
-    out = _bn_cases(dtype, "NHWC") + _bn_cases(dtype, "NCHW")
+    out = _bn_cases(dtype, "NHWC") + _bn_cases(dtype, "NCHW", variants={})
+    # ResNet-50's batch-16 size: NCHW runs the whole-channel kernels, against the separate passes
+    out += _bn_cases(dtype, "NCHW", (16, 256, 56, 56), {"td separate": {"TORCH_DNN_BN_CHANNEL_KB": "0"}},
+                     graph_variants=True)
     if not quick:
         out += _fused_case(dtype)
     return out
