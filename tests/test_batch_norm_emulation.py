@@ -73,3 +73,47 @@ def test_channel_kernels_against_pytorch(emu, case, dtype):
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(mean.double(), m64, rtol=tol, atol=tol)
     torch.testing.assert_close(invstd.double(), inv64, rtol=tol, atol=tol)
+
+
+@pytest.fixture(scope="module")
+def elt_emu():
+    load_kernel_emulation("torch_dnn_bn_elt_emulation", "bn_elementwise_emulation.cpp")
+    return torch.ops.torch_dnn_bn_elt_emu
+
+
+# (N, C, S, grid_x, grid_y): the rows walk (S = 1: C with and without 16-byte vectors, more rows than the grid's,
+# channel vectors over several blocks) and the planes walk (planes with and without vectors, of several pieces,
+# fewer blocks than planes)
+EVAL_CASES = [(37, 64, 1, 0, 3), (20, 13, 1, 0, 2), (9, 520, 1, 0, 1), (3, 5, 49, 4, 0), (2, 6, 64, 3, 0),
+              (2, 3, 5600, 2, 0)]
+
+
+@pytest.mark.parametrize("act", [0, 1, 2], ids=["identity", "relu", "silu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
+@pytest.mark.parametrize("case", EVAL_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_eval_apply_against_pytorch(elt_emu, case, dtype, act):
+    # the evaluation forward in one pass (EvalApplyOp): act(batch_norm(x) + residual) with the running statistics,
+    # and the mean and invstd it saves for the backward
+    N, C, S, gx, gy = case
+    g = torch.Generator().manual_seed(N * 1000 + C * 10 + S)
+    pdtype = torch.float64 if dtype == torch.float64 else torch.float32
+    x = random_like_case((N, C, S), dtype, "cpu", generator=g)
+    res = random_like_case((N, C, S), dtype, "cpu", generator=g) if act != 0 else None
+    w = random_like_case((C,), pdtype, "cpu", low=0.5, high=1.5, generator=g)
+    b = random_like_case((C,), pdtype, "cpu", generator=g)
+    rm = random_like_case((C,), pdtype, "cpu", generator=g)
+    rv = random_like_case((C,), pdtype, "cpu", low=0.5, high=2.0, generator=g)
+    y, mean, invstd = elt_emu.eval_apply(x, res, w, b, rm, rv, 1e-5, act, gx, gy)
+
+    acts = {0: lambda t: t, 1: torch.relu, 2: TF.silu}
+
+    def pytorch(d):
+        pd = d if d == torch.float64 else pdtype
+        z = TF.batch_norm(x.to(d), rm.to(pd), rv.to(pd), w.to(pd), b.to(pd), False, 0.1, 1e-5)
+        return acts[act](z + res.to(d) if res is not None else z)
+
+    v = compare(y, pytorch(dtype), pytorch(torch.float64), name=f"{case} {dtype} act={act} y")
+    assert v, v.message
+    tol = 1e-12 if dtype == torch.float64 else 1e-6
+    torch.testing.assert_close(mean.double(), rm.double(), rtol=0, atol=0)
+    torch.testing.assert_close(invstd.double(), 1 / (rv.double() + 1e-5).sqrt(), rtol=tol, atol=tol)

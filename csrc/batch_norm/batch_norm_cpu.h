@@ -44,10 +44,11 @@ struct CpuBackend {
     reduce(dy, x, res, scale, shift, mean, act, dz, a.sum_dz, a.sum_dz_xmu);
     bwd_coeffs(a);
   }
-  // No one-kernel training passes on the CPU: the ops layer runs the passes above.
+  // No one-kernel passes on the CPU: the ops layer runs the passes above.
   static bool fused_forward(const at::Tensor&, const at::Tensor&, int64_t, FwdCoeffArgs&, at::Tensor&) {
     return false;
   }
+  static bool eval_forward(const at::Tensor&, const at::Tensor&, int64_t, FwdCoeffArgs&, at::Tensor&) { return false; }
   static bool fused_backward(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                              const at::Tensor&, const at::Tensor&, int64_t, BwdCoeffArgs&, const at::Tensor&,
                              at::Tensor&) {

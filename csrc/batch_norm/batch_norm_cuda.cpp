@@ -141,6 +141,20 @@ struct CudaBackend {
     return launched(launch_persist_forward(plan, xd.const_data_ptr(), cptr(rd), y.data_ptr(), int(act), p,
                                            ws.data_ptr(), current_stream()));
   }
+  // The evaluation forward in one launch (launch_eval_apply: the coefficients computed where they are used): writes
+  // a.mean, a.invstd and y. False (an empty input): the caller runs the separate passes.
+  static bool eval_forward(const at::Tensor& x, const at::Tensor& res, int64_t act, FwdCoeffArgs& a, at::Tensor& y) {
+    if (x.numel() == 0) return false;
+    c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor xd = dense_like(x), rd = like(res, xd);
+    const BnShape s = shape_of(xd);
+    const FwdCoeffPtrs p = fwd_ptrs(a);
+    write_as(y, xd, [&](at::Tensor& out) {
+      TD_CHECK_LAUNCH(launch_eval_apply(to_dtype(x.scalar_type()), s, xd.const_data_ptr(), cptr(rd), out.data_ptr(),
+                                        int(act), p, current_stream()));
+    });
+    return true;
+  }
   // The training backward in one persistent kernel (launch_persist_backward): writes a.dw, a.db (those defined)
   // and dx; for batch_norm_add_act (res defined or act != 0) also dz = dy * act'(x * scale + shift + res), from
   // which dx is computed (dz: d_residual or the activation's scratch; undefined: a scratch is made here, once the

@@ -198,6 +198,22 @@ cudaError_t launch_apply(DType dtype, const BnShape& s, const void* x, const voi
   return cudaGetLastError();
 }
 
+cudaError_t launch_eval_apply(DType dtype, const BnShape& s, const void* x, const void* res, void* y, int act,
+                              const FwdCoeffPtrs& p, cudaStream_t stream) {
+  if (empty(s)) return cudaSuccess;
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const EvalApplyOp<T> op{{static_cast<const T*>(x), static_cast<const T*>(res), nullptr, nullptr, static_cast<T*>(y),
+                             act},
+                            p};
+    if (use_vectors<T>(s, {x, res, y}))
+      launch_elementwise<T, kVec16<T>>(op, s, stream);
+    else
+      launch_elementwise<T, 1>(op, s, stream);
+  });
+  return cudaGetLastError();
+}
+
 int64_t reduce_workspace(DType dtype, const BnShape& s) {
   if (empty(s)) return 0;
   int64_t n = 0;

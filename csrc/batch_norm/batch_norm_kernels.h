@@ -64,6 +64,12 @@ struct FwdCoeffPtrs {
 };
 cudaError_t launch_fwd_coeffs(const FwdCoeffPtrs& p, int64_t C, cudaStream_t stream);
 
+// The evaluation forward in one launch: launch_apply with each channel's scale and shift computed where they are
+// used, from p's stat_mean and stat_var (the running statistics), weight, bias and eps, as launch_fwd_coeffs
+// computes them; writes p's mean and invstd (scale, shift unused). Not for an empty input (nothing runs).
+cudaError_t launch_eval_apply(DType dtype, const BnShape& s, const void* x, const void* res, void* y, int act,
+                              const FwdCoeffPtrs& p, cudaStream_t stream);
+
 cudaError_t launch_affine(ChannelVec mean, ChannelVec invstd, ChannelVec weight, ChannelVec bias, ChannelVec scale,
                           ChannelVec shift, int64_t C, cudaStream_t stream);
 

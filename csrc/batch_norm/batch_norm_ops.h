@@ -146,7 +146,7 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, cons
   a.count = x.numel() / std::max<int64_t>(C, 1);
   a.mean = mean;
   a.invstd = invstd;
-  bool done = false;  // by the backend's one-kernel training forward (statistics, coefficients and y)
+  bool done = false;  // by the backend's one-kernel forward (training: statistics, coefficients and y)
   if (training) {
     // the in-place update goes to the caller's tensors (contiguous ones: the usual buffers)
     a.running_mean = given(running_mean) && running_mean->is_contiguous() ? *running_mean : rm;
@@ -155,6 +155,7 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, cons
   } else {
     a.stat_mean = rm;
     a.stat_var = rv;
+    done = B::eval_forward(x, res, act, a, y);
   }
   if (!done) {  // the separate passes' affine map (the one-kernel forward keeps its own)
     a.scale = at::empty({C}, sopt);

@@ -62,7 +62,7 @@ class EmuBlockPool {
         for (;;) {
           start_.arrive_and_wait();
           if (quit_) return;
-          emu_block_idx = {block_, 0, 0};
+          emu_block_idx = block_;
           job_();
           done_.arrive_and_wait();
         }
@@ -73,7 +73,7 @@ class EmuBlockPool {
     start_.arrive_and_wait();
     for (auto& w : workers_) w.join();
   }
-  void run(unsigned block, const std::function<void()>& job) {
+  void run(EmuDim block, const std::function<void()>& job) {
     block_ = block;
     job_ = job;
     start_.arrive_and_wait();
@@ -87,7 +87,7 @@ class EmuBlockPool {
   std::barrier<> start_, done_, sync_;
   std::vector<std::thread> workers_;
   std::function<void()> job_;
-  unsigned block_ = 0;
+  EmuDim block_;
   bool quit_ = false;
 };
 
@@ -128,7 +128,17 @@ void emulate_launch(void (*kernel)(P...), unsigned grid, unsigned block, Args...
   emu_grid_dim = {grid, 1, 1};
   emu_block_dim = {block, 1, 1};
   EmuBlockPool& pool = emu_pool(block);
-  for (unsigned b = 0; b < grid; ++b) pool.run(b, [&] { kernel(args...); });
+  for (unsigned b = 0; b < grid; ++b) pool.run(EmuDim{b, 0, 0}, [&] { kernel(args...); });
+}
+
+// A grid of gx x gy blocks, run x fastest.
+template <typename... P, typename... Args>
+void emulate_launch_2d(void (*kernel)(P...), unsigned gx, unsigned gy, unsigned block, Args... args) {
+  emu_grid_dim = {gx, gy, 1};
+  emu_block_dim = {block, 1, 1};
+  EmuBlockPool& pool = emu_pool(block);
+  for (unsigned by = 0; by < gy; ++by)
+    for (unsigned bx = 0; bx < gx; ++bx) pool.run(EmuDim{bx, by, 0}, [&] { kernel(args...); });
 }
 
 // Dynamic shared memory: one buffer (one block runs at a time), aligned to 256 KB (so that an offset into it has
