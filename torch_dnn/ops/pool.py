@@ -18,7 +18,7 @@ KINDS = ("max_pool", "avg_pool", "adaptive_avg_pool", "adaptive_max_pool", "lp_p
 
 
 def _op(kind, r, backward=False):
-    return getattr(_ops, f"{kind}{r}d{'_backward' if backward else ''}")
+    return _OPS[kind, r, backward]
 
 
 # ---- shapes and layout: mirror output_size / wants_channels_last / empty_in_layout in csrc/pool/pool_ops.h ----
@@ -162,6 +162,9 @@ for _r in RANKS:
     _register_autograd(_r)
 
 add_family("pool", [f"{kind}{r}d{b}" for kind in KINDS for r in RANKS for b in ("", "_backward")])
+# each op looked up once (a name built and looked up on every call is host time)
+_OPS = {(kind, r, b): getattr(_ops, f"{kind}{r}d{'_backward' if b else ''}")
+        for kind in KINDS for r in RANKS for b in (False, True)}
 
 
 # ---- functional wrappers (torch.nn.functional signatures) ----
