@@ -1,9 +1,10 @@
-"""batch_norm's whole-channel CUDA kernels (csrc/batch_norm/kernels/bn_channel.cuh: statistics, coefficients and the
-elementwise pass of a channel in one launch, NCHW) run on the CPU (tests/emulation/bn_channel_emulation.cpp, the
-kernel source compiled by g++ with a shim that runs each block's threads on host threads) against PyTorch in
-float64, by the error rule: forward (y, mean, invstd, running statistics) and backward (dx, d_weight, d_bias), every
-dtype, planes with and without 16-byte vectors, grids smaller than the channel count. This checks the kernels'
-index arithmetic and reductions without a GPU, not their speed. Opt in with TORCH_DNN_EMULATE=1."""
+"""batch_norm's CUDA kernels run on the CPU (tests/emulation/bn_emulation.cpp: the kernel source compiled by g++ with
+a shim that runs each block's threads on host threads) against PyTorch in float64, by the error rule: the
+whole-channel kernels (csrc/batch_norm/kernels/bn_channel.cuh: statistics, coefficients and the elementwise pass of
+a channel in one launch, NCHW), forward (y, mean, invstd, running statistics) and backward (dx, d_weight, d_bias),
+every dtype, planes with and without 16-byte vectors, grids smaller than the channel count; and the one-pass
+evaluation forward (bn_elementwise.cuh's EvalApplyOp) over the rows and planes walks. This checks the kernels' index
+arithmetic and reductions without a GPU, not their speed. Opt in with TORCH_DNN_EMULATE=1."""
 import os
 
 import pytest
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") not in ("1",
 
 @pytest.fixture(scope="module")
 def emu():
-    load_kernel_emulation("torch_dnn_bn_emulation", "bn_channel_emulation.cpp")
+    load_kernel_emulation("torch_dnn_bn_emulation", "bn_emulation.cpp")
     return torch.ops.torch_dnn_bn_emu
 
 
@@ -75,12 +76,6 @@ def test_channel_kernels_against_pytorch(emu, case, dtype):
     torch.testing.assert_close(invstd.double(), inv64, rtol=tol, atol=tol)
 
 
-@pytest.fixture(scope="module")
-def elt_emu():
-    load_kernel_emulation("torch_dnn_bn_elt_emulation", "bn_elementwise_emulation.cpp")
-    return torch.ops.torch_dnn_bn_elt_emu
-
-
 # (N, C, S, grid_x, grid_y): the rows walk (S = 1: C with and without 16-byte vectors, more rows than the grid's,
 # channel vectors over several blocks) and the planes walk (planes with and without vectors, of several pieces,
 # fewer blocks than planes)
@@ -91,7 +86,7 @@ EVAL_CASES = [(37, 64, 1, 0, 3), (20, 13, 1, 0, 2), (9, 520, 1, 0, 1), (3, 5, 49
 @pytest.mark.parametrize("act", [0, 1, 2], ids=["identity", "relu", "silu"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64], ids=str)
 @pytest.mark.parametrize("case", EVAL_CASES, ids=lambda c: "x".join(map(str, c)))
-def test_eval_apply_against_pytorch(elt_emu, case, dtype, act):
+def test_eval_apply_against_pytorch(emu, case, dtype, act):
     # the evaluation forward in one pass (EvalApplyOp): act(batch_norm(x) + residual) with the running statistics,
     # and the mean and invstd it saves for the backward
     N, C, S, gx, gy = case
@@ -103,7 +98,7 @@ def test_eval_apply_against_pytorch(elt_emu, case, dtype, act):
     b = random_like_case((C,), pdtype, "cpu", generator=g)
     rm = random_like_case((C,), pdtype, "cpu", generator=g)
     rv = random_like_case((C,), pdtype, "cpu", low=0.5, high=2.0, generator=g)
-    y, mean, invstd = elt_emu.eval_apply(x, res, w, b, rm, rv, 1e-5, act, gx, gy)
+    y, mean, invstd = emu.eval_apply(x, res, w, b, rm, rv, 1e-5, act, gx, gy)
 
     acts = {0: lambda t: t, 1: torch.relu, 2: TF.silu}
 

@@ -1,10 +1,12 @@
-// batch_norm's whole-channel kernels (csrc/batch_norm/kernels/bn_channel.cuh) run on the CPU through
-// cuda_host_shim.h, as ops of torch.ops.torch_dnn_bn_emu that take an NCHW (dense [N][C][S]) input and a grid size
-// (fewer blocks than channels: a block takes several in turn). tests/test_batch_norm_emulation.py compares them
-// with PyTorch's batch_norm in float64. Built on demand by that test with g++ (no GPU, no nvcc).
+// batch_norm's CUDA kernels run on the CPU through cuda_host_shim.h, as ops of torch.ops.torch_dnn_bn_emu:
+// the whole-channel kernels (csrc/batch_norm/kernels/bn_channel.cuh) on an NCHW (dense [N][C][S]) input with a grid
+// size (fewer blocks than channels: a block takes several in turn), and the one-pass evaluation forward
+// (bn_elementwise.cuh: EvalApplyOp over the rows walk, S == 1, and the planes walk). tests/test_batch_norm_emulation.py
+// compares them with PyTorch's batch_norm in float64. Built on demand by that test with g++ (no GPU, no nvcc).
 #include "cuda_host_shim.h"
 
 #include "batch_norm/kernels/bn_channel.cuh"
+#include "batch_norm/kernels/bn_elementwise.cuh"
 #include "common/tensor_utils.h"
 
 #include <ATen/ATen.h>
@@ -24,23 +26,28 @@ ChannelVec vec(const c10::optional<at::Tensor>& t) {
 
 at::ScalarType stat_dtype(const at::Tensor& x) { return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
-// T: the kernels' element type for x's dtype; V: 16-byte vectors when a plane allows them (the launchers' rule)
+// the kernels' element type for x's dtype
+template <class F>
+void dispatch_dtype_of(const at::Tensor& x, F&& f) {
+  switch (x.scalar_type()) {
+    case at::kFloat: f(float{}); break;
+    case at::kHalf: f(__half{}); break;
+    case at::kBFloat16: f(__nv_bfloat16{}); break;
+    case at::kDouble: f(double{}); break;
+    default: TORCH_CHECK(false, "bn emulation: unsupported dtype");
+  }
+}
+
+// T and V: 16-byte vectors when a plane allows them (the launchers' rule)
 template <class F>
 void dispatch(const at::Tensor& x, int64_t S, F&& f) {
-  const auto go = [&](auto tag) {
+  dispatch_dtype_of(x, [&](auto tag) {
     using T = decltype(tag);
     if (S % kVec16<T> == 0)
       f(tag, std::integral_constant<int, kVec16<T>>{});
     else
       f(tag, std::integral_constant<int, 1>{});
-  };
-  switch (x.scalar_type()) {
-    case at::kFloat: go(float{}); break;
-    case at::kHalf: go(__half{}); break;
-    case at::kBFloat16: go(__nv_bfloat16{}); break;
-    case at::kDouble: go(double{}); break;
-    default: TORCH_CHECK(false, "bn emulation: unsupported dtype");
-  }
+  });
 }
 
 int64_t pieces(int64_t S, int V) { return (S / V + kPiece - 1) / kPiece; }
@@ -101,6 +108,58 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> channel_bwd(const at::Tensor& dy,
   return {dx, dw, db};
 }
 
+// grid_x, grid_y: the rows walk's grid (its blocks take TX = 32 channel vectors by kThreads / 32 rows);
+// the planes walk takes grid_x blocks
+std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_apply(const at::Tensor& x, const c10::optional<at::Tensor>& res,
+                                                          const c10::optional<at::Tensor>& w,
+                                                          const c10::optional<at::Tensor>& b, const at::Tensor& rm,
+                                                          const at::Tensor& rv, double eps, int64_t act,
+                                                          int64_t grid_x, int64_t grid_y) {
+  TORCH_CHECK(x.dim() == 3 && x.is_contiguous(), "bn emulation: a contiguous [N][C][S] input");
+  const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
+  const auto sdt = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor y = at::full_like(x, NAN);  // poisoned: an element the kernel does not write shows
+  at::Tensor mean = at::full({C}, NAN, x.options().dtype(sdt)), invstd = at::full({C}, NAN, x.options().dtype(sdt));
+  FwdCoeffPtrs p;
+  p.stat_mean = vec(rm);
+  p.stat_var = vec(rv);
+  p.weight = vec(w);
+  p.bias = vec(b);
+  p.training = false;
+  p.eps = eps;
+  p.count = N * S;
+  p.mean = vec(mean);
+  p.invstd = vec(invstd);
+  dispatch_dtype_of(x, [&](auto tag) {
+    using T = decltype(tag);
+    const T* rp = res.has_value() ? static_cast<const T*>(res->const_data_ptr()) : nullptr;
+    const EvalApplyOp<T> op{{static_cast<const T*>(x.const_data_ptr()), rp, nullptr, nullptr,
+                             static_cast<T*>(y.data_ptr()), int(act)},
+                            p};
+    constexpr int VV = kVec16<T>;
+    if (S == 1) {
+      const int TX = 32;
+      const auto go = [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        const unsigned gx = unsigned((C / V + TX - 1) / TX);
+        emulate_launch_2d(elementwise_rows<V, EvalApplyOp<T>>, gx, unsigned(grid_y), unsigned(kThreads), op, N, C, TX);
+      };
+      if (C % VV == 0) go(std::integral_constant<int, VV>{});
+      else go(std::integral_constant<int, 1>{});
+    } else {
+      const auto go = [&](auto v) {
+        constexpr int V = decltype(v)::value;
+        const int64_t pieces = (S / V + kPiece - 1) / kPiece;
+        emulate_launch(elementwise_planes<V, EvalApplyOp<T>>, unsigned(grid_x), unsigned(kThreads), op, N * C, C, S,
+                       pieces);
+      };
+      if (S % VV == 0) go(std::integral_constant<int, VV>{});
+      else go(std::integral_constant<int, 1>{});
+    }
+  });
+  return {y, mean, invstd};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(torch_dnn_bn_emu, m) {
@@ -108,9 +167,12 @@ TORCH_LIBRARY(torch_dnn_bn_emu, m) {
         "float momentum, float eps, int grid) -> (Tensor, Tensor, Tensor)");
   m.def("channel_backward(Tensor dy, Tensor x, Tensor? weight, Tensor mean, Tensor invstd, int grid) -> "
         "(Tensor, Tensor, Tensor)");
+  m.def("eval_apply(Tensor x, Tensor? residual, Tensor? weight, Tensor? bias, Tensor running_mean, "
+        "Tensor running_var, float eps, int act, int grid_x, int grid_y) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(torch_dnn_bn_emu, CPU, m) {
   m.impl("channel_forward", &channel_fwd);
   m.impl("channel_backward", &channel_bwd);
+  m.impl("eval_apply", &eval_apply);
 }
