@@ -50,6 +50,26 @@ void dispatch(const at::Tensor& x, int64_t S, F&& f) {
   });
 }
 
+// A forward's outputs, poisoned (an element the kernel does not write shows), and the coefficient pointers both
+// forwards fill alike; the caller adds the statistics' pointers and the mode.
+struct Forward {
+  at::Tensor y, mean, invstd;
+  FwdCoeffPtrs p;
+};
+Forward poisoned_forward(const at::Tensor& x, const c10::optional<at::Tensor>& w, const c10::optional<at::Tensor>& b,
+                         double eps) {
+  TORCH_CHECK(x.dim() == 3 && x.is_contiguous(), "bn emulation: a contiguous [N][C][S] input");
+  const auto stats = x.options().dtype(stat_dtype(x));
+  Forward f{at::full_like(x, NAN), at::full({x.size(1)}, NAN, stats), at::full({x.size(1)}, NAN, stats), {}};
+  f.p.weight = vec(w);
+  f.p.bias = vec(b);
+  f.p.eps = eps;
+  f.p.count = x.size(0) * x.size(2);
+  f.p.mean = vec(f.mean);
+  f.p.invstd = vec(f.invstd);
+  return f;
+}
+
 int64_t pieces(int64_t S, int V) { return (S / V + kPiece - 1) / kPiece; }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> channel_fwd(const at::Tensor& x, const c10::optional<at::Tensor>& w,
@@ -57,22 +77,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> channel_fwd(const at::Tensor& x, 
                                                            const c10::optional<at::Tensor>& rm,
                                                            const c10::optional<at::Tensor>& rv, double momentum,
                                                            double eps, int64_t grid) {
-  TORCH_CHECK(x.dim() == 3 && x.is_contiguous(), "bn emulation: a contiguous [N][C][S] input");
+  auto [y, mean, invstd, p] = poisoned_forward(x, w, b, eps);
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
-  at::Tensor y = at::full_like(x, NAN);  // poisoned: an element the kernel does not write shows
-  at::Tensor mean = at::full({C}, NAN, x.options().dtype(stat_dtype(x)));
-  at::Tensor invstd = at::full({C}, NAN, x.options().dtype(stat_dtype(x)));
-  FwdCoeffPtrs p;
-  p.weight = vec(w);
-  p.bias = vec(b);
   p.running_mean = vec(rm);
   p.running_var = vec(rv);
   p.training = true;
   p.momentum = momentum;
-  p.eps = eps;
-  p.count = N * S;
-  p.mean = vec(mean);
-  p.invstd = vec(invstd);
   dispatch(x, S, [&](auto tag, auto v) {
     using T = decltype(tag);
     constexpr int V = decltype(v)::value;
@@ -115,21 +125,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> eval_apply(const at::Tensor& x, c
                                                           const c10::optional<at::Tensor>& b, const at::Tensor& rm,
                                                           const at::Tensor& rv, double eps, int64_t act,
                                                           int64_t grid_x, int64_t grid_y) {
-  TORCH_CHECK(x.dim() == 3 && x.is_contiguous(), "bn emulation: a contiguous [N][C][S] input");
+  auto [y, mean, invstd, p] = poisoned_forward(x, w, b, eps);
   const int64_t N = x.size(0), C = x.size(1), S = x.size(2);
-  const auto sdt = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor y = at::full_like(x, NAN);  // poisoned: an element the kernel does not write shows
-  at::Tensor mean = at::full({C}, NAN, x.options().dtype(sdt)), invstd = at::full({C}, NAN, x.options().dtype(sdt));
-  FwdCoeffPtrs p;
   p.stat_mean = vec(rm);
   p.stat_var = vec(rv);
-  p.weight = vec(w);
-  p.bias = vec(b);
   p.training = false;
-  p.eps = eps;
-  p.count = N * S;
-  p.mean = vec(mean);
-  p.invstd = vec(invstd);
   dispatch_dtype_of(x, [&](auto tag) {
     using T = decltype(tag);
     const T* rp = res.has_value() ? static_cast<const T*>(res->const_data_ptr()) : nullptr;
