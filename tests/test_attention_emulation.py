@@ -12,36 +12,16 @@ import subprocess
 
 import pytest
 
-pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") not in ("1", "full"),
-                                reason="set TORCH_DNN_EMULATE=1 (or full) to build and run the CUDA-kernel emulation")
+from tests.utils import build_emulation_program, requires_emulation
+
+pytestmark = requires_emulation
 # TORCH_DNN_EMULATE=1 (CI) builds the emulations (their kernels compile for the host) but runs them only with
 # TORCH_DNN_EMULATE=full: a run takes up to 20 minutes on the 2-core CI machine.
 FULL = os.environ.get("TORCH_DNN_EMULATE") == "full"
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-
-
-def _cuda_include():
-    from torch.utils import cpp_extension
-
-    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    for h in homes:
-        if h and os.path.exists(os.path.join(h, "include", "cuda_bf16.h")):
-            return os.path.join(h, "include")
-    pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
-
-
-def _build(tmp_path, name, *defines, exe_name=None):
-    exe = str(tmp_path / (exe_name or name))
-    subprocess.run(["g++", "-std=c++20", "-O1", "-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes",
-                    *[f"-D{d}" for d in defines], f"-I{ROOT}/csrc", f"-I{HERE}/emulation", f"-I{_cuda_include()}",
-                    os.path.join(HERE, "emulation", name + ".cpp"), "-o", exe, "-pthread"], check=True)
-    return exe
-
 
 def _build_and_run(tmp_path, name):
-    exe = _build(tmp_path, name)
+    exe = build_emulation_program(tmp_path, name)
     if not FULL:
         pytest.skip("built; its cases run with TORCH_DNN_EMULATE=full")
     r = subprocess.run([exe], capture_output=True, text=True, timeout=1200)
@@ -66,7 +46,8 @@ def test_hopper_kernels_emulated(tmp_path):
     their shared operands through the descriptors and the 128-byte swizzle (tests/emulation/wgmma_emulation.h), so
     a tile placed off a swizzle atom or a wrong descriptor fails here as on the GPU. Under TORCH_DNN_EMULATE=1 its
     multi-tile cases run (about a minute), under full every case it takes in both dtypes."""
-    exe = _build(tmp_path, "attention_flash_emulation", "TORCH_DNN_EMULATE_MBARRIER", exe_name="attention_sm90_emulation")
+    exe = build_emulation_program(tmp_path, "attention_flash_emulation", "TORCH_DNN_EMULATE_MBARRIER",
+                                  exe_name="attention_sm90_emulation")
     r = subprocess.run([exe] + ([] if FULL else ["--smoke"]), capture_output=True, text=True, timeout=1200)
     lines = r.stdout.splitlines()
     assert sum(line.startswith("ok ") for line in lines) >= (15 if FULL else 5), r.stdout  # the cases ran
@@ -77,11 +58,7 @@ def test_decode_kernels_emulated(tmp_path):
     """flash_decode's CUDA kernels (csrc/attention/flash_decode.cu) against float64 (attention_decode_emulation.cpp):
     contiguous and paged caches, the append, ragged lengths, causal, GQA, head dims 64-256, every dtype. Under
     TORCH_DNN_EMULATE=1 its first two cases run (seconds), under full every case (about a minute)."""
-    exe = str(tmp_path / "attention_decode_emulation")
-    subprocess.run(["g++", "-std=c++20", "-O1", "-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes",
-                    f"-I{ROOT}/csrc", f"-I{HERE}/emulation", f"-I{_cuda_include()}",
-                    os.path.join(HERE, "emulation", "attention_decode_emulation.cpp"), "-o", exe, "-pthread"],
-                   check=True)
+    exe = build_emulation_program(tmp_path, "attention_decode_emulation")
     r = subprocess.run([exe] + ([] if FULL else ["--quick"]), capture_output=True, text=True, timeout=1200)
     lines = r.stdout.splitlines()
     assert sum(line.startswith("ok ") for line in lines) >= (40 if FULL else 8), r.stdout  # the cases ran

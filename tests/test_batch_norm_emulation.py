@@ -5,18 +5,16 @@ a channel in one launch, NCHW), forward (y, mean, invstd, running statistics) an
 every dtype, planes with and without 16-byte vectors, grids smaller than the channel count; and the one-pass
 evaluation forward (bn_elementwise.cuh's EvalApplyOp) over the rows and planes walks. This checks the kernels' index
 arithmetic and reductions without a GPU, not their speed. Opt in with TORCH_DNN_EMULATE=1."""
-import os
 
 import pytest
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn  # noqa: F401
-from tests.utils import load_kernel_emulation
+from tests.utils import load_kernel_emulation, requires_emulation
 from torch_dnn.testing import compare, random_like_case
 
-pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") not in ("1", "full"),
-                                reason="set TORCH_DNN_EMULATE=1 (or full) to build and run the CUDA-kernel emulation")
+pytestmark = requires_emulation
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.utils import load_kernel_emulation
+from tests.utils import load_kernel_emulation, requires_emulation
 
-pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") not in ("1", "full"),
-                                reason="set TORCH_DNN_EMULATE=1 (or full) to build and run the CUDA-kernel emulation")
+pytestmark = requires_emulation
 # TORCH_DNN_EMULATE=1 (CI) runs the first cases of each list in one layout: the whole set takes 15-50 minutes on
 # the 2-core CI machine; TORCH_DNN_EMULATE=full runs every case.
 FULL = os.environ.get("TORCH_DNN_EMULATE") == "full"

@@ -4,7 +4,6 @@ family tester's checks (the error rule, opcheck, gradcheck and gradgradcheck, to
 input, CUDA graphs, past 2^31 elements); statistics; InstanceNorm running statistics; zero variance, NaN and inf;
 empty batches; modules, state_dict and convert; CUDA-only plans, poisoned outputs and autocast.
 (local_response_norm: tests/test_lrn.py.)"""
-import os
 import subprocess
 
 import expecttest
@@ -16,7 +15,8 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.testing import compare
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
-from tests.utils import assert_models_agree, ALL_DTYPES, assert_matches_torch, devices, first_line, random_like_case
+from tests.utils import (ALL_DTYPES, assert_matches_torch, assert_models_agree, build_emulation_program, devices,
+                         first_line, random_like_case, requires_emulation)
 
 ops = torch.ops.torch_dnn
 
@@ -669,41 +669,11 @@ def test_cuda_channels_last_kernels():
     assert any("layout_transpose" in n for n in kernels(lambda: torch.autograd.grad(y, [xg], g)))
 
 
-@pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
-                    reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation (about two minutes)")
-def test_cluster_emulation(tmp_path):
-    # the cluster plan's kernels (gn_cluster.cuh) on the CPU against float64: tests/emulation/gn_cluster_emulation.cpp
-    from torch.utils import cpp_extension
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    found = [os.path.join(h, "include") for h in homes if h and os.path.exists(os.path.join(h, "include", "cuda_bf16.h"))]
-    if not found:
-        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
-    exe = str(tmp_path / "gn_emu")
-    subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O1", "-pthread", "-DTORCH_DNN_EMULATE_CUDA",
-                    "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes", f"-I{os.path.join(os.path.dirname(here), 'csrc')}",
-                    f"-I{found[0]}", os.path.join(here, "emulation", "gn_cluster_emulation.cpp"), "-o", exe], check=True)
-    r = subprocess.run([exe], capture_output=True, text=True)
-    assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
-
-
-@pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") != "1",
-                    reason="set TORCH_DNN_EMULATE=1 to build and run the CUDA-kernel emulation (about a minute)")
-def test_layout_transpose_emulation(tmp_path):
-    # the layout transpose that makes a channels-last input contiguous (csrc/common/layout_transpose.cu) on the CPU,
-    # both directions, every dtype size and access variant, exact: tests/emulation/layout_transpose_emulation.cpp
-    from torch.utils import cpp_extension
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    found = [os.path.join(h, "include") for h in homes if h and os.path.exists(os.path.join(h, "include", "cuda_bf16.h"))]
-    if not found:
-        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
-    exe = str(tmp_path / "layout_transpose_emu")
-    subprocess.run([os.environ.get("CXX", "g++"), "-std=c++20", "-O1", "-pthread", "-DTORCH_DNN_EMULATE_CUDA",
-                    "-DTORCH_DNN_WITH_CUDA", "-Wno-attributes", f"-I{os.path.join(os.path.dirname(here), 'csrc')}",
-                    f"-I{os.path.join(here, 'emulation')}", f"-I{found[0]}",
-                    os.path.join(here, "emulation", "layout_transpose_emulation.cpp"), "-o", exe], check=True)
-    r = subprocess.run([exe], capture_output=True, text=True)
+@requires_emulation
+@pytest.mark.parametrize("program", ["gn_cluster_emulation", "layout_transpose_emulation"])
+def test_emulated_kernels(tmp_path, program):
+    # on the CPU: the cluster plan's kernels (gn_cluster.cuh) against float64, and the layout transpose that makes a
+    # channels-last input contiguous (csrc/common/layout_transpose.cu), both directions, every dtype size and access
+    # variant, exact (about two minutes and one)
+    r = subprocess.run([build_emulation_program(tmp_path, program)], capture_output=True, text=True)
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]

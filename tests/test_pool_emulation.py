@@ -11,10 +11,9 @@ import pytest
 import torch
 
 import torch_dnn  # noqa: F401
-from tests.utils import POOL_VARIANTS, load_kernel_emulation, set_variant
+from tests.utils import POOL_VARIANTS, load_kernel_emulation, requires_emulation, set_variant
 
-pytestmark = pytest.mark.skipif(os.environ.get("TORCH_DNN_EMULATE") not in ("1", "full"),
-                                reason="set TORCH_DNN_EMULATE=1 (or full) to build and run the CUDA-kernel emulation")
+pytestmark = requires_emulation
 # TORCH_DNN_EMULATE=1 (CI) runs each old path's variant on the cases its knobs concern (test_fixed_cases_old_paths);
 # TORCH_DNN_EMULATE=full on every case.
 FULL = os.environ.get("TORCH_DNN_EMULATE") == "full"

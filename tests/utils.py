@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
 
 import pytest
 import torch
@@ -207,19 +208,44 @@ def set_variant(monkeypatch, variant: str):
         monkeypatch.setenv(name, value)
 
 
-def load_kernel_emulation(name: str, source: str):
-    """Builds tests/emulation/<source> (kernel sources compiled by g++ under cuda_host_shim.h: TORCH_DNN_EMULATE_CUDA)
-    as the torch extension `name`, which registers its ops; skips the test where the CUDA headers are missing."""
+# The CUDA-kernel emulation (tests/emulation: kernel sources compiled by g++ under cuda_host_shim.h, the
+# TORCH_DNN_EMULATE_CUDA build) runs where TORCH_DNN_EMULATE is 1 (CI: the quick cases) or full (every case).
+EMULATION = os.environ.get("TORCH_DNN_EMULATE") in ("1", "full")
+requires_emulation = pytest.mark.skipif(
+    not EMULATION, reason="set TORCH_DNN_EMULATE=1 (or full) to build and run the CUDA-kernel emulation")
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+_EMULATION_FLAGS = ["-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-O1", "-std=c++20", "-Wno-attributes"]
+
+
+def cuda_include() -> str:
+    """The CUDA headers' folder (the emulation includes cuda_bf16.h and cuda_fp16.h); skips the test without them."""
     from torch.utils import cpp_extension
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    homes = [cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
-    includes = [os.path.join(h, "include") for h in homes if h]
-    found = [d for d in includes if os.path.exists(os.path.join(d, "cuda_bf16.h"))]
-    if not found:
-        pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
-    cpp_extension.load(
-        name=name, sources=[os.path.join(here, "emulation", source)],
-        extra_include_paths=[os.path.join(os.path.dirname(here), "csrc"), os.path.join(here, "emulation"), found[0]],
-        extra_cflags=["-DTORCH_DNN_EMULATE_CUDA", "-DTORCH_DNN_WITH_CUDA", "-O1", "-std=c++20", "-Wno-attributes"],
-        is_python_module=False, verbose=False)
+    for home in (cpp_extension.CUDA_HOME, os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and os.path.exists(os.path.join(home, "include", "cuda_bf16.h")):
+            return os.path.join(home, "include")
+    pytest.skip("the CUDA headers (cuda_bf16.h) are not installed")
+
+
+def _emulation_includes() -> list[str]:
+    return [os.path.join(os.path.dirname(_TESTS), "csrc"), os.path.join(_TESTS, "emulation"), cuda_include()]
+
+
+def load_kernel_emulation(name: str, source: str):
+    """Builds tests/emulation/<source> as the torch extension `name`, which registers its ops; skips the test where
+    the CUDA headers are missing."""
+    from torch.utils import cpp_extension
+
+    cpp_extension.load(name=name, sources=[os.path.join(_TESTS, "emulation", source)],
+                       extra_include_paths=_emulation_includes(), extra_cflags=_EMULATION_FLAGS,
+                       is_python_module=False, verbose=False)
+
+
+def build_emulation_program(tmp_path, name: str, *defines: str, exe_name: str | None = None) -> str:
+    """Builds tests/emulation/<name>.cpp, a program that runs its own cases, with g++ (or $CXX) into tmp_path and
+    returns the executable's path; defines: extra macros. Skips the test where the CUDA headers are missing."""
+    exe = str(tmp_path / (exe_name or name))
+    subprocess.run([os.environ.get("CXX", "g++"), *_EMULATION_FLAGS, *[f"-D{d}" for d in defines],
+                    *[f"-I{d}" for d in _emulation_includes()], os.path.join(_TESTS, "emulation", name + ".cpp"),
+                    "-o", exe, "-pthread"], check=True)
+    return exe

@@ -9,8 +9,9 @@ namespace batch_norm {
 namespace {
 
 // ---- elementwise passes: an Op holds its pointers, loads V channels' parameters, and runs on V elements ----
-// params' owner: this thread is the one of the launch that holds these channels first (an Op that writes
-// per-channel results writes them there, once).
+// params' owner: this thread is the one thread of the launch chosen for these channels (the rows walk: the first
+// row's; the planes walk: lane 0 on the first piece of the channel's plane in the first batch entry), where an Op
+// that writes per-channel results writes them, once.
 
 template <typename T>
 struct ApplyOp {
