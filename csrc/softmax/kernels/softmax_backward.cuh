@@ -92,9 +92,10 @@ __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To*
   }
 }
 
-template <typename To, bool LOG, int V, typename A>
-__device__ __forceinline__ A block_row_dot(const To* g, const To* y, int64_t begin, int64_t end, A* smem) {
-  A s = A(0);
+// A block's walk over [begin, end) of the rows g and y, kStreamUnroll vectors of V a thread loaded before any is
+// used: f(offset, gv, yv) for each vector, its values in the accumulation type (f may change gv).
+template <int V, typename A, typename To, class F>
+__device__ __forceinline__ void stream_row_pair(const To* g, const To* y, int64_t begin, int64_t end, F&& f) {
   const int64_t step = int64_t(blockDim.x) * V;
   for (int64_t i0 = begin + int64_t(threadIdx.x) * V; i0 < end; i0 += step * kStreamUnroll) {
     A gv[kStreamUnroll][V], yv[kStreamUnroll][V];
@@ -107,36 +108,28 @@ __device__ __forceinline__ A block_row_dot(const To* g, const To* y, int64_t beg
     }
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
-      if (i0 + u * step < end) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) s += dot_term<LOG>(gv[u][j], yv[u][j]);
-      }
+      if (i0 + u * step < end) f(i0 + u * step, gv[u], yv[u]);
     }
   }
+}
+
+template <typename To, bool LOG, int V, typename A>
+__device__ __forceinline__ A block_row_dot(const To* g, const To* y, int64_t begin, int64_t end, A* smem) {
+  A s = A(0);
+  stream_row_pair<V, A>(g, y, begin, end, [&](int64_t, A(&gv)[V], const A(&yv)[V]) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) s += dot_term<LOG>(gv[j], yv[j]);
+  });
   return block_reduce(s, SumOp{}, smem);
 }
 
 template <typename Ti, typename To, bool LOG, int V, typename A>
 __device__ __forceinline__ void block_row_grad(const To* g, const To* y, Ti* dx, int64_t begin, int64_t end, A sum) {
-  const int64_t step = int64_t(blockDim.x) * V;
-  for (int64_t i0 = begin + int64_t(threadIdx.x) * V; i0 < end; i0 += step * kStreamUnroll) {
-    A gv[kStreamUnroll][V], yv[kStreamUnroll][V];
+  stream_row_pair<V, A>(g, y, begin, end, [&](int64_t o, A(&gv)[V], const A(&yv)[V]) {
 #pragma unroll
-    for (int u = 0; u < kStreamUnroll; ++u) {
-      if (i0 + u * step < end) {
-        load_acc<V>(g + i0 + u * step, gv[u]);
-        load_acc<V>(y + i0 + u * step, yv[u]);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kStreamUnroll; ++u) {
-      if (i0 + u * step < end) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) gv[u][j] = grad_in<LOG>(gv[u][j], yv[u][j], sum);
-        store_acc<V>(dx + i0 + u * step, gv[u]);
-      }
-    }
-  }
+    for (int j = 0; j < V; ++j) gv[j] = grad_in<LOG>(gv[j], yv[j], sum);
+    store_acc<V>(dx + o, gv);
+  });
 }
 
 // Persistent, a couple of blocks an SM, so that the second read of each row comes from L2 (see the forward).
