@@ -1,11 +1,11 @@
 // Attention family: schemas, the CPU kernels' registration, and autocast (as aten::scaled_dot_product_attention:
 // floating inputs, the additive mask included, cast to the autocast dtype; float64 left alone).
 // torch_dnn.functional.scaled_dot_product_attention and flash_attention are views around attention_forward.
-#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include "attention/attention_cpu.h"
 #include "attention/attention_ops.h"
+#include "common/autocast.h"
 
 TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
   // softmax(scale * q k^T (softcapped) + attn_mask + ALiBi, masked by causal / window) @ v over [B][H][S][D]
@@ -57,11 +57,9 @@ using ForwardSig = Tensor3(const at::Tensor&, const at::Tensor&, const at::Tenso
 // aten::scaled_dot_product_attention's policy (lower_precision_fp): query, key, value and a floating attn_mask cast
 // to the autocast dtype; the ALiBi slopes stay float32 and the offsets int32.
 template <c10::DeviceType D>
-struct Autocast {
-  static at::Tensor cast(const at::Tensor& t) {
-    return at::autocast::cached_cast(at::autocast::get_lower_precision_fp_from_device_type(D), t, D);
-  }
-  static OptTensor cast(const OptTensor& t) { return given(t) ? OptTensor(cast(*t)) : t; }
+struct Autocast : autocast::LowerPrecision<D> {
+  using autocast::LowerPrecision<D>::cast;
+  using autocast::LowerPrecision<D>::exclude;
 
   static Tensor3 forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const OptTensor& mask,
                          double p, bool causal, OptDouble scale, bool bottom_right, int64_t wl, int64_t wr,
@@ -69,7 +67,7 @@ struct Autocast {
                          int64_t max_q, int64_t max_k, bool deterministic) {
     static auto op =
         c10::Dispatcher::singleton().findSchemaOrThrow("torch_dnn::attention_forward", "").typed<ForwardSig>();
-    c10::impl::ExcludeDispatchKeyGuard guard(at::autocast::get_autocast_dispatch_key_from_device_type(D));
+    auto guard = exclude();
     return op.call(cast(q), cast(k), cast(v), cast(mask), p, causal, scale, bottom_right, wl, wr, softcap, alibi,
                    cu_q, cu_k, max_q, max_k, deterministic);
   }

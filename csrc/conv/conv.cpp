@@ -1,8 +1,8 @@
 // Convolution family: schemas, the CPU kernels' registration, and autocast (as aten::convolution: floating inputs
 // cast to the autocast dtype, float64 left alone) for CPU and CUDA. The autograd is conv_autograd.cpp's.
-#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "common/autocast.h"
 #include "conv/conv_cpu.h"
 #include "conv/conv_ops.h"
 
@@ -33,23 +33,18 @@ namespace torch_dnn {
 namespace conv {
 namespace {
 
-// PyTorch's lower_precision_fp cast policy (aten::conv1d/2d/3d, conv_transpose*, convolution): exclude this autocast
-// key, cast eligible floating inputs to the autocast dtype, redispatch.
+// aten::conv1d/2d/3d, conv_transpose* and convolution's policy: lower_precision_fp (common/autocast.h).
 template <c10::DeviceType D>
-struct Autocast {
-  static at::Tensor cast(const at::Tensor& t) {
-    return at::autocast::cached_cast(at::autocast::get_lower_precision_fp_from_device_type(D), t, D);
-  }
-  static std::optional<at::Tensor> cast(const std::optional<at::Tensor>& t) {
-    return t.has_value() ? std::optional<at::Tensor>(cast(*t)) : t;
-  }
+struct Autocast : autocast::LowerPrecision<D> {
+  using autocast::LowerPrecision<D>::cast;
+  using autocast::LowerPrecision<D>::exclude;
   static at::Tensor convolution(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& b,
                                 at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
                                 bool transposed, at::IntArrayRef output_padding, int64_t groups) {
     using Sig = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, at::IntArrayRef,
                            at::IntArrayRef, at::IntArrayRef, bool, at::IntArrayRef, int64_t);
     static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("torch_dnn::convolution", "").typed<Sig>();
-    c10::impl::ExcludeDispatchKeyGuard guard(at::autocast::get_autocast_dispatch_key_from_device_type(D));
+    auto guard = exclude();
     return op.call(cast(x), cast(w), cast(b), stride, padding, dilation, transposed, output_padding, groups);
   }
 };

@@ -1,9 +1,9 @@
 // The convolution family's fused forward ops (conv_fused_ops.h): schemas, the CPU kernels' registration, and autocast
 // (convolution's policy: floating inputs cast to the autocast dtype, float64 left alone) for CPU and CUDA. Their
 // autograd is conv_fused_autograd.cpp's; the CUDA registration sits in conv_cuda.cpp beside the backend.
-#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "common/autocast.h"
 #include "conv/conv_cpu.h"
 #include "conv/conv_fused_ops.h"
 
@@ -38,20 +38,15 @@ using BiasAddActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const Opt
                                  OptDouble);
 
 template <c10::DeviceType D>
-struct FusedAutocast {
-  static at::Tensor cast(const at::Tensor& t) {
-    return at::autocast::cached_cast(at::autocast::get_lower_precision_fp_from_device_type(D), t, D);
-  }
-  static OptTensor cast(const OptTensor& t) { return t.has_value() ? OptTensor(cast(*t)) : t; }
-  static c10::impl::ExcludeDispatchKeyGuard guard() {
-    return c10::impl::ExcludeDispatchKeyGuard(at::autocast::get_autocast_dispatch_key_from_device_type(D));
-  }
+struct FusedAutocast : autocast::LowerPrecision<D> {
+  using autocast::LowerPrecision<D>::cast;
+  using autocast::LowerPrecision<D>::exclude;
   static at::Tensor bias_act(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, IntArrayRef stride,
                              IntArrayRef padding, IntArrayRef dilation, int64_t groups, c10::string_view act,
                              OptDouble act_a, OptDouble act_b) {
     static auto op =
         c10::Dispatcher::singleton().findSchemaOrThrow("torch_dnn::conv_bias_act", "").typed<BiasActSig>();
-    auto g = guard();
+    auto g = exclude();
     return op.call(cast(x), cast(w), cast(b), stride, padding, dilation, groups, act, act_a, act_b);
   }
   static at::Tensor bias_add_act(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& r,
@@ -59,7 +54,7 @@ struct FusedAutocast {
                                  c10::string_view act, OptDouble act_a, OptDouble act_b) {
     static auto op =
         c10::Dispatcher::singleton().findSchemaOrThrow("torch_dnn::conv_bias_add_act", "").typed<BiasAddActSig>();
-    auto g = guard();
+    auto g = exclude();
     return op.call(cast(x), cast(w), cast(b), cast(r), stride, padding, dilation, groups, act, act_a, act_b);
   }
   static void register_all(torch::Library& m) {

@@ -1,8 +1,8 @@
 // Matmul family: schemas, the CPU kernels' registration, and autocast (as torch.matmul: floating inputs are
 // cast to the autocast dtype, float64 is left alone) for CPU and CUDA.
-#include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "common/autocast.h"
 #include "matmul/matmul_cpu.h"
 #include "matmul/matmul_ops.h"
 
@@ -46,32 +46,24 @@ namespace torch_dnn {
 namespace matmul {
 namespace {
 
-// PyTorch's lower_precision_fp cast policy (the one of aten::mm, bmm, matmul, linear): exclude this autocast key,
-// cast eligible floating inputs to the autocast dtype, redispatch.
+// aten::mm, bmm, matmul and linear's policy: lower_precision_fp (common/autocast.h).
 template <c10::DeviceType D>
-struct Autocast {
-  static at::Tensor cast(const at::Tensor& t) {
-    return at::autocast::cached_cast(at::autocast::get_lower_precision_fp_from_device_type(D), t, D);
-  }
-  static std::optional<at::Tensor> cast(const std::optional<at::Tensor>& t) {
-    return t.has_value() ? std::optional<at::Tensor>(cast(*t)) : t;
-  }
-  static c10::impl::ExcludeDispatchKeyGuard guard() {
-    return c10::impl::ExcludeDispatchKeyGuard(at::autocast::get_autocast_dispatch_key_from_device_type(D));
-  }
+struct Autocast : autocast::LowerPrecision<D> {
+  using autocast::LowerPrecision<D>::cast;
+  using autocast::LowerPrecision<D>::exclude;
 
   static at::Tensor mm(const at::Tensor& a, const at::Tensor& b, bool tf32) {
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("torch_dnn::mm", "")
                          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, bool)>();
-    auto g = guard();
+    auto g = exclude();
     return op.call(cast(a), cast(b), tf32);
   }
   static at::Tensor bmm(const at::Tensor& a, const at::Tensor& b, bool tf32) {
     static auto op = c10::Dispatcher::singleton()
                          .findSchemaOrThrow("torch_dnn::bmm", "")
                          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, bool)>();
-    auto g = guard();
+    auto g = exclude();
     return op.call(cast(a), cast(b), tf32);
   }
   static at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias,
@@ -80,7 +72,7 @@ struct Autocast {
                          .findSchemaOrThrow("torch_dnn::linear", "")
                          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                            bool)>();
-    auto g = guard();
+    auto g = exclude();
     return op.call(cast(x), cast(w), cast(bias), tf32);
   }
   using LinearActSig = std::tuple<at::Tensor, at::Tensor>(
@@ -93,7 +85,7 @@ struct Autocast {
                                                        bool save_preact) {
     static auto op =
         c10::Dispatcher::singleton().findSchemaOrThrow("torch_dnn::linear_act", "").typed<LinearActSig>();
-    auto g = guard();
+    auto g = exclude();
     return op.call(cast(x), cast(w), cast(bias), act, cast(residual), a, b, tf32, save_preact);
   }
 
