@@ -29,15 +29,14 @@ void create_graph_grads(const at::Tensor& grad, const at::Tensor& x, const at::T
 }
 
 struct BiasActFn : torch::autograd::Function<BiasActFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptionalTensor& bias, int64_t dim,
-                               c10::string_view act) {
+  static at::Tensor below(const at::Tensor& x, const OptionalTensor& bias, int64_t dim, c10::string_view act) {
     using Sig = at::Tensor(const at::Tensor&, const OptionalTensor&, int64_t, c10::string_view);
     static const auto op = op_handle<Sig>("torch_dnn::bias_act");
-    at::Tensor y;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      y = op.call(x, bias, dim, act);
-    }
+    return call_below(op, x, bias, dim, act);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptionalTensor& bias, int64_t dim,
+                               c10::string_view act) {
+    const at::Tensor y = below(x, bias, dim, act);
     ctx->save_for_backward({x, or_undefined(bias)});
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["act"] = std::string(act);
@@ -71,7 +70,9 @@ struct BiasActFn : torch::autograd::Function<BiasActFn> {
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   m.impl("bias_act", [](const at::Tensor& x, const torch_dnn::autograd_kernel::OptionalTensor& bias, int64_t dim,
                         c10::string_view act) {
-    torch_dnn::autograd_kernel::check_no_tangent("torch_dnn.bias_act", x, bias);
+    using namespace torch_dnn::autograd_kernel;
+    check_no_tangent("torch_dnn.bias_act", x, bias);
+    if (!records_grad(x, bias)) return torch_dnn::activation::BiasActFn::below(x, bias, dim, act);
     return torch_dnn::activation::BiasActFn::apply(x, bias, dim, act)[0];
   });
 }

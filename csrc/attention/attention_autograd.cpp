@@ -24,18 +24,16 @@ using BackwardSig = Tensor4(const at::Tensor&, const at::Tensor&, const at::Tens
                             const OptTensor&, int64_t, int64_t, bool, bool);
 
 struct AttentionFn : torch::autograd::Function<AttentionFn> {
+  static const c10::TypedOperatorHandle<ForwardSig>& op() {
+    static const auto handle = op_handle<ForwardSig>("torch_dnn::attention_forward");
+    return handle;
+  }
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const OptTensor& mask, double p, bool causal, OptDouble scale, bool bottom_right,
                                int64_t wl, int64_t wr, double softcap, const OptTensor& alibi, const OptTensor& cu_q,
                                const OptTensor& cu_k, int64_t max_q, int64_t max_k, bool deterministic) {
-    static const auto op = op_handle<ForwardSig>("torch_dnn::attention_forward");
-    at::Tensor out, lse, rng;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(out, lse, rng) =
-          op.call(q, k, v, mask, p, causal, scale, bottom_right, wl, wr, softcap, alibi, cu_q, cu_k, max_q, max_k,
-                  deterministic);
-    }
+    const auto [out, lse, rng] = call_below(op(), q, k, v, mask, p, causal, scale, bottom_right, wl, wr, softcap,
+                                            alibi, cu_q, cu_k, max_q, max_k, deterministic);
     ctx->save_for_backward({q, k, v, out, lse, rng, or_undefined(mask), or_undefined(alibi), or_undefined(cu_q),
                             or_undefined(cu_k)});
     ctx->saved_data["p"] = p;
@@ -88,7 +86,11 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
             bool causal, OptDouble scale, bool bottom_right, int64_t wl, int64_t wr, double softcap,
             const OptTensor& alibi, const OptTensor& cu_q, const OptTensor& cu_k, int64_t max_q, int64_t max_k,
             bool deterministic) {
-           torch_dnn::autograd_kernel::check_no_tangent("torch_dnn.attention_forward", q, k, v, mask, alibi);
+           using namespace torch_dnn::autograd_kernel;
+           check_no_tangent("torch_dnn.attention_forward", q, k, v, mask, alibi);
+           if (!records_grad(q, k, v, mask, alibi))
+             return call_below(AttentionFn::op(), q, k, v, mask, p, causal, scale, bottom_right, wl, wr, softcap,
+                               alibi, cu_q, cu_k, max_q, max_k, deterministic);
            const auto r = AttentionFn::apply(q, k, v, mask, p, causal, scale, bottom_right, wl, wr, softcap, alibi,
                                              cu_q, cu_k, max_q, max_k, deterministic);
            return Tensor3{r[0], r[1], r[2]};

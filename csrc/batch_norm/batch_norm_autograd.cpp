@@ -63,16 +63,18 @@ Tensor4 create_graph_grads(const at::Tensor& grad, const at::Tensor& x, const at
 }
 
 struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& w, const OptTensor& b,
-                               const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps) {
+  // the op below the Autograd key, the running statistics' version counters moved
+  static Tensor3 below(const at::Tensor& x, const OptTensor& w, const OptTensor& b, const OptTensor& rm,
+                       const OptTensor& rv, bool training, double momentum, double eps) {
     static const auto op = op_handle<Tensor3(const at::Tensor&, const OptTensor&, const OptTensor&, const OptTensor&,
                                              const OptTensor&, bool, double, double)>("torch_dnn::batch_norm");
-    at::Tensor y, mean, invstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(y, mean, invstd) = op.call(x, w, b, rm, rv, training, momentum, eps);
-    }
+    Tensor3 r = call_below(op, x, w, b, rm, rv, training, momentum, eps);
     bump_running_stats(training, rm, rv);
+    return r;
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& w, const OptTensor& b,
+                               const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps) {
+    const auto [y, mean, invstd] = below(x, w, b, rm, rv, training, momentum, eps);
     ctx->save_for_backward({x, or_undefined(w), mean, invstd});
     ctx->saved_data["training"] = training;
     ctx->saved_data["eps"] = eps;
@@ -110,18 +112,21 @@ struct BatchNormFn : torch::autograd::Function<BatchNormFn> {
 };
 
 struct BatchNormAddActFn : torch::autograd::Function<BatchNormAddActFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& res, const OptTensor& w,
-                               const OptTensor& b, const OptTensor& rm, const OptTensor& rv, bool training,
-                               double momentum, double eps, int64_t act) {
+  // the op below the Autograd key, the running statistics' version counters moved
+  static Tensor3 below(const at::Tensor& x, const OptTensor& res, const OptTensor& w, const OptTensor& b,
+                       const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps,
+                       int64_t act) {
     static const auto op =
         op_handle<Tensor3(const at::Tensor&, const OptTensor&, const OptTensor&, const OptTensor&, const OptTensor&,
                           const OptTensor&, bool, double, double, int64_t)>("torch_dnn::batch_norm_add_act");
-    at::Tensor y, mean, invstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(y, mean, invstd) = op.call(x, res, w, b, rm, rv, training, momentum, eps, act);
-    }
+    Tensor3 r = call_below(op, x, res, w, b, rm, rv, training, momentum, eps, act);
     bump_running_stats(training, rm, rv);
+    return r;
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const OptTensor& res, const OptTensor& w,
+                               const OptTensor& b, const OptTensor& rm, const OptTensor& rv, bool training,
+                               double momentum, double eps, int64_t act) {
+    const auto [y, mean, invstd] = below(x, res, w, b, rm, rv, training, momentum, eps, act);
     ctx->save_for_backward({x, or_undefined(res), or_undefined(w), or_undefined(b), mean, invstd});
     ctx->saved_data["training"] = training;
     ctx->saved_data["eps"] = eps;
@@ -171,12 +176,15 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   m.impl("batch_norm", [](const at::Tensor& x, const OptTensor& w, const OptTensor& b, const OptTensor& rm,
                           const OptTensor& rv, bool training, double momentum, double eps) {
     check_no_tangent("torch_dnn.batch_norm", x, w, b, rm, rv);
+    if (!records_grad(x, w, b, rm, rv)) return BatchNormFn::below(x, w, b, rm, rv, training, momentum, eps);
     return as_tuple(BatchNormFn::apply(x, w, b, rm, rv, training, momentum, eps));
   });
   m.impl("batch_norm_add_act", [](const at::Tensor& x, const OptTensor& res, const OptTensor& w, const OptTensor& b,
                                   const OptTensor& rm, const OptTensor& rv, bool training, double momentum, double eps,
                                   int64_t act) {
     check_no_tangent("torch_dnn.batch_norm_add_act", x, res, w, b, rm, rv);
+    if (!records_grad(x, res, w, b, rm, rv))
+      return BatchNormAddActFn::below(x, res, w, b, rm, rv, training, momentum, eps, act);
     return as_tuple(BatchNormAddActFn::apply(x, res, w, b, rm, rv, training, momentum, eps, act));
   });
 }

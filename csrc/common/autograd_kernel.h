@@ -59,5 +59,22 @@ c10::TypedOperatorHandle<Sig> op_handle(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Sig>();
 }
 
+// Whether a call records autograd: grad mode on and a tensor argument that requires grad. A kernel whose graph a
+// Function records calls the op below the Autograd key when it records none (each Function's `below`): entering the
+// Function would make its context and saved data for nothing, host time on every inference call.
+inline bool requires_grad(const at::Tensor& t) { return t.defined() && t.requires_grad(); }
+inline bool requires_grad(const OptionalTensor& t) { return t.has_value() && requires_grad(*t); }
+template <class... Tensors>
+bool records_grad(const Tensors&... tensors) {
+  return at::GradMode::is_enabled() && (requires_grad(tensors) || ...);
+}
+
+// The op called below the Autograd key (and ADInplaceOrView: the ops that take this path neither view nor mutate).
+template <class Sig, class... Args>
+auto call_below(const c10::TypedOperatorHandle<Sig>& op, Args&&... args) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return op.call(std::forward<Args>(args)...);
+}
+
 }  // namespace autograd_kernel
 }  // namespace torch_dnn

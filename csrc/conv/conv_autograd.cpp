@@ -62,11 +62,8 @@ struct ConvolutionFn : torch::autograd::Function<ConvolutionFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
                                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                                IntArrayRef output_padding, int64_t groups) {
-    at::Tensor y;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      y = convolution_op().call(x, w, b, stride, padding, dilation, transposed, output_padding, groups);
-    }
+    const at::Tensor y =
+        call_below(convolution_op(), x, w, b, stride, padding, dilation, transposed, output_padding, groups);
     // the layout of the result: its gradients take it too
     ctx->saved_data["channels_last"] = strides_channels_last(y);
     ctx->saved_data["bias_size"] = is_given(b) ? b->size(0) : int64_t(-1);
@@ -99,11 +96,8 @@ struct BackwardInputFn : torch::autograd::Function<BackwardInputFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size,
                                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                                IntArrayRef output_padding, int64_t groups) {
-    at::Tensor dx;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      dx = backward_input_op().call(g, w, input_size, stride, padding, dilation, transposed, output_padding, groups);
-    }
+    const at::Tensor dx = call_below(backward_input_op(), g, w, input_size, stride, padding, dilation, transposed,
+                                     output_padding, groups);
     geometry_of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
     ctx->save_for_backward({g, w});
     return {dx};
@@ -124,11 +118,8 @@ struct BackwardWeightFn : torch::autograd::Function<BackwardWeightFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size,
                                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                                IntArrayRef output_padding, int64_t groups) {
-    at::Tensor dw;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      dw = backward_weight_op().call(g, x, weight_size, stride, padding, dilation, transposed, output_padding, groups);
-    }
+    const at::Tensor dw = call_below(backward_weight_op(), g, x, weight_size, stride, padding, dilation, transposed,
+                                     output_padding, groups);
     geometry_of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
     ctx->save_for_backward({g, x});
     return {dw};
@@ -147,11 +138,7 @@ struct BackwardWeightFn : torch::autograd::Function<BackwardWeightFn> {
 
 struct BackwardBiasFn : torch::autograd::Function<BackwardBiasFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& g) {
-    at::Tensor db;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      db = backward_bias_op().call(g);
-    }
+    const at::Tensor db = call_below(backward_bias_op(), g);
     ctx->saved_data["sizes"] = g.sizes().vec();
     return {db};
   }
@@ -172,23 +159,32 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
                            IntArrayRef padding, IntArrayRef dilation, bool transposed, IntArrayRef output_padding,
                            int64_t groups) {
     check_no_tangent("torch_dnn.convolution", x, w, b);
+    if (!records_grad(x, w, b))
+      return call_below(convolution_op(), x, w, b, stride, padding, dilation, transposed, output_padding, groups);
     return ConvolutionFn::apply(x, w, b, stride, padding, dilation, transposed, output_padding, groups)[0];
   });
   m.impl("conv_backward_input", [](const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size,
                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                                    IntArrayRef output_padding, int64_t groups) {
     check_no_tangent("torch_dnn.conv_backward_input", g, w);
+    if (!records_grad(g, w))
+      return call_below(backward_input_op(), g, w, input_size, stride, padding, dilation, transposed, output_padding,
+                        groups);
     return BackwardInputFn::apply(g, w, input_size, stride, padding, dilation, transposed, output_padding, groups)[0];
   });
   m.impl("conv_backward_weight", [](const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size,
                                     IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                                     IntArrayRef output_padding, int64_t groups) {
     check_no_tangent("torch_dnn.conv_backward_weight", g, x);
+    if (!records_grad(g, x))
+      return call_below(backward_weight_op(), g, x, weight_size, stride, padding, dilation, transposed, output_padding,
+                        groups);
     return BackwardWeightFn::apply(g, x, weight_size, stride, padding, dilation, transposed, output_padding,
                                    groups)[0];
   });
   m.impl("conv_backward_bias", [](const at::Tensor& g) {
     check_no_tangent("torch_dnn.conv_backward_bias", g);
+    if (!records_grad(g)) return call_below(backward_bias_op(), g);
     return BackwardBiasFn::apply(g)[0];
   });
 }

@@ -153,15 +153,16 @@ struct FusedCall {
 };
 
 struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
-  // res: none for conv_bias_act; recording: the call records a graph (grad mode on, an input requiring grad)
+  // res: none for conv_bias_act. Entered only by calls that record a graph (the kernels below call the op directly
+  // otherwise).
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
                                const OptTensor& res_opt, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
-                               int64_t groups, c10::string_view act, OptDouble act_a, OptDouble act_b, bool recording) {
+                               int64_t groups, c10::string_view act, OptDouble act_a, OptDouble act_b) {
     const at::Tensor res = or_undefined(res_opt);
     const FusedCall call{stride.vec(), padding.vec(), dilation.vec(), groups, std::string(act), act_a, act_b};
     const char* op = res.defined() ? "torch_dnn.conv_bias_add_act" : "torch_dnn.conv_bias_act";
     const auto [k, ap] = fused_act_kind(op, act, act_a, act_b);
-    const bool save_pre = recording && !derivative_from_result(k);
+    const bool save_pre = !derivative_from_result(k);
     at::Tensor y, pre;
     {
       at::AutoDispatchBelowADInplaceOrView below;
@@ -182,8 +183,8 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    // input, weight, bias, residual, stride, padding, dilation, groups, activation, act_a, act_b, recording
-    variable_list out(12);
+    // input, weight, bias, residual, stride, padding, dilation, groups, activation, act_a, act_b
+    variable_list out(11);
     if (!grads[0].defined()) return out;
     const variable_list s = ctx->get_saved_variables();
     const at::Tensor &x = s[0], &w = s[1], &bias = s[2], &res = s[3], &saved = s[4];
@@ -222,10 +223,13 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
   }
 };
 
-// Whether the call records a graph (what Function::apply decides): grad mode on and an input requiring grad.
-bool recording(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& r) {
-  return at::GradMode::is_enabled() && (x.requires_grad() || w.requires_grad() ||
-                                        (is_given(b) && b->requires_grad()) || (r.defined() && r.requires_grad()));
+// The fused op below the Autograd key, for a call that records no graph.
+at::Tensor fused_below(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& r,
+                       IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                       c10::string_view act, OptDouble act_a, OptDouble act_b) {
+  const FusedCall call{stride.vec(), padding.vec(), dilation.vec(), groups, std::string(act), act_a, act_b};
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return call.fused(x, w, b, r, act, act_a, act_b);
 }
 
 }  // namespace
@@ -238,14 +242,15 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
                              IntArrayRef padding, IntArrayRef dilation, int64_t groups, c10::string_view act,
                              OptDouble act_a, OptDouble act_b) {
     check_no_tangent("torch_dnn.conv_bias_act", x, w, b);
-    return ConvFusedFn::apply(x, w, b, OptTensor(), stride, padding, dilation, groups, act, act_a, act_b,
-                              recording(x, w, b, at::Tensor()))[0];
+    if (!records_grad(x, w, b))
+      return fused_below(x, w, b, at::Tensor(), stride, padding, dilation, groups, act, act_a, act_b);
+    return ConvFusedFn::apply(x, w, b, OptTensor(), stride, padding, dilation, groups, act, act_a, act_b)[0];
   });
   m.impl("conv_bias_add_act", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& r,
                                  IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups,
                                  c10::string_view act, OptDouble act_a, OptDouble act_b) {
     check_no_tangent("torch_dnn.conv_bias_add_act", x, w, b, r);
-    return ConvFusedFn::apply(x, w, b, OptTensor(r), stride, padding, dilation, groups, act, act_a, act_b,
-                              recording(x, w, b, r))[0];
+    if (!records_grad(x, w, b, r)) return fused_below(x, w, b, r, stride, padding, dilation, groups, act, act_a, act_b);
+    return ConvFusedFn::apply(x, w, b, OptTensor(r), stride, padding, dilation, groups, act, act_a, act_b)[0];
   });
 }

@@ -70,15 +70,14 @@ void backward_into(AutogradContext* ctx, const at::Tensor& grad, bool stats_give
 }
 
 struct GroupNormFn : torch::autograd::Function<GroupNormFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t groups, const OptTensor& w,
-                               const OptTensor& b, double eps) {
+  static Tensor3 below(const at::Tensor& x, int64_t groups, const OptTensor& w, const OptTensor& b, double eps) {
     static const auto op = op_handle<Tensor3(const at::Tensor&, int64_t, const OptTensor&, const OptTensor&,
                                              double)>("torch_dnn::group_norm");
-    at::Tensor y, mean, rstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(y, mean, rstd) = op.call(x, groups, w, b, eps);
-    }
+    return call_below(op, x, groups, w, b, eps);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t groups, const OptTensor& w,
+                               const OptTensor& b, double eps) {
+    const auto [y, mean, rstd] = below(x, groups, w, b, eps);
     save(ctx, x, mean, rstd, w, b, groups, eps);
     ctx->mark_non_differentiable({mean, rstd});
     ctx->set_materialize_grads(false);
@@ -92,16 +91,16 @@ struct GroupNormFn : torch::autograd::Function<GroupNormFn> {
 };
 
 struct GroupNormWithStatsFn : torch::autograd::Function<GroupNormWithStatsFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t groups, const at::Tensor& mean,
-                               const at::Tensor& rstd, const OptTensor& w, const OptTensor& b) {
+  static at::Tensor below(const at::Tensor& x, int64_t groups, const at::Tensor& mean, const at::Tensor& rstd,
+                          const OptTensor& w, const OptTensor& b) {
     using Sig = at::Tensor(const at::Tensor&, int64_t, const at::Tensor&, const at::Tensor&, const OptTensor&,
                            const OptTensor&);
     static const auto op = op_handle<Sig>("torch_dnn::group_norm_with_stats");
-    at::Tensor y;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      y = op.call(x, groups, mean, rstd, w, b);
-    }
+    return call_below(op, x, groups, mean, rstd, w, b);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, int64_t groups, const at::Tensor& mean,
+                               const at::Tensor& rstd, const OptTensor& w, const OptTensor& b) {
+    const at::Tensor y = below(x, groups, mean, rstd, w, b);
     save(ctx, x, mean, rstd, w, b, groups, 0.0);  // eps unused: the statistics are given
     ctx->set_materialize_grads(false);
     return {y};
@@ -122,12 +121,14 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   torch_dnn::autograd_kernel::register_first_order_backward(m, {"group_norm_backward"});
   m.impl("group_norm", [](const at::Tensor& x, int64_t groups, const OptTensor& w, const OptTensor& b, double eps) {
     check_no_tangent("torch_dnn.group_norm", x, w, b);
+    if (!records_grad(x, w, b)) return GroupNormFn::below(x, groups, w, b, eps);
     const auto v = GroupNormFn::apply(x, groups, w, b, eps);
     return Tensor3{v[0], v[1], v[2]};
   });
   m.impl("group_norm_with_stats", [](const at::Tensor& x, int64_t groups, const at::Tensor& mean,
                                      const at::Tensor& rstd, const OptTensor& w, const OptTensor& b) {
     check_no_tangent("torch_dnn.group_norm_with_stats", x, mean, rstd, w, b);
+    if (!records_grad(x, mean, rstd, w, b)) return GroupNormWithStatsFn::below(x, groups, mean, rstd, w, b);
     return GroupNormWithStatsFn::apply(x, groups, mean, rstd, w, b)[0];
   });
 }

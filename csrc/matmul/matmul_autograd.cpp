@@ -45,13 +45,12 @@ struct MmFn : torch::autograd::Function<MmFn> {
     static const auto bmm = op_handle<MmSig>("torch_dnn::bmm");
     return batched ? bmm : mm;
   }
+  static at::Tensor below(const at::Tensor& a, const at::Tensor& b, bool tf32, bool batched) {
+    return call_below(op(batched), a, b, tf32);
+  }
   static variable_list forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b, bool tf32,
                                bool batched) {
-    at::Tensor c;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      c = op(batched).call(a, b, tf32);
-    }
+    const at::Tensor c = below(a, b, tf32, batched);
     ctx->save_for_backward({a, b});
     ctx->saved_data["tf32"] = tf32;
     ctx->saved_data["batched"] = batched;
@@ -94,15 +93,14 @@ void linear_create_graph(const at::Tensor& grad, const at::Tensor& x, const at::
 }
 
 struct LinearFn : torch::autograd::Function<LinearFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
-                               bool tf32) {
+  static at::Tensor below(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, bool tf32) {
     static const auto op =
         op_handle<at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, bool)>("torch_dnn::linear");
-    at::Tensor y;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      y = op.call(x, w, b, tf32);
-    }
+    return call_below(op, x, w, b, tf32);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
+                               bool tf32) {
+    const at::Tensor y = below(x, w, b, tf32);
     ctx->save_for_backward({x, w});
     ctx->saved_data["tf32"] = tf32;
     ctx->saved_data["has_bias"] = is_given(b);
@@ -129,15 +127,15 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
 };
 
 struct LinearActFn : torch::autograd::Function<LinearActFn> {
+  static Tensor2 below(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, c10::string_view act,
+                       const OptTensor& res, OptDouble act_a, OptDouble act_b, bool tf32, bool save_preact) {
+    static const auto op = op_handle<LinearActSig>("torch_dnn::linear_act");
+    return call_below(op, x, w, b, act, res, act_a, act_b, tf32, save_preact);
+  }
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
                                c10::string_view act, const OptTensor& res, OptDouble act_a, OptDouble act_b,
                                bool tf32, bool save_preact) {
-    static const auto op = op_handle<LinearActSig>("torch_dnn::linear_act");
-    at::Tensor y, pre;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(y, pre) = op.call(x, w, b, act, res, act_a, act_b, tf32, save_preact);
-    }
+    const auto [y, pre] = below(x, w, b, act, res, act_a, act_b, tf32, save_preact);
     const bool saved_preact = save_preact && needs_preact(act);
     ctx->save_for_backward({x, w, or_undefined(b), saved_preact ? pre : at::Tensor()});
     ctx->saved_data["act"] = std::string(act);
@@ -205,19 +203,23 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   torch_dnn::autograd_kernel::register_first_order_backward(m, {"linear_act_backward"});
   m.impl("mm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) {
     check_no_tangent("torch_dnn.mm", a, b);
+    if (!records_grad(a, b)) return MmFn::below(a, b, tf32, false);
     return MmFn::apply(a, b, tf32, false)[0];
   });
   m.impl("bmm", [](const at::Tensor& a, const at::Tensor& b, bool tf32) {
     check_no_tangent("torch_dnn.bmm", a, b);
+    if (!records_grad(a, b)) return MmFn::below(a, b, tf32, true);
     return MmFn::apply(a, b, tf32, true)[0];
   });
   m.impl("linear", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, bool tf32) {
     check_no_tangent("torch_dnn.linear", x, w, b);
+    if (!records_grad(x, w, b)) return LinearFn::below(x, w, b, tf32);
     return LinearFn::apply(x, w, b, tf32)[0];
   });
   m.impl("linear_act", [](const at::Tensor& x, const at::Tensor& w, const OptTensor& b, c10::string_view act,
                           const OptTensor& res, OptDouble act_a, OptDouble act_b, bool tf32, bool save_preact) {
     check_no_tangent("torch_dnn.linear_act", x, w, b, res);
+    if (!records_grad(x, w, b, res)) return LinearActFn::below(x, w, b, act, res, act_a, act_b, tf32, save_preact);
     const auto v = LinearActFn::apply(x, w, b, act, res, act_a, act_b, tf32, save_preact);
     return Tensor2{v[0], v[1]};
   });

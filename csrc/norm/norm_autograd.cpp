@@ -62,15 +62,14 @@ Tensor3 norm_create_graph(AutogradContext* ctx, const at::Tensor& grad, const at
 }
 
 struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, Shape shape, const OptTensor& w,
-                               const OptTensor& b, double eps) {
+  static Tensor3 below(const at::Tensor& x, Shape shape, const OptTensor& w, const OptTensor& b, double eps) {
     static const auto op = op_handle<Tensor3(const at::Tensor&, Shape, const OptTensor&, const OptTensor&, double)>(
         "torch_dnn::layer_norm");
-    at::Tensor y, mean, rstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(y, mean, rstd) = op.call(x, shape, w, b, eps);
-    }
+    return call_below(op, x, shape, w, b, eps);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, Shape shape, const OptTensor& w,
+                               const OptTensor& b, double eps) {
+    const auto [y, mean, rstd] = below(x, shape, w, b, eps);
     ctx->save_for_backward({x, mean, rstd, or_undefined(w)});
     save_params(ctx, shape, w, b, eps);
     mark_stats(ctx, {mean, rstd});
@@ -97,15 +96,14 @@ struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
 };
 
 struct RmsNormFn : torch::autograd::Function<RmsNormFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, Shape shape, const OptTensor& w,
-                               double eps) {
+  static Tensor2 below(const at::Tensor& x, Shape shape, const OptTensor& w, double eps) {
     static const auto op =
         op_handle<Tensor2(const at::Tensor&, Shape, const OptTensor&, double)>("torch_dnn::rms_norm");
-    at::Tensor y, rstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(y, rstd) = op.call(x, shape, w, eps);
-    }
+    return call_below(op, x, shape, w, eps);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, Shape shape, const OptTensor& w,
+                               double eps) {
+    const auto [y, rstd] = below(x, shape, w, eps);
     ctx->save_for_backward({x, rstd, or_undefined(w)});
     save_params(ctx, shape, w, c10::nullopt, eps);
     mark_stats(ctx, {rstd});
@@ -139,15 +137,15 @@ bool sum_only(AutogradContext* ctx, const variable_list& grads, variable_list& o
 }
 
 struct AddLayerNormFn : torch::autograd::Function<AddLayerNormFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& res, Shape shape,
-                               const OptTensor& w, const OptTensor& b, double eps) {
+  static Tensor4 below(const at::Tensor& x, const at::Tensor& res, Shape shape, const OptTensor& w, const OptTensor& b,
+                       double eps) {
     static const auto op = op_handle<Tensor4(const at::Tensor&, const at::Tensor&, Shape, const OptTensor&,
                                              const OptTensor&, double)>("torch_dnn::add_layer_norm");
-    at::Tensor sum, y, mean, rstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(sum, y, mean, rstd) = op.call(x, res, shape, w, b, eps);
-    }
+    return call_below(op, x, res, shape, w, b, eps);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& res, Shape shape,
+                               const OptTensor& w, const OptTensor& b, double eps) {
+    const auto [sum, y, mean, rstd] = below(x, res, shape, w, b, eps);
     ctx->save_for_backward({sum, mean, rstd, or_undefined(w)});
     save_params(ctx, shape, w, b, eps);
     mark_stats(ctx, {mean, rstd});
@@ -177,15 +175,14 @@ struct AddLayerNormFn : torch::autograd::Function<AddLayerNormFn> {
 };
 
 struct AddRmsNormFn : torch::autograd::Function<AddRmsNormFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& res, Shape shape,
-                               const OptTensor& w, double eps) {
+  static Tensor3 below(const at::Tensor& x, const at::Tensor& res, Shape shape, const OptTensor& w, double eps) {
     static const auto op = op_handle<Tensor3(const at::Tensor&, const at::Tensor&, Shape, const OptTensor&,
                                              double)>("torch_dnn::add_rms_norm");
-    at::Tensor sum, y, rstd;
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      std::tie(sum, y, rstd) = op.call(x, res, shape, w, eps);
-    }
+    return call_below(op, x, res, shape, w, eps);
+  }
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& res, Shape shape,
+                               const OptTensor& w, double eps) {
+    const auto [sum, y, rstd] = below(x, res, shape, w, eps);
     ctx->save_for_backward({sum, rstd, or_undefined(w)});
     save_params(ctx, shape, w, c10::nullopt, eps);
     mark_stats(ctx, {rstd});
@@ -221,22 +218,26 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
       m, {"layer_norm_backward", "rms_norm_backward", "add_layer_norm_backward", "add_rms_norm_backward"});
   m.impl("layer_norm", [](const at::Tensor& x, Shape shape, const OptTensor& w, const OptTensor& b, double eps) {
     check_no_tangent("torch_dnn.layer_norm", x, w, b);
+    if (!records_grad(x, w, b)) return LayerNormFn::below(x, shape, w, b, eps);
     const auto v = LayerNormFn::apply(x, shape, w, b, eps);
     return Tensor3{v[0], v[1], v[2]};
   });
   m.impl("rms_norm", [](const at::Tensor& x, Shape shape, const OptTensor& w, double eps) {
     check_no_tangent("torch_dnn.rms_norm", x, w);
+    if (!records_grad(x, w)) return RmsNormFn::below(x, shape, w, eps);
     const auto v = RmsNormFn::apply(x, shape, w, eps);
     return Tensor2{v[0], v[1]};
   });
   m.impl("add_layer_norm", [](const at::Tensor& x, const at::Tensor& res, Shape shape, const OptTensor& w,
                               const OptTensor& b, double eps) {
     check_no_tangent("torch_dnn.add_layer_norm", x, res, w, b);
+    if (!records_grad(x, res, w, b)) return AddLayerNormFn::below(x, res, shape, w, b, eps);
     const auto v = AddLayerNormFn::apply(x, res, shape, w, b, eps);
     return Tensor4{v[0], v[1], v[2], v[3]};
   });
   m.impl("add_rms_norm", [](const at::Tensor& x, const at::Tensor& res, Shape shape, const OptTensor& w, double eps) {
     check_no_tangent("torch_dnn.add_rms_norm", x, res, w);
+    if (!records_grad(x, res, w)) return AddRmsNormFn::below(x, res, shape, w, eps);
     const auto v = AddRmsNormFn::apply(x, res, shape, w, eps);
     return Tensor3{v[0], v[1], v[2]};
   });

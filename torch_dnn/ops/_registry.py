@@ -160,17 +160,17 @@ def _plain_call(args, kwargs, autocast_ok=False) -> bool:
 
 
 class _FunctionalOps:
-    """torch.ops.torch_dnn as the functional wrappers call it: the same ops, except that a call that records no
-    autograd graph (grad mode off, or no tensor argument requires grad) dispatches below the Autograd key, and a
-    call under a torch.func transform applies the op's formula as the transform Function (_transform_function).
+    """torch.ops.torch_dnn as the functional wrappers call it: the same ops, called by their overload's C++ callable
+    (no packet or OpOverload frames), except that a call under a torch.func transform applies the op's formula as
+    the transform Function (_transform_function), or, recording no graph, dispatches below the Autograd key (the
+    ops' own autograd kernels are refused by the transforms).
 
-    Why below the Autograd key: even the ops' C++ autograd kernels cost host time to enter and leave, and an op whose
-    formula is registered from Python (torch.library.register_autograd without a C++ kernel; none at present) would
-    go C++ -> Python (autograd_impl) -> C++ again: host time per call comparable to the whole GPU time of a
-    decode-sized GEMM or a small pooling kernel. Below the Autograd key the op's result is the same (it would
-    not have required grad anyway). A call that records a graph calls the op, whose autograd kernel records it.
-    Neither shortcut is taken for ops that mutate an argument (the autograd layer bumps their version counters),
-    under forward-mode AD, or while torch.compile traces (the plain op is what it should see)."""
+    Every op's autograd kernel is C++ (cpp_kernel=True in register_autograd: none goes C++ -> Python -> C++), and
+    each calls the kernels below it directly when the call records no graph (grad mode off, or no tensor argument
+    requiring grad): that costs less host time than a Python-side switch below the Autograd key, which eager calls
+    therefore do not make. Ops that mutate an argument go through every key (the autograd layer bumps their version
+    counters); under forward-mode AD, or while torch.compile traces, the packet is called (the plain op is what they
+    should see)."""
 
     def __getattr__(self, name):
         packet = getattr(torch.ops.torch_dnn, name)
@@ -200,13 +200,16 @@ class _FunctionalOps:
                 # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
                 if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
                     return packet(*args, **kwargs)
-                if torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs):
-                    # _functorch_active (C++) first: false in eager calls, it spares them _transform_call's frames
-                    if transform is not None and _functorch_active() and _transform_call():
-                        return transform(*args, **kwargs)
-                    return overload(*args, **kwargs)
-                with _below_autograd():
-                    return overload(*args, **kwargs)
+                # _functorch_active (C++): false in eager calls, which go straight to the op (its C++ autograd kernel
+                # calls the kernels below it when the call records no graph)
+                if _functorch_active():
+                    if torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs):
+                        if transform is not None and _transform_call():
+                            return transform(*args, **kwargs)
+                    else:
+                        with _below_autograd():
+                            return overload(*args, **kwargs)
+                return overload(*args, **kwargs)
             fn.__name__ = fn.__qualname__ = name
         self.__dict__[name] = fn  # resolved once per name
         return fn
