@@ -54,7 +54,9 @@ class Case:
     host: bool = False
     # True: time the wall clock per call over WALL_CALLS calls in a row, the queue drained before and after (what a
     # training loop sees). Events around one call of a host-bound step time whatever the queue held when they ran:
-    # the GPU's work when the host is ahead, the host's when it is behind, so their spread is the queue's state
+    # the GPU's work when the host is ahead, the host's when it is behind, so their spread is the queue's state.
+    # Within a round the impls take turns sample by sample (time_wall_turns), so that the host's drift, which moves
+    # a batch-16 train step by +-15-30% over seconds, falls on every impl alike.
     wall: bool = False
 
 
@@ -140,6 +142,29 @@ def time_wall_calls(fn, input_sets, warmup: int, reps: int, warmup_ms: float = 0
     return times
 
 
+def time_wall_turns(fns: dict, input_sets, warmup: int, samples: int, warmup_ms: float, reverse: bool) -> dict:
+    """time_wall_calls for several impls at once: each warmed up, then `samples` samples each, the impls taking turns
+    sample by sample (every other turn in reverse order). {name: per-call ms samples, or the exception it raised}."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    out = {}
+    for name, fn in fns.items():
+        try:
+            _warm_up(fn, input_sets, warmup, warmup_ms, sync)
+            out[name] = []
+        except Exception as e:  # noqa: BLE001 (reported by the caller)
+            out[name] = e
+    names = [n for n in fns if isinstance(out[n], list)]
+    for s in range(samples):
+        for name in (names if (s % 2 == 0) != reverse else names[::-1]):
+            if not isinstance(out[name], list):
+                continue
+            try:
+                out[name] += time_wall_calls(fns[name], input_sets, 0, 1)
+            except Exception as e:  # noqa: BLE001
+                out[name] = e
+    return out
+
+
 GRAPH_CALLS = 20
 
 
@@ -218,6 +243,16 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
     round_ms = {impl: [] for impl in case.impls}  # each turn's median: the paired ratios below
     names = list(case.impls)
     for r in range(max(1, case.rounds)):
+        if case.wall:
+            live = {n: case.impls[n] for n in names if n not in errors}
+            got = time_wall_turns(live, input_sets, warmup, max(1, reps // WALL_CALLS), case.warmup_ms, r % 2 == 1)
+            for impl, t in got.items():
+                if isinstance(t, Exception):
+                    errors[impl] = f"{type(t).__name__}: {str(t).splitlines()[0][:200]}"
+                else:
+                    times_of[impl] += t
+                    round_ms[impl].append(statistics.median(t))
+            continue
         # odd rounds in reverse order: each impl follows each of its neighbours, not always the same one
         for impl in names if r % 2 == 0 else names[::-1]:
             fn = case.impls[impl]
@@ -229,9 +264,6 @@ def run_case(case: Case, ceiling_gbps: float, warmup: int = 5, reps: int = 30) -
                     times_of[impl] += time_host_calls(fn, input_sets, warmup, reps)
                 elif case.graph:
                     times_of[impl] += time_graph_calls(fn, input_sets, warmup, reps)
-                elif case.wall:
-                    times_of[impl] += time_wall_calls(fn, input_sets, warmup, max(1, reps // WALL_CALLS),
-                                                      case.warmup_ms)
                 else:
                     times_of[impl] += time_calls(fn, input_sets, warmup, reps, case.warmup_ms)
                 round_ms[impl].append(statistics.median(times_of[impl][start:]))
