@@ -153,8 +153,8 @@ struct FusedCall {
 };
 
 struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
-  // res: none for conv_bias_act. Entered only by calls that record a graph (the kernels below call the op directly
-  // otherwise).
+  // res: none for conv_bias_act. Entered only by calls that record a graph (otherwise the Autograd kernels at the
+  // end of this file call fused_below).
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
                                const OptTensor& res_opt, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                int64_t groups, c10::string_view act, OptDouble act_a, OptDouble act_b) {
