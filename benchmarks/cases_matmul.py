@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, with_env
+from benchmarks.harness import Case, dtype_tag, with_env
 from torch_dnn.ops.matmul import gemm_paths
 
 ops = torch.ops.torch_dnn
@@ -22,9 +22,6 @@ aten = torch.ops.aten
 def _rand(shape, dtype, lo=-1.0, hi=1.0):
     return torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
 
-
-def _short(dtype):
-    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
 
 
 def _with_tf32(fn):
@@ -62,7 +59,7 @@ def _gemm_case(m, n, k, dtype, group, tf32=False):
         impls["torch_dnn sm90 tf32 128x128"] = with_env(mm, TORCH_DNN_SM90_TF32_TILE="mid")
     impls["cuBLAS (torch.mm)"] = _with_tf32(torch.mm) if tf32 else torch.mm
     es = torch.empty((), dtype=dtype).element_size()
-    return Case("matmul", f"mm {m}x{n}x{k} {_short(dtype)}{' tf32' if tf32 else ''}",
+    return Case("matmul", f"mm {m}x{n}x{k} {dtype_tag(dtype)}{' tf32' if tf32 else ''}",
                 lambda: (_rand((m, k), dtype), _rand((k, n), dtype)), impls,
                 bytes=(m * k + k * n + m * n) * es, flops=2 * m * n * k, group=group,
                 target=">= cuBLAS" if not tf32 else ">= 0.9 cuBLAS", **_TAKE_TURNS)
@@ -76,7 +73,7 @@ def _linear_gelu_cases(m, k, n, dtype, group):
 
     fwd = _ours(lambda x, w, b: F.linear_act(x, w, b, "gelu"))
     fwd.update({"eager (cuBLAS + gelu)": eager, "compile": torch.compile(eager, dynamic=False)})
-    out = [Case("matmul", f"linear+bias+gelu fwd {m}x{k}->{n} {_short(dtype)}",
+    out = [Case("matmul", f"linear+bias+gelu fwd {m}x{k}->{n} {dtype_tag(dtype)}",
                 lambda: (_rand((m, k), dtype), _rand((n, k), dtype, -0.05, 0.05), _rand((n,), dtype)), fwd,
                 bytes=(m * k + n * k + n + m * n) * es, flops=2 * m * n * k, group=group, target=">= compile",
                 **_TAKE_TURNS)]
@@ -93,7 +90,7 @@ def _linear_gelu_cases(m, k, n, dtype, group):
     bwd = _ours(lambda g, x, w, pre: ops.linear_act_backward(g, x, w, pre, "gelu", None, None, None, [True, True, True]))
     bwd.update({"eager (gelu_backward + 2 mm + sum)": eager_bwd, "compile": torch.compile(eager_bwd, dynamic=False)})
     # read g, pre, x, w; write d_pre (and read it twice), dx, dw, db
-    out.append(Case("matmul", f"linear+bias+gelu bwd {m}x{k}->{n} {_short(dtype)}", bwd_inputs, bwd,
+    out.append(Case("matmul", f"linear+bias+gelu bwd {m}x{k}->{n} {dtype_tag(dtype)}", bwd_inputs, bwd,
                     bytes=(2 * m * n + m * k + n * k + m * n * 3 + m * k + n * k + n) * es,
                     flops=4 * m * n * k, group=group, target=">= compile", **_TAKE_TURNS))
     return out
@@ -110,7 +107,7 @@ def _skinny_case(m, kn, dtype, group):
     impls["torch_dnn Hopper skinny"] = with_env(fn, TORCH_DNN_GEMM_SKINNY="0")
     impls["torch_dnn stream-K"] = with_env(fn, TORCH_DNN_GEMM_SKINNY="0", TORCH_DNN_SM90_SKINNY="0")
     impls["cuBLAS (F.linear)"] = TF.linear
-    return Case("matmul", f"linear skinny M={m} K=N={kn} {_short(dtype)}",
+    return Case("matmul", f"linear skinny M={m} K=N={kn} {dtype_tag(dtype)}",
                 lambda: (_rand((m, kn), dtype), _rand((kn, kn), dtype, -0.05, 0.05)), impls,
                 bytes=(m * kn + kn * kn + m * kn) * es, flops=2 * m * kn * kn, group=group,
                 target=">= cuBLAS")
@@ -120,7 +117,7 @@ def _weight_grad_case(tokens, n_out, n_in, dtype, group):
     """A linear layer's weight gradient dW = dY.T @ X over many tokens (K) with a small weight (few output tiles):
     the projections of the 4k-context LLaMA (8192 tokens, 512 wide) and of a ViT-B / BERT-base batch (3152, 768)."""
     es = torch.empty((), dtype=dtype).element_size()
-    return Case("matmul", f"weight grad {n_out}x{n_in} over {tokens} tokens {_short(dtype)}",
+    return Case("matmul", f"weight grad {n_out}x{n_in} over {tokens} tokens {dtype_tag(dtype)}",
                 lambda: (_rand((tokens, n_out), dtype), _rand((tokens, n_in), dtype)),
                 {**_ours(lambda g, x: ops.mm(g.t(), x)), "cuBLAS (torch.mm)": lambda g, x: torch.mm(g.t(), x)},
                 bytes=(tokens * (n_out + n_in) + n_out * n_in) * es, flops=2 * tokens * n_out * n_in, group=group,
@@ -132,7 +129,7 @@ def cases(quick: bool = False):
     gemm_shapes = [(8192, 8192, 8192)] + ([] if quick else [(16384, 16384, 4096)])
     for dtype in (torch.bfloat16, torch.float16):
         for m, n, k in gemm_shapes:
-            out.append(_gemm_case(m, n, k, dtype, f"GEMM {_short(dtype)}"))
+            out.append(_gemm_case(m, n, k, dtype, f"GEMM {dtype_tag(dtype)}"))
     out += _linear_gelu_cases(16384, 4096, 16384, torch.bfloat16, "linear + bias + gelu bf16")
     for m in ((64,) if quick else (16, 64, 256)):
         for kn in ((4096,) if quick else (4096, 16384)):

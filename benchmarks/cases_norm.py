@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, with_env
+from benchmarks.harness import Case, dtype_tag, with_env
 from torch_dnn.reference import add_rms_norm_reference
 
 ops = torch.ops.torch_dnn
@@ -22,9 +22,6 @@ DTYPES = [torch.bfloat16, torch.float32]
 def _rand(shape, dtype, lo=-4.0, hi=4.0):
     return torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
 
-
-def _short(dtype):
-    return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
 
 
 def _compiled(fn):
@@ -48,11 +45,11 @@ def cases(quick: bool = False):
     shapes = SHAPES[:1] if quick else SHAPES
     for dtype in DTYPES:
         es = torch.empty((), dtype=dtype).element_size()
-        group = f"norm {_short(dtype)}"
+        group = f"norm {dtype_tag(dtype)}"
         for shape in shapes:
             rows, n = shape
             numel = rows * n
-            tag = f"{rows}x{n} {_short(dtype)}"
+            tag = f"{rows}x{n} {dtype_tag(dtype)}"
             # minimum traffic: the input read and the output written once, parameters once, the per-row
             # statistics (float32) the backward reads
             stats = rows * 4

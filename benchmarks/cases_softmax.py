@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, with_env
+from benchmarks.harness import Case, dtype_tag, with_env
 
 ops = torch.ops.torch_dnn
 aten = torch.ops.aten
@@ -18,9 +18,6 @@ def _rand(shape, dtype, lo=-4.0, hi=4.0):
     return torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
 
 
-def _short(dtype):
-    return {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
-
 
 def cases(quick: bool = False):
     out = []
@@ -29,7 +26,7 @@ def cases(quick: bool = False):
         es = torch.empty((), dtype=dtype).element_size()
         for shape in shapes:
             n = shape[0] * shape[1]
-            tag = f"{shape[0]}x{shape[1]} {_short(dtype)}"
+            tag = f"{shape[0]}x{shape[1]} {dtype_tag(dtype)}"
             main = shape in SHAPES[:2]
             for name, ours, eager, ours_bwd, eager_bwd in (
                 ("softmax", F.softmax, TF.softmax, ops.softmax_backward, aten._softmax_backward_data),
@@ -48,8 +45,8 @@ def cases(quick: bool = False):
                     bwd_impls["compile"] = torch.compile(lambda g, y, f=eager_bwd, d=dtype: f(g, y, -1, d), dynamic=False)
                 target = ">=90% copy" + (", >=2x eager" if name == "softmax" else "")
                 out.append(Case("softmax", f"{name} fwd {tag}", lambda s=shape, d=dtype: (_rand(s, d),), fwd_impls,
-                                bytes=2 * n * es, target=target if main else "", group=f"softmax {_short(dtype)}"))
+                                bytes=2 * n * es, target=target if main else "", group=f"softmax {dtype_tag(dtype)}"))
                 out.append(Case("softmax", f"{name} bwd {tag}",
                                 lambda s=shape, d=dtype, f=ours: (_rand(s, d, -1, 1), f(_rand(s, d), -1)), bwd_impls,
-                                bytes=3 * n * es, target=">=90% copy" if main else "", group=f"softmax {_short(dtype)}"))
+                                bytes=3 * n * es, target=">=90% copy" if main else "", group=f"softmax {dtype_tag(dtype)}"))
     return out

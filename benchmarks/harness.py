@@ -60,6 +60,11 @@ class Case:
     wall: bool = False
 
 
+def dtype_tag(dtype) -> str:
+    """The short dtype name the case names use (bf16, fp16, fp32, fp64)."""
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}[dtype]
+
+
 def rand_cuda(shape, dtype, layout: str = "NCHW", lo: float = -4.0, hi: float = 4.0) -> torch.Tensor:
     """A fresh uniform random CUDA tensor (never zeros); layout "NHWC" gives channels_last memory."""
     x = torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)

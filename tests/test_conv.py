@@ -11,7 +11,7 @@ import torch.nn.functional as TF
 import torch_dnn
 import torch_dnn.functional as F
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
-from tests.utils import assert_models_agree, devices, first_line, make_input
+from tests.utils import assert_models_agree, devices, first_line, in_layout, random_in_layout
 from torch_dnn.testing import compare
 
 # convert swaps convolutions on request only (docs/conv.md)
@@ -19,25 +19,6 @@ CONVS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.ConvTranspo
          torch.nn.ConvTranspose3d)
 
 ops = torch.ops.torch_dnn
-
-
-def _layout(t, layout):
-    if layout == "contiguous":
-        return t.contiguous()
-    if layout == "channels_last":
-        return t.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
-    if layout == "nlc":  # (N, C, L) stored as (N, L, C)
-        return t.transpose(1, 2).contiguous().transpose(1, 2)
-    if layout == "transposed":  # the last two dims swapped in memory
-        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if layout == "strided":  # every other element of a wider tensor
-        wide = torch.cat([t, t], dim=-1)
-        return wide[..., ::2].copy_(t)
-    raise ValueError(layout)
-
-
-def _rand(shape, dtype, device, layout="contiguous", low=-1.0, high=1.0):
-    return _layout(make_input(shape, dtype, device, "contiguous", low, high), layout)
 
 
 # (label, functional name, input shape, weight shape, bias, keyword arguments, input layout, grad_output layout)
@@ -83,9 +64,10 @@ CASES = [
 
 def _case_inputs(case, dtype, device):
     _, name, xs, ws, bias, _, x_layout, _ = case
-    x = _rand(xs, dtype, device, x_layout)
-    w = _rand(ws, dtype, device, low=-0.5, high=0.5)
-    b = _rand((ws[1] * _groups(case) if name.startswith("conv_transpose") else ws[0],), dtype, device) if bias else None
+    x = random_in_layout(xs, dtype, device, x_layout)
+    w = random_in_layout(ws, dtype, device, low=-0.5, high=0.5)
+    channels = ws[1] * _groups(case) if name.startswith("conv_transpose") else ws[0]
+    b = random_in_layout((channels,), dtype, device) if bias else None
     return x, w, b
 
 
@@ -110,7 +92,7 @@ class TestConv(FamilyTester):
             if g_layout is not None:
                 with torch.no_grad():
                     shape = theirs(*[t.double() for t in inputs]).shape
-                g = _rand(shape, dtype, device, g_layout)
+                g = random_in_layout(shape, dtype, device, g_layout)
             yield Against(f"{case[1]} {case[0]} {dtype}", ours, theirs, inputs, grad=x.numel() > 0, grad_output=g)
 
     def gradcheck_cases(self, device):
@@ -131,7 +113,7 @@ class TestConv(FamilyTester):
 
     def opcheck_samples(self, device):
         def t(shape, dtype=torch.float32, layout="contiguous", grad=False):
-            r = _rand(shape, dtype, device, layout)
+            r = random_in_layout(shape, dtype, device, layout)
             return r.requires_grad_() if grad else r
 
         x, w = t((2, 3, 5, 5)), t((4, 3, 3, 3))
@@ -144,7 +126,8 @@ class TestConv(FamilyTester):
                                t((2,), torch.float64, grad=True), [2], [1], [1], True, [1], 1), {}),
             (ops.convolution, (t((2, 2, 3, 4, 3)), t((3, 2, 2, 2, 2)), None, [1], [0], [1], False, [0], 1), {}),
             (ops.conv_backward_input, (g, w, [2, 3, 5, 5], [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}),
-            (ops.conv_backward_input, (_layout(g, "channels_last"), w, [2, 3, 5, 5], [1], [1], [1], False, [0], 1), {}),
+            (ops.conv_backward_input, (in_layout(g, "channels_last"), w, [2, 3, 5, 5], [1], [1], [1], False, [0], 1),
+             {}),
             (ops.conv_backward_weight, (g, x, [4, 3, 3, 3], [1, 1], [1, 1], [1, 1], False, [0, 0], 1), {}),
             (ops.conv_backward_weight, (t((2, 3, 13), torch.float64), t((2, 4, 6), torch.float64), [4, 3, 2], [2], [0],
                                         [1], True, [1], 1), {}),
@@ -160,7 +143,8 @@ class TestConv(FamilyTester):
         torch.manual_seed(0)
         native = _small_cnn().to(device)
         converted, _ = torch_dnn.convert(native, include=CONVS)
-        yield ModelCase("small CNN", converted, native, _rand((2, 3, 9, 9), torch.float32, device, "channels_last"))
+        yield ModelCase("small CNN", converted, native,
+                        random_in_layout((2, 3, 9, 9), torch.float32, device, "channels_last"))
 
     def bad_inputs(self):
         x, w = torch.ones(2, 3, 5, 5), torch.ones(4, 3, 3, 3)
@@ -187,16 +171,16 @@ class TestConv(FamilyTester):
         ]
 
     def cuda_graph_step(self):
-        x = _rand((4, 32, 14, 14), torch.bfloat16, "cuda", "channels_last").requires_grad_()
-        w = _rand((64, 32, 3, 3), torch.bfloat16, "cuda").requires_grad_()
-        b = _rand((64,), torch.bfloat16, "cuda").requires_grad_()
+        x = random_in_layout((4, 32, 14, 14), torch.bfloat16, "cuda", "channels_last").requires_grad_()
+        w = random_in_layout((64, 32, 3, 3), torch.bfloat16, "cuda").requires_grad_()
+        b = random_in_layout((64,), torch.bfloat16, "cuda").requires_grad_()
 
         def step():
             y = F.conv2d(x, w, b, padding=1)
             gx, gw, gb = torch.autograd.grad(y.float().square().sum(), [x, w, b])
             return y, gx, gw, gb
 
-        return step, lambda: x.copy_(_rand((4, 32, 14, 14), torch.bfloat16, "cuda", "channels_last"))
+        return step, lambda: x.copy_(random_in_layout((4, 32, 14, 14), torch.bfloat16, "cuda", "channels_last"))
 
     def past_2_31_cases(self):
         return {"conv1d": _past_2_31_elements}
@@ -207,7 +191,7 @@ def _past_2_31_elements():
     # positions' reference is PyTorch's on the row's tail alone
     n = 2**31 + 4099
     x = torch.empty((1, 1, n), dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
-    w = _rand((1, 1, 3), torch.bfloat16, "cuda")
+    w = random_in_layout((1, 1, 3), torch.bfloat16, "cuda")
     y = F.conv1d(x, w, padding=1)
     tail = x[..., -64:]
     v = compare(y[..., -63:], TF.conv1d(tail, w, padding=1)[..., -63:],
@@ -242,7 +226,7 @@ def test_module_padding_modes(device, padding_mode):
             assert converted.state_dict().keys() == native.state_dict().keys()
             for k, v in native.state_dict().items():
                 assert torch.equal(converted.state_dict()[k], v), k
-            x = _rand(shape, torch.float64, device)
+            x = random_in_layout(shape, torch.float64, device)
             assert_models_agree(native, converted, x, name=f"{cls.__name__} padding={padding} {padding_mode}")
 
 
@@ -254,7 +238,7 @@ def test_conv_transpose_output_size(device):
         native = cls(4, 6, 3, stride=2, padding=1, groups=2).to(device, torch.float64)
         converted, _ = torch_dnn.convert(native, include=CONVS)
         assert isinstance(converted, cls) and type(converted) is not cls
-        x = _rand(shape, torch.float64, device)
+        x = random_in_layout(shape, torch.float64, device)
         y = converted(x, output_size=out)
         assert list(y.shape[2:]) == out
         torch.testing.assert_close(y, native(x, output_size=out))
@@ -268,7 +252,7 @@ def test_convert_swaps_every_conv(device):
     model = torch.nn.Sequential(_small_cnn(), torch.nn.Flatten(0)).to(device, torch.float64)
     converted, report = torch_dnn.convert(model, include=CONVS)
     assert sum(t.startswith("Conv") for _, t, _ in report.swapped) == 4, str(report)
-    x = _rand((2, 3, 9, 9), torch.float64, device, "channels_last")
+    x = random_in_layout((2, 3, 9, 9), torch.float64, device, "channels_last")
     assert_models_agree(model, converted, x, name="converted CNN")
 
 
@@ -285,23 +269,23 @@ def test_result_layouts_as_pytorch(device):
         for x_layout, w_layout, g_layout in (("contiguous", "contiguous", lay), (lay, "contiguous", "contiguous"),
                                              ("contiguous", lay, "contiguous"), (lay, lay, lay)):
             for dtype in (torch.float32, torch.float64, torch.bfloat16):
-                x = _rand(xs, dtype, device, x_layout).requires_grad_()
-                w = _rand(ws, dtype, device, w_layout).requires_grad_()
+                x = random_in_layout(xs, dtype, device, x_layout).requires_grad_()
+                w = random_in_layout(ws, dtype, device, w_layout).requires_grad_()
                 xr, wr = (t.detach().clone(memory_format=torch.preserve_format).requires_grad_() for t in (x, w))
                 y, yr = getattr(F, name)(x, w, **kw), getattr(TF, name)(xr, wr, **kw)
                 what = f"{name} x {x_layout} w {w_layout} g {g_layout} {dtype}"
                 assert y.stride() == yr.stride(), what
-                g = _rand(yr.shape, dtype, device, g_layout)
+                g = random_in_layout(yr.shape, dtype, device, g_layout)
                 for a, r in zip(torch.autograd.grad(y, [x, w], g), torch.autograd.grad(yr, [xr, wr], g)):
                     assert a.stride() == r.stride(), what
 
 
 @pytest.mark.parametrize("device", devices())
 def test_special_values_propagate(device):
-    x = _rand((2, 3, 6, 6), torch.float32, device)
+    x = random_in_layout((2, 3, 6, 6), torch.float32, device)
     x[0, 1, 2, 3] = float("nan")
     x[1, 0, 0, 0] = float("inf")
-    w = _rand((4, 3, 3, 3), torch.float32, device)
+    w = random_in_layout((4, 3, 3, 3), torch.float32, device)
     torch.testing.assert_close(F.conv2d(x, w, padding=1), TF.conv2d(x, w, padding=1), equal_nan=True)
 
 
@@ -320,9 +304,9 @@ def test_zero_input_channels(device):
 
 @pytest.mark.parametrize("device", devices())
 def test_deterministic_weight_gradient(device):
-    x = _rand((4, 16, 9, 9), torch.float32, device).requires_grad_()
-    w = _rand((8, 16, 3, 3), torch.float32, device).requires_grad_()
-    g = _rand((4, 8, 9, 9), torch.float32, device)
+    x = random_in_layout((4, 16, 9, 9), torch.float32, device).requires_grad_()
+    w = random_in_layout((8, 16, 3, 3), torch.float32, device).requires_grad_()
+    g = random_in_layout((4, 8, 9, 9), torch.float32, device)
     with _deterministic():
         runs = [torch.autograd.grad(F.conv2d(x, w, padding=1), [x, w], g) for _ in range(2)]
     for a, b in zip(*runs):
@@ -340,14 +324,14 @@ class _deterministic:
 
 @pytest.mark.cuda
 def test_cuda_autocast_dtype():
-    x, w = _rand((2, 8, 7, 7), torch.float32, "cuda"), _rand((4, 8, 3, 3), torch.float32, "cuda")
+    x, w = random_in_layout((2, 8, 7, 7), torch.float32, "cuda"), random_in_layout((4, 8, 3, 3), torch.float32, "cuda")
     with torch.autocast("cuda", dtype=torch.bfloat16):
         ours, theirs = F.conv2d(x, w), TF.conv2d(x, w)
     assert ours.dtype == theirs.dtype == torch.bfloat16
 
 
 def test_cpu_autocast_dtype():
-    x, w = _rand((2, 8, 7, 7), torch.float32, "cpu"), _rand((4, 8, 3, 3), torch.float32, "cpu")
+    x, w = random_in_layout((2, 8, 7, 7), torch.float32, "cpu"), random_in_layout((4, 8, 3, 3), torch.float32, "cpu")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         ours, theirs = F.conv2d(x, w), TF.conv2d(x, w)
     assert ours.dtype == theirs.dtype == torch.bfloat16

@@ -13,7 +13,7 @@ import torch.nn.functional as TF
 import torch_dnn
 import torch_dnn.functional as F
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
-from tests.utils import KINKS, devices, grad_off_kinks, make_input
+from tests.utils import KINKS, devices, grad_off_kinks, random_in_layout
 from torch_dnn.reference import hardsigmoid_reference, hardswish_reference
 from torch_dnn.reference.conv import conv_act_reference
 from torch_dnn.testing import compare
@@ -56,23 +56,6 @@ def _grad_off_kinks(case, act, ts):
     return grad_off_kinks(pre, act, dtype, lambda k: 8 * torch.finfo(dtype).eps)
 
 
-def _layout(t, layout):
-    if layout == "contiguous":
-        return t.contiguous()
-    if layout == "channels_last":
-        return t.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
-    if layout == "nlc":
-        return t.transpose(1, 2).contiguous().transpose(1, 2)
-    if layout == "strided":
-        wide = torch.cat([t, t], dim=-1)
-        return wide[..., ::2].copy_(t)
-    raise ValueError(layout)
-
-
-def _rand(shape, dtype, device, layout="contiguous", low=-1.0, high=1.0):
-    return _layout(make_input(shape, dtype, device, "contiguous", low, high), layout)
-
-
 # (label, input shape, weight shape, bias, residual layout or None (conv_bias_act), keywords, input layout)
 CASES = [
     ("2-D 3x3 pad 1", (2, 5, 7, 6), (6, 5, 3, 3), True, None, dict(padding=1), "contiguous"),
@@ -90,14 +73,14 @@ CASES = [
 
 def _inputs(case, dtype, device):
     _, xs, ws, bias, res, kw, lay = case
-    x = _rand(xs, dtype, device, lay)
-    w = _rand(ws, dtype, device, low=-0.5, high=0.5)
-    b = _rand((ws[0],), dtype, device) if bias else None
+    x = random_in_layout(xs, dtype, device, lay)
+    w = random_in_layout(ws, dtype, device, low=-0.5, high=0.5)
+    b = random_in_layout((ws[0],), dtype, device) if bias else None
     r = None
     if res is not None:
         with torch.no_grad():
             shape = conv_act_reference(x.double(), w.double(), None, **kw, activation="none").shape
-        r = _rand(shape, dtype, device, res)
+        r = random_in_layout(shape, dtype, device, res)
     return x, w, b, r
 
 
@@ -171,7 +154,7 @@ class TestConvFused(FamilyTester):
 
     def opcheck_samples(self, device):
         def t(shape, dtype=torch.float32, layout="contiguous", grad=False):
-            r = _rand(shape, dtype, device, layout)
+            r = random_in_layout(shape, dtype, device, layout)
             return r.requires_grad_() if grad else r
 
         x, w = t((2, 3, 5, 5), grad=True), t((4, 3, 3, 3), grad=True)
@@ -200,7 +183,7 @@ class TestConvFused(FamilyTester):
         converted, report = torch_dnn.convert(native, include=CONVS, fuse=True)
         assert len(report.fused) == 2
         yield ModelCase("small CNN fused", converted, native,
-                        _rand((2, 3, 9, 9), torch.float32, device, "channels_last"))
+                        random_in_layout((2, 3, 9, 9), torch.float32, device, "channels_last"))
 
     def bad_inputs(self):
         x, w, b, r = torch.ones(2, 3, 5, 5), torch.ones(4, 3, 3, 3), torch.ones(4), torch.ones(2, 4, 3, 3)
@@ -223,17 +206,17 @@ class TestConvFused(FamilyTester):
         ]
 
     def cuda_graph_step(self):
-        x = _rand((4, 32, 14, 14), torch.bfloat16, "cuda", "channels_last").requires_grad_()
-        w = _rand((64, 32, 3, 3), torch.bfloat16, "cuda").requires_grad_()
-        b = _rand((64,), torch.bfloat16, "cuda").requires_grad_()
-        r = _rand((4, 64, 14, 14), torch.bfloat16, "cuda", "channels_last").requires_grad_()
+        x = random_in_layout((4, 32, 14, 14), torch.bfloat16, "cuda", "channels_last").requires_grad_()
+        w = random_in_layout((64, 32, 3, 3), torch.bfloat16, "cuda").requires_grad_()
+        b = random_in_layout((64,), torch.bfloat16, "cuda").requires_grad_()
+        r = random_in_layout((4, 64, 14, 14), torch.bfloat16, "cuda", "channels_last").requires_grad_()
 
         def step():
             y = F.conv_bias_add_act(x, w, b, r, "relu", padding=1)
             gx, gw, gb, gr = torch.autograd.grad(y.float().square().sum(), [x, w, b, r])
             return y, gx, gw, gb, gr
 
-        return step, lambda: x.copy_(_rand((4, 32, 14, 14), torch.bfloat16, "cuda", "channels_last"))
+        return step, lambda: x.copy_(random_in_layout((4, 32, 14, 14), torch.bfloat16, "cuda", "channels_last"))
 
     def past_2_31_cases(self):
         return {"conv_bias_add_act 1-D": _past_2_31_elements}
@@ -245,7 +228,7 @@ def _past_2_31_elements():
     n = 2**31 + 4099
     x = torch.empty((1, 1, n), dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
     r = torch.empty((1, 1, n), dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
-    w, b = _rand((1, 1, 3), torch.bfloat16, "cuda"), _rand((1,), torch.bfloat16, "cuda")
+    w, b = random_in_layout((1, 1, 3), torch.bfloat16, "cuda"), random_in_layout((1,), torch.bfloat16, "cuda")
     y = F.conv_bias_add_act(x, w, b, r, "silu", padding=1)
     tx, tr = x[..., -64:], r[..., -63:]
     ref = [TF.silu(TF.conv1d(tx.to(d), w.to(d), b.to(d), padding=1)[..., -63:] + tr.to(d))
@@ -270,14 +253,14 @@ def test_tensor_core_epilogue(act, residual):
     3x3 and 1x1 (a GEMM) layers, every activation, against the unfused composition by the error rule."""
     for xs, ws, kw in (((4, 64, 14, 14), (64, 64, 3, 3), dict(padding=1)), ((4, 64, 14, 14), (128, 64, 1, 1), {}),
                        ((4, 32, 15, 15), (64, 32, 3, 3), dict(stride=2, padding=1))):
-        x = _rand(xs, torch.bfloat16, "cuda", "channels_last")
-        w = _rand(ws, torch.bfloat16, "cuda", "channels_last", low=-0.2, high=0.2)
-        b = _rand((ws[0],), torch.bfloat16, "cuda")
+        x = random_in_layout(xs, torch.bfloat16, "cuda", "channels_last")
+        w = random_in_layout(ws, torch.bfloat16, "cuda", "channels_last", low=-0.2, high=0.2)
+        b = random_in_layout((ws[0],), torch.bfloat16, "cuda")
         ins = [x, w, b]
         if residual:
             with torch.no_grad():
                 shape = TF.conv2d(x, w, **kw).shape
-                r = _rand(shape, torch.bfloat16, "cuda", "channels_last")
+                r = random_in_layout(shape, torch.bfloat16, "cuda", "channels_last")
                 pre = TF.conv2d(x.double(), w.double(), b.double(), **kw) + r.double()
             ins.append(_off_kinks(r, act, pre).contiguous(memory_format=torch.channels_last))
             ours = lambda x, w, b, r: F.conv_bias_add_act(x, w, b, r, act, **kw)  # noqa: E731
@@ -338,7 +321,7 @@ def test_convert_folds_batch_norm_and_fuses(device, include):
         assert not report.fused and type(converted[0]) is torch.nn.Conv2d  # convolutions are opt-in
     assert "folded  1 into 0" in str(report)
     for layout in ("contiguous", "channels_last"):
-        x = _rand((2, 3, 11, 9), torch.float32, device, layout)
+        x = random_in_layout((2, 3, 11, 9), torch.float32, device, layout)
         _assert_eval_agrees(native, converted, x, f"fused model {layout}")
     # the native model is untouched (convert copies)
     assert type(native[1]) is torch.nn.BatchNorm2d and native[0].weight.dtype == torch.float32
@@ -351,12 +334,12 @@ def test_convert_folds_1d_and_3d(device):
                                  torch.nn.ReLU()).to(device).eval()
     converted, report = torch_dnn.convert(native, fuse=True, include=CONVS)
     assert report.folded == [("0", "1")] and type(converted[0]) is torch_dnn.nn.Conv3dAct
-    _assert_eval_agrees(native, converted, _rand((2, 3, 5, 4, 6), torch.float32, device), "3-D")
+    _assert_eval_agrees(native, converted, random_in_layout((2, 3, 5, 4, 6), torch.float32, device), "3-D")
     native = torch.nn.Sequential(torch.nn.Conv1d(3, 4, 3), _randomize_bn(torch.nn.BatchNorm1d(4)),
                                  torch.nn.LeakyReLU(0.2)).to(device).eval()
     converted, report = torch_dnn.convert(native, fuse=True, include=CONVS)
     assert report.folded == [("0", "1")] and converted[0].act_a == 0.2
-    _assert_eval_agrees(native, converted, _rand((2, 3, 9), torch.float32, device), "1-D")
+    _assert_eval_agrees(native, converted, random_in_layout((2, 3, 9), torch.float32, device), "1-D")
 
 
 def test_convert_leaves_training_and_mismatched_batch_norms():
@@ -392,7 +375,7 @@ def test_conv_act_module_trains_as_native(device):
     converted, report = torch_dnn.convert(native, fuse=True, include=CONVS)
     assert len(report.fused) == 2 and converted[0].weight is not native[0].weight  # convert copied the model
     assert converted.state_dict().keys() == native.state_dict().keys()
-    ModelCase("Conv2dAct train", converted, native, _rand((2, 4, 7, 6), torch.float32, device)).check()
+    ModelCase("Conv2dAct train", converted, native, random_in_layout((2, 4, 7, 6), torch.float32, device)).check()
 
 
 @pytest.mark.parametrize("act", ["gelu", "relu", "softplus"])

@@ -13,21 +13,13 @@ import torch
 import torch.nn.functional as TF
 
 from torch_dnn.testing import compare, random_like_case
+from tests.utils import HOPPER, sm90_gemm_built
 
 
-def _sm90_built() -> bool:
-    try:
-        from torch_dnn.ops.matmul import gemm_paths
-        return "sm90" in gemm_paths()  # the conv kernels are built with the Hopper GEMM (TORCH_DNN_WITH_SM90_GEMM)
-    except Exception:
-        return False
-
-
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not HOPPER, reason="needs a cc 9.0 (Hopper) GPU"),
-    pytest.mark.skipif(HOPPER and not _sm90_built(), reason="this build has no sm_90a CUTLASS kernels"),
+    pytest.mark.skipif(HOPPER and not sm90_gemm_built(), reason="this build has no sm_90a CUTLASS kernels"),
 ]
 
 SM90_KERNEL = "ConvUniversal"  # cutlass::device_kernel<cutlass::conv::kernel::ConvUniversal<...>>

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 import torch_dnn  # noqa: F401  (loads the ops)
 from torch_dnn.testing import compare, random_like_case
+from tests.utils import HOPPER, sm90_gemm_built
 
 
 def _has_op(name: str) -> bool:
@@ -31,21 +32,12 @@ def _has_op(name: str) -> bool:
         return False
 
 
-def _sm90_path() -> bool:
-    try:
-        from torch_dnn.ops.matmul import gemm_paths
-        return "sm90" in gemm_paths()
-    except Exception:
-        return False
-
-
-HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 pytestmark = [
     pytest.mark.cuda,
     pytest.mark.skipif(not HOPPER, reason="needs a cc 9.0 (Hopper) GPU"),
     pytest.mark.skipif(not (_has_op("mm") and _has_op("linear_act")), reason="matmul ops not built"),
     # a build without CUTLASS or sm_90a (scripts/gpu_check.sh --no-sm90) has no Hopper GEMM to force
-    pytest.mark.skipif(HOPPER and not _sm90_path(), reason="this build has no sm90 GEMM"),
+    pytest.mark.skipif(HOPPER and not sm90_gemm_built(), reason="this build has no sm90 GEMM"),
 ]
 
 DTYPES = [torch.bfloat16, torch.float16]

@@ -82,6 +82,41 @@ def grad_off_kinks(pre, act, dtype, margin):
     return g
 
 
+def in_layout(t, layout):
+    """t's values in one of the convolution tests' memory layouts: contiguous, channels_last (4-D or 5-D), nlc
+    ((N, C, L) stored as (N, L, C)), transposed (the last two dims swapped in memory), strided (every other element
+    of a wider tensor)."""
+    if layout == "contiguous":
+        return t.contiguous()
+    if layout == "channels_last":
+        return t.contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+    if layout == "nlc":
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "transposed":
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "strided":
+        wide = torch.cat([t, t], dim=-1)
+        return wide[..., ::2].copy_(t)
+    raise ValueError(layout)
+
+
+def random_in_layout(shape, dtype, device, layout="contiguous", low=-1.0, high=1.0):
+    return in_layout(make_input(shape, dtype, device, "contiguous", low, high), layout)
+
+
+# A Hopper GPU (cc 9.0, the sm_90a kernels' target) and whether this build has the CUTLASS Hopper kernels (the GEMM
+# and the convolutions built with it: TORCH_DNN_WITH_SM90_GEMM).
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+def sm90_gemm_built() -> bool:
+    try:
+        from torch_dnn.ops.matmul import gemm_paths
+        return "sm90" in gemm_paths()
+    except Exception:
+        return False
+
+
 def case_shapes():
     """(shape, layout) pairs: odd sizes, size 0, every layout."""
     return [
