@@ -28,12 +28,6 @@ namespace {
 std::mt19937_64 rng(1234);
 double urand(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }
 
-template <typename T> double tod(T v) { return double(v); }
-template <> double tod<__half>(__half v) { return double(__half2float(v)); }
-template <> double tod<__nv_bfloat16>(__nv_bfloat16 v) { return double(__bfloat162float(v)); }
-template <typename T> T fromd(double v) { return T(v); }
-template <> __half fromd<__half>(double v) { return __float2half_rn(float(v)); }
-template <> __nv_bfloat16 fromd<__nv_bfloat16>(double v) { return __float2bfloat16_rn(float(v)); }
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<__half>() { return DType::Float16; }
 template <> constexpr DType dtype_of<__nv_bfloat16>() { return DType::BFloat16; }

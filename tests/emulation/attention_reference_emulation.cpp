@@ -57,12 +57,6 @@ struct Buf {
   T& at(int b, int h, int64_t s, int d) { return data[size_t(b * op.sb + h * op.sh + s * op.ss + d)]; }
 };
 
-template <typename T> double tod(T v) { return double(v); }
-template <> double tod<__half>(__half v) { return double(__half2float(v)); }
-template <> double tod<__nv_bfloat16>(__nv_bfloat16 v) { return double(__bfloat162float(v)); }
-template <typename T> T fromd(double v) { return T(v); }
-template <> __half fromd<__half>(double v) { return __float2half_rn(float(v)); }
-template <> __nv_bfloat16 fromd<__nv_bfloat16>(double v) { return __float2bfloat16_rn(float(v)); }
 
 void* ws_get(void*, int64_t bytes) {
   static std::vector<std::vector<unsigned char>> keep;
