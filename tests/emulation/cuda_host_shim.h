@@ -48,30 +48,12 @@ inline float __uint_as_float(uint32_t u) {
   return f;
 }
 // The kernels' element types to and from double, for the emulations' references.
-template <typename T>
-double tod(T v) {
-  return double(v);
-}
-template <>
-inline double tod<__half>(__half v) {
-  return double(__half2float(v));
-}
-template <>
-inline double tod<__nv_bfloat16>(__nv_bfloat16 v) {
-  return double(__bfloat162float(v));
-}
-template <typename T>
-T fromd(double v) {
-  return T(v);
-}
-template <>
-inline __half fromd<__half>(double v) {
-  return __float2half_rn(float(v));
-}
-template <>
-inline __nv_bfloat16 fromd<__nv_bfloat16>(double v) {
-  return __float2bfloat16_rn(float(v));
-}
+template <typename T> double tod(T v) { return double(v); }
+template <> inline double tod<__half>(__half v) { return double(__half2float(v)); }
+template <> inline double tod<__nv_bfloat16>(__nv_bfloat16 v) { return double(__bfloat162float(v)); }
+template <typename T> T fromd(double v) { return T(v); }
+template <> inline __half fromd<__half>(double v) { return __float2half_rn(float(v)); }
+template <> inline __nv_bfloat16 fromd<__nv_bfloat16>(double v) { return __float2bfloat16_rn(float(v)); }
 
 // CUDA's integer min for 64-bit indices (its device overloads are not declared for the host)
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
