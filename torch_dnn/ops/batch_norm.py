@@ -310,7 +310,7 @@ def _python_autograd(*tensors) -> bool:
     """Whether autograd must go through the Python Function: under a torch.func transform (functorch refuses C++
     autograd Functions). Otherwise, eager or under torch.compile's tracing, the op itself records autograd by its C++
     kernel (AOTAutograd traces it, running-statistics mutation included)."""
-    return needs_autograd(*tensors) and torch._C._are_functorch_transforms_active()
+    return torch._C._are_functorch_transforms_active() and needs_autograd(*tensors)
 
 
 def _empty_batch_norm(input, weight, bias):
