@@ -7,7 +7,9 @@ tiny, so a call's time is mostly the Python layers, the dispatcher and the autog
 time is in the row too (small, except where a CPU kernel is itself slow: docs/host-overhead.md). Where CUDA is
 available the same cases run on CUDA tensors and measure the launch side (the host time of a call whose kernel is
 shorter).
-Rows report ms per call (the harness's unit); ours over PyTorch's is 1 / the speedup column.
+Rows report ms per call (the harness's unit); ours over PyTorch's is 1 / the speedup column. Some functional
+forward cases also time PyTorch's own op through `torch.ops.aten` ("torch via torch.ops"): the entry every torch_dnn
+op takes (a boxed call, arguments parsed against the schema), i.e. the floor our forward-only calls stand on.
 """
 import torch
 import torch.nn.functional as TF
@@ -45,8 +47,9 @@ def _module(cls, *args, **kwargs):
     return cls(*args, **kwargs).to(_device())
 
 
-def _op_cases(group, name, shape, out_shape, make, inplace=False, quick=False):
-    """The four cases of one op: module / functional x forward / forward+backward.
+def _op_cases(group, name, shape, out_shape, make, inplace=False, quick=False, entry=None):
+    """The four cases of one op: module / functional x forward / forward+backward; entry: PyTorch's op through
+    torch.ops.aten as a callable of the input, timed beside the functional forward.
 
     make(frozen) -> (ours_mod, torch_mod, ours_fn, torch_fn): the modules (ours holding a copy of the torch module's
     parameters) and callables of the input alone (parameters bound from the torch module). frozen: parameters that
@@ -67,8 +70,10 @@ def _op_cases(group, name, shape, out_shape, make, inplace=False, quick=False):
     for i, how in ((0, "module"), (2, "functional")):
         if fwd[i] is None:
             continue
-        cases.append(Case("host", f"{name} {list(shape)} {how} fwd", fwd_inputs,
-                          {"torch_dnn": fwd[i], "torch": fwd[i + 1]}, group=group, host=True,
+        impls = {"torch_dnn": fwd[i], "torch": fwd[i + 1]}
+        if how == "functional" and entry is not None:
+            impls["torch via torch.ops"] = entry
+        cases.append(Case("host", f"{name} {list(shape)} {how} fwd", fwd_inputs, impls, group=group, host=True,
                           rounds=rounds, target="<=1.2x torch"))
         cases.append(Case("host", f"{name} {list(shape)} {how} fwd+bwd", bwd_inputs,
                           {"torch_dnn": wrap(bwd[i]), "torch": wrap(bwd[i + 1])}, group=group, host=True,
@@ -88,14 +93,16 @@ def _pair(torch_cls, ours_cls, frozen, *args, **kwargs):
 
 def cases(quick=False):
     act_shape = (4, 64)
+    aten = torch.ops.aten
     out = []
-    for name, tcls, ocls, tf, of in (
-        ("relu", torch.nn.ReLU, N.ReLU, TF.relu, F.relu),
-        ("gelu", torch.nn.GELU, N.GELU, TF.gelu, F.gelu),
-        ("hardswish", torch.nn.Hardswish, N.Hardswish, TF.hardswish, F.hardswish),
+    for name, tcls, ocls, tf, of, entry in (
+        ("relu", torch.nn.ReLU, N.ReLU, TF.relu, F.relu, aten.relu.default),
+        ("gelu", torch.nn.GELU, N.GELU, TF.gelu, F.gelu, aten.gelu.default),
+        ("hardswish", torch.nn.Hardswish, N.Hardswish, TF.hardswish, F.hardswish, aten.hardswish.default),
     ):
         out += _op_cases("activation", name, act_shape, act_shape,
-                         lambda fz, tcls=tcls, ocls=ocls, tf=tf, of=of: (*_pair(tcls, ocls, fz), of, tf), quick=quick)
+                         lambda fz, tcls=tcls, ocls=ocls, tf=tf, of=of: (*_pair(tcls, ocls, fz), of, tf), quick=quick,
+                         entry=entry)
     for name, tcls, ocls, tf, of in (
         ("relu_", torch.nn.ReLU, N.ReLU, TF.relu, F.relu),
         ("hardswish_", torch.nn.Hardswish, N.Hardswish, TF.hardswish, F.hardswish),
@@ -108,7 +115,8 @@ def cases(quick=False):
 
     out += _op_cases("softmax", "softmax", act_shape, act_shape,
                      lambda fz: (*_pair(torch.nn.Softmax, N.Softmax, fz, dim=-1), lambda x: F.softmax(x, -1),
-                                 lambda x: TF.softmax(x, -1)), quick=quick)
+                                 lambda x: TF.softmax(x, -1)), quick=quick,
+                     entry=lambda x: aten._softmax.default(x, -1, False))
 
     def layer_norm(fz):
         ours, peer = _pair(torch.nn.LayerNorm, N.LayerNorm, fz, 64)
@@ -146,10 +154,12 @@ def cases(quick=False):
     pimg = (2, 4, 8, 8)
     out += _op_cases("pool", "max_pool2d 3/2", pimg, (2, 4, 4, 4),
                      lambda fz: (*_pair(torch.nn.MaxPool2d, N.MaxPool2d, fz, 3, 2, 1),
-                                 lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)), quick=quick)
+                                 lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: TF.max_pool2d(x, 3, 2, 1)), quick=quick,
+                     entry=lambda x: aten.max_pool2d_with_indices.default(x, [3, 3], [2, 2], [1, 1], [1, 1], False))
     out += _op_cases("pool", "avg_pool2d 2", pimg, (2, 4, 4, 4),
                      lambda fz: (*_pair(torch.nn.AvgPool2d, N.AvgPool2d, fz, 2),
-                                 lambda x: F.avg_pool2d(x, 2), lambda x: TF.avg_pool2d(x, 2)), quick=quick)
+                                 lambda x: F.avg_pool2d(x, 2), lambda x: TF.avg_pool2d(x, 2)), quick=quick,
+                     entry=lambda x: aten.avg_pool2d.default(x, [2, 2], [2, 2], [0, 0], False, True, None))
     out += _op_cases("pool", "adaptive_avg_pool2d 1", pimg, (2, 4, 1, 1),
                      lambda fz: (*_pair(torch.nn.AdaptiveAvgPool2d, N.AdaptiveAvgPool2d, fz, 1),
                                  lambda x: F.adaptive_avg_pool2d(x, 1), lambda x: TF.adaptive_avg_pool2d(x, 1)),
