@@ -109,6 +109,18 @@ at::Tensor act_forward(const at::Tensor& pre, Act k, ActParams p) {
   }
 }
 
+// conv_bias_add_act where there is a residual, else conv_bias_act (through the dispatcher from where it is called).
+at::Tensor call_fused_op(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& res,
+                         IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups,
+                         c10::string_view act, OptDouble act_a, OptDouble act_b) {
+  if (res.defined()) {
+    static const auto op = op_handle<BiasAddActSig>("torch_dnn::conv_bias_add_act");
+    return op.call(x, w, b, res, stride, padding, dilation, groups, act, act_a, act_b);
+  }
+  static const auto op = op_handle<BiasActSig>("torch_dnn::conv_bias_act");
+  return op.call(x, w, b, stride, padding, dilation, groups, act, act_a, act_b);
+}
+
 // The fused op's arguments a node keeps (geometry, activation) and the ops its backward calls.
 struct FusedCall {
   Ints stride, padding, dilation;
@@ -134,12 +146,7 @@ struct FusedCall {
   // the op itself with activation `act` (conv_bias_add_act where there is a residual)
   at::Tensor fused(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& res,
                    c10::string_view a, OptDouble pa, OptDouble pb) const {
-    if (res.defined()) {
-      static const auto op = op_handle<BiasAddActSig>("torch_dnn::conv_bias_add_act");
-      return op.call(x, w, b, res, stride, padding, dilation, groups, a, pa, pb);
-    }
-    static const auto op = op_handle<BiasActSig>("torch_dnn::conv_bias_act");
-    return op.call(x, w, b, stride, padding, dilation, groups, a, pa, pb);
+    return call_fused_op(x, w, b, res, stride, padding, dilation, groups, a, pa, pb);
   }
   at::Tensor conv(const at::Tensor& x, const at::Tensor& w, const OptTensor& b) const {
     return convolution_op().call(x, w, b, stride, padding, dilation, false, Ints{0}, groups);
@@ -223,13 +230,12 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
   }
 };
 
-// The fused op below the Autograd key, for a call that records no graph.
+// The fused op below the Autograd key, for a call that records no graph (no node, so no copies of its arguments).
 at::Tensor fused_below(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& r,
                        IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, int64_t groups,
                        c10::string_view act, OptDouble act_a, OptDouble act_b) {
-  const FusedCall call{stride.vec(), padding.vec(), dilation.vec(), groups, std::string(act), act_a, act_b};
   at::AutoDispatchBelowADInplaceOrView guard;
-  return call.fused(x, w, b, r, act, act_a, act_b);
+  return call_fused_op(x, w, b, r, stride, padding, dilation, groups, act, act_a, act_b);
 }
 
 }  // namespace
