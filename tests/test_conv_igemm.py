@@ -52,7 +52,9 @@ PATTERNS = {
     "fprop": r"igemm_kernel.*GatherProblem<[^<>]*, false, \d+>",
     "dgrad": r"igemm_kernel.*GatherProblem<[^<>]*, true, \d+>",
     "wgrad": r"igemm_kernel.*WgradProblem",
-    "gemm": r"gemm_kernel|cutlass|Sm90|sm90",
+    # a 1x1 convolution is a matmul: the matmul family's kernels, whichever its plan picks (the skinny GEMM for few
+    # rows; the CUTLASS Hopper GEMM only in builds with CUTLASS)
+    "gemm": r"gemm_kernel|cutlass|Sm90|sm90|torch_dnn::matmul::",
     "hopper": r"ConvUniversal",  # conv_sm90.cu's CUTLASS kernels (sm_90 builds with CUTLASS)
 }
 
