@@ -1,6 +1,7 @@
 """Benchmark cases of the attention family (TFLOP/s), bf16, issue 37's shapes: B4 H16 S4096 D128 forward and
 backward, plain and causal, and B8 H16 S2048 D64, against F.scaled_dot_product_attention with its cuDNN and flash
-backends (torch.nn.attention.sdpa_kernel), and our mma.sync kernels (the Hopper route off) as a row of their own. FLOPs as FlashAttention counts them: 4 B H Sq Sk D forward, 2.5x that
+backends (torch.nn.attention.sdpa_kernel), and our mma.sync kernels (the Hopper route off) and the Hopper forward's
+other schedules as rows of their own. FLOPs as FlashAttention counts them: 4 B H Sq Sk D forward, 2.5x that
 backward, half of each when causal. A backward row times torch.autograd.grad through a forward made once per
 implementation (each backend's own backward kernel, picked by its forward). Decode: flash_decode at B8 Hq32 Hkv8
 S16k D128, contiguous and paged (block 256, scattered blocks), in GB/s of K and V read (the minimum traffic),
@@ -36,12 +37,17 @@ def _on(backend, fn):
 
 # "mma.sync": our FlashAttention-2 kernels with the Hopper (wgmma) route turned off (the same kernels on other GPUs).
 _MMA_SYNC = {"TORCH_DNN_ATTENTION_SM90": "0"}
+# The Hopper forward's other schedules (docs/attention.md): "cp.async", its tiles copied by the MMA threads instead of
+# a copy warpgroup; "ping-pong", the MMA warpgroups taking turns at the tensor cores.
+_FWD_SCHEDULES = {"torch_dnn cp.async": {"TORCH_DNN_ATTENTION_SM90_FWD": "cp.async"},
+                  "torch_dnn ping-pong": {"TORCH_DNN_ATTENTION_SM90_FWD": "pingpong"}}
 
 
 def _forward_impls(causal):
     ours = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
     theirs = lambda q, k, v: TF.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
-    impls = {"torch_dnn": ours, "torch_dnn mma.sync": with_env(ours, **_MMA_SYNC)}
+    impls = {"torch_dnn": ours, **{n: with_env(ours, **env) for n, env in _FWD_SCHEDULES.items()},
+             "torch_dnn mma.sync": with_env(ours, **_MMA_SYNC)}
     impls.update({name: _on(b, theirs) for name, b in _BACKENDS.items()})
     return impls
 
@@ -50,6 +56,8 @@ def _backward_impls(causal):
     """The backward rows: each forward's graph, the knob held through torch.autograd.grad too (the backward kernels
     are chosen when it runs, not when the forward recorded it)."""
     fwd = _forward_impls(causal)
+    for name in _FWD_SCHEDULES:  # forward-only choices
+        del fwd[name]
     impls = {n: _backward(f) for n, f in fwd.items()}
     impls["torch_dnn mma.sync"] = with_env(impls["torch_dnn mma.sync"], **_MMA_SYNC)
     return impls

@@ -26,12 +26,14 @@ enum class Path { Auto, Flash, Reference };
 struct Knobs {
   Path path = Path::Auto;
   bool sm90_enabled = true;
+  Sm90Fwd sm90_fwd = Sm90Fwd::WarpSpecialized;
 };
 
 Knobs read_knobs() {
   Knobs k;
   k.path = Path(knob_choice("TORCH_DNN_ATTENTION_PATH", {"auto", "flash", "reference"}));
   k.sm90_enabled = knob_choice("TORCH_DNN_ATTENTION_SM90", {"1", "0"}) == 0;
+  k.sm90_fwd = Sm90Fwd(knob_choice("TORCH_DNN_ATTENTION_SM90_FWD", {"ws", "pingpong", "cp.async"}));
   return k;
 }
 
@@ -62,6 +64,7 @@ void launch(const char* what, const AttnArgs& a, Flash flash, Reference referenc
   if (path != Path::Reference) {
     AttnArgs chosen = a;
     chosen.sm90_enabled = knobs.sm90_enabled;
+    chosen.sm90_fwd = knobs.sm90_fwd;
     err = flash(chosen, ws.source(), current_stream());
     TORCH_CHECK(err != cudaErrorNotSupported || path != Path::Flash, "torch_dnn: TORCH_DNN_ATTENTION_PATH=flash, ",
                 "but the flash ", what, " cannot take this problem");

@@ -43,6 +43,10 @@ inline bool rows_aligned16(const Operand4& o, bool varlen) {
 
 enum class MaskKind : int { None = 0, Bool = 1, Additive = 2 };
 
+// The Hopper forward's schedules (kernels/flash_forward_sm90.cuh): a copy warpgroup's tensor copies feeding two MMA
+// warpgroups that drift freely or take turns at the tensor cores, or every MMA thread copying its share by cp.async.
+enum class Sm90Fwd : int { WarpSpecialized = 0, PingPong = 1, CpAsync = 2 };
+
 struct AttnArgs {
   DType dtype = DType::BFloat16;  // of q, k, v, o and their gradients
   int64_t B = 0, Hq = 0, Hkv = 0, Sq = 0, Sk = 0, Dqk = 0, Dv = 0;
@@ -70,6 +74,11 @@ struct AttnArgs {
   // Whether the Hopper (wgmma) route may run: the op layer's TORCH_DNN_ATTENTION_SM90 knob (attention_cuda.cpp,
   // docs/attention.md), so that the torch-free launchers read no environment.
   bool sm90_enabled = true;
+  // The Hopper forward's schedule (TORCH_DNN_ATTENTION_SM90_FWD, docs/attention.md).
+  Sm90Fwd sm90_fwd = Sm90Fwd::WarpSpecialized;
+  // Rows of q (and o) and of k and v along their sequence dim: Sq and Sk, or a packed batch's totals (the tensor
+  // maps' bounds).
+  int64_t q_rows = 0, k_rows = 0;
 };
 
 // Device scratch memory: get(bytes) returns at least `bytes` valid for the work queued on the stream, or null.

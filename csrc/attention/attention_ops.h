@@ -194,6 +194,8 @@ inline AttnArgs make_args(const Problem& p, const Options& o, const at::Tensor& 
   a.k = operand(k);
   a.v = operand(v);
   a.o = operand(out);
+  a.q_rows = q.size(2);
+  a.k_rows = k.size(2);
   a.lse = const_cast<void*>(lse.const_data_ptr());
   a.scale = o.scale.has_value() ? *o.scale : 1.0 / std::sqrt(double(p.Dqk));
   a.causal = o.causal;

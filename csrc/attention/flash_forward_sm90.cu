@@ -5,6 +5,9 @@
 // positive scale; causal and sliding windows in either alignment, GQA/MQA, variable lengths; 16-byte-aligned rows
 // (as the mma.sync kernels). Everything else answers cudaErrorNotSupported and flash_forward's mma.sync kernels
 // take it. TORCH_DNN_ATTENTION_SM90=0 turns the route off (tests of the mma.sync kernels on Hopper).
+// The tiles are copied by the copy engine through tensor maps made here, one per operand and call (the
+// warp-specialised schedules), or, where a map cannot be made (or TORCH_DNN_ATTENTION_SM90_FWD=cp.async), by
+// cp.async from the MMA threads.
 #include <cstdint>
 
 #include "attention/kernels/flash_forward_sm90.cuh"
@@ -15,21 +18,46 @@ namespace torch_dnn {
 namespace attention {
 namespace {
 
-template <typename T, int D>
-cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
-  using C = Sm90FwdConfig<D>;
-  constexpr auto kernel = flash_forward_sm90_kernel<T, D>;
+// The tensor map of operand o ([B][H][rows][D] through its strides; a packed batch is one sequence of `rows`).
+bool operand_map(TmaMap4* m, const Operand4& o, int64_t B, int64_t H, int64_t rows, int D, bool varlen) {
+  const int64_t dim[4] = {D, rows, H, varlen ? 1 : B};
+  int64_t stride[4] = {2, o.ss * 2, o.sh * 2, o.sb * 2};
+  for (int i = 1; i < 4; ++i)
+    if (dim[i] == 1) stride[i] = 16;  // never stepped: any stride the encoder takes (a size-1 dim's may be 0)
+  return tma_map_16bit(m, o.ptr, dim, stride, 64, 128);
+}
+
+template <typename T, int D, Sm90Fwd kSchedule>
+cudaError_t launch(const AttnArgs& a, const Sm90FwdMaps& maps, cudaStream_t stream) {
+  using C = Sm90FwdConfig<D, kSchedule>;
+  constexpr auto kernel = flash_forward_sm90_kernel<T, D, kSchedule>;
   if (!sm90_allow_smem<kernel>(C::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t blocks = (a.Sq + C::kBM - 1) / C::kBM * a.Hq * a.B;
   if (blocks > int64_t(0x7fffffff)) return cudaErrorNotSupported;
   const float scale_log2 = float(a.scale * 1.4426950408889634);
-  launch_1d(kernel, blocks, C::kThreads, C::kSmemBytes, stream, a, scale_log2);
+  launch_1d(kernel, blocks, C::kThreads, C::kSmemBytes, stream, a, scale_log2, maps);
   return cudaGetLastError();
+}
+
+template <typename T, int D>
+cudaError_t launch_dim(const AttnArgs& a, cudaStream_t stream) {
+  Sm90FwdMaps maps{};
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  // the copy engine's coordinates are 32-bit
+  const bool fits = a.q_rows < (int64_t(1) << 31) && a.k_rows < (int64_t(1) << 31) && a.Hq < (int64_t(1) << 31) &&
+                    a.B < (int64_t(1) << 31);
+  if (a.sm90_fwd != Sm90Fwd::CpAsync && fits && operand_map(&maps.q, a.q, a.B, a.Hq, a.q_rows, D, varlen) &&
+      operand_map(&maps.k, a.k, a.B, a.Hkv, a.k_rows, D, varlen) &&
+      operand_map(&maps.v, a.v, a.B, a.Hkv, a.k_rows, D, varlen)) {
+    return a.sm90_fwd == Sm90Fwd::PingPong ? launch<T, D, Sm90Fwd::PingPong>(a, maps, stream)
+                                           : launch<T, D, Sm90Fwd::WarpSpecialized>(a, maps, stream);
+  }
+  return launch<T, D, Sm90Fwd::CpAsync>(a, maps, stream);
 }
 
 template <typename T>
 cudaError_t launch_typed(const AttnArgs& a, cudaStream_t stream) {
-  return a.Dqk == 64 ? launch<T, 64>(a, stream) : launch<T, 128>(a, stream);
+  return a.Dqk == 64 ? launch_dim<T, 64>(a, stream) : launch_dim<T, 128>(a, stream);
 }
 
 }  // namespace

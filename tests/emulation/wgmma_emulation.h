@@ -1,6 +1,6 @@
 // The sm_90 operations of the Hopper (wgmma) kernels computed on the host for cuda_host_shim.h's emulation
 // (compiled with TORCH_DNN_EMULATE_MBARRIER): shared-memory mbarriers with their phases, arrival counts and
-// transaction bytes; wgmma.mma_async reading its shared-memory operands through their matrix
+// transaction bytes; named barriers; wgmma.mma_async reading its shared-memory operands through their matrix
 // descriptors (address, leading / stride byte offsets, the 128-byte swizzle applied to the address bits as the
 // hardware does) and its register A operand from the warpgroup's 128 threads. The MMAs complete at issue (a
 // kernel's fences and waits are no-ops): this checks layouts, descriptors, swizzles and the barrier protocol, not
@@ -8,10 +8,12 @@
 // aligns to 256 KB so that an offset has the absolute address's low bits (what the swizzle reads).
 // Included after cuda_host_shim.h and warp_emulation.h, before the kernel sources.
 #pragma once
+#include <barrier>
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <type_traits>
@@ -69,6 +71,18 @@ inline void emu_mbar_wait(const void* bar, unsigned parity) {
   EmuMbar& b = it->second;
   emu_mbars().cv.wait(l, [&] { return (b.completed & 1u) != (parity & 1u); });
 }
+
+// ---- named barriers (bar.sync / bar.arrive id, threads) ----
+inline std::barrier<>& emu_named_barrier(int id, int threads) {
+  static std::mutex m;
+  static std::map<int, std::unique_ptr<std::barrier<>>> bars;
+  std::lock_guard<std::mutex> l(m);
+  auto& p = bars[id];
+  if (!p) p = std::make_unique<std::barrier<>>(threads);
+  return *p;
+}
+inline void emu_named_barrier_sync(int id, int threads) { emu_named_barrier(id, threads).arrive_and_wait(); }
+inline void emu_named_barrier_arrive(int id, int threads) { (void)emu_named_barrier(id, threads).arrive(); }
 
 // ---- wgmma ----
 namespace torch_dnn_emu_wgmma {

@@ -1,19 +1,20 @@
 // The flash forward on Hopper's warpgroup tensor cores (wgmma, sm_90a): FlashAttention's online softmax with
 // S = Q K^T read from shared memory and O += P V taking P straight from the registers that hold the scores.
 //
-// A CTA of two warpgroups (256 threads) owns BM = 128 query rows of one (batch, query head), 64 a warpgroup, and
-// walks the visible key tiles of BN = 128 keys. Shared memory: Q [128][D] and two-stage rings of K and of V tiles
-// [128][D], all in the 128-byte swizzle (common/cuda/wgmma.cuh), filled by cp.async from every thread; D = 128:
-// 160 KB. Each stage has two mbarriers: full (every thread's cp.async arrival, 256 a phase) and empty (every thread
-// arrives once its warpgroup's MMAs that read the stage completed). At the top of iteration t each thread issues its
-// share of K of tile t + 1 and V of tile t (V of t is first read by the P V of iteration t + 1).
+// Two MMA warpgroups (256 threads) own BM = 128 query rows of one (batch, query head), 64 a warpgroup, and walk
+// the visible key tiles of BN = 128 keys. Shared memory: Q [128][D] and two-stage rings of K and of V tiles
+// [128][D], all in the 128-byte swizzle (common/cuda/wgmma.cuh); D = 128: 160 KB. Each stage has two mbarriers:
+// full (its copies landed) and empty (every MMA thread arrives once its warpgroup's MMAs that read the stage
+// completed). The tiles are copied in the order they are read: Q with K of tile 0, then K of t + 1 before V of t
+// (V of t is first read by the P V of iteration t + 1), by one of two schemes (kTma, below): a copy warpgroup's
+// tensor copies, or each MMA thread's share by cp.async at the top of iteration t.
 // Iteration t of a warpgroup (FlashAttention-3's overlap within a warpgroup): S of tile t (D / 16 SS MMAs, 64 x 128
 // floats, 64 a thread) and P V of tile t - 1 (BN / 16 RS MMAs, P packed to 16 bits in the registers that held its
 // scores) are issued together; the softmax of t (masking where the tile crosses the visibility boundary or the
 // end of the keys; the running max and sum in the log2 domain, reduced over the quad of lanes sharing a row) runs
 // while P V computes; then O is rescaled and P packed. The two warpgroups drift apart by up to an iteration, so
 // one's softmax overlaps the other's MMAs. (Enforcing the alternation with named barriers, FlashAttention-3's
-// ping-pong, measured 1-7% slower on the H200.)
+// ping-pong, measured 1-7% slower on the H200 in the cp.async scheme.)
 // The epilogue divides by the row sums and writes O (16-bit pairs) and lse (float); a row that sees no key gets
 // zeros and lse = +inf.
 #pragma once
@@ -23,28 +24,44 @@
 
 #include "attention/kernels/attention_common.cuh"
 #include "attention/kernels/sm90_common.cuh"
+#include "common/cuda/tma.cuh"
 
 namespace torch_dnn {
 namespace attention {
 
-template <int D>
+// The schedules (Sm90Fwd, attention_kernels.h). Warp-specialised (WarpSpecialized, PingPong): a third warpgroup
+// (the first, threads 0-127) moves the tiles: one thread issues the copy engine's tensor copies (tma.cuh) of Q and
+// of each K and V tile, announcing their bytes on the stage's full barrier, and the MMA warpgroups only compute
+// (they take the copy warpgroup's registers: setmaxnreg). PingPong: the MMA warpgroups also take turns issuing
+// their MMAs (named barriers 1 and 2), so that one's softmax runs while the other's MMAs hold the tensor cores.
+// CpAsync: every thread of the two MMA warpgroups issues its share of each tile by cp.async.
+template <int D, Sm90Fwd kSchedule>
 struct Sm90FwdConfig {
-  static constexpr int kBM = 128, kBN = 128, kThreads = 256, kStages = 2;
+  static constexpr bool kTma = kSchedule != Sm90Fwd::CpAsync;
+  static constexpr int kBM = 128, kBN = 128, kStages = 2;
+  static constexpr int kMmaThreads = 256;
+  static constexpr int kThreads = kTma ? 384 : 256;
   static constexpr int kQBytes = kBM * D * 2;
   static constexpr int kTileBytes = kBN * D * 2;  // one K or V stage
-  static constexpr int kBarrierBytes = 64;
+  static constexpr int kBarrierBytes = 128;
   // +1024: the dynamic shared memory is aligned up to the swizzle atom inside the kernel.
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kTileBytes + kBarrierBytes;
   static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "every tile starts on a swizzle atom");
 };
 
-template <typename T, int D>
-__global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnArgs a, float scale_log2) {
+// The tensor maps of q, k and v ([B][H][S][D] as 4-D tensors, D innermost; a packed batch as B = 1), boxes of 64
+// columns by 128 rows. Unused by the cp.async form.
+struct Sm90FwdMaps {
+  TmaMap4 q, k, v;
+};
+
+template <typename T, int D, Sm90Fwd kSchedule>
+__global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
+    flash_forward_sm90_kernel(const AttnArgs a, float scale_log2, const __grid_constant__ Sm90FwdMaps maps) {
 #ifdef TORCH_DNN_WGMMA_CODE
-  using C = Sm90FwdConfig<D>;
-  constexpr int BM = C::kBM, BN = C::kBN, NT = C::kThreads;
-  const Sm90Thread th;
-  const int tid = th.tid, wg = th.wg, quad = th.quad;
+  using C = Sm90FwdConfig<D, kSchedule>;
+  constexpr bool kTma = C::kTma, kPingPong = kSchedule == Sm90Fwd::PingPong;
+  constexpr int BM = C::kBM, BN = C::kBN, NT = C::kMmaThreads;
   const Sm90QueryTile qt(a, BM, BN);
   if (qt.empty) return;
   const int64_t b = qt.b, h = qt.h, hk = qt.hk, m0 = qt.m0, n_lo = qt.n_lo;
@@ -59,24 +76,101 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
   uint64_t* empty_k = full_k + 2;
   uint64_t* full_v = full_k + 4;
   uint64_t* empty_v = full_k + 6;
-  sm90_init_barriers(full_k, 8, NT);
+  uint64_t* tail_v = full_k + 8;  // kTma, packed batches: the last V tile before its foreign rows are zeroed
+  if (threadIdx.x == 0) {
+    // full: the copy thread's one arrival (with the bytes) or every MMA thread's cp.async arrival; empty: every MMA
+    // thread once its warpgroup's MMAs that read the stage completed
+    for (int st = 0; st < C::kStages; ++st) {
+      mbar_init(&full_k[st], kTma ? 1 : NT);
+      mbar_init(&full_v[st], kTma ? 1 : NT);
+      mbar_init(&empty_k[st], NT);
+      mbar_init(&empty_v[st], NT);
+    }
+    mbar_init(tail_v, 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
 
-  const T* qp = static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0);
+  if constexpr (kTma) {
+    if (threadIdx.x < 128) {
+      setmaxnreg_dec<32>();
+      if (threadIdx.x >= 32) return;
+      // The copy warp. Tile t's K goes to stage t % 2 (it held K of t - 2, released once both warpgroups computed
+      // S of t - 2), its V likewise; issued in the order the MMAs read them: Q with K of 0, then K of t + 1 before V
+      // of t. In a packed batch the rows past a sequence's end belong to the next one: the last V tile lands on its
+      // own barrier, the warp zeroes those rows (a non-finite value there times a zero probability would reach the
+      // output) and then completes the stage's full barrier.
+      const int lane = int(threadIdx.x);
+      const int batch = seq.varlen ? 0 : int(b);
+      const int64_t q_row0 = seq.varlen ? seq.q_row0 : 0, k_row0 = seq.varlen ? seq.k_row0 : 0;
+      const uint64_t keep = l2_policy_evict_last(), once = l2_policy_evict_first();
+      auto copy_tile = [&](unsigned char* dst, const TmaMap4* map, int64_t row, int64_t head, int rows, uint64_t* bar,
+                           uint64_t policy) {
+#pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb)
+          tma_load_4d(dst + cb * rows * 128, map, cb * 64, int(row), int(head), batch, bar, policy);
+      };
+      if (n_tiles == 0) return;
+      if (lane == 0) {
+        mbar_arrive_expect_tx(&full_k[0], C::kQBytes + C::kTileBytes);
+        copy_tile(sQ, &maps.q, q_row0 + m0, h, BM, &full_k[0], once);
+        copy_tile(sK, &maps.k, k_row0 + n_lo, hk, BN, &full_k[0], keep);
+      }
+      unsigned tail_phase = 0;
+      for (int t = 0; t < n_tiles; ++t) {
+        if (lane == 0 && t + 1 < n_tiles) {
+          const int u = t + 1;
+          if (u >= 2) mbar_wait(&empty_k[u & 1], ((u - 2) >> 1) & 1);
+          mbar_arrive_expect_tx(&full_k[u & 1], C::kTileBytes);
+          copy_tile(sK + (u & 1) * C::kTileBytes, &maps.k, k_row0 + n_lo + int64_t(u) * BN, hk, BN, &full_k[u & 1], keep);
+        }
+        const int64_t n0 = n_lo + int64_t(t) * BN;
+        const bool foreign_rows = seq.varlen && n0 + BN > seq.sk;
+        unsigned char* dst = sV + (t & 1) * C::kTileBytes;
+        if (lane == 0) {
+          if (t >= 2) mbar_wait(&empty_v[t & 1], ((t - 2) >> 1) & 1);
+          uint64_t* bar = foreign_rows ? tail_v : &full_v[t & 1];
+          mbar_arrive_expect_tx(bar, C::kTileBytes);
+          copy_tile(dst, &maps.v, k_row0 + n0, hk, BN, bar, keep);
+        }
+        if (foreign_rows) {
+          mbar_wait(tail_v, tail_phase);
+          tail_phase ^= 1;
+          for (int r = int(seq.sk - n0) + lane; r < BN; r += 32)
+#pragma unroll
+            for (int cb = 0; cb < D / 64; ++cb)
+#pragma unroll
+              for (int c = 0; c < 8; ++c) *reinterpret_cast<int4*>(dst + cb * BN * 128 + r * 128 + c * 16) = int4{};
+          fence_proxy_async();  // the MMAs read the stage through the async proxy
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&full_v[t & 1]);
+        }
+      }
+      return;
+    }
+    setmaxnreg_inc<240>();
+  }
+
+  const Sm90Thread th(kTma ? int(threadIdx.x) - 128 : int(threadIdx.x));
+  const int tid = th.tid, wg = th.wg, quad = th.quad;
   const T* kp = static_cast<const T*>(a.k.ptr) + seq.k_off(a.k, b, hk, 0);
   const T* vp = static_cast<const T*>(a.v.ptr) + seq.k_off(a.v, b, hk, 0);
 
-  // Tile t's K goes to stage t % 2 (it held K of t - 2, released once both warpgroups computed S of t - 2), its
-  // V likewise. Issued one tile ahead: K of t + 1 and V of t before S of t (V of t is read by the P V of t + 1).
+  // The cp.async form: each thread issues its share of K of tile t + 1 and V of tile t at the top of iteration t.
   const Sm90TileLoader<D, BN, NT> k_loader(tid, a.k.ss), v_loader(tid, a.v.ss);
   auto load_k = [&](int t) {
-    if (t >= 2) mbar_wait(&empty_k[t & 1], ((t - 2) >> 1) & 1);
-    k_loader.load(sK + (t & 1) * C::kTileBytes, kp, a.k.ss, n_lo + int64_t(t) * BN, seq.sk);
-    cp_async_arrive_noinc(&full_k[t & 1]);
+    if constexpr (!kTma) {
+      if (t >= 2) mbar_wait(&empty_k[t & 1], ((t - 2) >> 1) & 1);
+      k_loader.load(sK + (t & 1) * C::kTileBytes, kp, a.k.ss, n_lo + int64_t(t) * BN, seq.sk);
+      cp_async_arrive_noinc(&full_k[t & 1]);
+    }
   };
   auto load_v = [&](int t) {
-    if (t >= 2) mbar_wait(&empty_v[t & 1], ((t - 2) >> 1) & 1);
-    v_loader.load(sV + (t & 1) * C::kTileBytes, vp, a.v.ss, n_lo + int64_t(t) * BN, seq.sk);
-    cp_async_arrive_noinc(&full_v[t & 1]);
+    if constexpr (!kTma) {
+      if (t >= 2) mbar_wait(&empty_v[t & 1], ((t - 2) >> 1) & 1);
+      v_loader.load(sV + (t & 1) * C::kTileBytes, vp, a.v.ss, n_lo + int64_t(t) * BN, seq.sk);
+      cp_async_arrive_noinc(&full_v[t & 1]);
+    }
   };
 
   // This thread's two rows (r = 0, 1) of the tile and the keys each sees.
@@ -144,16 +238,33 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
     }
   };
 
+  // Turns (kPingPong): each warpgroup issues n_tiles + 1 times; warpgroup 1 lets 0 go first and skips its last
+  // hand-over, so that every phase of both barriers completes.
+  auto my_turn = [&]() {
+    if constexpr (kPingPong) named_barrier_sync(1 + wg, NT);
+  };
+  auto your_turn = [&](bool last) {
+    if constexpr (kPingPong) {
+      if (!(last && wg == 1)) named_barrier_arrive(2 - wg, NT);
+    }
+  };
+  if (kPingPong && n_tiles > 0 && wg == 1) named_barrier_arrive(1, NT);
+
   if (n_tiles > 0) {
     // Q and K of tile 0 share full_k[0]'s first phase.
-    Sm90TileLoader<D, BM, NT>(tid, a.q.ss).load(sQ, qp, a.q.ss, m0, seq.sq);
+    if constexpr (!kTma) {
+      const T* qp = static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0);
+      Sm90TileLoader<D, BM, NT>(tid, a.q.ss).load(sQ, qp, a.q.ss, m0, seq.sq);
+    }
     load_k(0);
     if (n_tiles > 1) load_k(1);
     load_v(0);
     mbar_wait(&full_k[0], 0);
+    my_turn();
     wgmma_fence();
     issue_s(0);
     wgmma_commit();
+    your_turn(false);
     wgmma_wait<0>();
     wgmma_fence_operand(sc);
     mbar_arrive(&empty_k[0]);
@@ -168,11 +279,13 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
     mbar_wait(&full_k[t & 1], (t >> 1) & 1);
     mbar_wait(&full_v[(t - 1) & 1], ((t - 1) >> 1) & 1);
     wgmma_fence_operand(o);
+    my_turn();
     wgmma_fence();
     issue_s(t);
     wgmma_commit();
     issue_pv(t - 1);
     wgmma_commit();
+    your_turn(false);
     wgmma_wait<1>();
     wgmma_fence_operand(sc);
     mbar_arrive(&empty_k[t & 1]);
@@ -194,9 +307,11 @@ __global__ void __launch_bounds__(256, 1) flash_forward_sm90_kernel(const AttnAr
     const int t = n_tiles - 1;
     mbar_wait(&full_v[t & 1], (t >> 1) & 1);
     wgmma_fence_operand(o);
+    my_turn();
     wgmma_fence();
     issue_pv(t);
     wgmma_commit();
+    your_turn(true);
     wgmma_wait<0>();
     wgmma_fence_operand(o);
   }

@@ -1,5 +1,5 @@
 // What the Hopper (wgmma) attention kernels share: the aligned shared memory, a thread's place in the two
-// warpgroups' fragments, the barrier setup, the query tile of a forward-like grid and the keys it sees, a thread's
+// warpgroups' fragments, named barriers, the barrier setup, the query tile of a forward-like grid and the keys it sees, a thread's
 // share of a swizzled tile copy, 16-bit packing of accumulator pairs, and masking an accumulator tile's columns by
 // per-row bounds.
 #pragma once
@@ -29,11 +29,30 @@ __device__ __forceinline__ unsigned char* sm90_smem() {
 // row group g (lane / 4) and quad (lane % 4).
 struct Sm90Thread {
   int tid, wg, warp, g, quad;
-  __device__ __forceinline__ Sm90Thread()
-      : tid(int(threadIdx.x)), wg(tid / 128), warp((tid % 128) / 32), g((tid % 32) / 4), quad(tid % 4) {}
+  __device__ __forceinline__ Sm90Thread() : Sm90Thread(int(threadIdx.x)) {}
+  // t: the thread's index among the MMA threads (a warp-specialised kernel's copy warpgroup comes first)
+  __device__ __forceinline__ explicit Sm90Thread(int t)
+      : tid(t), wg(t / 128), warp((t % 128) / 32), g((t % 32) / 4), quad(t % 4) {}
   // The tile row (0 .. 127) of this thread's fragment row r (0: g, 1: g + 8).
   __device__ __forceinline__ int row(int r) const { return wg * 64 + warp * 16 + g + 8 * r; }
 };
+
+// bar.sync on hardware barrier `id` (1-15; 0 is __syncthreads') among `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+#ifdef TORCH_DNN_HAS_WGMMA
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_named_barrier_sync(id, threads);
+#endif
+}
+// bar.arrive on hardware barrier `id`: counts toward its `threads` without waiting (the other side bar.syncs).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+#ifdef TORCH_DNN_HAS_WGMMA
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_named_barrier_arrive(id, threads);
+#endif
+}
 
 // Thread 0 initialises n barriers of `count` arrivals each; then the whole block waits for it.
 __device__ __forceinline__ void sm90_init_barriers(uint64_t* bars, int n, unsigned count) {

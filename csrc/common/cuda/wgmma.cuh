@@ -62,6 +62,21 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
+// A warpgroup's register budget changed to N a thread (setmaxnreg, sm_90a; every warp of the warpgroup executes it):
+// a warp-specialised kernel's copy warpgroup gives registers back (dec) that its MMA warpgroups take (inc). It takes
+// effect only in a kernel launched with a register cap (__launch_bounds__(threads, 1)).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#ifdef TORCH_DNN_HAS_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#ifdef TORCH_DNN_HAS_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
 // Keeps the compiler from moving accesses of the accumulator across an asynchronous MMA's issue or wait.
 template <int N>
 __device__ __forceinline__ void wgmma_fence_operand(float (&d)[N]) {
