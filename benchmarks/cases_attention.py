@@ -37,9 +37,9 @@ def _on(backend, fn):
 
 # "mma.sync": our FlashAttention-2 kernels with the Hopper (wgmma) route turned off (the same kernels on other GPUs).
 _MMA_SYNC = {"TORCH_DNN_ATTENTION_SM90": "0"}
-# The Hopper forward's other schedules (docs/attention.md): "cp.async", its tiles copied by the MMA threads instead of
-# a copy warpgroup; "ping-pong", the MMA warpgroups taking turns at the tensor cores.
-_FWD_SCHEDULES = {"torch_dnn cp.async": {"TORCH_DNN_ATTENTION_SM90_FWD": "cp.async"},
+# The Hopper forward's other schedules (docs/attention.md; the default copies its tiles by cp.async from the MMA
+# threads): "ws", a copy warpgroup's tensor copies; "ping-pong", those with the MMA warpgroups taking turns.
+_FWD_SCHEDULES = {"torch_dnn ws": {"TORCH_DNN_ATTENTION_SM90_FWD": "ws"},
                   "torch_dnn ping-pong": {"TORCH_DNN_ATTENTION_SM90_FWD": "pingpong"}}
 
 

@@ -43,9 +43,10 @@ inline bool rows_aligned16(const Operand4& o, bool varlen) {
 
 enum class MaskKind : int { None = 0, Bool = 1, Additive = 2 };
 
-// The Hopper forward's schedules (kernels/flash_forward_sm90.cuh): a copy warpgroup's tensor copies feeding two MMA
-// warpgroups that drift freely or take turns at the tensor cores, or every MMA thread copying its share by cp.async.
-enum class Sm90Fwd : int { WarpSpecialized = 0, PingPong = 1, CpAsync = 2 };
+// The Hopper forward's schedules (kernels/flash_forward_sm90.cuh): every MMA thread copying its share of the tiles by
+// cp.async, or a copy warpgroup's tensor copies feeding two MMA warpgroups that drift freely or take turns at the
+// tensor cores.
+enum class Sm90Fwd : int { CpAsync = 0, WarpSpecialized = 1, PingPong = 2 };
 
 struct AttnArgs {
   DType dtype = DType::BFloat16;  // of q, k, v, o and their gradients
@@ -75,7 +76,7 @@ struct AttnArgs {
   // docs/attention.md), so that the torch-free launchers read no environment.
   bool sm90_enabled = true;
   // The Hopper forward's schedule (TORCH_DNN_ATTENTION_SM90_FWD, docs/attention.md).
-  Sm90Fwd sm90_fwd = Sm90Fwd::WarpSpecialized;
+  Sm90Fwd sm90_fwd = Sm90Fwd::CpAsync;
   // Rows of q (and o) and of k and v along their sequence dim: Sq and Sk, or a packed batch's totals (the tensor
   // maps' bounds).
   int64_t q_rows = 0, k_rows = 0;

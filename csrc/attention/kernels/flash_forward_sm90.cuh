@@ -41,6 +41,11 @@ struct Sm90FwdConfig {
   static constexpr int kBM = 128, kBN = 128, kStages = 2;
   static constexpr int kMmaThreads = 256;
   static constexpr int kThreads = kTma ? 384 : 256;
+  // Registers a thread after setmaxnreg. The increase draws only on the registers the CTA was launched with (the
+  // 64K an SM over 384 threads, rounded down to a multiple of 8: 168 each) and waits until the copy warpgroup's
+  // decrease has freed them: asking for more than that pool holds never returns (the kernel hangs).
+  static constexpr int kCopyRegs = 24, kMmaRegs = 240, kLaunchRegs = 65536 / 384 / 8 * 8;
+  static_assert(128 * kCopyRegs + kMmaThreads * kMmaRegs <= 384 * kLaunchRegs, "setmaxnreg beyond the CTA's pool");
   static constexpr int kQBytes = kBM * D * 2;
   static constexpr int kTileBytes = kBN * D * 2;  // one K or V stage
   static constexpr int kBarrierBytes = 128;
@@ -93,7 +98,7 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
 
   if constexpr (kTma) {
     if (threadIdx.x < 128) {
-      setmaxnreg_dec<32>();
+      setmaxnreg_dec<C::kCopyRegs>();
       if (threadIdx.x >= 32) return;
       // The copy warp. Tile t's K goes to stage t % 2 (it held K of t - 2, released once both warpgroups computed
       // S of t - 2), its V likewise; issued in the order the MMAs read them: Q with K of 0, then K of t + 1 before V
@@ -148,7 +153,7 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
       }
       return;
     }
-    setmaxnreg_inc<240>();
+    setmaxnreg_inc<C::kMmaRegs>();
   }
 
   const Sm90Thread th(kTma ? int(threadIdx.x) - 128 : int(threadIdx.x));
