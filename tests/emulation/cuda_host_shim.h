@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <barrier>
 #include <cstdint>
 #include <cstring>
@@ -25,6 +26,7 @@ struct EmuDim {
 };
 inline thread_local EmuDim emu_thread_idx, emu_block_idx;
 inline EmuDim emu_block_dim, emu_grid_dim;
+inline std::atomic<unsigned> emu_blocks_run{0};  // blocks started so far (state kept per block keys on it)
 
 #undef threadIdx
 #undef blockIdx
@@ -82,6 +84,7 @@ class EmuBlockPool {
     for (auto& w : workers_) w.join();
   }
   void run(EmuDim block, const std::function<void()>& job) {
+    ++emu_blocks_run;
     block_ = block;
     job_ = job;
     start_.arrive_and_wait();

@@ -1,6 +1,6 @@
 // The sm_90 operations of the Hopper (wgmma) kernels computed on the host for cuda_host_shim.h's emulation
 // (compiled with TORCH_DNN_EMULATE_MBARRIER): shared-memory mbarriers with their phases, arrival counts and
-// transaction bytes; named barriers; wgmma.mma_async reading its shared-memory operands through their matrix
+// transaction bytes; setmaxnreg's register pool; named barriers; wgmma.mma_async reading its shared-memory operands through their matrix
 // descriptors (address, leading / stride byte offsets, the 128-byte swizzle applied to the address bits as the
 // hardware does) and its register A operand from the warpgroup's 128 threads. The MMAs complete at issue (a
 // kernel's fences and waits are no-ops): this checks layouts, descriptors, swizzles and the barrier protocol, not
@@ -8,8 +8,12 @@
 // aligns to 256 KB so that an offset has the absolute address's low bits (what the swizzle reads).
 // Included after cuda_host_shim.h and warp_emulation.h, before the kernel sources.
 #pragma once
+#include <algorithm>
 #include <barrier>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -70,6 +74,42 @@ inline void emu_mbar_wait(const void* bar, unsigned parity) {
   if (it == emu_mbars().bars.end()) throw std::runtime_error("wait on an uninitialised mbarrier");
   EmuMbar& b = it->second;
   emu_mbars().cv.wait(l, [&] { return (b.completed & 1u) != (parity & 1u); });
+}
+
+// ---- setmaxnreg: the CTA's register pool ----
+// Every thread starts a block with what its launch gave it (the most __launch_bounds__(blockDim, 1) allows: 64K
+// registers over blockDim threads, rounded down to 8, at most 255); a decrease returns the difference to the block's
+// pool, an increase waits until the pool holds what it asks. On the GPU an increase the pool never satisfies hangs
+// the kernel; here, after half a minute of waiting, the program says so and aborts.
+struct EmuRegPool {
+  std::mutex m;
+  std::condition_variable cv;
+  unsigned block = ~0u;  // emu_blocks_run when the pool was last reset
+  int64_t free = 0;
+};
+inline EmuRegPool& emu_reg_pool() {
+  static EmuRegPool p;
+  return p;
+}
+inline void emu_setmaxnreg(int n) {
+  thread_local unsigned my_block = ~0u;
+  thread_local int regs = 0;
+  EmuRegPool& p = emu_reg_pool();
+  std::unique_lock<std::mutex> l(p.m);
+  const unsigned block = emu_blocks_run.load();
+  if (p.block != block) p.block = block, p.free = 0;
+  if (my_block != block) my_block = block, regs = int(std::min(255u, 65536u / emu_block_dim.x) / 8 * 8);
+  if (n <= regs) {
+    p.free += regs - n;
+    p.cv.notify_all();
+  } else if (!p.cv.wait_for(l, std::chrono::seconds(30), [&] { return p.free >= n - regs; })) {
+    std::fprintf(stderr, "setmaxnreg.inc %d from %d: the block's pool never holds %d free registers (a hang on the GPU)\n",
+                 n, regs, n - regs);
+    std::abort();
+  } else {
+    p.free -= n - regs;
+  }
+  regs = n;
 }
 
 // ---- named barriers (bar.sync / bar.arrive id, threads) ----

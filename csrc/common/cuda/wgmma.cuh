@@ -64,17 +64,23 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 // A warpgroup's register budget changed to N a thread (setmaxnreg, sm_90a; every warp of the warpgroup executes it):
 // a warp-specialised kernel's copy warpgroup gives registers back (dec) that its MMA warpgroups take (inc). It takes
-// effect only in a kernel launched with a register cap (__launch_bounds__(threads, 1)).
+// effect only in a kernel launched with a register cap (__launch_bounds__(threads, 1)). An increase draws only on the
+// registers the CTA was launched with, waiting until decreases have freed enough: one the pool cannot satisfy never
+// returns (the host emulation fails it instead).
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
 #ifdef TORCH_DNN_HAS_WGMMA
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_setmaxnreg(N);
 #endif
 }
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
 #ifdef TORCH_DNN_HAS_WGMMA
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif defined(TORCH_DNN_EMULATE_MBARRIER)
+  emu_setmaxnreg(N);
 #endif
 }
 // Keeps the compiler from moving accesses of the accumulator across an asynchronous MMA's issue or wait.
