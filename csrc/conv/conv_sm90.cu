@@ -47,19 +47,17 @@ cudaError_t conv_sm90_wgrad(const ConvArgs&, cudaStream_t) { return cudaErrorNot
 
 #else
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+
+#include "common/driver_api.h"
 
 // CUTLASS makes its TMA descriptors through the driver's cuTensorMapEncodeTiled / cuTensorMapEncodeIm2col, which
 // it looks up by name at every call, and under NDEBUG ignores their results. With its direct driver calls on, both
 // names are routed here (as matmul/kernels/sm90_gemm.cuh routes the tiled one; that header cannot be included
 // here: its GEMM adapter brings CUTLASS 2.x's GemmUniversal, whose partial specialization also matches the conv
-// kernels): each function is looked up once (the extension does not link libcuda), and a failed encoding is
+// kernels): each function is looked up once (common/driver_api.h), and a failed encoding is
 // recorded so that the launch answers cudaErrorNotSupported instead of running with a bad descriptor.
 #define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1
 
@@ -68,24 +66,12 @@ namespace conv {
 namespace sm90 {
 inline thread_local bool encode_failed = false;
 
-template <class Fn>
-Fn driver_function(const char* name) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    p = nullptr;
-  }
-  return reinterpret_cast<Fn>(p);
-}
-
 inline CUresult encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
                                         const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
                                         const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
                                         CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
                                         CUtensorMapFloatOOBfill oob_fill) {
-  static const auto fn = driver_function<PFN_cuTensorMapEncodeTiled_v12000>("cuTensorMapEncodeTiled");
+  const auto fn = tensor_map_encode_tiled();
   const CUresult r = fn == nullptr ? CUDA_ERROR_NOT_FOUND
                                    : fn(map, type, rank, address, dims, strides, box, element_strides, interleave,
                                         swizzle, l2, oob_fill);
@@ -99,7 +85,7 @@ inline CUresult encode_tensor_map_im2col(CUtensorMap* map, CUtensorMapDataType t
                                          const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
                                          CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
                                          CUtensorMapFloatOOBfill oob_fill) {
-  static const auto fn = driver_function<PFN_cuTensorMapEncodeIm2col_v12000>("cuTensorMapEncodeIm2col");
+  const auto fn = tensor_map_encode_im2col();
   const CUresult r = fn == nullptr ? CUDA_ERROR_NOT_FOUND
                                    : fn(map, type, rank, address, dims, strides, lower, upper, channels, pixels,
                                         element_strides, interleave, swizzle, l2, oob_fill);

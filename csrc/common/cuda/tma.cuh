@@ -6,19 +6,18 @@
 //
 // The map (TmaMap4) describes a 4-D tensor of 16-bit elements, innermost dimension contiguous, any strides (multiples
 // of 16 bytes), and is made on the host (tma_map_16bit) and passed by value as a __grid_constant__ kernel argument.
-// The extension does not link the driver library, so the driver's encoder is looked up once by name.
 // In the host emulation (TORCH_DNN_EMULATE_MBARRIER, tests/emulation/wgmma_emulation.h) the map keeps the tensor's
 // address, sizes and strides, and a copy is made at issue with the swizzle applied to the destination's address
 // bits, its bytes completing on the emulated barrier.
 #pragma once
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <cstring>
 
 #include "common/cuda/bulk_copy.cuh"
+#include "common/driver_api.h"
 
 namespace torch_dnn {
 
@@ -35,23 +34,6 @@ struct TmaMap4 {  // CUtensorMap is 64-byte aligned
 };
 #endif
 
-#if !defined(__CUDA_ARCH__)
-namespace detail {
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
-  return fn;
-}
-}  // namespace detail
-#endif
 
 // A map of the 4-D tensor of 16-bit elements at `ptr` with sizes dim[0..3] (dim[0] contiguous) and byte strides
 // stride[1..3] of dimensions 1..3, copied in boxes of box_cols (x 2 bytes: at most 128) by box_rows (dimension 1) with
@@ -71,7 +53,7 @@ inline bool tma_map_16bit(TmaMap4* m, const void* ptr, const int64_t (&dim)[4], 
   (void)m, (void)ptr, (void)dim, (void)stride, (void)box_cols, (void)box_rows;
   return false;
 #else
-  const auto encode = detail::tensor_map_encoder();
+  const auto encode = tensor_map_encode_tiled();
   if (encode == nullptr) return false;
   cuuint64_t gdim[4], gstride[3];
   for (int i = 0; i < 4; ++i) {

@@ -14,9 +14,7 @@
 // budget of a decode-sized problem. With CUTLASS's direct driver calls on, that name is routed here to a wrapper
 // that looks it up once (the extension itself does not link libcuda, so that CPU-only machines import it).
 #define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
+#include "common/driver_api.h"
 
 namespace torch_dnn {
 namespace matmul {
@@ -26,16 +24,7 @@ inline CUresult encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType ty
                                         const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
                                         CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
                                         CUtensorMapFloatOOBfill oob_fill) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      p = nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-  }();
+  const auto fn = tensor_map_encode_tiled();
   if (fn == nullptr) return CUDA_ERROR_NOT_FOUND;
   return fn(map, type, rank, address, dims, strides, box, element_strides, interleave, swizzle, l2, oob_fill);
 }
