@@ -113,16 +113,21 @@ inline void emu_setmaxnreg(int n) {
 }
 
 // ---- named barriers (bar.sync / bar.arrive id, threads) ----
-inline std::barrier<>& emu_named_barrier(int id, int threads) {
+inline void emu_named_barrier(int id, int threads, bool wait) {
   static std::mutex m;
   static std::map<int, std::unique_ptr<std::barrier<>>> bars;
-  std::lock_guard<std::mutex> l(m);
-  auto& p = bars[id];
-  if (!p) p = std::make_unique<std::barrier<>>(threads);
-  return *p;
+  std::barrier<>* bar;
+  {
+    std::lock_guard<std::mutex> l(m);
+    auto& p = bars[id];
+    if (!p) p = std::make_unique<std::barrier<>>(threads);
+    bar = p.get();
+  }
+  if (wait)
+    bar->arrive_and_wait();
+  else
+    (void)bar->arrive();
 }
-inline void emu_named_barrier_sync(int id, int threads) { emu_named_barrier(id, threads).arrive_and_wait(); }
-inline void emu_named_barrier_arrive(int id, int threads) { (void)emu_named_barrier(id, threads).arrive(); }
 
 // ---- wgmma ----
 namespace torch_dnn_emu_wgmma {

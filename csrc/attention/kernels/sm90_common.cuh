@@ -37,22 +37,21 @@ struct Sm90Thread {
   __device__ __forceinline__ int row(int r) const { return wg * 64 + warp * 16 + g + 8 * r; }
 };
 
-// bar.sync on hardware barrier `id` (1-15; 0 is __syncthreads') among `threads` threads (a multiple of 32).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+// Hardware barrier `id` (1-15; 0 is __syncthreads') of `threads` threads (a multiple of 32): kWait, bar.sync (arrive
+// and wait for the rest); else bar.arrive (count toward them without waiting: the other side bar.syncs).
+template <bool kWait>
+__device__ __forceinline__ void named_barrier(int id, int threads) {
 #ifdef TORCH_DNN_HAS_WGMMA
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  if constexpr (kWait)
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+  else
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 #elif defined(TORCH_DNN_EMULATE_MBARRIER)
-  emu_named_barrier_sync(id, threads);
+  emu_named_barrier(id, threads, kWait);
 #endif
 }
-// bar.arrive on hardware barrier `id`: counts toward its `threads` without waiting (the other side bar.syncs).
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-#ifdef TORCH_DNN_HAS_WGMMA
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-#elif defined(TORCH_DNN_EMULATE_MBARRIER)
-  emu_named_barrier_arrive(id, threads);
-#endif
-}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) { named_barrier<true>(id, threads); }
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) { named_barrier<false>(id, threads); }
 
 // Thread 0 initialises n barriers of `count` arrivals each; then the whole block waits for it.
 __device__ __forceinline__ void sm90_init_barriers(uint64_t* bars, int n, unsigned count) {
