@@ -67,6 +67,9 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
   using C = Sm90FwdConfig<D, kSchedule>;
   constexpr bool kTma = C::kTma, kPingPong = kSchedule == Sm90Fwd::PingPong;
   constexpr int BM = C::kBM, BN = C::kBN, NT = C::kMmaThreads;
+  // the thread's place among the MMA threads (the copy warpgroup's threads have none)
+  const Sm90Thread th(kTma ? int(threadIdx.x) - 128 : int(threadIdx.x));
+  const int tid = th.tid, wg = th.wg, quad = th.quad;
   const Sm90QueryTile qt(a, BM, BN);
   if (qt.empty) return;
   const int64_t b = qt.b, h = qt.h, hk = qt.hk, m0 = qt.m0, n_lo = qt.n_lo;
@@ -82,19 +85,23 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
   uint64_t* full_v = full_k + 4;
   uint64_t* empty_v = full_k + 6;
   uint64_t* tail_v = full_k + 8;  // kTma, packed batches: the last V tile before its foreign rows are zeroed
-  if (threadIdx.x == 0) {
-    // full: the copy thread's one arrival (with the bytes) or every MMA thread's cp.async arrival; empty: every MMA
-    // thread once its warpgroup's MMAs that read the stage completed
-    for (int st = 0; st < C::kStages; ++st) {
-      mbar_init(&full_k[st], kTma ? 1 : NT);
-      mbar_init(&full_v[st], kTma ? 1 : NT);
-      mbar_init(&empty_k[st], NT);
-      mbar_init(&empty_v[st], NT);
+  if constexpr (kTma) {
+    // full: the copy thread's one arrival (with the bytes); empty: every MMA thread once its warpgroup's MMAs that
+    // read the stage completed
+    if (threadIdx.x == 0) {
+      for (int st = 0; st < C::kStages; ++st) {
+        mbar_init(&full_k[st], 1);
+        mbar_init(&full_v[st], 1);
+        mbar_init(&empty_k[st], NT);
+        mbar_init(&empty_v[st], NT);
+      }
+      mbar_init(tail_v, 1);
+      mbar_fence_init();
     }
-    mbar_init(tail_v, 1);
-    mbar_fence_init();
+    __syncthreads();
+  } else {
+    sm90_init_barriers(full_k, 8, NT);  // full: every thread's cp.async arrival; empty: as above
   }
-  __syncthreads();
 
   if constexpr (kTma) {
     if (threadIdx.x < 128) {
@@ -156,8 +163,7 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
     setmaxnreg_inc<C::kMmaRegs>();
   }
 
-  const Sm90Thread th(kTma ? int(threadIdx.x) - 128 : int(threadIdx.x));
-  const int tid = th.tid, wg = th.wg, quad = th.quad;
+  const T* qp = static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0);
   const T* kp = static_cast<const T*>(a.k.ptr) + seq.k_off(a.k, b, hk, 0);
   const T* vp = static_cast<const T*>(a.v.ptr) + seq.k_off(a.v, b, hk, 0);
 
@@ -257,10 +263,7 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
 
   if (n_tiles > 0) {
     // Q and K of tile 0 share full_k[0]'s first phase.
-    if constexpr (!kTma) {
-      const T* qp = static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0);
-      Sm90TileLoader<D, BM, NT>(tid, a.q.ss).load(sQ, qp, a.q.ss, m0, seq.sq);
-    }
+    if constexpr (!kTma) Sm90TileLoader<D, BM, NT>(tid, a.q.ss).load(sQ, qp, a.q.ss, m0, seq.sq);
     load_k(0);
     if (n_tiles > 1) load_k(1);
     load_v(0);
