@@ -88,9 +88,7 @@ constexpr bool grad_leads(Act k) { return k != Act::Relu && k != Act::LeakyRelu;
 template <class B>
 at::Tensor act_backward(const char* op, const at::Tensor& g, const at::Tensor& saved, Act k, ActParams p) {
   check_floating(saved, op, backward_uses_result(k) ? "result" : "self");
-  check_same_dtype(saved, g, op, "self", "grad_output");
-  check_same_device(saved, g, op, "self", "grad_output");
-  check_same_shape(saved, g, op, "self", "grad_output");
+  check_matching(saved, g, op, "self", "grad_output");
   at::Tensor sd = saved, gd = g;
   at::Tensor dx = grad_leads(k) ? iter_result(gd, &sd) : iter_result(sd, &gd);
   if (dx.numel() > 0) B::backward(gd, sd, dx, k, p);
@@ -132,9 +130,7 @@ std::tuple<at::Tensor, at::Tensor> bias_act_backward(const at::Tensor& g, const 
                                                      c10::string_view act, bool bias_grad) {
   const char* op = "torch_dnn.bias_act_backward";
   check_floating(x, op, "input");
-  check_same_dtype(x, g, op, "input", "grad_output");
-  check_same_device(x, g, op, "input", "grad_output");
-  check_same_shape(x, g, op, "input", "grad_output");
+  check_matching(x, g, op, "input", "grad_output");
   TORCH_CHECK(x.dim() >= 1, op, ": expected input with at least 1 dimension");
   dim = wrap_dim(dim, x.dim(), op);
   check_bias(x, bias, dim, op);

@@ -29,9 +29,6 @@ namespace batch_norm {
 using at::Tensor;
 using OptTensor = c10::optional<at::Tensor>;
 
-inline at::ScalarType stat_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
-inline bool given(const OptTensor& t) { return t.has_value() && t->defined(); }
-
 inline int64_t check_input(const char* op, const Tensor& x) {
   check_floating(x, op, "input");
   TORCH_CHECK(x.dim() >= 2, op, ": expected input of shape (N, C, *) with at least 2 dimensions, but got input of size ",
@@ -118,9 +115,7 @@ std::tuple<Tensor, Tensor, Tensor> forward(const char* op, const Tensor& x, cons
   TORCH_CHECK(act >= 0 && act <= 2, op, ": act must be 0 (identity), 1 (relu) or 2 (silu), but got ", act);
   Tensor res;
   if (given(residual)) {
-    check_same_dtype(x, *residual, op, "input", "residual");
-    check_same_device(x, *residual, op, "input", "residual");
-    check_same_shape(x, *residual, op, "input", "residual");
+    check_matching(x, *residual, op, "input", "residual");
     res = *residual;
   }
   const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
@@ -180,18 +175,14 @@ std::array<Tensor, 4> backward(const char* op, const Tensor& dy, const Tensor& x
                                const OptTensor& weight, const OptTensor& bias, const Tensor& save_mean,
                                const Tensor& save_invstd, bool training, int64_t act, std::array<bool, 4> mask) {
   const int64_t C = check_input(op, x);
-  check_same_dtype(x, dy, op, "input", "grad_out");
-  check_same_device(x, dy, op, "input", "grad_out");
-  check_same_shape(x, dy, op, "input", "grad_out");
+  check_matching(x, dy, op, "input", "grad_out");
   const Tensor w = check_channel(op, "weight", x, weight), b = check_channel(op, "bias", x, bias);
   const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
   const Tensor mean = check_channel(op, "save_mean", x, save_mean).to(sopt.dtype());
   const Tensor invstd = check_channel(op, "save_invstd", x, save_invstd).to(sopt.dtype());
   Tensor res;
   if (given(residual)) {
-    check_same_dtype(x, *residual, op, "input", "residual");  // read in the input's dtype
-    check_same_device(x, *residual, op, "input", "residual");
-    check_same_shape(x, *residual, op, "input", "residual");
+    check_matching(x, *residual, op, "input", "residual");  // read in the input's dtype
     res = *residual;
   }
   const auto pdtype = [&](const OptTensor& p) { return given(p) ? p->scalar_type() : x.scalar_type(); };
@@ -301,9 +292,7 @@ void register_batch_norm_impls(torch::Library& m) {
                                           const Tensor& invstd) {
     const char* op = "torch_dnn.batch_norm_backward_reduce";
     const int64_t C = check_input(op, x);
-    check_same_dtype(x, dy, op, "input", "grad_out");
-    check_same_device(x, dy, op, "input", "grad_out");
-    check_same_shape(x, dy, op, "input", "grad_out");
+    check_matching(x, dy, op, "input", "grad_out");
     const Tensor m = check_channel(op, "mean", x, mean), is = check_channel(op, "invstd", x, invstd);
     const auto sopt = x.options().dtype(stat_type(x.scalar_type()));
     Tensor sum_dy = at::zeros({C}, sopt), sum_dy_xmu = at::zeros({C}, sopt);
@@ -317,9 +306,7 @@ void register_batch_norm_impls(torch::Library& m) {
                                          int64_t count) {
     const char* op = "torch_dnn.batch_norm_backward_elemt";
     check_input(op, x);
-    check_same_dtype(x, dy, op, "input", "grad_out");
-    check_same_device(x, dy, op, "input", "grad_out");
-    check_same_shape(x, dy, op, "input", "grad_out");
+    check_matching(x, dy, op, "input", "grad_out");
     const Tensor m = check_channel(op, "mean", x, mean), is = check_channel(op, "invstd", x, invstd);
     const Tensor w = check_channel(op, "weight", x, weight);
     const Tensor s1 = check_channel(op, "sum_dy", x, sum_dy), s2 = check_channel(op, "sum_dy_xmu", x, sum_dy_xmu);

@@ -25,6 +25,19 @@ inline DType to_dtype(at::ScalarType t) {
   }
 }
 
+// Whether an optional tensor argument was passed: present and defined.
+inline bool given(const c10::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
+
+// The dtype of the statistics (mean, rstd, invstd) the normalisation families keep for an input of dtype t: float64
+// for a float64 input, float32 for every other.
+inline at::ScalarType stat_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+// The elements of an optional tensor (an undefined one stands for an absent argument or an unwanted result), or null.
+template <typename T>
+T* ptr_or_null(const at::Tensor& t) {
+  return t.defined() ? t.data_ptr<T>() : nullptr;
+}
+
 inline void check_floating(const at::Tensor& t, const char* op, const char* arg) {
   TORCH_CHECK(is_kernel_dtype(t.scalar_type()), op, ": expected ", arg,
               " to be a floating point tensor (float32, float16, bfloat16 or float64), but got ", t.scalar_type());
@@ -46,6 +59,15 @@ inline void check_same_shape(const at::Tensor& a, const at::Tensor& b, const cha
                              const char* arg_b) {
   TORCH_CHECK(a.sizes() == b.sizes(), op, ": expected ", arg_b, " to have the shape of ", arg_a, " ", a.sizes(),
               ", but got ", b.sizes());
+}
+
+// b like a: the same dtype, device and shape, checked in that order (a gradient against its tensor, a residual
+// against the input).
+inline void check_matching(const at::Tensor& a, const at::Tensor& b, const char* op, const char* arg_a,
+                           const char* arg_b) {
+  check_same_dtype(a, b, op, arg_a, arg_b);
+  check_same_device(a, b, op, arg_a, arg_b);
+  check_same_shape(a, b, op, arg_a, arg_b);
 }
 
 inline int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {

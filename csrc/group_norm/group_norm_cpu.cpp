@@ -13,15 +13,12 @@
 
 #include <vector>
 
+#include "common/tensor_utils.h"
+
 namespace torch_dnn {
 namespace group_norm {
 
 namespace {
-
-template <typename T>
-T* ptr_or_null(const at::Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
 
 // Element (n, c, j) of the dense [N, C, S] input in either layout.
 struct Index {

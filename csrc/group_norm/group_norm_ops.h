@@ -21,9 +21,6 @@ namespace group_norm {
 using at::Tensor;
 using OptTensor = c10::optional<at::Tensor>;
 
-inline at::ScalarType stat_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
-inline bool given(const OptTensor& t) { return t.has_value() && t->defined(); }
-
 inline void check_input(const char* op, const Tensor& x, int64_t G) {
   check_floating(x, op, "input");
   TORCH_CHECK(x.dim() >= 2, op, ": expected input of shape (N, C, *) with at least 2 dimensions, but got ",
@@ -129,9 +126,7 @@ std::tuple<Tensor, Tensor, Tensor> backward(const Tensor& dy, const Tensor& x, c
                                             std::array<bool, 3> mask) {
   const char* op = "torch_dnn.group_norm_backward";
   check_input(op, x, G);
-  check_same_dtype(x, dy, op, "input", "grad_out");
-  check_same_device(x, dy, op, "input", "grad_out");
-  check_same_shape(x, dy, op, "input", "grad_out");
+  check_matching(x, dy, op, "input", "grad_out");
   const Tensor w = check_param(op, "weight", x, weight);
   const Tensor md = check_stats(op, "mean", mean, x, G);
   const Tensor rd = check_stats(op, "rstd", rstd, x, G);

@@ -73,9 +73,7 @@ template <class B>
 Tensor backward(const Tensor& dy, const Tensor& x, int64_t size, double alpha, double beta, double k) {
   const char* op = "torch_dnn.local_response_norm_backward";
   LrnShape s = shape_of(op, x, size, alpha, beta, k);
-  check_same_dtype(x, dy, op, "input", "grad_out");
-  check_same_device(x, dy, op, "input", "grad_out");
-  check_same_shape(x, dy, op, "input", "grad_out");
+  check_matching(x, dy, op, "input", "grad_out");
   Tensor dx = at::empty_strided(x.sizes(), iter_strides({dy, x}), x.options());
   if (dx.numel() == 0) return dx;
   Tensor dxk = kernel_output(dx);

@@ -12,16 +12,12 @@
 #include <cmath>
 
 #include "common/hd.h"
+#include "common/tensor_utils.h"
 
 namespace torch_dnn {
 namespace norm {
 
 namespace {
-
-template <typename T>
-T* ptr_or_null(const at::Tensor& t) {
-  return t.defined() ? t.data_ptr<T>() : nullptr;
-}
 
 template <typename T>
 void forward_rows(const T* x, const T* res, const T* w, const T* b, T* y, T* sum, at::opmath_type<T>* mean,

@@ -24,10 +24,6 @@ namespace norm {
 using at::Tensor;
 using OptTensor = c10::optional<at::Tensor>;
 
-inline at::ScalarType stat_type(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
-
-inline bool given(const OptTensor& t) { return t.has_value() && t->defined(); }
-
 // The input's rows: input.shape[-k:] must equal normalized_shape (k = its length).
 inline NormShape check_input(const char* op, const Tensor& x, at::IntArrayRef ns) {
   check_floating(x, op, "input");
@@ -132,9 +128,7 @@ std::array<Tensor, 4> forward(const char* op, const Tensor& x, const OptTensor& 
   const int64_t k = int64_t(ns.size());
   Tensor res;
   if (given(residual)) {
-    check_same_dtype(x, *residual, op, "input", "residual");
-    check_same_device(x, *residual, op, "input", "residual");
-    check_same_shape(x, *residual, op, "input", "residual");
+    check_matching(x, *residual, op, "input", "residual");
   }
   const Tensor w = check_param(op, "weight", x, weight, ns);
   const Tensor b = check_param(op, "bias", x, bias, ns);
@@ -163,13 +157,9 @@ std::tuple<Tensor, Tensor, Tensor> backward(const char* op, const Tensor& dy, co
                                             at::IntArrayRef ns, std::array<bool, 3> mask, bool rms) {
   const NormShape s = check_input(op, x, ns);
   const int64_t k = int64_t(ns.size());
-  check_same_dtype(x, dy, op, "input", "grad_out");
-  check_same_device(x, dy, op, "input", "grad_out");
-  check_same_shape(x, dy, op, "input", "grad_out");
+  check_matching(x, dy, op, "input", "grad_out");
   if (given(grad_sum)) {
-    check_same_dtype(x, *grad_sum, op, "input", "grad_sum");
-    check_same_device(x, *grad_sum, op, "input", "grad_sum");
-    check_same_shape(x, *grad_sum, op, "input", "grad_sum");
+    check_matching(x, *grad_sum, op, "input", "grad_sum");
   }
   const Tensor w = check_param(op, "weight", x, weight, ns);
   TORCH_CHECK(!mask[1] || w.defined(), op, ": output_mask asks for the weight gradient, but weight is None");

@@ -41,9 +41,7 @@ at::Tensor forward(const char* op, const at::Tensor& x, int64_t dim, c10::option
 template <class B>
 at::Tensor backward(const char* op, const at::Tensor& g, const at::Tensor& y, int64_t dim, at::ScalarType in_t, bool log) {
   check_floating(y, op, "output");
-  check_same_dtype(y, g, op, "output", "grad_output");
-  check_same_device(y, g, op, "output", "grad_output");
-  check_same_shape(y, g, op, "output", "grad_output");
+  check_matching(y, g, op, "output", "grad_output");
   TORCH_CHECK(is_kernel_dtype(in_t), op, ": expected input_dtype to be a floating point type, but got ", in_t);
   dim = wrap_dim(dim, y.dim(), op);
   const bool fused = fused_pair(in_t, y.scalar_type());
