@@ -40,14 +40,8 @@ Tensor conv_fused_forward(const char* op, const Tensor& input, const Tensor& wei
                           const std::optional<Tensor>& bias_opt, const Tensor* residual, IntArrayRef stride,
                           IntArrayRef padding, IntArrayRef dilation, int64_t groups, c10::string_view activation,
                           std::optional<double> act_a, std::optional<double> act_b) {
-  check_first(op, input, "input");
-  check_tensor(op, weight, "weight", input.dim());
-  check_like(op, input, weight, "input", "weight");
-  const bool has_bias = bias_opt.has_value() && bias_opt->defined();
-  if (has_bias) {
-    check_floating(*bias_opt, op, "bias");
-    check_like(op, input, *bias_opt, "input", "bias");
-  }
+  check_operands(op, input, "input", weight, "weight");
+  const bool has_bias = check_bias(op, input, bias_opt);
   const auto [k, ap] = fused_act_kind(op, activation, act_a, act_b);
   const Params p = check_params(op, input.dim() - 2, stride, padding, dilation, false, {0}, groups);
   const std::vector<int64_t> out_sizes = check_shapes(op, input.sizes(), weight.sizes(), p, "input");

@@ -138,6 +138,37 @@ inline void check_like(const char* op, const Tensor& first, const Tensor& t, con
   check_same_device(first, t, op, arg0, arg);
 }
 
+// The two tensors every op but conv_backward_bias starts with: the first (input or grad_output), then the second
+// (weight or input) of its rank, dtype and device.
+inline void check_operands(const char* op, const Tensor& first, const char* arg0, const Tensor& second,
+                           const char* arg) {
+  check_first(op, first, arg0);
+  check_tensor(op, second, arg, first.dim());
+  check_like(op, first, second, arg0, arg);
+}
+
+// Whether the forward ops' optional bias is given; a given one checked for dtype and device against the input (its
+// size once the output's channels are known).
+inline bool check_bias(const char* op, const Tensor& input, const std::optional<Tensor>& bias_opt) {
+  if (!given(bias_opt)) return false;
+  check_floating(*bias_opt, op, "bias");
+  check_like(op, input, *bias_opt, "input", "bias");
+  return true;
+}
+
+// A backward op's size argument (input_size, weight_size): one element per dim of grad_output, none negative.
+inline void check_size_arg(const char* op, const char* arg, IntArrayRef size, const Tensor& grad_output) {
+  TORCH_CHECK(int64_t(size.size()) == grad_output.dim(), op, ": expected ", arg, " to have ", grad_output.dim(),
+              " elements, but got ", size);
+  for (const int64_t s : size) TORCH_CHECK(s >= 0, op, ": expected ", arg, " to be non-negative, but got ", size);
+}
+
+// grad_output against the shape of the forward's output.
+inline void check_grad_output_shape(const char* op, const Tensor& grad_output, const std::vector<int64_t>& out) {
+  TORCH_CHECK(grad_output.sizes() == IntArrayRef(out), op, ": expected grad_output to have the shape of the output ",
+              IntArrayRef(out), ", but got ", grad_output.sizes());
+}
+
 // ---- layouts ----
 
 inline at::MemoryFormat channels_last_format(int64_t rank) {
@@ -280,14 +311,8 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const std::optiona
                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                    IntArrayRef output_padding, int64_t groups) {
   const char* op = "torch_dnn.convolution";
-  check_first(op, input, "input");
-  check_tensor(op, weight, "weight", input.dim());
-  check_like(op, input, weight, "input", "weight");
-  const bool has_bias = bias_opt.has_value() && bias_opt->defined();
-  if (has_bias) {
-    check_floating(*bias_opt, op, "bias");
-    check_like(op, input, *bias_opt, "input", "bias");
-  }
+  check_operands(op, input, "input", weight, "weight");
+  const bool has_bias = check_bias(op, input, bias_opt);
   const Params p = check_params(op, input.dim() - 2, stride, padding, dilation, transposed, output_padding, groups);
   const std::vector<int64_t> out_sizes = check_shapes(op, input.sizes(), weight.sizes(), p, "input");
   if (has_bias) {
@@ -317,29 +342,16 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const std::optiona
   return out;
 }
 
-// The forward's input shape (input_size) checked against grad_output and the weight's shape.
-inline void check_backward_shapes(const char* op, IntArrayRef input_size, IntArrayRef ws, const Tensor& grad_output,
-                                  const Params& p) {
-  TORCH_CHECK(int64_t(input_size.size()) == grad_output.dim(), op, ": expected input_size to have ",
-              grad_output.dim(), " elements, but got ", input_size);
-  for (const int64_t s : input_size)
-    TORCH_CHECK(s >= 0, op, ": expected input_size to be non-negative, but got ", input_size);
-  const std::vector<int64_t> out = check_shapes(op, input_size, ws, p, "input");
-  TORCH_CHECK(grad_output.sizes() == IntArrayRef(out), op, ": expected grad_output to have the shape of the output ",
-              IntArrayRef(out), ", but got ", grad_output.sizes());
-}
-
 template <class B>
 Tensor conv_backward_input(const Tensor& grad_output, const Tensor& weight, IntArrayRef input_size,
                            IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                            IntArrayRef output_padding, int64_t groups) {
   const char* op = "torch_dnn.conv_backward_input";
-  check_first(op, grad_output, "grad_output");
-  check_tensor(op, weight, "weight", grad_output.dim());
-  check_like(op, grad_output, weight, "grad_output", "weight");
+  check_operands(op, grad_output, "grad_output", weight, "weight");
   const Params p =
       check_params(op, grad_output.dim() - 2, stride, padding, dilation, transposed, output_padding, groups);
-  check_backward_shapes(op, input_size, weight.sizes(), grad_output, p);
+  check_size_arg(op, "input_size", input_size, grad_output);
+  check_grad_output_shape(op, grad_output, check_shapes(op, input_size, weight.sizes(), p, "input"));
   const bool cl = strides_channels_last(grad_output);
   Tensor dx = empty_in(input_size, grad_output.options(), cl);
   if (dx.numel() == 0) return dx;
@@ -360,18 +372,11 @@ Tensor conv_backward_weight(const Tensor& grad_output, const Tensor& input, IntA
                             IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                             IntArrayRef output_padding, int64_t groups) {
   const char* op = "torch_dnn.conv_backward_weight";
-  check_first(op, grad_output, "grad_output");
-  check_tensor(op, input, "input", grad_output.dim());
-  check_like(op, grad_output, input, "grad_output", "input");
+  check_operands(op, grad_output, "grad_output", input, "input");
   const Params p =
       check_params(op, grad_output.dim() - 2, stride, padding, dilation, transposed, output_padding, groups);
-  TORCH_CHECK(int64_t(weight_size.size()) == grad_output.dim(), op, ": expected weight_size to have ",
-              grad_output.dim(), " elements, but got ", weight_size);
-  for (const int64_t s : weight_size)
-    TORCH_CHECK(s >= 0, op, ": expected weight_size to be non-negative, but got ", weight_size);
-  const std::vector<int64_t> out = check_shapes(op, input.sizes(), weight_size, p, "input");
-  TORCH_CHECK(grad_output.sizes() == IntArrayRef(out), op, ": expected grad_output to have the shape of the output ",
-              IntArrayRef(out), ", but got ", grad_output.sizes());
+  check_size_arg(op, "weight_size", weight_size, grad_output);
+  check_grad_output_shape(op, grad_output, check_shapes(op, input.sizes(), weight_size, p, "input"));
   const bool cl = strides_channels_last(grad_output);
   Tensor dw = empty_in(weight_size, grad_output.options(), cl);
   if (dw.numel() == 0) return dw;

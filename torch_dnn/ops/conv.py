@@ -90,6 +90,32 @@ def _like(op, first, t, arg0, arg):
     _checks.same_device(first, t, op, arg0, arg)
 
 
+def _operands(op, first, arg0, second, arg):
+    """check_operands: the first tensor (input or grad_output), then the second of its rank, dtype and device."""
+    _first(op, first, arg0)
+    _tensor(op, second, arg, first.dim())
+    _like(op, first, second, arg0, arg)
+
+
+def _bias(op, input, bias):
+    """check_bias: a given bias's dtype and device against the input (its size once the channels are known)."""
+    if bias is not None:
+        _checks.floating(bias, op, "bias")
+        _like(op, input, bias, "input", "bias")
+
+
+def _size_arg(op, arg, size, grad):
+    """check_size_arg: a backward op's input_size / weight_size, one element per dim of grad_output, none negative."""
+    check(len(size) == grad.dim(), op, ": expected ", arg, " to have ", grad.dim(), " elements, but got ", list(size))
+    for s in size:
+        check(s >= 0, op, ": expected ", arg, " to be non-negative, but got ", list(size))
+
+
+def _grad_output_shape(op, grad, out):
+    check(list(grad.shape) == out, op, ": expected grad_output to have the shape of the output ", out, ", but got ",
+          sizes(grad))
+
+
 # ---- layouts (csrc/conv/conv_ops.h) ----
 
 def _channels_last_strides(shape):
@@ -151,12 +177,8 @@ def _channels_last(input, weight, p, transposed, groups):
 @torch.library.register_fake("torch_dnn::convolution")
 def _convolution_fake(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     op = "torch_dnn.convolution"
-    _first(op, input, "input")
-    _tensor(op, weight, "weight", input.dim())
-    _like(op, input, weight, "input", "weight")
-    if bias is not None:
-        _checks.floating(bias, op, "bias")
-        _like(op, input, bias, "input", "bias")
+    _operands(op, input, "input", weight, "weight")
+    _bias(op, input, bias)
     p = _params(op, input.dim() - 2, stride, padding, dilation, transposed, output_padding, groups)
     out = _shapes(op, input.shape, weight.shape, p, transposed, groups, "input")
     if bias is not None:
@@ -166,25 +188,14 @@ def _convolution_fake(input, weight, bias, stride, padding, dilation, transposed
     return _empty_in(out, input, _channels_last(input, weight, p, transposed, groups))
 
 
-def _backward_shapes(op, input_size, ws, grad, p, transposed, groups):
-    check(len(input_size) == grad.dim(), op, ": expected input_size to have ", grad.dim(), " elements, but got ",
-          list(input_size))
-    for s in input_size:
-        check(s >= 0, op, ": expected input_size to be non-negative, but got ", list(input_size))
-    out = _shapes(op, input_size, ws, p, transposed, groups, "input")
-    check(list(grad.shape) == out, op, ": expected grad_output to have the shape of the output ", out, ", but got ",
-          sizes(grad))
-
-
 @torch.library.register_fake("torch_dnn::conv_backward_input")
 def _conv_backward_input_fake(grad, weight, input_size, stride, padding, dilation, transposed, output_padding,
                               groups):
     op = "torch_dnn.conv_backward_input"
-    _first(op, grad, "grad_output")
-    _tensor(op, weight, "weight", grad.dim())
-    _like(op, grad, weight, "grad_output", "weight")
+    _operands(op, grad, "grad_output", weight, "weight")
     p = _params(op, grad.dim() - 2, stride, padding, dilation, transposed, output_padding, groups)
-    _backward_shapes(op, input_size, weight.shape, grad, p, transposed, groups)
+    _size_arg(op, "input_size", input_size, grad)
+    _grad_output_shape(op, grad, _shapes(op, input_size, weight.shape, p, transposed, groups, "input"))
     return _empty_in(input_size, grad, _strides_channels_last(grad))
 
 
@@ -192,17 +203,10 @@ def _conv_backward_input_fake(grad, weight, input_size, stride, padding, dilatio
 def _conv_backward_weight_fake(grad, input, weight_size, stride, padding, dilation, transposed, output_padding,
                                groups):
     op = "torch_dnn.conv_backward_weight"
-    _first(op, grad, "grad_output")
-    _tensor(op, input, "input", grad.dim())
-    _like(op, grad, input, "grad_output", "input")
+    _operands(op, grad, "grad_output", input, "input")
     p = _params(op, grad.dim() - 2, stride, padding, dilation, transposed, output_padding, groups)
-    check(len(weight_size) == grad.dim(), op, ": expected weight_size to have ", grad.dim(), " elements, but got ",
-          list(weight_size))
-    for s in weight_size:
-        check(s >= 0, op, ": expected weight_size to be non-negative, but got ", list(weight_size))
-    out = _shapes(op, input.shape, weight_size, p, transposed, groups, "input")
-    check(list(grad.shape) == out, op, ": expected grad_output to have the shape of the output ", out, ", but got ",
-          sizes(grad))
+    _size_arg(op, "weight_size", weight_size, grad)
+    _grad_output_shape(op, grad, _shapes(op, input.shape, weight_size, p, transposed, groups, "input"))
     return _empty_in(weight_size, grad, _strides_channels_last(grad))
 
 
@@ -285,12 +289,8 @@ _FROM_RESULT = ("none", "identity", "relu", "relu6", "sigmoid", "tanh")
 
 
 def _fused_fake(op, input, weight, bias, residual, stride, padding, dilation, groups, activation):
-    _first(op, input, "input")
-    _tensor(op, weight, "weight", input.dim())
-    _like(op, input, weight, "input", "weight")
-    if bias is not None:
-        _checks.floating(bias, op, "bias")
-        _like(op, input, bias, "input", "bias")
+    _operands(op, input, "input", weight, "weight")
+    _bias(op, input, bias)
     check(activation in _FUSED_ACTS, op, ": unknown activation '", activation, "' (expected one of bias_act's: none, "
           "relu, relu6, leaky_relu, elu, gelu, gelu_tanh, silu, sigmoid, tanh, softplus, mish, hardswish, hardsigmoid)")
     p = _params(op, input.dim() - 2, stride, padding, dilation, False, [0], groups)
