@@ -36,6 +36,34 @@ inline Range inside(int64_t in, int64_t out, int64_t stride, int64_t off) {
 // Element offsets of the three spatial dims of an operand.
 inline int64_t at3(const int64_t* st, int64_t a, int64_t b, int64_t c) { return a * st[2] + b * st[3] + c * st[4]; }
 
+// One filter tap (t, r, s) as the NCHW passes walk it: the offsets of its input positions from the strided output
+// positions along each spatial dim (input = output * stride + off) and the output ranges whose input position lies
+// inside the input, so that no bounds test sits in the loops over them.
+struct Tap {
+  int64_t t, r, s;
+  int64_t off0, off1, off2;
+  Range rp, rq, ro;
+};
+
+// f(tap) for every tap of the filter, t outermost, s innermost.
+template <class F>
+void for_each_tap(const ConvGeometry& g, F&& f) {
+  Tap k;
+  for (k.t = 0; k.t < g.ker[0]; ++k.t) {
+    k.off0 = k.t * g.dil[0] - g.pad[0];
+    k.rp = inside(g.in[0], g.out[0], g.stride[0], k.off0);
+    for (k.r = 0; k.r < g.ker[1]; ++k.r) {
+      k.off1 = k.r * g.dil[1] - g.pad[1];
+      k.rq = inside(g.in[1], g.out[1], g.stride[1], k.off1);
+      for (k.s = 0; k.s < g.ker[2]; ++k.s) {
+        k.off2 = k.s * g.dil[2] - g.pad[2];
+        k.ro = inside(g.in[2], g.out[2], g.stride[2], k.off2);
+        f(static_cast<const Tap&>(k));
+      }
+    }
+  }
+}
+
 // fprop's epilogue (conv_kernels.h): act(acc + bias[k] + residual), in the accumulation type, one rounding to T.
 template <typename T, typename A>
 struct Epilogue {
@@ -78,29 +106,19 @@ void fprop(const ConvArgs& a) {
       for (int64_t cc = 0; cc < Cg; ++cc) {
         const T* xc = x + n * xs[0] + (c0 + cc) * xs[1];
         const T* wk = w + k * ws[0] + cc * ws[1];
-        for (int64_t t = 0; t < g.ker[0]; ++t) {
-          const int64_t off0 = t * g.dil[0] - g.pad[0];
-          const Range rp = inside(g.in[0], P, g.stride[0], off0);
-          for (int64_t r = 0; r < g.ker[1]; ++r) {
-            const int64_t off1 = r * g.dil[1] - g.pad[1];
-            const Range rq = inside(g.in[1], Q, g.stride[1], off1);
-            for (int64_t s = 0; s < g.ker[2]; ++s) {
-              const int64_t off2 = s * g.dil[2] - g.pad[2];
-              const Range ro = inside(g.in[2], O, g.stride[2], off2);
-              if (ro.lo >= ro.hi) continue;
-              const A wv = A(wk[at3(ws, t, r, s)]);
-              const int64_t step = g.stride[2] * xs[4], n_o = ro.hi - ro.lo;
-              for (int64_t p = rp.lo; p < rp.hi; ++p) {
-                for (int64_t q = rq.lo; q < rq.hi; ++q) {
-                  const T* xr = xc + at3(xs, p * g.stride[0] + off0, q * g.stride[1] + off1,
-                                         ro.lo * g.stride[2] + off2);
-                  A* ar = acc.data() + (p * Q + q) * O + ro.lo;
-                  for (int64_t o = 0; o < n_o; ++o) ar[o] += wv * A(xr[o * step]);
-                }
-              }
+        for_each_tap(g, [&](const Tap& tp) {
+          if (tp.ro.lo >= tp.ro.hi) return;
+          const A wv = A(wk[at3(ws, tp.t, tp.r, tp.s)]);
+          const int64_t step = g.stride[2] * xs[4], n_o = tp.ro.hi - tp.ro.lo;
+          for (int64_t p = tp.rp.lo; p < tp.rp.hi; ++p) {
+            for (int64_t q = tp.rq.lo; q < tp.rq.hi; ++q) {
+              const T* xr = xc + at3(xs, p * g.stride[0] + tp.off0, q * g.stride[1] + tp.off1,
+                                     tp.ro.lo * g.stride[2] + tp.off2);
+              A* ar = acc.data() + (p * Q + q) * O + tp.ro.lo;
+              for (int64_t o = 0; o < n_o; ++o) ar[o] += wv * A(xr[o * step]);
             }
           }
-        }
+        });
       }
       const A b = ep.bias_of(k);
       T* yk = y + n * ys[0] + k * ys[1];
@@ -126,7 +144,6 @@ void dgrad(const ConvArgs& a) {
   const int64_t *xs = a.x.stride, *ws = a.w.stride, *ys = a.y.stride;
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group();
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
-  const int64_t P = g.out[0], Q = g.out[1], O = g.out[2];
   at::parallel_for(0, g.N * g.C, 1, [&](int64_t begin, int64_t end) {
     std::vector<A> acc(size_t(D * H * W));
     for (int64_t nc = begin; nc < end; ++nc) {
@@ -135,28 +152,19 @@ void dgrad(const ConvArgs& a) {
       for (int64_t kk = 0; kk < Kg; ++kk) {
         const T* dyk = dy + n * ys[0] + (k0 + kk) * ys[1];
         const T* wk = w + (k0 + kk) * ws[0] + cc * ws[1];
-        for (int64_t t = 0; t < g.ker[0]; ++t) {
-          const int64_t off0 = t * g.dil[0] - g.pad[0];
-          const Range rp = inside(D, P, g.stride[0], off0);
-          for (int64_t r = 0; r < g.ker[1]; ++r) {
-            const int64_t off1 = r * g.dil[1] - g.pad[1];
-            const Range rq = inside(H, Q, g.stride[1], off1);
-            for (int64_t s = 0; s < g.ker[2]; ++s) {
-              const int64_t off2 = s * g.dil[2] - g.pad[2];
-              const Range ro = inside(W, O, g.stride[2], off2);
-              if (ro.lo >= ro.hi) continue;
-              const A wv = A(wk[at3(ws, t, r, s)]);
-              const int64_t n_o = ro.hi - ro.lo, sw = g.stride[2];
-              for (int64_t p = rp.lo; p < rp.hi; ++p) {
-                for (int64_t q = rq.lo; q < rq.hi; ++q) {
-                  const T* dr = dyk + at3(ys, p, q, ro.lo);
-                  A* ar = acc.data() + ((p * g.stride[0] + off0) * H + q * g.stride[1] + off1) * W + ro.lo * sw + off2;
-                  for (int64_t o = 0; o < n_o; ++o) ar[o * sw] += wv * A(dr[o * ys[4]]);
-                }
-              }
+        for_each_tap(g, [&](const Tap& tp) {
+          if (tp.ro.lo >= tp.ro.hi) return;
+          const A wv = A(wk[at3(ws, tp.t, tp.r, tp.s)]);
+          const int64_t n_o = tp.ro.hi - tp.ro.lo, sw = g.stride[2];
+          for (int64_t p = tp.rp.lo; p < tp.rp.hi; ++p) {
+            for (int64_t q = tp.rq.lo; q < tp.rq.hi; ++q) {
+              const T* dr = dyk + at3(ys, p, q, tp.ro.lo);
+              A* ar = acc.data() + ((p * g.stride[0] + tp.off0) * H + q * g.stride[1] + tp.off1) * W + tp.ro.lo * sw +
+                      tp.off2;
+              for (int64_t o = 0; o < n_o; ++o) ar[o * sw] += wv * A(dr[o * ys[4]]);
             }
           }
-        }
+        });
       }
       T* dxc = dx + n * xs[0] + c * xs[1];
       for (int64_t d = 0; d < D; ++d)
@@ -178,41 +186,30 @@ void wgrad(const ConvArgs& a) {
   const T* dy = static_cast<const T*>(a.y.ptr);
   const int64_t *xs = a.x.stride, *ws = a.w.stride, *ys = a.y.stride;
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group();
-  const int64_t P = g.out[0], Q = g.out[1], O = g.out[2];
   at::parallel_for(0, g.K * Cg, 1, [&](int64_t begin, int64_t end) {
     for (int64_t kc = begin; kc < end; ++kc) {
       const int64_t k = kc / Cg, cc = kc % Cg, c = (k / Kg) * Cg + cc;
-      for (int64_t t = 0; t < g.ker[0]; ++t) {
-        const int64_t off0 = t * g.dil[0] - g.pad[0];
-        const Range rp = inside(g.in[0], P, g.stride[0], off0);
-        for (int64_t r = 0; r < g.ker[1]; ++r) {
-          const int64_t off1 = r * g.dil[1] - g.pad[1];
-          const Range rq = inside(g.in[1], Q, g.stride[1], off1);
-          for (int64_t s = 0; s < g.ker[2]; ++s) {
-            const int64_t off2 = s * g.dil[2] - g.pad[2];
-            const Range ro = inside(g.in[2], O, g.stride[2], off2);
-            const int64_t n_o = ro.hi - ro.lo, step = g.stride[2] * xs[4];
-            A total = 0;
-            for (int64_t n = 0; n < g.N && n_o > 0; ++n) {
-              const T* xc = x + n * xs[0] + c * xs[1];
-              const T* dyk = dy + n * ys[0] + k * ys[1];
-              A part = 0;  // one sample's sum, then the batch's (a shorter chain of float additions)
-              for (int64_t p = rp.lo; p < rp.hi; ++p) {
-                for (int64_t q = rq.lo; q < rq.hi; ++q) {
-                  const T* dr = dyk + at3(ys, p, q, ro.lo);
-                  const T* xr = xc + at3(xs, p * g.stride[0] + off0, q * g.stride[1] + off1,
-                                         ro.lo * g.stride[2] + off2);
-                  A row = 0;
-                  for (int64_t o = 0; o < n_o; ++o) row += A(dr[o * ys[4]]) * A(xr[o * step]);
-                  part += row;
-                }
-              }
-              total += part;
+      for_each_tap(g, [&](const Tap& tp) {
+        const int64_t n_o = tp.ro.hi - tp.ro.lo, step = g.stride[2] * xs[4];
+        A total = 0;
+        for (int64_t n = 0; n < g.N && n_o > 0; ++n) {
+          const T* xc = x + n * xs[0] + c * xs[1];
+          const T* dyk = dy + n * ys[0] + k * ys[1];
+          A part = 0;  // one sample's sum, then the batch's (a shorter chain of float additions)
+          for (int64_t p = tp.rp.lo; p < tp.rp.hi; ++p) {
+            for (int64_t q = tp.rq.lo; q < tp.rq.hi; ++q) {
+              const T* dr = dyk + at3(ys, p, q, tp.ro.lo);
+              const T* xr = xc + at3(xs, p * g.stride[0] + tp.off0, q * g.stride[1] + tp.off1,
+                                     tp.ro.lo * g.stride[2] + tp.off2);
+              A row = 0;
+              for (int64_t o = 0; o < n_o; ++o) row += A(dr[o * ys[4]]) * A(xr[o * step]);
+              part += row;
             }
-            dw[k * ws[0] + cc * ws[1] + at3(ws, t, r, s)] = T(total);
           }
+          total += part;
         }
-      }
+        dw[k * ws[0] + cc * ws[1] + at3(ws, tp.t, tp.r, tp.s)] = T(total);
+      });
     }
   });
 }
