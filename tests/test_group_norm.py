@@ -15,8 +15,8 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.testing import compare
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
-from tests.utils import (ALL_DTYPES, assert_matches_torch, assert_models_agree, build_emulation_program, devices,
-                         first_line, random_like_case, requires_emulation)
+from tests.utils import (ALL_DTYPES, MIXED_GRAD_LAYOUTS, assert_matches_torch, assert_models_agree,
+                         build_emulation_program, devices, raised_first_line, random_like_case, requires_emulation)
 
 ops = torch.ops.torch_dnn
 
@@ -336,8 +336,7 @@ def test_zero_variance_and_special_values(device):
 @pytest.mark.parametrize("device", devices())
 def test_grad_layouts(device):
     # grad_output in another layout than the input (channels_last vs NCHW, strided): same gradients as PyTorch's
-    for x_layout, g_layout in (("contiguous", "channels_last"), ("channels_last", "contiguous"),
-                               ("channels_last", "strided"), ("transposed", "channels_last")):
+    for x_layout, g_layout in MIXED_GRAD_LAYOUTS:
         x = _input((2, 8, 5, 6), torch.float64, device, x_layout).requires_grad_()
         g = _input((2, 8, 5, 6), torch.float64, device, g_layout, -1, 1)
         w, b = _params(8, torch.float64, device)
@@ -424,10 +423,7 @@ def test_modules_state_dict_and_convert(device):
 
 
 class TestErrors(expecttest.TestCase):
-    def _msg(self, fn, exc=RuntimeError):
-        with self.assertRaises(exc) as cm:
-            fn()
-        return first_line(cm.exception)
+    _msg = staticmethod(raised_first_line)
 
     def test_channels_not_divisible(self):
         self.assertExpectedInline(self._msg(lambda: F.group_norm(torch.ones(2, 6, 4), 4)), """torch_dnn.group_norm: expected the number of channels (6) to be divisible by num_groups (4), but got input of shape [2, 6, 4]""")

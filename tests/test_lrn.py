@@ -13,7 +13,7 @@ import torch_dnn.functional as F
 from torch_dnn.reference import local_response_norm_reference
 from torch_dnn.testing import compare
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase
-from tests.utils import assert_models_agree, devices, first_line, make_input
+from tests.utils import MIXED_GRAD_LAYOUTS, assert_models_agree, devices, first_line, make_input
 
 ops = torch.ops.torch_dnn
 
@@ -142,8 +142,7 @@ def test_special_values(device):
 @pytest.mark.parametrize("device", devices())
 def test_grad_layouts(device):
     # grad_output in another layout than the input (channels_last vs NCHW, strided): same gradients as PyTorch's
-    for x_layout, g_layout in (("contiguous", "channels_last"), ("channels_last", "contiguous"),
-                               ("channels_last", "strided"), ("transposed", "channels_last")):
+    for x_layout, g_layout in MIXED_GRAD_LAYOUTS:
         x = _input((2, 8, 5, 6), torch.float64, device, x_layout).requires_grad_()
         g = _input((2, 8, 5, 6), torch.float64, device, g_layout, -1, 1)
         (a,) = torch.autograd.grad(F.local_response_norm(x, 3, 0.5), [x], g)

@@ -17,7 +17,7 @@ import torch_dnn.functional as F
 from torch_dnn.reference import (avg_pool1d_reference, avg_pool2d_reference, avg_pool3d_reference, lp_pool3d_reference,
                                  max_pool1d_reference, max_pool2d_reference, max_pool3d_reference)
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase
-from tests.utils import (POOL_VARIANTS, ALL_DTYPES, assert_matches_torch, devices, first_line, make_input,
+from tests.utils import (POOL_VARIANTS, ALL_DTYPES, assert_matches_torch, devices, make_input, raised_first_line,
                          set_variant)
 
 ops = torch.ops.torch_dnn
@@ -539,10 +539,7 @@ def test_modules_and_convert(device):
 
 
 class TestErrors(expecttest.TestCase):
-    def _msg(self, fn, exc=RuntimeError):
-        with self.assertRaises(exc) as cm:
-            fn()
-        return first_line(cm.exception)
+    _msg = staticmethod(raised_first_line)
 
     def test_padding_over_half_kernel(self):
         self.assertExpectedInline(self._msg(lambda: F.max_pool2d(torch.ones(1, 1, 8, 8), 3, 1, 2)), """torch_dnn.max_pool2d: expected padding to be at most half of kernel_size, but got padding=[2, 2] and kernel_size=[3, 3]""")

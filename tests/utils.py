@@ -159,6 +159,19 @@ def first_line(e: BaseException) -> str:
     return str(e).strip().splitlines()[0]
 
 
+def raised_first_line(fn, exc=RuntimeError) -> str:
+    """The first line of the message of the `exc` that fn() must raise: what the error snapshots compare."""
+    with pytest.raises(exc) as info:
+        fn()
+    return first_line(info.value)
+
+
+# (input layout, grad_output layout) pairs with grad_output laid out otherwise than the input (channels_last vs
+# NCHW, strided, neither): the backward must read grad_output as given and still match PyTorch's gradients
+MIXED_GRAD_LAYOUTS = (("contiguous", "channels_last"), ("channels_last", "contiguous"), ("channels_last", "strided"),
+                      ("transposed", "channels_last"))
+
+
 def assert_cuda_graph_replays(step, refill):
     """Capture step() in a CUDA graph (after two warm-up runs on a side stream), call refill() to put fresh
     values into the step's input tensors in place, replay, and check the graph's outputs against an eager
