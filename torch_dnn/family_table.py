@@ -68,3 +68,24 @@ TABLE = (
     Family("conv"),
     Family("attention"),
 )
+
+
+def bind_exports(namespace: dict, where: str, module_of, names_of) -> list:
+    """Binds into `namespace` (a package's globals()) the names each family's module exports, in TABLE's order, and
+    returns them for its __all__: torch_dnn.functional's and torch_dnn.nn's surface. module_of(family) is the
+    module's import path (None: the family has none), names_of(module) the names it exports; a name already bound
+    (another family's, or the package's own) is an ImportError naming `where`."""
+    import importlib
+
+    names = []
+    for family in TABLE:
+        path = module_of(family)
+        if path is None:
+            continue
+        module = importlib.import_module(path)
+        for name in names_of(module):
+            if name in namespace:
+                raise ImportError(f"{where}: {name!r} of family {family.name!r} is already defined")
+            namespace[name] = getattr(module, name)
+            names.append(name)
+    return names
