@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, dtype_tag
+from benchmarks.harness import Case, dtype_tag, rand_cuda, row_grid
 from torch_dnn.reference import bias_act_reference
 
 ops = torch.ops.torch_dnn
@@ -41,41 +41,37 @@ ACTS = {
 
 
 def _rand(shape, dtype, lo=-3.0, hi=3.0):
-    return torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
+    return rand_cuda(shape, dtype, "NCHW", lo, hi)
 
 
 
 def cases(quick: bool = False):
     out = []
-    shapes = SHAPES[:1] if quick else SHAPES
-    for dtype in DTYPES:
-        es = torch.empty((), dtype=dtype).element_size()
-        for shape in shapes:
-            n = shape[0] * shape[1]
-            tag = f"{shape[0]}x{shape[1]} {dtype_tag(dtype)}"
-            for name, (fwd, eager_fwd, bwd, eager_bwd, saves_result) in ACTS.items():
-                out.append(Case("activation", f"{name} fwd {tag}", lambda s=shape, d=dtype: (_rand(s, d),),
-                                {"torch_dnn": fwd, "eager": eager_fwd}, bytes=2 * n * es, target=TARGET,
-                                group=f"activation forward {dtype_tag(dtype)}"))
-                lo = 0.05 if saves_result else -3.0
-                hi = 0.95 if saves_result else 3.0
-                out.append(Case("activation", f"{name} bwd {tag}",
-                                lambda s=shape, d=dtype, lo=lo, hi=hi: (_rand(s, d), _rand(s, d, lo, hi)),
-                                {"torch_dnn": bwd, "eager": eager_bwd}, bytes=3 * n * es, target=TARGET,
-                                group=f"activation backward {dtype_tag(dtype)}"))
-            # bias_act: the GEMM epilogue (bias along the last dim)
-            for act in ("gelu", "silu", "relu"):
-                ref = lambda x, b, a=act: bias_act_reference(x, b, -1, a)  # noqa: E731
-                compiled = torch.compile(ref, dynamic=False)
-                out.append(Case("activation", f"bias_act {act} fwd {tag}",
-                                lambda s=shape, d=dtype: (_rand(s, d), _rand((s[1],), d)),
-                                {"torch_dnn": lambda x, b, a=act: F.bias_act(x, b, -1, a), "eager": ref,
-                                 "compile": compiled},
-                                bytes=2 * n * es + shape[1] * es, target=TARGET, group=f"bias_act {dtype_tag(dtype)}"))
-            eager_bwd = ACTS["gelu"][3]
-            out.append(Case("activation", f"bias_act gelu bwd {tag}",
-                            lambda s=shape, d=dtype: (_rand(s, d), _rand(s, d), _rand((s[1],), d)),
-                            {"torch_dnn": lambda g, x, b: ops.bias_act_backward(g, x, b, -1, "gelu", True),
-                             "eager": lambda g, x, b: (lambda dz: (dz, dz.sum(0)))(eager_bwd(g, x + b))},
-                            bytes=3 * n * es + 2 * shape[1] * es, target=TARGET, group=f"bias_act {dtype_tag(dtype)}"))
+    for dtype, es, shape, tag in row_grid(SHAPES, DTYPES, quick):
+        n = shape[0] * shape[1]
+        for name, (fwd, eager_fwd, bwd, eager_bwd, saves_result) in ACTS.items():
+            out.append(Case("activation", f"{name} fwd {tag}", lambda s=shape, d=dtype: (_rand(s, d),),
+                            {"torch_dnn": fwd, "eager": eager_fwd}, bytes=2 * n * es, target=TARGET,
+                            group=f"activation forward {dtype_tag(dtype)}"))
+            lo = 0.05 if saves_result else -3.0
+            hi = 0.95 if saves_result else 3.0
+            out.append(Case("activation", f"{name} bwd {tag}",
+                            lambda s=shape, d=dtype, lo=lo, hi=hi: (_rand(s, d), _rand(s, d, lo, hi)),
+                            {"torch_dnn": bwd, "eager": eager_bwd}, bytes=3 * n * es, target=TARGET,
+                            group=f"activation backward {dtype_tag(dtype)}"))
+        # bias_act: the GEMM epilogue (bias along the last dim)
+        for act in ("gelu", "silu", "relu"):
+            ref = lambda x, b, a=act: bias_act_reference(x, b, -1, a)  # noqa: E731
+            compiled = torch.compile(ref, dynamic=False)
+            out.append(Case("activation", f"bias_act {act} fwd {tag}",
+                            lambda s=shape, d=dtype: (_rand(s, d), _rand((s[1],), d)),
+                            {"torch_dnn": lambda x, b, a=act: F.bias_act(x, b, -1, a), "eager": ref,
+                             "compile": compiled},
+                            bytes=2 * n * es + shape[1] * es, target=TARGET, group=f"bias_act {dtype_tag(dtype)}"))
+        eager_bwd = ACTS["gelu"][3]
+        out.append(Case("activation", f"bias_act gelu bwd {tag}",
+                        lambda s=shape, d=dtype: (_rand(s, d), _rand(s, d), _rand((s[1],), d)),
+                        {"torch_dnn": lambda g, x, b: ops.bias_act_backward(g, x, b, -1, "gelu", True),
+                         "eager": lambda g, x, b: (lambda dz: (dz, dz.sum(0)))(eager_bwd(g, x + b))},
+                        bytes=3 * n * es + 2 * shape[1] * es, target=TARGET, group=f"bias_act {dtype_tag(dtype)}"))
     return out

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, dtype_tag, with_env
+from benchmarks.harness import Case, dtype_tag, rand_cuda, with_env
 from torch_dnn.ops.matmul import gemm_paths
 
 ops = torch.ops.torch_dnn
@@ -20,7 +20,7 @@ aten = torch.ops.aten
 
 
 def _rand(shape, dtype, lo=-1.0, hi=1.0):
-    return torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
+    return rand_cuda(shape, dtype, "NCHW", lo, hi)
 
 
 

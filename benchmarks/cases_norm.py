@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, dtype_tag, with_env
+from benchmarks.harness import Case, dtype_tag, rand_cuda, with_env
 from torch_dnn.reference import add_rms_norm_reference
 
 ops = torch.ops.torch_dnn
@@ -20,7 +20,7 @@ DTYPES = [torch.bfloat16, torch.float32]
 
 
 def _rand(shape, dtype, lo=-4.0, hi=4.0):
-    return torch.empty(shape, dtype=dtype, device="cuda").uniform_(lo, hi)
+    return rand_cuda(shape, dtype, "NCHW", lo, hi)
 
 
 

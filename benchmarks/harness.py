@@ -71,6 +71,15 @@ def rand_cuda(shape, dtype, layout: str = "NCHW", lo: float = -4.0, hi: float = 
     return x.contiguous(memory_format=torch.channels_last) if layout == "NHWC" else x
 
 
+def row_grid(shapes, dtypes, quick: bool):
+    """(dtype, element size in bytes, shape, case tag "RxC dtype") over the 2-D row shapes (the first alone when
+    quick) for each dtype, dtype outermost: the row families' case grid."""
+    for dtype in dtypes:
+        es = torch.empty((), dtype=dtype).element_size()
+        for shape in shapes[:1] if quick else shapes:
+            yield dtype, es, shape, f"{shape[0]}x{shape[1]} {dtype_tag(dtype)}"
+
+
 def with_env(fn, **env):
     """fn run with the environment variables env set (restored after each call). The CUDA launchers read
     their variant knobs (TORCH_DNN_*) at every call, so one benchmark process times every variant on the same
