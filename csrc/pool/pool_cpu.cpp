@@ -44,6 +44,18 @@ void for_positions(const PoolShape& s, bool output, F&& f) {
       for (int64_t w = 0; w < W; ++w) f(d, h, w, (d * H + h) * W + w);
 }
 
+// f(od, oh, ow, o) for each output whose window can hold input element (d, h, w) (covering_outputs along each
+// dim; a window may still skip it), o the output's element offset in volume vo: the backward passes' gather.
+template <class F>
+void for_covering_outputs(const PoolShape& s, const Volume& vo, int64_t d, int64_t h, int64_t w, F&& f) {
+  const Axis &aD = s.ax[0], &aH = s.ax[1], &aW = s.ax[2];
+  const Range cd = covering_outputs(d, aD, s.adaptive), ch = covering_outputs(h, aH, s.adaptive),
+              cw = covering_outputs(w, aW, s.adaptive);
+  for (int64_t od = cd.begin; od < cd.end; ++od)
+    for (int64_t oh = ch.begin; oh < ch.end; ++oh)
+      for (int64_t ow = cw.begin; ow < cw.end; ++ow) f(od, oh, ow, vo.at((od * aH.out + oh) * aW.out + ow));
+}
+
 template <typename T>
 void max_forward_volumes(const T* x, T* y, int64_t* ind, const PoolShape& s) {
   using A = at::opmath_type<T>;
@@ -73,19 +85,13 @@ void max_forward_volumes(const T* x, T* y, int64_t* ind, const PoolShape& s) {
 template <typename T>
 void max_backward_volumes(const T* g, const int64_t* ind, T* dx, const PoolShape& s) {
   using A = at::opmath_type<T>;
-  const Axis &aD = s.ax[0], &aH = s.ax[1], &aW = s.ax[2];
   for_volumes(s, s.in_volume() * 8, [&](int64_t nc) {
     const Volume vi = volume(s, nc, s.in_volume()), vo = volume(s, nc, s.out_volume());
     for_positions(s, false, [&](int64_t d, int64_t h, int64_t w, int64_t i) {
-      const Range cd = covering_outputs(d, aD, s.adaptive), ch = covering_outputs(h, aH, s.adaptive),
-                  cw = covering_outputs(w, aW, s.adaptive);
       A acc = 0;
-      for (int64_t od = cd.begin; od < cd.end; ++od)
-        for (int64_t oh = ch.begin; oh < ch.end; ++oh)
-          for (int64_t ow = cw.begin; ow < cw.end; ++ow) {
-            const int64_t o = vo.at((od * aH.out + oh) * aW.out + ow);
-            if (ind[o] == i) acc += A(g[o]);
-          }
+      for_covering_outputs(s, vo, d, h, w, [&](int64_t, int64_t, int64_t, int64_t o) {
+        if (ind[o] == i) acc += A(g[o]);
+      });
       dx[vi.at(i)] = T(acc);
     });
   });
@@ -118,26 +124,20 @@ void avg_forward_volumes(const T* x, T* y, const PoolShape& s) {
 template <typename T>
 void avg_backward_volumes(const T* g, const T* x, const T* y, T* dx, const PoolShape& s) {
   using A = at::opmath_type<T>;
-  const Axis &aD = s.ax[0], &aH = s.ax[1], &aW = s.ax[2];
   const A p = A(s.norm_type), K = A(s.kernel_volume());
   for_volumes(s, s.in_volume() * 8, [&](int64_t nc) {
     const Volume vi = volume(s, nc, s.in_volume()), vo = volume(s, nc, s.out_volume());
     for_positions(s, false, [&](int64_t d, int64_t h, int64_t w, int64_t i) {
-      const Range cd = covering_outputs(d, aD, s.adaptive), ch = covering_outputs(h, aH, s.adaptive),
-                  cw = covering_outputs(w, aW, s.adaptive);
       A acc = 0;
-      for (int64_t od = cd.begin; od < cd.end; ++od)
-        for (int64_t oh = ch.begin; oh < ch.end; ++oh)
-          for (int64_t ow = cw.begin; ow < cw.end; ++ow) {
-            const AvgWindow win = avg_window3(s, od, oh, ow);
-            const bool inside = d >= win.r[0].begin && d < win.r[0].end && h >= win.r[1].begin &&
-                                h < win.r[1].end && w >= win.r[2].begin && w < win.r[2].end;
-            if (!inside) continue;
-            const int64_t o = vo.at((od * aH.out + oh) * aW.out + ow);
-            A term = A(g[o]) / A(win.divisor);
-            if (s.lp()) term *= lp_out_grad_scale(A(y[o]), K, p);
-            acc += term;
-          }
+      for_covering_outputs(s, vo, d, h, w, [&](int64_t od, int64_t oh, int64_t ow, int64_t o) {
+        const AvgWindow win = avg_window3(s, od, oh, ow);
+        const bool inside = d >= win.r[0].begin && d < win.r[0].end && h >= win.r[1].begin && h < win.r[1].end &&
+                            w >= win.r[2].begin && w < win.r[2].end;
+        if (!inside) return;
+        A term = A(g[o]) / A(win.divisor);
+        if (s.lp()) term *= lp_out_grad_scale(A(y[o]), K, p);
+        acc += term;
+      });
       if (s.lp()) acc *= lp_in_grad_scale(A(x[vi.at(i)]), p);
       dx[vi.at(i)] = T(acc);
     });

@@ -177,12 +177,10 @@ inline std::string op_name(const char* base, int R, const char* suffix = "") {
 
 // ---- max_pool ----
 
+// max_pool's and adaptive_max_pool's forward and backward once the op has its shape (keeps_layout: prepare_input)
 template <class B, int R>
-std::tuple<at::Tensor, at::Tensor> max_pool(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
-                                            at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
-  const std::string op = op_name("max_pool", R);
-  PoolShape s = window_shape<R>(op.c_str(), x, k, st, pad, dil, ceil_mode);
-  const at::Tensor xd = prepare_input<R>(x, s);
+std::tuple<at::Tensor, at::Tensor> run_max_forward(const at::Tensor& x, PoolShape& s, bool keeps_layout) {
+  const at::Tensor xd = prepare_input<R>(x, s, keeps_layout);
   at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
   at::Tensor idx = empty_output<R>(xd, s, at::kLong);
   if (y.numel() > 0) B::max_forward(xd, y, idx, s);
@@ -190,18 +188,32 @@ std::tuple<at::Tensor, at::Tensor> max_pool(const at::Tensor& x, at::IntArrayRef
 }
 
 template <class B, int R>
+at::Tensor run_max_backward(const char* op, const at::Tensor& g, const at::Tensor& x, const at::Tensor& indices,
+                            PoolShape& s, bool keeps_layout) {
+  check_grad(op, g, x);
+  check_indices(op, indices);
+  const at::Tensor xd = prepare_input<R>(x, s, keeps_layout);
+  const at::Tensor gd = like_output<R>(op, g, x, s, "grad_output");
+  const at::Tensor id = like_output<R>(op, indices, x, s, "indices");
+  at::Tensor dx = empty_input<R>(xd, s);
+  if (dx.numel() > 0) B::max_backward(gd, id, dx, s);
+  return dx;
+}
+
+template <class B, int R>
+std::tuple<at::Tensor, at::Tensor> max_pool(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
+                                            at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
+  const std::string op = op_name("max_pool", R);
+  PoolShape s = window_shape<R>(op.c_str(), x, k, st, pad, dil, ceil_mode);
+  return run_max_forward<B, R>(x, s, true);
+}
+
+template <class B, int R>
 at::Tensor max_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& indices, at::IntArrayRef k,
                              at::IntArrayRef st, at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
   const std::string op = op_name("max_pool", R, "_backward");
   PoolShape s = window_shape<R>(op.c_str(), x, k, st, pad, dil, ceil_mode);
-  check_grad(op.c_str(), g, x);
-  check_indices(op.c_str(), indices);
-  const at::Tensor xd = prepare_input<R>(x, s);
-  const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
-  const at::Tensor id = like_output<R>(op.c_str(), indices, x, s, "indices");
-  at::Tensor dx = empty_input<R>(xd, s);
-  if (dx.numel() > 0) B::max_backward(gd, id, dx, s);
-  return dx;
+  return run_max_backward<B, R>(op.c_str(), g, x, indices, s, true);
 }
 
 // ---- avg_pool ----
@@ -293,25 +305,14 @@ template <class B, int R>
 std::tuple<at::Tensor, at::Tensor> adaptive_max_pool(const at::Tensor& x, at::IntArrayRef out) {
   const std::string op = op_name("adaptive_max_pool", R);
   PoolShape s = adaptive_shape<R>(op.c_str(), x, out);
-  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
-  at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
-  at::Tensor idx = empty_output<R>(xd, s, at::kLong);
-  if (y.numel() > 0) B::max_forward(xd, y, idx, s);
-  return {y, idx};
+  return run_max_forward<B, R>(x, s, R != 3);
 }
 
 template <class B, int R>
 at::Tensor adaptive_max_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& indices) {
   const std::string op = op_name("adaptive_max_pool", R, "_backward");
   PoolShape s = adaptive_shape<R>(op.c_str(), x, adaptive_grad_size<R>(op.c_str(), g, x));
-  check_grad(op.c_str(), g, x);
-  check_indices(op.c_str(), indices);
-  const at::Tensor xd = prepare_input<R>(x, s, R != 3);
-  const at::Tensor gd = like_output<R>(op.c_str(), g, x, s, "grad_output");
-  const at::Tensor id = like_output<R>(op.c_str(), indices, x, s, "indices");
-  at::Tensor dx = empty_input<R>(xd, s);
-  if (dx.numel() > 0) B::max_backward(gd, id, dx, s);
-  return dx;
+  return run_max_backward<B, R>(op.c_str(), g, x, indices, s, R != 3);
 }
 
 // ---- lp_pool: PyTorch's avg_pool(x^p) (padding 0, dilation 1) -> (avg * kernel numel)^(1/p) ----

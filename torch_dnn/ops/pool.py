@@ -21,15 +21,8 @@ def _op(kind, r, backward=False):
     return _OPS[kind, r, backward]
 
 
-# ---- shapes and layout: mirror output_size / wants_channels_last / empty_in_layout in csrc/pool/pool_ops.h ----
-
-def _out_size(size, k, pad, stride, dil, ceil_mode):
-    num = size + 2 * pad - dil * (k - 1) - 1 + (stride - 1 if ceil_mode else 0)
-    out = num // stride + 1
-    if ceil_mode and (out - 1) * stride >= size + pad:
-        out -= 1
-    return out
-
+# ---- shapes and layout: mirror output_size / wants_channels_last / empty_in_layout in csrc/pool/pool_ops.h (the
+# output size is _checks.pool_output_size, which the fake kernels' checks use too) ----
 
 def _channels_last(x, r, keeps_layout=True):
     """Whether a rank-r op computes (and returns) channels-last: a batched input suggesting it, as PyTorch, where
@@ -54,7 +47,7 @@ def _empty(x, r, spatial, dtype=None, keeps_layout=True):
 
 
 def _window_out(x, r, k, s, p, d, ceil_mode):
-    return [_out_size(x.shape[-r + i], k[i], p[i], s[i], d[i], ceil_mode) for i in range(r)]
+    return [_checks.pool_output_size(x.shape[-r + i], k[i], p[i], s[i], d[i], ceil_mode) for i in range(r)]
 
 
 def _checked(check, r, fake):
