@@ -143,12 +143,18 @@ inline void set_bands(TileArgs& a, int total, int max_rows, int cols) {
 }
 
 
+// Channels-last window max/avg pooling with a trivial depth window (kernel and stride 1, no padding or dilation):
+// the ground of the channels-last 2-D paths (owner_applies, cl2d_applies).
+inline bool cl_planar_window(const PoolShape& s) {
+  if (!s.channels_last || s.adaptive || s.lp()) return false;
+  const Axis& d = s.ax[0];
+  return d.k == 1 && d.s == 1 && d.p == 0 && d.d == 1 && d.out == d.in;
+}
+
 // The owner path applies: channels-last window max/avg pooling, trivial depth window, span <= 2 * stride
 // along H and W (max may be dilated), 32-bit positions in a slice.
 inline bool owner_applies(const PoolShape& s) {
-  if (!s.channels_last || s.adaptive || s.lp()) return false;
-  const Axis& d = s.ax[0];
-  if (d.k != 1 || d.s != 1 || d.p != 0 || d.d != 1 || d.out != d.in) return false;
+  if (!cl_planar_window(s)) return false;
   const int64_t lim = int64_t(1) << 30;
   for (int i = 1; i < 3; ++i) {
     const Axis& a = s.ax[i];
@@ -237,9 +243,7 @@ inline Cl2dArgs cl2d32_args(const PoolShape& s, int V, int uniform_div) {
 // pool_fwd_cl2d applies: channels-last window max/avg, trivial depth window, dilation 1 along H and W,
 // 32-bit positions in a slice.
 inline bool cl2d_applies(const PoolShape& s) {
-  if (!s.channels_last || s.adaptive || s.lp()) return false;
-  const Axis& d = s.ax[0];
-  if (d.k != 1 || d.s != 1 || d.p != 0 || d.d != 1 || d.out != d.in) return false;
+  if (!cl_planar_window(s)) return false;
   const int64_t lim = int64_t(1) << 30;
   for (int i = 1; i < 3; ++i) {
     const Axis& a = s.ax[i];

@@ -26,6 +26,19 @@ struct OwnerArgs {
   int own_h, strip;  // pool_bwd_cl_k3_strip: owner rows, owner rows an item
 };
 
+// Max: the V indices of output element `ind` narrowed to the (n, d) slice of `slice` inputs that starts at ibase
+// (-1 outside it: matches no input of the slice).
+template <int V>
+__device__ __forceinline__ void load_slice_idx(const int64_t* ind, int64_t ibase, int64_t slice, int (&idx)[V]) {
+  int64_t raw[V];
+  load_idx<V>(ind, raw);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int64_t rel = raw[j] - ibase;
+    idx[j] = rel >= 0 && rel < slice ? int(rel) : -1;
+  }
+}
+
 template <typename T, Op OP, int V>
 __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restrict__ g,
                                                                const int64_t* __restrict__ ind,
@@ -56,14 +69,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_owner(const T* __restric
           const int64_t o = ((gplane + oh) * OW + ow) * a.C + c;
           gv[u][v] = load_vec<T, V>(g + o);
           if constexpr (OP == Op::Max) {
-            int64_t raw[V];
-            load_idx<V>(ind + o, raw);
-#pragma unroll
-            for (int j = 0; j < V; ++j) {
-              // relative to the slice; outside it: matches no input
-              const int64_t rel = raw[j] - ibase;
-              idx[u][v][j] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
-            }
+            load_slice_idx<V>(ind + o, ibase, int64_t(H) * W, idx[u][v]);
           } else if (a.uniform_div > 0) {
             inv[u][v] = inv_uniform;
           } else {
@@ -156,13 +162,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_cl_k3_strip(const T* __rest
         const int64_t o = ((gplane + oh) * OW + ow) * a.C + c;
         gv[u][v] = load_vec<T, V>(g + o);
         if constexpr (OP == Op::Max) {
-          int64_t raw[V];
-          load_idx<V>(ind + o, raw);
-#pragma unroll
-          for (int j = 0; j < V; ++j) {
-            const int64_t rel = raw[j] - ibase;
-            idx[u][v][j] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
-          }
+          load_slice_idx<V>(ind + o, ibase, int64_t(H) * W, idx[u][v]);
         } else if (a.uniform_div > 0) {
           inv[u][v] = inv_uniform;
         } else {
