@@ -152,32 +152,32 @@ bool run_case(const Case& c) {
   double worst = 0;
   // the Hopper forward under each of its schedules, the output poisoned anew before each
   for (int schedule = 0; schedule < (kSm90 ? 3 : 1) && ok; ++schedule) {
-  f.sm90_fwd = Sm90Fwd(schedule);
-  std::fill(x.o_flash.begin(), x.o_flash.end(), fromd<T>(777.0));
-  std::fill(x.lse_flash.begin(), x.lse_flash.end(), -7.f);
-  const cudaError_t e = forward_under_test(f, ws, nullptr);
-  if (e != cudaSuccess) {
-    std::printf("FAIL %s [%s]: flash_forward returned %d\n", c.name, dtype_name(a.dtype), int(e));
-    return false;
-  }
-  for (size_t i = 0; i < x.o_ref.size(); ++i) {
-    const double want = tod(x.o_ref[i]), got = tod(x.o_flash[i]);
-    const double err = std::fabs(got - want);
-    worst = std::max(worst, err);
-    if (!(err <= tol * (1 + std::fabs(want)))) {
-      if (ok) std::printf("FAIL %s [%s] o at %zu: flash %.6g reference %.6g\n", c.name, dtype_name(a.dtype), i, got, want);
-      ok = false;
+    f.sm90_fwd = Sm90Fwd(schedule);
+    std::fill(x.o_flash.begin(), x.o_flash.end(), fromd<T>(777.0));
+    std::fill(x.lse_flash.begin(), x.lse_flash.end(), -7.f);
+    const cudaError_t e = forward_under_test(f, ws, nullptr);
+    if (e != cudaSuccess) {
+      std::printf("FAIL %s [%s]: flash_forward returned %d\n", c.name, dtype_name(a.dtype), int(e));
+      return false;
     }
-  }
-  for (size_t i = 0; i < x.lse_ref.size(); ++i) {
-    const double want = x.lse_ref[i], got = x.lse_flash[i];
-    const bool same = std::isinf(want) ? got == want : std::fabs(got - want) <= 1e-3 * (1 + std::fabs(want));
-    if (!same) {
-      if (ok) std::printf("FAIL %s [%s] lse at %zu: flash %.8g reference %.8g\n", c.name, dtype_name(a.dtype), i, got, want);
-      ok = false;
+    for (size_t i = 0; i < x.o_ref.size(); ++i) {
+      const double want = tod(x.o_ref[i]), got = tod(x.o_flash[i]);
+      const double err = std::fabs(got - want);
+      worst = std::max(worst, err);
+      if (!(err <= tol * (1 + std::fabs(want)))) {
+        if (ok) std::printf("FAIL %s [%s] o at %zu: flash %.6g reference %.6g\n", c.name, dtype_name(a.dtype), i, got, want);
+        ok = false;
+      }
     }
-  }
-  if (!ok) std::printf("     (the forward's schedule %d, attention_kernels.h Sm90Fwd)\n", schedule);
+    for (size_t i = 0; i < x.lse_ref.size(); ++i) {
+      const double want = x.lse_ref[i], got = x.lse_flash[i];
+      const bool same = std::isinf(want) ? got == want : std::fabs(got - want) <= 1e-3 * (1 + std::fabs(want));
+      if (!same) {
+        if (ok) std::printf("FAIL %s [%s] lse at %zu: flash %.8g reference %.8g\n", c.name, dtype_name(a.dtype), i, got, want);
+        ok = false;
+      }
+    }
+    if (!ok) std::printf("     (the forward's schedule %d, attention_kernels.h Sm90Fwd)\n", schedule);
   }
   if (!ok) return false;
 

@@ -1,8 +1,8 @@
 // The sm_90 operations of the Hopper (wgmma) kernels computed on the host for cuda_host_shim.h's emulation
 // (compiled with TORCH_DNN_EMULATE_MBARRIER): shared-memory mbarriers with their phases, arrival counts and
-// transaction bytes; setmaxnreg's register pool; named barriers; wgmma.mma_async reading its shared-memory operands through their matrix
-// descriptors (address, leading / stride byte offsets, the 128-byte swizzle applied to the address bits as the
-// hardware does) and its register A operand from the warpgroup's 128 threads. The MMAs complete at issue (a
+// transaction bytes; setmaxnreg's register pool; named barriers; wgmma.mma_async reading its shared-memory operands
+// through their matrix descriptors (address, leading / stride byte offsets, the 128-byte swizzle applied to the
+// address bits as the hardware does) and its register A operand from the warpgroup's 128 threads. The MMAs complete at issue (a
 // kernel's fences and waits are no-ops): this checks layouts, descriptors, swizzles and the barrier protocol, not
 // the asynchronous hazards. Shared addresses are offsets into the dynamic shared memory buffer, which the shim
 // aligns to 256 KB so that an offset has the absolute address's low bits (what the swizzle reads).
@@ -103,8 +103,9 @@ inline void emu_setmaxnreg(int n) {
     p.free += regs - n;
     p.cv.notify_all();
   } else if (!p.cv.wait_for(l, std::chrono::seconds(30), [&] { return p.free >= n - regs; })) {
-    std::fprintf(stderr, "setmaxnreg.inc %d from %d: the block's pool never holds %d free registers (a hang on the GPU)\n",
-                 n, regs, n - regs);
+    std::fprintf(stderr,
+                 "setmaxnreg.inc %d from %d: the block's pool never holds %d free registers (a hang on the GPU)\n", n,
+                 regs, n - regs);
     std::abort();
   } else {
     p.free -= n - regs;

@@ -134,7 +134,8 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
           const int u = t + 1;
           if (u >= 2) mbar_wait(&empty_k[u & 1], ((u - 2) >> 1) & 1);
           mbar_arrive_expect_tx(&full_k[u & 1], C::kTileBytes);
-          copy_tile(sK + (u & 1) * C::kTileBytes, &maps.k, k_row0 + n_lo + int64_t(u) * BN, hk, BN, &full_k[u & 1], keep);
+          copy_tile(sK + (u & 1) * C::kTileBytes, &maps.k, k_row0 + n_lo + int64_t(u) * BN, hk, BN, &full_k[u & 1],
+                    keep);
         }
         const int64_t n0 = n_lo + int64_t(t) * BN;
         const bool foreign_rows = seq.varlen && n0 + BN > seq.sk;

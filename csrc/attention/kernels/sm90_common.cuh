@@ -1,7 +1,7 @@
 // What the Hopper (wgmma) attention kernels share: the aligned shared memory, a thread's place in the two
-// warpgroups' fragments, named barriers, the barrier setup, the query tile of a forward-like grid and the keys it sees, a thread's
-// share of a swizzled tile copy, 16-bit packing of accumulator pairs, and masking an accumulator tile's columns by
-// per-row bounds.
+// warpgroups' fragments, named barriers, the barrier setup, the query tile of a forward-like grid and the keys it
+// sees, a thread's share of a swizzled tile copy, 16-bit packing of accumulator pairs, and masking an accumulator
+// tile's columns by per-row bounds.
 #pragma once
 #include <cuda_runtime.h>
 
