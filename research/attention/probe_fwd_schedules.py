@@ -1,6 +1,7 @@
 """The Hopper forward's schedules (TORCH_DNN_ATTENTION_SM90_FWD: cp.async, ws, pingpong) one at a time, each in
 its own process under a time limit, so that a schedule that hangs on the GPU costs its limit and not the session:
-its output against the cp.async schedule's (bitwise: the same MMAs and softmax in the same order) on small and
+the forward kernel it runs (profiler name), its output against the cp.async schedule's (bitwise: the same MMAs
+and softmax in the same order) on small and
 multi-tile problems (causal, GQA, packed batches), then its time at issue 37's shapes (CUDA events, median of 20).
 
     python research/attention/probe_fwd_schedules.py [--limit SECONDS] [--no-time]
@@ -24,6 +25,13 @@ def rand(*s):
     return torch.empty(*s, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
 
 outs = {}
+if torch.cuda.is_available():  # which forward kernel this schedule runs (a map the encoder refuses: cp.async's)
+    from torch.profiler import ProfilerActivity, profile
+    q = rand(1, 2, 256, 128)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        F.scaled_dot_product_attention(q, q, q)
+        torch.cuda.synchronize()
+    print("kernels:", sorted({e.name for e in prof.events() if "flash_forward" in e.name}), flush=True)
 for name, (B, Hq, Hkv, Sq, Sk, D, causal) in {
         "small D64": (1, 2, 2, 130, 130, 64, False), "D128 B2 300x260": (2, 2, 2, 300, 260, 128, False),
         "D64 causal GQA 2:1 330": (1, 4, 2, 330, 330, 64, True), "D128 causal 200x520": (1, 2, 2, 200, 520, 128, True)}.items():
