@@ -1,6 +1,7 @@
 """Benchmark cases of the batch_norm family: batch_norm2d training on 64x256x56x56 bf16, NHWC and NCHW, and on
 16x256x56x56 NCHW (the whole-channel kernels' size, against the separate passes), forward alone and forward+backward (autograd: d_input, d_weight, d_bias), against eager (cuDNN through
-F.batch_norm) and torch.compile; batch_norm_add_act (bn + residual + relu) forward+backward NHWC against eager
+F.batch_norm) and torch.compile; evaluation (running statistics) forward on 64x256x56x56 in both layouts as GPU
+time; batch_norm_add_act (bn + residual + relu) forward+backward NHWC against eager
 bn, add, relu. Bytes are the minimum traffic: forward reads x and writes y (2 tensors), backward reads x and dy
 and writes dx (3 tensors); the fused op adds the residual read and its gradient write. The fwd+bwd cases also
 run as GPU time (CUDA-graph replay: harness.Case.graph), apart from the host."""
@@ -106,6 +107,29 @@ def _fused_case(dtype):
                  group="batch_norm_add_act NHWC", graph=how != "") for how in ("", " graph")]
 
 
+def _eval_cases(dtype):
+    """batch_norm2d in evaluation (running statistics: one elementwise pass, y = x * a + b per channel) on SHAPE, both
+    layouts, as GPU time (graph replay) against eager (cuDNN) and torch.compile. Bytes: x read, y written."""
+    es = torch.empty((), dtype=dtype).element_size()
+    numel = math.prod(SHAPE)
+    C = SHAPE[1]
+    out = []
+    for layout in ("NHWC", "NCHW"):
+        def inputs(layout=layout):
+            w, b = rand_cuda((C,), torch.float32, "NCHW", 0.5, 1.5), rand_cuda((C,), torch.float32, "NCHW", -1, 1)
+            rm, rv = rand_cuda((C,), torch.float32, "NCHW", -1, 1), rand_cuda((C,), torch.float32, "NCHW", 0.5, 2)
+            return rand_cuda(SHAPE, dtype, layout), w, b, rm, rv
+
+        def eager(x, w, b, rm, rv):
+            return TF.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5)
+
+        impls = {"torch_dnn": lambda x, w, b, rm, rv: F.batch_norm(x, rm, rv, w, b, False, 0.1, 1e-5),
+                 "eager": eager, "compile": torch.compile(eager, dynamic=False)}
+        out.append(Case("batch_norm", f"batch_norm2d eval fwd {'x'.join(map(str, SHAPE))} {layout} bf16 graph", inputs,
+                        impls, bytes=2 * numel * es, target=">=1x cuDNN", group=f"batch_norm {layout}", graph=True))
+    return out
+
+
 def cases(quick: bool = False):
     dtype = torch.bfloat16
     out = _bn_cases(dtype, "NHWC") + _bn_cases(dtype, "NCHW", variants={})
@@ -113,5 +137,5 @@ def cases(quick: bool = False):
     out += _bn_cases(dtype, "NCHW", (16, 256, 56, 56), {"td separate": {"TORCH_DNN_BN_CHANNEL_KB": "0"}},
                      graph_variants=True)
     if not quick:
-        out += _fused_case(dtype)
+        out += _eval_cases(dtype) + _fused_case(dtype)
     return out
