@@ -80,7 +80,7 @@ template <typename T, class Cfg, bool DROP>
 __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dkdv_kernel(const AttnArgs a, const AttnGrads g,
                                                                        const float* dsum_all, const ScoreParams sp) {
   constexpr int D = Cfg::kD, BM = Cfg::kBM, BN = Cfg::kBN, THREADS = Cfg::kThreads;
-  constexpr int KSTEPS = D / 16, NT = BM / 8, DT = D / 8;
+  constexpr int NT = BM / 8, DT = D / 8;
   using Tile = SmemTile<D>;
   T* sK = reinterpret_cast<T*>(attn_smem());
   T* sV = sK + BN * D;
@@ -155,28 +155,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dkdv_kernel(const Att
     const T* cO = sO + stage * BM * D;
 
     float s[NT][4], dp[NT][4];
-#pragma unroll
-    for (int jn = 0; jn < NT; ++jn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[jn][e] = dp[jn][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) {
-      uint32_t ka[4], va[4];
-      ptx::ldmatrix_x4<false>(ka, sK + Tile::off(wrow + r8 + 8 * (j4 & 1), ks * 16 + 8 * (j4 >> 1)));
-      ptx::ldmatrix_x4<false>(va, sV + Tile::off(wrow + r8 + 8 * (j4 & 1), ks * 16 + 8 * (j4 >> 1)));
-#pragma unroll
-      for (int p = 0; p < BM / 16; ++p) {
-        uint32_t qb[4], ob[4];
-        ptx::ldmatrix_x4<false>(qb, cQ + Tile::off(p * 16 + r8 + 8 * (j4 >> 1), ks * 16 + 8 * (j4 & 1)));
-        ptx::ldmatrix_x4<false>(ob, cO + Tile::off(p * 16 + r8 + 8 * (j4 >> 1), ks * 16 + 8 * (j4 & 1)));
-        const uint32_t q0[2] = {qb[0], qb[1]}, q1[2] = {qb[2], qb[3]};
-        const uint32_t o0[2] = {ob[0], ob[1]}, o1[2] = {ob[2], ob[3]};
-        ptx::mma_16816<T>(s[2 * p], ka, q0);
-        ptx::mma_16816<T>(s[2 * p + 1], ka, q1);
-        ptx::mma_16816<T>(dp[2 * p], va, o0);
-        ptx::mma_16816<T>(dp[2 * p + 1], va, o1);
-      }
-    }
+    mma_pair<D, BM>(s, dp, sK, sV, cQ, cO, wrow, r8, j4);
 
     const float slope_log2 = a.alibi_slopes != nullptr ? a.alibi_slopes[b * a.alibi_sb + h] * kLog2e : 0.f;
     const bool need_mask = m0 < full_lo || m0 + BM > full_hi || m0 + BM > seq.sq || slope_log2 != 0.f;

@@ -57,7 +57,7 @@ template <typename T, class Cfg, bool DROP>
 __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dq_kernel(const AttnArgs a, const AttnGrads g,
                                                                      const float* dsum_all, const ScoreParams sp) {
   constexpr int D = Cfg::kD, BM = Cfg::kBM, BN = Cfg::kBN, THREADS = Cfg::kThreads;
-  constexpr int KSTEPS = D / 16, NT = BN / 8, DT = D / 8;
+  constexpr int NT = BN / 8, DT = D / 8;
   using Tile = SmemTile<D>;
   T* sQ = reinterpret_cast<T*>(attn_smem());
   T* sO = sQ + BM * D;      // dO
@@ -132,28 +132,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dq_kernel(const AttnA
     const T* cV = sV + (n & 1) * BN * D;
 
     float s[NT][4], dp[NT][4];
-#pragma unroll
-    for (int jn = 0; jn < NT; ++jn)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[jn][e] = dp[jn][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) {
-      uint32_t qa[4], oa[4];
-      ptx::ldmatrix_x4<false>(qa, sQ + Tile::off(wrow + r8 + 8 * (j4 & 1), ks * 16 + 8 * (j4 >> 1)));
-      ptx::ldmatrix_x4<false>(oa, sO + Tile::off(wrow + r8 + 8 * (j4 & 1), ks * 16 + 8 * (j4 >> 1)));
-#pragma unroll
-      for (int p = 0; p < BN / 16; ++p) {
-        uint32_t kb[4], vb[4];
-        ptx::ldmatrix_x4<false>(kb, cK + Tile::off(p * 16 + r8 + 8 * (j4 >> 1), ks * 16 + 8 * (j4 & 1)));
-        ptx::ldmatrix_x4<false>(vb, cV + Tile::off(p * 16 + r8 + 8 * (j4 >> 1), ks * 16 + 8 * (j4 & 1)));
-        const uint32_t k0[2] = {kb[0], kb[1]}, k1[2] = {kb[2], kb[3]};
-        const uint32_t v0[2] = {vb[0], vb[1]}, v1[2] = {vb[2], vb[3]};
-        ptx::mma_16816<T>(s[2 * p], qa, k0);
-        ptx::mma_16816<T>(s[2 * p + 1], qa, k1);
-        ptx::mma_16816<T>(dp[2 * p], oa, v0);
-        ptx::mma_16816<T>(dp[2 * p + 1], oa, v1);
-      }
-    }
+    mma_pair<D, BN>(s, dp, sQ, sO, cK, cV, wrow, r8, j4);
 
     const bool need_mask = n0 < full_lo || n0 + BN > full_hi || n0 + BN > seq.sk || slope_log2 != 0.f;
     const TileRows tr = need_mask ? tile_rows<BN>(vis, m0 + wrow, n0, lane) : TileRows{};

@@ -34,12 +34,17 @@ struct TmaMap4 {  // CUtensorMap is 64-byte aligned
 };
 #endif
 
-
 // A map of the 4-D tensor of 16-bit elements at `ptr` with sizes dim[0..3] (dim[0] contiguous) and byte strides
 // stride[1..3] of dimensions 1..3, copied in boxes of box_cols (x 2 bytes: at most 128) by box_rows (dimension 1) with
 // the 128-byte swizzle. False when the driver refuses it (the caller takes another path).
 inline bool tma_map_16bit(TmaMap4* m, const void* ptr, const int64_t (&dim)[4], const int64_t (&stride)[4],
                           int box_cols, int box_rows) {
+  // what the encoder takes: a 16-byte-aligned address, sizes in [1, 2^32], strides positive multiples of 16 below 2^40
+  if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0 || box_cols * 2 > 128) return false;
+  for (int i = 0; i < 4; ++i)
+    if (dim[i] <= 0 || dim[i] > (int64_t(1) << 32)) return false;
+  for (int i = 1; i < 4; ++i)
+    if (stride[i] <= 0 || stride[i] % 16 != 0 || stride[i] >= (int64_t(1) << 40)) return false;
 #if defined(TORCH_DNN_EMULATE_MBARRIER)
   m->ptr = static_cast<const unsigned char*>(ptr);
   for (int i = 0; i < 4; ++i) {
@@ -48,22 +53,16 @@ inline bool tma_map_16bit(TmaMap4* m, const void* ptr, const int64_t (&dim)[4], 
   }
   m->box_cols = box_cols;
   m->box_rows = box_rows;
-  return box_cols * 2 <= 128 && (reinterpret_cast<uintptr_t>(ptr) % 16) == 0;
+  return true;
 #elif defined(__CUDA_ARCH__)
-  (void)m, (void)ptr, (void)dim, (void)stride, (void)box_cols, (void)box_rows;
+  (void)m;
   return false;
 #else
   const auto encode = tensor_map_encode_tiled();
   if (encode == nullptr) return false;
   cuuint64_t gdim[4], gstride[3];
-  for (int i = 0; i < 4; ++i) {
-    if (dim[i] <= 0 || dim[i] > (int64_t(1) << 32)) return false;
-    gdim[i] = cuuint64_t(dim[i]);
-  }
-  for (int i = 1; i < 4; ++i) {
-    if (stride[i] <= 0 || stride[i] % 16 != 0 || stride[i] >= (int64_t(1) << 40)) return false;
-    gstride[i - 1] = cuuint64_t(stride[i]);
-  }
+  for (int i = 0; i < 4; ++i) gdim[i] = cuuint64_t(dim[i]);
+  for (int i = 1; i < 4; ++i) gstride[i - 1] = cuuint64_t(stride[i]);
   const cuuint32_t box[4] = {cuuint32_t(box_cols), cuuint32_t(box_rows), 1, 1};
   const cuuint32_t elem_stride[4] = {1, 1, 1, 1};
   return encode(&m->map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, const_cast<void*>(ptr), gdim, gstride, box, elem_stride,
