@@ -177,15 +177,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_bwd_dkdv_kernel(const Att
                               pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
 #pragma unroll
       for (int d2 = 0; d2 < D / 16; ++d2) {
-        uint32_t ob[4], qb[4];
-        ptx::ldmatrix_x4<true>(ob, cO + Tile::off(kk * 16 + r8 + 8 * (j4 & 1), d2 * 16 + 8 * (j4 >> 1)));
-        ptx::ldmatrix_x4<true>(qb, cQ + Tile::off(kk * 16 + r8 + 8 * (j4 & 1), d2 * 16 + 8 * (j4 >> 1)));
-        const uint32_t o0[2] = {ob[0], ob[1]}, o1[2] = {ob[2], ob[3]};
-        const uint32_t q0[2] = {qb[0], qb[1]}, q1[2] = {qb[2], qb[3]};
-        ptx::mma_16816<T>(dv[2 * d2], pa, o0);
-        ptx::mma_16816<T>(dv[2 * d2 + 1], pa, o1);
-        ptx::mma_16816<T>(dk[2 * d2], da, q0);
-        ptx::mma_16816<T>(dk[2 * d2 + 1], da, q1);
+        const int at = Tile::off(kk * 16 + r8 + 8 * (j4 & 1), d2 * 16 + 8 * (j4 >> 1));
+        mma_pair_step<true>(dv[2 * d2], dv[2 * d2 + 1], dk[2 * d2], dk[2 * d2 + 1], pa, da, cO + at, cQ + at);
       }
     }
   }

@@ -48,6 +48,23 @@ __device__ __forceinline__ void load_tile_async(T* s, const T* g, int64_t ld, in
   }
 }
 
+// One k-step of two products whose B fragments sit at the same offset of two tiles: a1 / a2 += x1 / x2 times the two
+// n8 halves of the x4 fragment at b1, and d1 / d2 likewise with x2 and b2 (kTrans: the fragments loaded transposed).
+template <bool kTrans, typename T>
+__device__ __forceinline__ void mma_pair_step(float (&a1)[4], float (&a2)[4], float (&d1)[4], float (&d2)[4],
+                                              const uint32_t (&x1)[4], const uint32_t (&x2)[4], const T* b1,
+                                              const T* b2) {
+  uint32_t y1[4], y2[4];
+  ptx::ldmatrix_x4<kTrans>(y1, b1);
+  ptx::ldmatrix_x4<kTrans>(y2, b2);
+  const uint32_t y10[2] = {y1[0], y1[1]}, y11[2] = {y1[2], y1[3]};
+  const uint32_t y20[2] = {y2[0], y2[1]}, y21[2] = {y2[2], y2[3]};
+  ptx::mma_16816<T>(a1, x1, y10);
+  ptx::mma_16816<T>(a2, x1, y11);
+  ptx::mma_16816<T>(d1, x2, y20);
+  ptx::mma_16816<T>(d2, x2, y21);
+}
+
 // The backward's paired products of a warp's 16-row strip: s = A1 B1^T and d = A2 B2^T over D, A1 / A2 rows
 // [wrow, wrow + 16) of tiles a1 / a2 (the mma A operand), B1 / B2 the R rows of tiles b1 / b2 (R / 8 n8 fragments of
 // the B operand), all SmemTile<D> tiles; r8 = lane & 7, j4 = lane >> 3. The two products share every k-step's
@@ -67,15 +84,8 @@ __device__ __forceinline__ void mma_pair(float (&s)[R / 8][4], float (&d)[R / 8]
     ptx::ldmatrix_x4<false>(x2, a2 + Tile::off(wrow + r8 + 8 * (j4 & 1), ks * 16 + 8 * (j4 >> 1)));
 #pragma unroll
     for (int p = 0; p < R / 16; ++p) {
-      uint32_t y1[4], y2[4];
-      ptx::ldmatrix_x4<false>(y1, b1 + Tile::off(p * 16 + r8 + 8 * (j4 >> 1), ks * 16 + 8 * (j4 & 1)));
-      ptx::ldmatrix_x4<false>(y2, b2 + Tile::off(p * 16 + r8 + 8 * (j4 >> 1), ks * 16 + 8 * (j4 & 1)));
-      const uint32_t y10[2] = {y1[0], y1[1]}, y11[2] = {y1[2], y1[3]};
-      const uint32_t y20[2] = {y2[0], y2[1]}, y21[2] = {y2[2], y2[3]};
-      ptx::mma_16816<T>(s[2 * p], x1, y10);
-      ptx::mma_16816<T>(s[2 * p + 1], x1, y11);
-      ptx::mma_16816<T>(d[2 * p], x2, y20);
-      ptx::mma_16816<T>(d[2 * p + 1], x2, y21);
+      const int at = Tile::off(p * 16 + r8 + 8 * (j4 >> 1), ks * 16 + 8 * (j4 & 1));
+      mma_pair_step<false>(s[2 * p], s[2 * p + 1], d[2 * p], d[2 * p + 1], x1, x2, b1 + at, b2 + at);
     }
   }
 }
