@@ -37,10 +37,11 @@ def _on(backend, fn):
 
 # "mma.sync": our FlashAttention-2 kernels with the Hopper (wgmma) route turned off (the same kernels on other GPUs).
 _MMA_SYNC = {"TORCH_DNN_ATTENTION_SM90": "0"}
-# The Hopper forward's other schedules (docs/attention.md; the default copies its tiles by cp.async from the MMA
-# threads): "ws", a copy warpgroup's tensor copies; "ping-pong", those with the MMA warpgroups taking turns.
+# The Hopper forward's other schedules (docs/attention.md; the default: a copy warpgroup's tensor copies feeding MMA
+# warpgroups that take turns at the tensor cores): "ws", the MMA warpgroups drifting freely; "cp.async", no copy
+# warpgroup, every MMA thread copying its share of each tile.
 _FWD_SCHEDULES = {"torch_dnn ws": {"TORCH_DNN_ATTENTION_SM90_FWD": "ws"},
-                  "torch_dnn ping-pong": {"TORCH_DNN_ATTENTION_SM90_FWD": "pingpong"}}
+                  "torch_dnn cp.async": {"TORCH_DNN_ATTENTION_SM90_FWD": "cp.async"}}
 
 
 def _forward_impls(causal):

@@ -404,7 +404,7 @@ def test_kernel_choice(case, monkeypatch):
 @pytest.mark.skipif(not HOPPER, reason="the Hopper forward's schedules need an sm_90 GPU and sm_90a code")
 def test_sm90_forward_schedules_are_taken(monkeypatch):
     """TORCH_DNN_ATTENTION_SM90_FWD picks the Hopper forward's kernel (one instantiation a schedule; the default is
-    the cp.async one), each computing the same output. The rest of this file runs under the default; the GPU runs
+    the ping-pong one), each computing the same output. The rest of this file runs under the default; the GPU runs
     repeat it with the knob set to each other schedule."""
     gen = torch.Generator().manual_seed(19)
     q, k, v = (_rand((2, 2, 300, 128), torch.bfloat16, gen) for _ in range(3))
@@ -417,7 +417,7 @@ def test_sm90_forward_schedules_are_taken(monkeypatch):
         ran = _kernel_names(lambda: outs.__setitem__(schedule, run_ours(q, k, v, "flash", monkeypatch)[0]))
         names[schedule] = sorted({n for n in ran if "flash_forward_sm90_kernel" in n})
         assert len(names[schedule]) == 1, (schedule, ran)
-    assert names[""] == names["cp.async"], names
+    assert names[""] == names["pingpong"], names
     assert len({names[s][0] for s in ("ws", "pingpong", "cp.async")}) == 3, names
     for schedule in ("pingpong", "cp.async"):
         assert torch.equal(outs[schedule], outs["ws"]), schedule  # the same MMAs and softmax in the same order

@@ -26,14 +26,15 @@ enum class Path { Auto, Flash, Reference };
 struct Knobs {
   Path path = Path::Auto;
   bool sm90_enabled = true;
-  Sm90Fwd sm90_fwd = Sm90Fwd::CpAsync;
+  Sm90Fwd sm90_fwd = Sm90Fwd::PingPong;
 };
 
 Knobs read_knobs() {
   Knobs k;
   k.path = Path(knob_choice("TORCH_DNN_ATTENTION_PATH", {"auto", "flash", "reference"}));
   k.sm90_enabled = knob_choice("TORCH_DNN_ATTENTION_SM90", {"1", "0"}) == 0;
-  k.sm90_fwd = Sm90Fwd(knob_choice("TORCH_DNN_ATTENTION_SM90_FWD", {"cp.async", "ws", "pingpong"}));
+  constexpr Sm90Fwd kSchedules[] = {Sm90Fwd::PingPong, Sm90Fwd::WarpSpecialized, Sm90Fwd::CpAsync};
+  k.sm90_fwd = kSchedules[knob_choice("TORCH_DNN_ATTENTION_SM90_FWD", {"pingpong", "ws", "cp.async"})];
   return k;
 }
 

@@ -76,7 +76,7 @@ struct AttnArgs {
   // docs/attention.md), so that the torch-free launchers read no environment.
   bool sm90_enabled = true;
   // The Hopper forward's schedule (TORCH_DNN_ATTENTION_SM90_FWD, docs/attention.md).
-  Sm90Fwd sm90_fwd = Sm90Fwd::CpAsync;
+  Sm90Fwd sm90_fwd = Sm90Fwd::PingPong;
   // Rows of q (and o) and of k and v along their sequence dim: Sq and Sk, or a packed batch's totals (the tensor
   // maps' bounds).
   int64_t q_rows = 0, k_rows = 0;

@@ -12,9 +12,9 @@
 // floats, 64 a thread) and P V of tile t - 1 (BN / 16 RS MMAs, P packed to 16 bits in the registers that held its
 // scores) are issued together; the softmax of t (masking where the tile crosses the visibility boundary or the
 // end of the keys; the running max and sum in the log2 domain, reduced over the quad of lanes sharing a row) runs
-// while P V computes; then O is rescaled and P packed. The two warpgroups drift apart by up to an iteration, so
-// one's softmax overlaps the other's MMAs. (Enforcing the alternation with named barriers, FlashAttention-3's
-// ping-pong, measured 1-7% slower on the H200 in the cp.async scheme.)
+// while P V computes; then O is rescaled and P packed. The two warpgroups either take turns issuing their MMAs
+// (PingPong, the default: FlashAttention-3's named-barrier schedule, so that one's softmax runs while the other's
+// MMAs hold the tensor cores) or drift apart freely by up to an iteration.
 // The epilogue divides by the row sums and writes O (16-bit pairs) and lse (float); a row that sees no key gets
 // zeros and lse = +inf.
 #pragma once
