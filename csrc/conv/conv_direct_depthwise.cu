@@ -172,6 +172,29 @@ void dispatch_width(int ks, int str, F&& f) {
   else f(dw_int<0>{}, dw_int<0>{});
 }
 
+// Calls f(dw_int<VC>, dw_int<KS>, dw_int<STR>): the vector width (kVec16<T> where `vec`, else 1), then the
+// compile-time width and stride as dispatch_width picks them.
+template <typename T, class F>
+void dispatch_vec_width(bool vec, int ks, int str, F&& f) {
+  auto go = [&](auto v) { dispatch_width(ks, str, [&](auto k, auto s) { f(v, k, s); }); };
+  if (vec) go(dw_int<kVec16<T>>{});
+  else go(dw_int<1>{});
+}
+
+// The start of every pass's plan: the geometry's parameters, the orientation, the vector width (`vec`: 16 bytes of
+// channels where m == 1 and both operands take them) and the lanes along the channels of the operand the items
+// walk (`walked`, with `walked_channels`; `other` is the pass's other activation operand).
+template <typename T>
+DwParams start_plan(const ConvArgs& a, bool rows_fastest, const Operand5& walked, int64_t walked_channels,
+                    const Operand5& other, int64_t other_channels, bool& vec) {
+  DwParams p = base_params(a);
+  p.rows_fastest = rows_fastest;
+  constexpr int VV = kVec16<T>;
+  vec = p.m == 1 && vec_ok(walked, walked_channels, VV) && vec_ok(other, other_channels, VV);
+  p.bx = lanes_for(walked_channels, vec ? VV : 1, walked.stride[1]);
+  return p;
+}
+
 }  // namespace
 
 cudaError_t depthwise_fprop(const ConvArgs& args, cudaStream_t stream) {
@@ -183,13 +206,9 @@ cudaError_t depthwise_fprop(const ConvArgs& args, cudaStream_t stream) {
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    DwParams p = base_params(a);
-    p.rows_fastest = rows_fastest;
-    const int m = p.m;
-    constexpr int VV = kVec16<T>;
-    const bool vec = m == 1 && vec_ok(a.y, g.K, VV) && vec_ok(a.x, g.C, VV);
-    const int V = vec ? VV : 1;
-    p.bx = lanes_for(g.K, V, a.y.stride[1]);
+    bool vec;
+    DwParams p = start_plan<T>(a, rows_fastest, a.y, g.K, a.x, g.C, vec);
+    const int V = vec ? kVec16<T> : 1;
     if (!finish_plan<A>(p, g.K, V, g.out[1], g.out[2], 0, g.ker[1] * g.ker[2], true)) return;
     const int ks = std::is_same_v<T, double> ? 0 : fixed_width(g);
     const size_t smem = size_t(p.R) * p.S * p.bx * V * sizeof(A);
@@ -198,16 +217,11 @@ cudaError_t depthwise_fprop(const ConvArgs& args, cudaStream_t stream) {
     const T* x = static_cast<const T*>(a.x.ptr);
     const T* w = static_cast<const T*>(a.w.ptr);
     T* y = static_cast<T*>(a.y.ptr);
-    auto go = [&](auto v) {
-      constexpr int VC = decltype(v)::value;
-      dispatch_width(ks, int(g.stride[2]), [&](auto k, auto s) {
-        constexpr int KS = decltype(k)::value, STR = decltype(s)::value;
-        if constexpr (std::is_same_v<T, double> && KS != 0) return;
-        else launch_direct(conv_depthwise_fprop<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, x, w, y, ep);
-      });
-    };
-    if (vec) go(dw_int<VV>{});
-    else go(dw_int<1>{});
+    dispatch_vec_width<T>(vec, ks, int(g.stride[2]), [&](auto v, auto k, auto s) {
+      constexpr int VC = decltype(v)::value, KS = decltype(k)::value, STR = decltype(s)::value;
+      if constexpr (std::is_same_v<T, double> && KS != 0) return;
+      else launch_direct(conv_depthwise_fprop<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, x, w, y, ep);
+    });
     result = cudaGetLastError();
   });
   return result;
@@ -222,13 +236,10 @@ cudaError_t depthwise_dgrad(const ConvArgs& args, cudaStream_t stream) {
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    DwParams p = base_params(a);
-    p.rows_fastest = rows_fastest;
+    bool vec;
+    DwParams p = start_plan<T>(a, rows_fastest, a.x, g.C, a.y, g.K, vec);
     const int m = p.m;
-    constexpr int VV = kVec16<T>;
-    const bool vec = m == 1 && vec_ok(a.x, g.C, VV) && vec_ok(a.y, g.K, VV);
-    const int V = vec ? VV : 1;
-    p.bx = lanes_for(g.C, V, a.x.stride[1]);
+    const int V = vec ? kVec16<T> : 1;
     const int ks = std::is_same_v<T, double> ? 0 : fixed_width(g);
     const int wshift = ks > 0 ? int(g.pad[2] % g.stride[2]) : 0;
     if (!finish_plan<A>(p, g.C, V, g.in[1], g.in[2], wshift, int64_t(m) * g.ker[1] * g.ker[2], true)) return;
@@ -237,16 +248,11 @@ cudaError_t depthwise_dgrad(const ConvArgs& args, cudaStream_t stream) {
     const T* dy = static_cast<const T*>(a.y.ptr);
     const T* w = static_cast<const T*>(a.w.ptr);
     T* dx = static_cast<T*>(a.x.ptr);
-    auto go = [&](auto v) {
-      constexpr int VC = decltype(v)::value;
-      dispatch_width(ks, int(g.stride[2]), [&](auto k, auto s) {
-        constexpr int KS = decltype(k)::value, STR = decltype(s)::value;
-        if constexpr (std::is_same_v<T, double> && KS != 0) return;
-        else launch_direct(conv_depthwise_dgrad<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, dy, w, dx);
-      });
-    };
-    if (vec) go(dw_int<VV>{});
-    else go(dw_int<1>{});
+    dispatch_vec_width<T>(vec, ks, int(g.stride[2]), [&](auto v, auto k, auto s) {
+      constexpr int VC = decltype(v)::value, KS = decltype(k)::value, STR = decltype(s)::value;
+      if constexpr (std::is_same_v<T, double> && KS != 0) return;
+      else launch_direct(conv_depthwise_dgrad<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, dy, w, dx);
+    });
     result = cudaGetLastError();
   });
   return result;
@@ -263,13 +269,9 @@ cudaError_t depthwise_wgrad(const ConvArgs& args, cudaStream_t stream) {
     using T = decltype(tag);
     using A = acc_t<T>;
     if constexpr (!std::is_same_v<T, double>) {
-      DwParams p = base_params(a);
-      p.rows_fastest = rows_fastest;
-      const int m = p.m;
-      constexpr int VV = kVec16<T>;
-      const bool vec = m == 1 && vec_ok(a.y, g.K, VV) && vec_ok(a.x, g.C, VV);
-      const int V = vec ? VV : 1;
-      p.bx = lanes_for(g.K, V, a.y.stride[1]);
+      bool vec;
+      DwParams p = start_plan<T>(a, rows_fastest, a.y, g.K, a.x, g.C, vec);
+      const int V = vec ? kVec16<T> : 1;
       if (!finish_plan<A>(p, g.K, V, g.out[1], g.out[2], 0, 0, false)) return;
       const int64_t base = int64_t(p.R) * p.chunks;
       if (base >= (int64_t(1) << 31)) return;
@@ -277,31 +279,26 @@ cudaError_t depthwise_wgrad(const ConvArgs& args, cudaStream_t stream) {
       const T* x = static_cast<const T*>(a.x.ptr);
       T* dw = static_cast<T*>(a.w.ptr);
       const int64_t RS = int64_t(p.R) * p.S;
-      auto go = [&](auto v) {
-        constexpr int VC = decltype(v)::value;
-        dispatch_width(fixed_width(g), int(g.stride[2]), [&](auto k, auto s) {
-          constexpr int KS = decltype(k)::value, STR = decltype(s)::value;
-          if constexpr (KS != 0) {
-            constexpr auto kernel = conv_depthwise_wgrad<T, VC, KS, STR>;
-            int64_t splits = wgrad_splits<kernel>(p, base);
-            A* partial = nullptr;
-            if (splits > 1) {
-              partial = static_cast<A*>(a.workspace.get(splits * g.K * RS * int64_t(sizeof(A))));
-              if (partial == nullptr) splits = 1;
-            }
-            const int64_t grid = std::min<int64_t>(base * splits, kMaxGrid);
-            launch_direct(kernel, grid, kDwThreads, 0, stream, p, dy, x, partial, dw, int(splits));
-            if (splits > 1) {
-              const int64_t count = g.K * RS;
-              const int64_t sgrid = std::min<int64_t>((count + kGenericThreads - 1) / kGenericThreads, kMaxGrid);
-              launch_direct(conv_wgrad_sum_splits<T>, sgrid, kGenericThreads, 0, stream,
-                            static_cast<const A*>(partial), splits, g.K, int64_t(1), g.ker[1], g.ker[2], RS, a.w);
-            }
+      dispatch_vec_width<T>(vec, fixed_width(g), int(g.stride[2]), [&](auto v, auto k, auto s) {
+        constexpr int VC = decltype(v)::value, KS = decltype(k)::value, STR = decltype(s)::value;
+        if constexpr (KS != 0) {
+          constexpr auto kernel = conv_depthwise_wgrad<T, VC, KS, STR>;
+          int64_t splits = wgrad_splits<kernel>(p, base);
+          A* partial = nullptr;
+          if (splits > 1) {
+            partial = static_cast<A*>(a.workspace.get(splits * g.K * RS * int64_t(sizeof(A))));
+            if (partial == nullptr) splits = 1;
           }
-        });
-      };
-      if (vec) go(dw_int<VV>{});
-      else go(dw_int<1>{});
+          const int64_t grid = std::min<int64_t>(base * splits, kMaxGrid);
+          launch_direct(kernel, grid, kDwThreads, 0, stream, p, dy, x, partial, dw, int(splits));
+          if (splits > 1) {
+            const int64_t count = g.K * RS;
+            const int64_t sgrid = std::min<int64_t>((count + kGenericThreads - 1) / kGenericThreads, kMaxGrid);
+            launch_direct(conv_wgrad_sum_splits<T>, sgrid, kGenericThreads, 0, stream,
+                          static_cast<const A*>(partial), splits, g.K, int64_t(1), g.ker[1], g.ker[2], RS, a.w);
+          }
+        }
+      });
       result = cudaGetLastError();
     }
   });
