@@ -402,25 +402,34 @@ def test_kernel_choice(case, monkeypatch):
 
 @needs_cuda
 @pytest.mark.skipif(not HOPPER, reason="the Hopper forward's schedules need an sm_90 GPU and sm_90a code")
-def test_sm90_forward_schedules_are_taken(monkeypatch):
-    """TORCH_DNN_ATTENTION_SM90_FWD picks the Hopper forward's kernel (one instantiation a schedule; the default is
-    the ping-pong one), each computing the same output. The rest of this file runs under the default; the GPU runs
-    repeat it with the knob set to each other schedule."""
+@pytest.mark.parametrize("D, causal, pingpong_tile", [(128, False, "176, 2>"), (128, True, "128, 2>"),
+                                                      (64, False, "128, 3>")])
+def test_sm90_forward_schedules_are_taken(D, causal, pingpong_tile, monkeypatch):
+    """TORCH_DNN_ATTENTION_SM90_FWD picks the Hopper forward's kernel (one instantiation a schedule and tile; the
+    default is ping-pong, whose tiles are 128 x 176 at head dim 128 without causality, 192 x 128 on three MMA
+    warpgroups at head dim 64, else 128 x 128), each computing the output within the error rule; ws and cp.async
+    share their tiles, so their outputs are bitwise equal. The rest of this file runs under the default; the GPU
+    runs repeat it with the knob set to each other schedule."""
     gen = torch.Generator().manual_seed(19)
-    q, k, v = (_rand((2, 2, 300, 128), torch.bfloat16, gen) for _ in range(3))
+    q, k, v = (_rand((2, 2, 300, D), torch.bfloat16, gen) for _ in range(3))
     names, outs = {}, {}
     for schedule in ("", "ws", "pingpong", "cp.async"):
         if schedule:
             monkeypatch.setenv("TORCH_DNN_ATTENTION_SM90_FWD", schedule)
         else:
             monkeypatch.delenv("TORCH_DNN_ATTENTION_SM90_FWD", raising=False)
-        ran = _kernel_names(lambda: outs.__setitem__(schedule, run_ours(q, k, v, "flash", monkeypatch)[0]))
+        ran = _kernel_names(lambda: outs.__setitem__(schedule, run_ours(q, k, v, "flash", monkeypatch,
+                                                                         causal=causal)[0]))
         names[schedule] = sorted({n for n in ran if "flash_forward_sm90_kernel" in n})
         assert len(names[schedule]) == 1, (schedule, ran)
     assert names[""] == names["pingpong"], names
     assert len({names[s][0] for s in ("ws", "pingpong", "cp.async")}) == 3, names
-    for schedule in ("pingpong", "cp.async"):
-        assert torch.equal(outs[schedule], outs["ws"]), schedule  # the same MMAs and softmax in the same order
+    assert f"Sm90Fwd)2, {pingpong_tile}" in names["pingpong"][0], names
+    assert torch.equal(outs["cp.async"], outs["ws"])  # the same MMAs and softmax in the same order
+    ref, _ = attention_math(q.double(), k.double(), v.double(), causal=causal)
+    peer = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    for schedule in ("pingpong", "ws"):
+        check(f"{schedule} D{D} out", outs[schedule], peer, ref)
 
 
 @needs_cuda

@@ -1,4 +1,5 @@
-// The Hopper flash forward (kernels/flash_forward_sm90.cuh: wgmma, 128 x 128 tiles, two warpgroups): the first
+// The Hopper flash forward (kernels/flash_forward_sm90.cuh: wgmma; 128 x 128, 128 x 176 or 192 x 128 tiles): the
+// first
 // route of flash_forward on an sm_90 device when this build has sm_90a code.
 //
 // Takes: Float16 / BFloat16, head dims Dqk == Dv in {64, 128}, no mask, no dropout, no softcap or ALiBi, a
@@ -18,25 +19,36 @@ namespace torch_dnn {
 namespace attention {
 namespace {
 
-// The tensor map of operand o ([B][H][rows][D] through its strides; a packed batch is one sequence of `rows`).
-bool operand_map(TmaMap4* m, const Operand4& o, int64_t B, int64_t H, int64_t rows, int D, bool varlen) {
+// The tensor map of operand o ([B][H][rows][D] through its strides; a packed batch is one sequence of `rows`),
+// copied in boxes of 64 columns by box_rows.
+bool operand_map(TmaMap4* m, const Operand4& o, int64_t B, int64_t H, int64_t rows, int D, bool varlen,
+                 int box_rows) {
   const int64_t dim[4] = {D, rows, H, varlen ? 1 : B};
   int64_t stride[4] = {2, o.ss * 2, o.sh * 2, o.sb * 2};
   for (int i = 1; i < 4; ++i)
     if (dim[i] == 1) stride[i] = 16;  // never stepped: any stride the encoder takes (a size-1 dim's may be 0)
-  return tma_map_16bit(m, o.ptr, dim, stride, 64, 128);
+  return tma_map_16bit(m, o.ptr, dim, stride, 64, box_rows);
 }
 
-template <typename T, int D, Sm90Fwd kSchedule>
+template <typename T, int D, Sm90Fwd kSchedule, int BN = 128, int WGs = 2>
 cudaError_t launch(const AttnArgs& a, const Sm90FwdMaps& maps, cudaStream_t stream) {
-  using C = Sm90FwdConfig<D, kSchedule>;
-  constexpr auto kernel = flash_forward_sm90_kernel<T, D, kSchedule>;
+  using C = Sm90FwdConfig<D, kSchedule, BN, WGs>;
+  constexpr auto kernel = flash_forward_sm90_kernel<T, D, kSchedule, BN, WGs>;
   if (!sm90_allow_smem<kernel>(C::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t blocks = (a.Sq + C::kBM - 1) / C::kBM * a.Hq * a.B;
   if (blocks > int64_t(0x7fffffff)) return cudaErrorNotSupported;
   const float scale_log2 = float(a.scale * 1.4426950408889634);
   launch_1d(kernel, blocks, C::kThreads, C::kSmemBytes, stream, a, scale_log2, maps);
   return cudaGetLastError();
+}
+
+// The ping-pong schedule's tiles (FlashAttention-3's): at head dim 128, 176 keys where every query row sees every
+// key (fewer iterations for the fixed costs of each: the O rescale, the barriers, the turns; the registers still
+// hold S, P and O), else 128 (with causal or windowed visibility most tiles are the diagonal's, and smaller tiles
+// mask less); at head dim 64, where the softmax of a tile takes longer than its MMAs, three MMA warpgroups (192
+// query rows) so that two warpgroups' MMAs cover one's softmax. The other schedules: 128 x 128, two warpgroups.
+inline int sm90_key_tile(const AttnArgs& a) {
+  return a.Dqk == 128 && !a.causal && a.window_left < 0 && a.window_right < 0 ? 176 : 128;
 }
 
 template <typename T, int D>
@@ -46,11 +58,18 @@ cudaError_t launch_dim(const AttnArgs& a, cudaStream_t stream) {
   // the copy engine's coordinates are 32-bit
   const bool fits = a.q_rows < (int64_t(1) << 31) && a.k_rows < (int64_t(1) << 31) && a.Hq < (int64_t(1) << 31) &&
                     a.B < (int64_t(1) << 31);
-  if (a.sm90_fwd != Sm90Fwd::CpAsync && fits && operand_map(&maps.q, a.q, a.B, a.Hq, a.q_rows, D, varlen) &&
-      operand_map(&maps.k, a.k, a.B, a.Hkv, a.k_rows, D, varlen) &&
-      operand_map(&maps.v, a.v, a.B, a.Hkv, a.k_rows, D, varlen)) {
-    return a.sm90_fwd == Sm90Fwd::PingPong ? launch<T, D, Sm90Fwd::PingPong>(a, maps, stream)
-                                           : launch<T, D, Sm90Fwd::WarpSpecialized>(a, maps, stream);
+  const bool pingpong = a.sm90_fwd == Sm90Fwd::PingPong;
+  const int bm = pingpong && D == 64 ? 192 : 128, bn = pingpong && D == 128 ? sm90_key_tile(a) : 128;
+  if (a.sm90_fwd != Sm90Fwd::CpAsync && fits && operand_map(&maps.q, a.q, a.B, a.Hq, a.q_rows, D, varlen, bm) &&
+      operand_map(&maps.k, a.k, a.B, a.Hkv, a.k_rows, D, varlen, bn) &&
+      operand_map(&maps.v, a.v, a.B, a.Hkv, a.k_rows, D, varlen, bn)) {
+    if (!pingpong) return launch<T, D, Sm90Fwd::WarpSpecialized>(a, maps, stream);
+    if constexpr (D == 64) {
+      return launch<T, D, Sm90Fwd::PingPong, 128, 3>(a, maps, stream);
+    } else {
+      return bn == 176 ? launch<T, D, Sm90Fwd::PingPong, 176>(a, maps, stream)
+                       : launch<T, D, Sm90Fwd::PingPong>(a, maps, stream);
+    }
   }
   return launch<T, D, Sm90Fwd::CpAsync>(a, maps, stream);
 }

@@ -1,8 +1,9 @@
 """The Hopper forward's schedules (TORCH_DNN_ATTENTION_SM90_FWD: cp.async, ws, pingpong) one at a time, each in
 its own process under a time limit, so that a schedule that hangs on the GPU costs its limit and not the session:
-the forward kernel it runs (profiler name), its output against the cp.async schedule's (bitwise: the same MMAs and
-softmax in the same order) on small and multi-tile problems (causal, GQA, packed batches), then its time at issue
-37's shapes (CUDA events, median of 20).
+the forward kernel it runs (profiler name), its output against the cp.async schedule's (bitwise where the tiles are
+the same: the same MMAs and softmax in the same order; ping-pong's 176-key tiles at head dim 128 without causality
+sum in another order) on small and multi-tile problems (causal, GQA, packed batches), then its time at issue 37's
+shapes (CUDA events, median of 20).
 
     python research/attention/probe_fwd_schedules.py [--limit SECONDS] [--no-time]
 """

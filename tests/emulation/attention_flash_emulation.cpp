@@ -258,6 +258,8 @@ int main(int argc, char** argv) {
   { Case c; c.name = "D128 dropout 0.1 GQA 2:1 varlen"; c.D = 128; c.dropout = 0.1; c.Hq = 2; c.Hkv = 1; c.lens_q = {33, 9}; c.lens_k = {40, 70}; add(c); }
   if (kSm90) {  // several key and query tiles (both stages of each ring, both parities), GQA, masked tiles
     { Case c; c.name = "D128 300x260 B2 H2"; c.D = 128; c.B = 2; c.Hq = 2; c.Hkv = 2; c.Sq = 300; c.Sk = 260; add(c); }
+    // the 176-key tiles of head dim 128 without causality: four tiles (stages reused), the last of 2 keys
+    { Case c; c.name = "D128 200x530 GQA 2:1"; c.D = 128; c.Hq = 2; c.Hkv = 1; c.Sq = 200; c.Sk = 530; add(c); }
     { Case c; c.name = "D64 causal 330x330 GQA 2:1"; c.causal = true; c.Hq = 2; c.Hkv = 1; c.Sq = 330; c.Sk = 330; add(c); }
     { Case c; c.name = "D128 causal bottom-right 200x520"; c.D = 128; c.causal = true; c.bottom_right = true; c.Sq = 200; c.Sk = 520; add(c); }
     { Case c; c.name = "D128 GQA 3:1 causal 260x300"; c.D = 128; c.Hq = 3; c.Hkv = 1; c.causal = true; c.Sq = 260; c.Sk = 300; add(c); }

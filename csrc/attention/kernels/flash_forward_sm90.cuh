@@ -1,19 +1,19 @@
 // The flash forward on Hopper's warpgroup tensor cores (wgmma, sm_90a): FlashAttention's online softmax with
 // S = Q K^T read from shared memory and O += P V taking P straight from the registers that hold the scores.
 //
-// Two MMA warpgroups (256 threads) own BM = 128 query rows of one (batch, query head), 64 a warpgroup, and walk
-// the visible key tiles of BN = 128 keys. Shared memory: Q [128][D] and two-stage rings of K and of V tiles
-// [128][D], all in the 128-byte swizzle (common/cuda/wgmma.cuh); D = 128: 160 KB. Each stage has two mbarriers:
-// full (its copies landed) and empty (every MMA thread arrives once its warpgroup's MMAs that read the stage
-// completed). The tiles are copied in the order they are read: Q with K of tile 0, then K of t + 1 before V of t
+// Two or three MMA warpgroups own BM = 64 query rows each of one (batch, query head) and walk the visible key
+// tiles of BN keys (the launcher's choice of tiles: 128 x 128, 128 x 176, 192 x 128). Shared memory: Q [BM][D] and
+// two-stage rings of K and of V tiles [BN][D], all in the 128-byte swizzle (common/cuda/wgmma.cuh); D = 128: 160
+// KB (BN = 128) or 208 KB (176). Each stage has two mbarriers: full (its copies landed) and empty (every MMA thread
+// arrives once its warpgroup's MMAs that read the stage completed). The tiles are copied in the order they are read: Q with K of tile 0, then K of t + 1 before V of t
 // (V of t is first read by the P V of iteration t + 1), by one of two schemes (kTma, below): a copy warpgroup's
 // tensor copies, or each MMA thread's share by cp.async at the top of iteration t.
-// Iteration t of a warpgroup (FlashAttention-3's overlap within a warpgroup): S of tile t (D / 16 SS MMAs, 64 x 128
-// floats, 64 a thread) and P V of tile t - 1 (BN / 16 RS MMAs, P packed to 16 bits in the registers that held its
+// Iteration t of a warpgroup (FlashAttention-3's overlap within a warpgroup): S of tile t (D / 16 SS MMAs, 64 x BN
+// floats, BN / 2 a thread) and P V of tile t - 1 (BN / 16 RS MMAs, P packed to 16 bits in the registers that held its
 // scores) are issued together; the softmax of t (masking where the tile crosses the visibility boundary or the
 // end of the keys; the running max and sum in the log2 domain, reduced over the quad of lanes sharing a row) runs
-// while P V computes; then O is rescaled and P packed. The two warpgroups either take turns issuing their MMAs
-// (PingPong, the default: FlashAttention-3's named-barrier schedule, so that one's softmax runs while the other's
+// while P V computes; then O is rescaled and P packed. The warpgroups either take turns issuing their MMAs
+// (PingPong, the default: FlashAttention-3's named-barrier schedule, so that one's softmax runs while another's
 // MMAs hold the tensor cores) or drift apart freely by up to an iteration.
 // The epilogue divides by the row sums and writes O (16-bit pairs) and lse (float); a row that sees no key gets
 // zeros and lse = +inf.
@@ -33,38 +33,46 @@ namespace attention {
 // (the first, threads 0-127) moves the tiles: one thread issues the copy engine's tensor copies (tma.cuh) of Q and
 // of each K and V tile, announcing their bytes on the stage's full barrier, and the MMA warpgroups only compute
 // (they take the copy warpgroup's registers: setmaxnreg). PingPong: the MMA warpgroups also take turns issuing
-// their MMAs (named barriers 1 and 2), so that one's softmax runs while the other's MMAs hold the tensor cores.
+// their MMAs (named barriers 1, 2, ...), so that one's softmax runs while another's MMAs hold the tensor cores.
 // CpAsync: every thread of the two MMA warpgroups issues its share of each tile by cp.async.
-template <int D, Sm90Fwd kSchedule>
+template <int D, Sm90Fwd kSchedule, int BN = 128, int WGs = 2>
 struct Sm90FwdConfig {
   static constexpr bool kTma = kSchedule != Sm90Fwd::CpAsync;
-  static constexpr int kBM = 128, kBN = 128, kStages = 2;
-  static constexpr int kMmaThreads = 256;
-  static constexpr int kThreads = kTma ? 384 : 256;
+  static constexpr int kMmaWarpgroups = WGs;
+  static constexpr int kBM = 64 * WGs, kBN = BN, kStages = 2;
+  static_assert(BN % 16 == 0 && BN <= 256 && kBM <= 256, "key tiles of whole k16 steps of P V; one box a tile");
+  static_assert(WGs == 2 || (WGs == 3 && kTma), "three MMA warpgroups only with a copy warpgroup");
+  static constexpr int kMmaThreads = 128 * WGs;
+  static constexpr int kThreads = kTma ? kMmaThreads + 128 : kMmaThreads;
   // Registers a thread after setmaxnreg. The increase draws only on the registers the CTA was launched with (the
-  // 64K an SM over 384 threads, rounded down to a multiple of 8: 168 each) and waits until the copy warpgroup's
-  // decrease has freed them: asking for more than that pool holds never returns (the kernel hangs).
-  static constexpr int kCopyRegs = 24, kMmaRegs = 240, kLaunchRegs = 65536 / 384 / 8 * 8;
-  static_assert(128 * kCopyRegs + kMmaThreads * kMmaRegs <= 384 * kLaunchRegs, "setmaxnreg beyond the CTA's pool");
+  // 64K an SM over its threads, rounded down to a multiple of 8: 168 each of 384, 128 each of 512) and waits until
+  // the copy warpgroup's decrease has freed them: asking for more than that pool holds never returns (the kernel
+  // hangs). The MMA warpgroups take what the copy warpgroup's 24 leave, at most 240 (two: 240; three: 160).
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8, kCopyRegs = 24;
+  static constexpr int kMmaRegs = ((kThreads * kLaunchRegs - 128 * kCopyRegs) / kMmaThreads / 8 * 8) < 240
+                                      ? (kThreads * kLaunchRegs - 128 * kCopyRegs) / kMmaThreads / 8 * 8
+                                      : 240;
+  static_assert(128 * kCopyRegs + kMmaThreads * kMmaRegs <= kThreads * kLaunchRegs, "setmaxnreg beyond the pool");
   static constexpr int kQBytes = kBM * D * 2;
   static constexpr int kTileBytes = kBN * D * 2;  // one K or V stage
   static constexpr int kBarrierBytes = 128;
   // +1024: the dynamic shared memory is aligned up to the swizzle atom inside the kernel.
   static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kTileBytes + kBarrierBytes;
   static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "every tile starts on a swizzle atom");
+  static_assert(kSmemBytes <= 227 * 1024, "beyond an SM's shared memory");
 };
 
 // The tensor maps of q, k and v ([B][H][S][D] as 4-D tensors, D innermost; a packed batch as B = 1), boxes of 64
-// columns by 128 rows. Unused by the cp.async form.
+// columns by a tile's rows (BM for q, BN for k and v). Unused by the cp.async form.
 struct Sm90FwdMaps {
   TmaMap4 q, k, v;
 };
 
-template <typename T, int D, Sm90Fwd kSchedule>
-__global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
+template <typename T, int D, Sm90Fwd kSchedule, int kBN, int kWGs>
+__global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule, kBN, kWGs>::kThreads, 1)
     flash_forward_sm90_kernel(const AttnArgs a, float scale_log2, const __grid_constant__ Sm90FwdMaps maps) {
 #ifdef TORCH_DNN_WGMMA_CODE
-  using C = Sm90FwdConfig<D, kSchedule>;
+  using C = Sm90FwdConfig<D, kSchedule, kBN, kWGs>;
   constexpr bool kTma = C::kTma, kPingPong = kSchedule == Sm90Fwd::PingPong;
   constexpr int BM = C::kBM, BN = C::kBN, NT = C::kMmaThreads;
   // the thread's place among the MMA threads (the copy warpgroup's threads have none)
@@ -250,17 +258,19 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule>::kThreads, 1)
     }
   };
 
-  // Turns (kPingPong): each warpgroup issues n_tiles + 1 times; warpgroup 1 lets 0 go first and skips its last
-  // hand-over, so that every phase of both barriers completes.
+  // Turns (kPingPong), round robin: warpgroup w waits on barrier 1 + w and hands over to the next one's barrier
+  // (each barrier: the 128 threads waiting and the 128 arriving). Each warpgroup issues n_tiles + 1 times; the last
+  // lets warpgroup 0 go first and skips its own last hand-over, so that every phase of every barrier completes.
+  constexpr int kLast = C::kMmaWarpgroups - 1;
   auto my_turn = [&]() {
-    if constexpr (kPingPong) named_barrier_sync(1 + wg, NT);
+    if constexpr (kPingPong) named_barrier_sync(1 + wg, 256);
   };
   auto your_turn = [&](bool last) {
     if constexpr (kPingPong) {
-      if (!(last && wg == 1)) named_barrier_arrive(2 - wg, NT);
+      if (!(last && wg == kLast)) named_barrier_arrive(1 + (wg == kLast ? 0 : wg + 1), 256);
     }
   };
-  if (kPingPong && n_tiles > 0 && wg == 1) named_barrier_arrive(1, NT);
+  if (kPingPong && n_tiles > 0 && wg == kLast) named_barrier_arrive(1, 256);
 
   if (n_tiles > 0) {
     // Q and K of tile 0 share full_k[0]'s first phase.
