@@ -69,56 +69,68 @@ void tile_grid(int64_t positions, int64_t tiles, int64_t& pblocks, int64_t& grid
   grid = pblocks * std::max<int64_t>(1, std::min<int64_t>(tiles, kMaxGrid / pblocks));
 }
 
+// The generic fprop's and dgrad's launch shape for tiles of TILE channels (output channels k for fprop, input
+// channels c for dgrad) and a reduction over `reduced` channels of the group and the filter's taps: the weights
+// staged in chunks of up to 32 reduced channels, then as many taps as fit 32 KB; `positions` positions, PT a thread.
+struct GenericLaunch {
+  int64_t CB, TC;
+  size_t smem;
+  int64_t pblocks, grid;
+};
+
+template <typename A, int TILE, int PT>
+GenericLaunch generic_launch(const ConvGeometry& g, int64_t reduced, int64_t tiled, int64_t positions) {
+  constexpr int64_t kStageBytes = 32 * 1024;
+  const int64_t TRS = spatial(g.ker);
+  GenericLaunch l;
+  l.CB = std::max<int64_t>(1, std::min<int64_t>(reduced, 32));
+  l.TC = std::max<int64_t>(1, std::min<int64_t>(TRS, kStageBytes / (l.CB * TILE * int64_t(sizeof(A)))));
+  l.smem = size_t(l.CB * l.TC * TILE) * sizeof(A);
+  tile_grid((positions + PT - 1) / PT, g.G * ((tiled + TILE - 1) / TILE), l.pblocks, l.grid);
+  return l;
+}
+
+// f(int_c<TILE>) for the widest tile `channels` channels a group fill: 8 (4 for double: 8 x 2 accumulators
+// spill), 4 or 1.
+template <typename T, class F>
+void dispatch_tile(int64_t channels, F&& f) {
+  constexpr bool wide = !std::is_same_v<T, double>;
+  if (channels >= 8 && wide) f(int_c<wide ? 8 : 4>{});
+  else if (channels >= 4) f(int_c<4>{});
+  else f(int_c<1>{});
+}
+
 cudaError_t generic_fprop(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
-  const int64_t Kg = g.K / g.G, Cg = g.C / g.G, TRS = spatial(g.ker);
+  const int64_t Kg = g.K / g.G, Cg = g.C / g.G;
   constexpr int PT = 2;
-  constexpr int64_t kStageBytes = 32 * 1024;
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
     const Epilogue<T> ep = make_epilogue<T>(a);
-    auto go = [&](auto kt) {
+    dispatch_tile<T>(Kg, [&](auto kt) {
       constexpr int KT = decltype(kt)::value;
-      // weight chunks: up to 32 input channels, then as many taps as fit kStageBytes
-      const int64_t CB = std::max<int64_t>(1, std::min<int64_t>(Cg, 32));
-      const int64_t TC = std::max<int64_t>(1, std::min<int64_t>(TRS, kStageBytes / (CB * KT * int64_t(sizeof(A)))));
-      const size_t smem = size_t(CB * TC * KT) * sizeof(A);
-      int64_t pblocks, grid;
-      tile_grid((g.N * spatial(g.out) + PT - 1) / PT, g.G * ((Kg + KT - 1) / KT), pblocks, grid);
-      launch_direct(conv_generic_fprop<T, KT, PT>, grid, kGenericThreads, smem, stream, g, a.x, a.w, a.y, ep, pblocks,
-                    int(CB), int(TC));
-    };
-    constexpr bool wide = !std::is_same_v<T, double>;  // (double: 8 x 2 accumulators spill)
-    if (Kg >= 8 && wide) go(int_c<wide ? 8 : 4>{});
-    else if (Kg >= 4) go(int_c<4>{});
-    else go(int_c<1>{});
+      const GenericLaunch l = generic_launch<A, KT, PT>(g, Cg, Kg, g.N * spatial(g.out));
+      launch_direct(conv_generic_fprop<T, KT, PT>, l.grid, kGenericThreads, l.smem, stream, g, a.x, a.w, a.y, ep,
+                    l.pblocks, int(l.CB), int(l.TC));
+    });
   });
   return cudaGetLastError();
 }
 
 cudaError_t generic_dgrad(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
-  const int64_t Cg = g.C / g.G, Kg = g.K / g.G, TRS = spatial(g.ker);
+  const int64_t Cg = g.C / g.G, Kg = g.K / g.G;
   constexpr int PT = 2;
-  constexpr int64_t kStageBytes = 32 * 1024;
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    auto go = [&](auto ct) {
+    dispatch_tile<T>(Cg, [&](auto ct) {
       constexpr int CT = decltype(ct)::value;
-      const int64_t CB = std::max<int64_t>(1, std::min<int64_t>(Kg, 32));
-      const int64_t TC = std::max<int64_t>(1, std::min<int64_t>(TRS, kStageBytes / (CB * CT * int64_t(sizeof(A)))));
-      const size_t smem = size_t(CB * TC * CT) * sizeof(A);
-      int64_t pblocks, grid;
-      tile_grid((g.N * spatial(g.in) + PT - 1) / PT, g.G * ((Cg + CT - 1) / CT), pblocks, grid);
-      launch_direct(conv_generic_dgrad<T, CT, PT>, grid, kGenericThreads, smem, stream, g, a.y, a.w, a.x, pblocks,
-                    int(CB), int(TC));
-    };
-    constexpr bool wide = !std::is_same_v<T, double>;
-    if (Cg >= 8 && wide) go(int_c<wide ? 8 : 4>{});
-    else if (Cg >= 4) go(int_c<4>{});
-    else go(int_c<1>{});
+      const GenericLaunch l = generic_launch<A, CT, PT>(g, Kg, Cg, g.N * spatial(g.in));
+      launch_direct(conv_generic_dgrad<T, CT, PT>, l.grid, kGenericThreads, l.smem, stream, g, a.y, a.w, a.x,
+                    l.pblocks, int(l.CB), int(l.TC));
+    });
   });
   return cudaGetLastError();
 }
