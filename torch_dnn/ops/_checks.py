@@ -8,6 +8,8 @@ Mirrors csrc/common/tensor_utils.h and each family's csrc/<family>/<family>_ops.
 the two on bad inputs of every op."""
 import torch
 
+from torch_dnn.ops._norm_common import stat_dtype
+
 # c10's names of the dtypes (the C++ messages print a ScalarType so)
 _TYPE_NAMES = {
     torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
@@ -271,10 +273,6 @@ def lrn(x, size, grad=None):
 
 # ---- batch_norm (csrc/batch_norm/batch_norm_ops.h) ----
 
-def _stat_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _bn_input(op, x):
     floating(x, op, "input")
     check(x.dim() >= 2, op, ": expected input of shape (N, C, *) with at least 2 dimensions, but got input of size ",
@@ -313,7 +311,7 @@ def _bn_backward(op, grad, x, residual, weight, bias, save_mean, save_invstd, st
     _bn_channel(op, "bias", x, bias)
     for arg, t in (("save_mean", save_mean), ("save_invstd", save_invstd)):
         if stats_from_running:
-            t = t.to(_stat_dtype(x.dtype))
+            t = t.to(stat_dtype(x.dtype))
         _bn_channel(op, arg, x, t)
     if given(residual):
         like(x, residual, op, "input", "residual")

@@ -5,15 +5,12 @@ Fake kernels, autograd and functional wrappers."""
 import torch
 
 from torch_dnn.ops._layout import iter_empty
+from torch_dnn.ops._norm_common import stat_dtype
 from torch_dnn.ops._registry import add_family, needs_autograd, ops
 from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 ACTS = {None: 0, "identity": 0, "relu": 1, "silu": 2}
-
-
-def _stat_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _out_like(x):
@@ -64,7 +61,7 @@ def _backward_elemt_dx_like(grad_out, x):
 
 def _fake_fwd(x):
     c = x.shape[1]
-    return _out_like(x), x.new_empty((c,), dtype=_stat_dtype(x.dtype)), x.new_empty((c,), dtype=_stat_dtype(x.dtype))
+    return _out_like(x), x.new_empty((c,), dtype=stat_dtype(x.dtype)), x.new_empty((c,), dtype=stat_dtype(x.dtype))
 
 
 @torch.library.register_fake("torch_dnn::batch_norm")
@@ -109,7 +106,7 @@ def _bnaa_bwd_fake(grad_out, x, residual, weight, bias, save_mean, save_invstd, 
 def _stats_fake(x):
     _checks.batch_norm_stats(x)
     c = x.shape[1]
-    return x.new_empty((c,), dtype=_stat_dtype(x.dtype)), x.new_empty((c,), dtype=_stat_dtype(x.dtype))
+    return x.new_empty((c,), dtype=stat_dtype(x.dtype)), x.new_empty((c,), dtype=stat_dtype(x.dtype))
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_elemt")
@@ -122,7 +119,7 @@ def _elemt_fake(x, mean, invstd, weight, bias):
 def _bwd_reduce_fake(grad_out, x, mean, invstd):
     _checks.batch_norm_backward_reduce(grad_out, x, mean, invstd)
     c = x.shape[1]
-    return x.new_empty((c,), dtype=_stat_dtype(x.dtype)), x.new_empty((c,), dtype=_stat_dtype(x.dtype))
+    return x.new_empty((c,), dtype=stat_dtype(x.dtype)), x.new_empty((c,), dtype=stat_dtype(x.dtype))
 
 
 @torch.library.register_fake("torch_dnn::batch_norm_backward_elemt")
@@ -239,7 +236,7 @@ class _SyncBatchNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, process_group, world_size):
         c = x.shape[1]
-        sd = _stat_dtype(x.dtype)
+        sd = stat_dtype(x.dtype)
         local = x.numel() // c
         if local > 0:
             mean, m2 = _ops.batch_norm_stats(x)

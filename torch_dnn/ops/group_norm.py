@@ -5,6 +5,7 @@ mirroring torch.nn.functional."""
 import torch
 from torch._prims_common import suggest_memory_format
 
+from torch_dnn.ops._norm_common import stat_dtype, dtype_of, param_grad
 from torch_dnn.ops._registry import add_family, ops, register_autograd
 from torch_dnn.ops import _checks
 
@@ -25,16 +26,12 @@ def _dense_input(x):
     return x.contiguous(memory_format=suggest_memory_format(x))
 
 
-def _stat_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 @torch.library.register_fake("torch_dnn::group_norm")
 def _group_norm_fake(x, num_groups, weight, bias, eps):
     _checks.group_norm("group_norm", x, num_groups, weight, bias)
     stats = (x.shape[0], num_groups)
-    return (torch.empty_like(_dense_input(x)), x.new_empty(stats, dtype=_stat_dtype(x.dtype)),
-            x.new_empty(stats, dtype=_stat_dtype(x.dtype)))
+    return (torch.empty_like(_dense_input(x)), x.new_empty(stats, dtype=stat_dtype(x.dtype)),
+            x.new_empty(stats, dtype=stat_dtype(x.dtype)))
 
 
 @torch.library.register_fake("torch_dnn::group_norm_with_stats")
@@ -52,19 +49,11 @@ def _group_norm_backward_fake(grad_out, x, mean, rstd, weight, num_groups, stats
 
 # ---- autograd: the backward op computes in the input's dtype; parameter grads are cast to the parameter's ----
 
-def _dtype(t):
-    return None if t is None else t.dtype
-
-
-def _param_grad(g, dtype, wanted):
-    return g.to(dtype) if wanted else None
-
-
 def _gn_setup(ctx, inputs, output):
     x, num_groups, weight, bias, _ = inputs
     _, mean, rstd = output
     ctx.save_for_backward(x, mean, rstd, weight)
-    ctx.num_groups, ctx.has_bias, ctx.bias_dtype = num_groups, bias is not None, _dtype(bias)
+    ctx.num_groups, ctx.has_bias, ctx.bias_dtype = num_groups, bias is not None, dtype_of(bias)
 
 
 def _gn_backward(ctx, grad_out, _grad_mean, _grad_rstd):
@@ -72,14 +61,14 @@ def _gn_backward(ctx, grad_out, _grad_mean, _grad_rstd):
     mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2],
             ctx.has_bias and ctx.needs_input_grad[3]]
     dx, dw, db = _ops.group_norm_backward(grad_out, x, mean, rstd, weight, ctx.num_groups, False, mask)
-    return ((dx if mask[0] else None), None, _param_grad(dw, _dtype(weight), mask[1]),
-            _param_grad(db, ctx.bias_dtype, mask[2]), None)
+    return ((dx if mask[0] else None), None, param_grad(dw, dtype_of(weight), mask[1]),
+            param_grad(db, ctx.bias_dtype, mask[2]), None)
 
 
 def _gn_stats_setup(ctx, inputs, output):
     x, num_groups, mean, rstd, weight, bias = inputs
     ctx.save_for_backward(x, mean, rstd, weight)
-    ctx.num_groups, ctx.has_bias, ctx.bias_dtype = num_groups, bias is not None, _dtype(bias)
+    ctx.num_groups, ctx.has_bias, ctx.bias_dtype = num_groups, bias is not None, dtype_of(bias)
 
 
 def _gn_stats_backward(ctx, grad_out):
@@ -88,8 +77,8 @@ def _gn_stats_backward(ctx, grad_out):
     mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[4],
             ctx.has_bias and ctx.needs_input_grad[5]]
     dx, dw, db = _ops.group_norm_backward(grad_out, x, mean, rstd, weight, ctx.num_groups, True, mask)
-    return ((dx if mask[0] else None), None, None, None, _param_grad(dw, _dtype(weight), mask[1]),
-            _param_grad(db, ctx.bias_dtype, mask[2]))
+    return ((dx if mask[0] else None), None, None, None, param_grad(dw, dtype_of(weight), mask[1]),
+            param_grad(db, ctx.bias_dtype, mask[2]))
 
 
 # the same formulas are the C++ kernels of csrc/group_norm/group_norm_autograd.cpp
@@ -154,7 +143,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if running_mean is None or running_var is None:
         raise RuntimeError("torch_dnn.instance_norm: expected running_mean and running_var when use_input_stats "
                            "is False")
-    stat = _stat_dtype(input.dtype)
+    stat = stat_dtype(input.dtype)
     n = input.shape[0]
     mean = running_mean.detach().to(stat).expand(n, channels)
     rstd = torch.rsqrt(running_var.detach().to(stat) + eps).expand(n, channels)

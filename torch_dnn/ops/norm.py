@@ -7,6 +7,7 @@ import torch
 from torch._prims_common import is_non_overlapping_and_dense_or_false, suggest_memory_format
 
 from torch_dnn.ops._layout import contiguous_empty, iter_empty
+from torch_dnn.ops._norm_common import stat_dtype, dtype_of, param_grad
 from torch_dnn.ops._registry import add_family, ops, register_autograd
 from torch_dnn.ops import _checks
 
@@ -29,10 +30,6 @@ def _rows_dense(x, k):
     return x.contiguous()
 
 
-def _stat_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _empty_stats(xd, k):
     """Per-row statistics: shape = the leading dims, row r (in memory order) at offset r."""
     lead = xd.shape[: xd.dim() - k]
@@ -44,7 +41,7 @@ def _empty_stats(xd, k):
             acc *= max(s, 1)
     else:
         strides = [xd.stride(d) // cols for d in range(len(lead))]
-    return torch.empty_strided(lead, strides, dtype=_stat_dtype(xd.dtype), device=xd.device)
+    return torch.empty_strided(lead, strides, dtype=stat_dtype(xd.dtype), device=xd.device)
 
 
 # The results' layouts: PyTorch's (result_strides / grad_strides in csrc/norm/norm_ops.h).
@@ -129,19 +126,11 @@ def _add_rms_norm_backward_fake(grad_out, grad_sum, sum, rstd, weight, normalize
 
 # ---- autograd: the backward ops compute in the input's dtype; parameter grads are cast to the parameter's ----
 
-def _param_grad(g, dtype, wanted):
-    return g.to(dtype) if wanted else None
-
-
-def _dtype(t):
-    return None if t is None else t.dtype
-
-
 def _layer_norm_setup(ctx, inputs, output):
     x, normalized_shape, weight, bias, _ = inputs
     _, mean, rstd = output
     ctx.save_for_backward(x, mean, rstd, weight)
-    ctx.normalized_shape, ctx.has_bias, ctx.bias_dtype = normalized_shape, bias is not None, _dtype(bias)
+    ctx.normalized_shape, ctx.has_bias, ctx.bias_dtype = normalized_shape, bias is not None, dtype_of(bias)
 
 
 def _layer_norm_backward(ctx, grad_out, _grad_mean, _grad_rstd):
@@ -149,8 +138,8 @@ def _layer_norm_backward(ctx, grad_out, _grad_mean, _grad_rstd):
     mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2],
             ctx.has_bias and ctx.needs_input_grad[3]]
     dx, dw, db = _ops.layer_norm_backward(grad_out, x, mean, rstd, weight, ctx.normalized_shape, mask)
-    return ((dx if mask[0] else None), None, _param_grad(dw, _dtype(weight), mask[1]),
-            _param_grad(db, ctx.bias_dtype, mask[2]), None)
+    return ((dx if mask[0] else None), None, param_grad(dw, dtype_of(weight), mask[1]),
+            param_grad(db, ctx.bias_dtype, mask[2]), None)
 
 
 def _rms_norm_setup(ctx, inputs, output):
@@ -163,14 +152,14 @@ def _rms_norm_backward(ctx, grad_out, _grad_rstd):
     x, rstd, weight = ctx.saved_tensors
     mask = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2]]
     dx, dw = _ops.rms_norm_backward(grad_out, x, rstd, weight, ctx.normalized_shape, mask)
-    return (dx if mask[0] else None), None, _param_grad(dw, _dtype(weight), mask[1]), None
+    return (dx if mask[0] else None), None, param_grad(dw, dtype_of(weight), mask[1]), None
 
 
 def _add_layer_norm_setup(ctx, inputs, output):
     _, _, normalized_shape, weight, bias, _ = inputs
     sum_, _, mean, rstd = output
     ctx.save_for_backward(sum_, mean, rstd, weight)
-    ctx.normalized_shape, ctx.has_bias, ctx.bias_dtype = normalized_shape, bias is not None, _dtype(bias)
+    ctx.normalized_shape, ctx.has_bias, ctx.bias_dtype = normalized_shape, bias is not None, dtype_of(bias)
 
 
 def _add_layer_norm_backward(ctx, grad_sum, grad_out, _grad_mean, _grad_rstd):
@@ -179,7 +168,7 @@ def _add_layer_norm_backward(ctx, grad_sum, grad_out, _grad_mean, _grad_rstd):
     mask = [want_x, weight is not None and ctx.needs_input_grad[3], ctx.has_bias and ctx.needs_input_grad[4]]
     dx, dw, db = _ops.add_layer_norm_backward(grad_out, grad_sum, sum_, mean, rstd, weight, ctx.normalized_shape, mask)
     return (dx if ctx.needs_input_grad[0] else None, dx if ctx.needs_input_grad[1] else None, None,
-            _param_grad(dw, _dtype(weight), mask[1]), _param_grad(db, ctx.bias_dtype, mask[2]), None)
+            param_grad(dw, dtype_of(weight), mask[1]), param_grad(db, ctx.bias_dtype, mask[2]), None)
 
 
 def _add_rms_norm_setup(ctx, inputs, output):
@@ -195,7 +184,7 @@ def _add_rms_norm_backward(ctx, grad_sum, grad_out, _grad_rstd):
     mask = [want_x, weight is not None and ctx.needs_input_grad[3]]
     dx, dw = _ops.add_rms_norm_backward(grad_out, grad_sum, sum_, rstd, weight, ctx.normalized_shape, mask)
     return (dx if ctx.needs_input_grad[0] else None, dx if ctx.needs_input_grad[1] else None, None,
-            _param_grad(dw, _dtype(weight), mask[1]), None)
+            param_grad(dw, dtype_of(weight), mask[1]), None)
 
 
 for _name, _bwd, _setup in (
