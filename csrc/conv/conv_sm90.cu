@@ -49,7 +49,6 @@ cudaError_t conv_sm90_wgrad(const ConvArgs&, cudaStream_t) { return cudaErrorNot
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "common/driver_api.h"
 
@@ -98,8 +97,6 @@ inline CUresult encode_tensor_map_im2col(CUtensorMap* map, CUtensorMapDataType t
 #define cuTensorMapEncodeIm2col ::torch_dnn::conv::sm90::encode_tensor_map_im2col
 #define cuTensorMapEncodeTiled ::torch_dnn::conv::sm90::encode_tensor_map_tiled
 
-#include <mutex>
-
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.hpp"
@@ -111,6 +108,7 @@ inline CUresult encode_tensor_map_im2col(CUtensorMap* map, CUtensorMapDataType t
 #include "cutlass/epilogue/fusion/operations.hpp"
 #include "common/env.h"
 #include "matmul/kernels/sm90_epilogue.cuh"
+#include "matmul/kernels/sm90_launch.cuh"
 
 namespace torch_dnn {
 namespace conv {
@@ -306,47 +304,6 @@ bool plain_gemm(const Problem2d& pb) {
          !env::is("TORCH_DNN_CONV_SM90", "all");
 }
 
-// ---- device facts, queried once per device ----
-
-struct DeviceInfo {
-  bool sm90 = false;  // an sm_90 device, and this build has sm_90a code
-  int sm_count = 0;
-};
-
-constexpr int kMaxDevices = 64;
-
-bool build_has_sm90a() {
-#ifdef TORCH_DNN_CUDA_ARCHS
-  const char* archs = TORCH_DNN_CUDA_ARCHS;
-  return std::strstr(archs, "9.0a") != nullptr || std::strstr(archs, "90a") != nullptr;
-#else
-  return true;  // built outside setup.py: assume the caller compiled for sm_90a
-#endif
-}
-
-const DeviceInfo& device_info() {
-  static DeviceInfo infos[kMaxDevices];
-  static std::once_flag flags[kMaxDevices];
-  static DeviceInfo none;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
-    (void)cudaGetLastError();
-    return none;
-  }
-  std::call_once(flags[dev], [dev] {
-    int major = 0, minor = 0, sms = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    infos[dev].sm90 = major == 9 && minor == 0 && build_has_sm90a();
-    infos[dev].sm_count = sms;
-  });
-  return infos[dev];
-}
-
 // The checks common to the three passes, and the 2-D problem (the device aside: path_on).
 bool make_problem(const ConvArgs& a, Problem2d* pb) {
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
@@ -410,57 +367,26 @@ StrideC epilogue_stride(const Nhwc4& o) {
   return s;
 }
 
-bool path_on() { return sm90_enabled() && device_info().sm90; }
+bool path_on() { return sm90_enabled() && msm90::device_info().sm90; }
 
 cutlass::KernelHardwareInfo hw_info() {
   cutlass::KernelHardwareInfo hw;
   cudaGetDevice(&hw.device_id);
-  hw.sm_count = device_info().sm_count > 0 ? device_info().sm_count : 132;
+  hw.sm_count = msm90::sm_count_or_h100();
   return hw;
-}
-
-// The kernel's dynamic shared-memory limit, raised once per device.
-template <class Kernel>
-cudaError_t raise_smem_limit() {
-  static std::once_flag flags[kMaxDevices];
-  static cudaError_t results[kMaxDevices];
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  std::call_once(flags[dev], [dev] {
-    constexpr int smem = Kernel::SharedStorageSize;
-    results[dev] = smem >= (48 << 10) ? cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
-                                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
-                                      : cudaSuccess;
-  });
-  return results[dev];
 }
 
 // can_implement, the kernel parameters (TMA descriptors), and the launch of ConvUniversalAdapter::run without its
 // per-call cudaFuncSetAttribute (the shared-memory limit is raised once; the cluster is within the portable size).
 template <class Kernel>
 cudaError_t run(const typename Kernel::Arguments& args, cudaStream_t stream) {
-  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
   if (!Kernel::can_implement(args)) return cudaErrorNotSupported;
   if (Kernel::get_workspace_size(args) != 0) return cudaErrorNotSupported;
-  if (cudaError_t e = raise_smem_limit<Kernel>(); e != cudaSuccess) return e;
+  if (cudaError_t e = msm90::raise_smem_limit<Kernel>(); e != cudaSuccess) return e;
   encode_failed = false;
   typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
   if (encode_failed) return cudaErrorNotSupported;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = Kernel::get_grid_shape(params);
-  cfg.blockDim = Kernel::get_block_shape();
-  cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(size<0>(Cluster{}));
-  attr[0].val.clusterDim.y = unsigned(size<1>(Cluster{}));
-  attr[0].val.clusterDim.z = unsigned(size<2>(Cluster{}));
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  void* kernel_args[] = {&params};
-  return cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args);
+  return msm90::launch<Kernel>(params, stream);
 }
 
 // CUTLASS's arguments of each pass (host only: the harness of can_implement needs no GPU).
@@ -577,7 +503,7 @@ cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream) {
   if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb)) return cudaErrorNotSupported;
   // no split of the pixel reduction: only problems whose output tiles fill the GPU
   const int64_t tiles = sm90::cdiv(pb.k, 128) * sm90::cdiv(pb.c, 128) * pb.r * pb.s;
-  if (tiles < std::max(sm90::device_info().sm_count, 1)) return cudaErrorNotSupported;
+  if (tiles < std::max(matmul::sm90::device_info().sm_count, 1)) return cudaErrorNotSupported;
   return a.dtype == DType::BFloat16 ? sm90::wgrad<cutlass::bfloat16_t>(pb, stream)
                                     : sm90::wgrad<cutlass::half_t>(pb, stream);
 }

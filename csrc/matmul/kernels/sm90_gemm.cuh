@@ -1,12 +1,11 @@
 // The Hopper GEMM's shared machinery (sm_90a, CUTLASS 3.x), for its two translation units: gemm_sm90.cu (the
 // persistent and stream-K kernels with the fused epilogue) and gemm_sm90_skinny.cu (the kernels of
-// skinny problems). Holds the kernel configuration (Sm90Gemm), device facts, the scheduler knobs, CUTLASS's
-// arguments from a GemmArgs, and the launch. Torch-free; each including file defines NDEBUG first (see
-// gemm_sm90.cu).
+// skinny problems). Holds the kernel configuration (Sm90Gemm), the scheduler knobs, CUTLASS's arguments from a
+// GemmArgs, and the cached-parameters run (the device facts and the launch: sm90_launch.cuh, shared with conv).
+// Torch-free; each including file defines NDEBUG first (see gemm_sm90.cu).
 #pragma once
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
 
 // CUTLASS makes each TMA descriptor through the driver's cuTensorMapEncodeTiled, which it looks up by name
@@ -44,6 +43,7 @@ inline CUresult encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType ty
 #include "common/env.h"
 #include "matmul/gemm_kernels.h"
 #include "matmul/kernels/sm90_epilogue.cuh"
+#include "matmul/kernels/sm90_launch.cuh"
 
 namespace torch_dnn {
 namespace matmul {
@@ -95,50 +95,6 @@ using RowM = cutlass::layout::RowMajor;
 using ColM = cutlass::layout::ColumnMajor;
 using bf16 = cutlass::bfloat16_t;
 using fp16 = cutlass::half_t;
-
-// ---- device facts, queried once per device ----------------------------------------------------------------
-
-struct DeviceInfo {
-  bool sm90 = false;
-  int sm_count = 0;
-};
-
-constexpr int kMaxDevices = 64;
-
-inline bool build_has_sm90a() {
-#ifdef TORCH_DNN_CUDA_ARCHS
-  const char* archs = TORCH_DNN_CUDA_ARCHS;
-  return std::strstr(archs, "9.0a") != nullptr || std::strstr(archs, "90a") != nullptr;
-#else
-  return true;  // built outside setup.py: assume the caller compiled for sm_90a
-#endif
-}
-
-inline const DeviceInfo& device_info() {
-  static DeviceInfo infos[kMaxDevices];
-  static std::once_flag flags[kMaxDevices];
-  static DeviceInfo none;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) {
-    cudaGetLastError();
-    return none;
-  }
-  std::call_once(flags[dev], [dev] {
-    int major = 0, minor = 0, sms = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return;
-    }
-    infos[dev].sm90 = major == 9 && minor == 0 && build_has_sm90a();
-    infos[dev].sm_count = sms;
-  });
-  return infos[dev];
-}
-
-// The SM count for tile heuristics; an H100's 132 where the query failed.
-inline int sm_count_or_h100() { return device_info().sm_count > 0 ? device_info().sm_count : 132; }
 
 // Raster swizzle and order of the persistent scheduler (tuning knobs, read at every call like the others:
 // TORCH_DNN_SM90_SWIZZLE=1,2,4,8; TORCH_DNN_SM90_RASTER=m|n, default CUTLASS's heuristic). Swizzle 8 is the
@@ -300,46 +256,6 @@ inline ParamsKey cache_key(const GemmArgs& a, int splits) {
     return off;
   }
   return params_key(a, splits, device);
-}
-
-// The kernel's dynamic shared-memory limit, raised once per device (CUTLASS's adapter sets it at every call:
-// a driver call per GEMM that skinny, microsecond-scale problems notice).
-template <class Kernel>
-cudaError_t raise_smem_limit() {
-  static std::once_flag flags[kMaxDevices];
-  static cudaError_t results[kMaxDevices];
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  std::call_once(flags[dev], [dev] {
-    constexpr int smem = Kernel::SharedStorageSize;
-    results[dev] = smem >= (48 << 10) ? cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
-                                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
-                                      : cudaSuccess;
-  });
-  return results[dev];
-}
-
-// The launch of GemmUniversalAdapter::run without its per-call cudaFuncSetAttribute (the cluster launcher sets
-// NonPortableClusterSizeAllowed before every launch; our clusters are at most 2, within the portable 8, and the
-// smem limit is raised once by raise_smem_limit).
-template <class Kernel>
-cudaError_t launch(typename Kernel::Params& params, cudaStream_t stream) {
-  using Cluster = typename Kernel::DispatchPolicy::ClusterShape;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = Kernel::get_grid_shape(params);
-  cfg.blockDim = Kernel::get_block_shape();
-  cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(size<0>(Cluster{}));
-  attr[0].val.clusterDim.y = unsigned(size<1>(Cluster{}));
-  attr[0].val.clusterDim.z = unsigned(size<2>(Cluster{}));
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  void* kernel_args[] = {&params};
-  return cudaLaunchKernelExC(&cfg, reinterpret_cast<const void*>(&cutlass::device_kernel<Kernel>), kernel_args);
 }
 
 template <class Cfg>
