@@ -126,29 +126,12 @@ using cutlass::conv::Operator;
 template <bool FAST>
 struct ActOfSum {
   template <class T>
-  struct Fn {
-    using Arguments = msm90::ActResidualArgs;
-
+  struct Fn : msm90::ActSwitch<Fn<T>> {
     template <Act K, int N>
     CUTLASS_DEVICE static void apply(cutlass::Array<float, N>& out, cutlass::Array<float, N> const& pre,
                                      cutlass::Array<float, N> const& res, float a, float b) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < N; ++i) out[i] = activation::act_forward<K, float, FAST>(pre[i] + res[i], a, b);
-    }
-
-    template <int N>
-    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& pre,
-                                                       cutlass::Array<float, N> const& res,
-                                                       Arguments const& p) const {
-      cutlass::Array<float, N> out;
-      switch (static_cast<Act>(p.act)) {
-        case Act::Relu: apply<Act::Relu>(out, pre, res, p.a, p.b); break;
-        case Act::Gelu: apply<Act::Gelu>(out, pre, res, p.a, p.b); break;
-        case Act::GeluTanh: apply<Act::GeluTanh>(out, pre, res, p.a, p.b); break;
-        case Act::Silu: apply<Act::Silu>(out, pre, res, p.a, p.b); break;
-        default: apply<Act::Identity>(out, pre, res, p.a, p.b); break;
-      }
-      return out;
     }
   };
 };

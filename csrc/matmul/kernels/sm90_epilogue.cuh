@@ -4,7 +4,7 @@
 //     D   = act(pre) + residual            (residual optional: read through the epilogue's C operand, whose
 //                                           TMA load is skipped at run time when there is none)
 // The activation is a run-time switch inside one node, so one kernel serves every supported activation.
-// Torch-free; included only by gemm_sm90.cu, and only when the CUTLASS headers are on the include path.
+// Torch-free; included by sm90_gemm.cuh and conv/conv_sm90.cu, only when the CUTLASS headers are on the include path.
 #pragma once
 
 #include "cutlass/epilogue/fusion/callbacks.hpp"
@@ -29,33 +29,38 @@ struct ActResidualArgs {
   float a = 0.f, b = 0.f;
 };
 
+// An epilogue node's function of (pre, res) under the run-time activation p.act: the switch calls
+// Fn::apply<K>(out, pre, res, a, b), with the activation K fixed at compile time in each case, so that one kernel
+// serves every supported activation. Fn derives from ActSwitch<Fn>.
+template <class Fn>
+struct ActSwitch {
+  using Arguments = ActResidualArgs;
+
+  template <int N>
+  CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& pre,
+                                                     cutlass::Array<float, N> const& res, Arguments const& p) const {
+    cutlass::Array<float, N> out;
+    switch (static_cast<Act>(p.act)) {
+      case Act::Relu: Fn::template apply<Act::Relu>(out, pre, res, p.a, p.b); break;
+      case Act::Gelu: Fn::template apply<Act::Gelu>(out, pre, res, p.a, p.b); break;
+      case Act::GeluTanh: Fn::template apply<Act::GeluTanh>(out, pre, res, p.a, p.b); break;
+      case Act::Silu: Fn::template apply<Act::Silu>(out, pre, res, p.a, p.b); break;
+      default: Fn::template apply<Act::Identity>(out, pre, res, p.a, p.b); break;
+    }
+    return out;
+  }
+};
+
 // out = act(pre) + res, elementwise over one register fragment. FAST: the result is stored in 16 bits.
 template <bool FAST>
 struct ActPlusResidual {
   template <class T>
-  struct Fn {
-    using Arguments = ActResidualArgs;
-
+  struct Fn : ActSwitch<Fn<T>> {
     template <Act K, int N>
     CUTLASS_DEVICE static void apply(cutlass::Array<float, N>& out, cutlass::Array<float, N> const& pre,
                                      cutlass::Array<float, N> const& res, float a, float b) {
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < N; ++i) out[i] = activation::act_forward<K, float, FAST>(pre[i], a, b) + res[i];
-    }
-
-    template <int N>
-    CUTLASS_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& pre,
-                                                       cutlass::Array<float, N> const& res,
-                                                       Arguments const& p) const {
-      cutlass::Array<float, N> out;
-      switch (static_cast<Act>(p.act)) {
-        case Act::Relu: apply<Act::Relu>(out, pre, res, p.a, p.b); break;
-        case Act::Gelu: apply<Act::Gelu>(out, pre, res, p.a, p.b); break;
-        case Act::GeluTanh: apply<Act::GeluTanh>(out, pre, res, p.a, p.b); break;
-        case Act::Silu: apply<Act::Silu>(out, pre, res, p.a, p.b); break;
-        default: apply<Act::Identity>(out, pre, res, p.a, p.b); break;
-      }
-      return out;
     }
   };
 };
