@@ -45,33 +45,6 @@ void store_dyn(void* p, DType t, int64_t idx, A v) {
   }
 }
 
-// Sequence b: its lengths and first packed rows (variable lengths), as the CUDA kernels' Seq.
-struct Seq {
-  int64_t sq = 0, sk = 0, q_row0 = 0, k_row0 = 0;
-  bool varlen = false;
-  int64_t q_off(const Operand4& o, int64_t b, int64_t h, int64_t i) const {
-    return varlen ? h * o.sh + (q_row0 + i) * o.ss : b * o.sb + h * o.sh + i * o.ss;
-  }
-  int64_t k_off(const Operand4& o, int64_t b, int64_t h, int64_t j) const {
-    return varlen ? h * o.sh + (k_row0 + j) * o.ss : b * o.sb + h * o.sh + j * o.ss;
-  }
-};
-
-Seq make_seq(const AttnArgs& a, int64_t b) {
-  Seq s;
-  s.varlen = a.cu_seqlens_q != nullptr;
-  if (s.varlen) {
-    s.q_row0 = a.cu_seqlens_q[b];
-    s.sq = a.cu_seqlens_q[b + 1] - s.q_row0;
-    s.k_row0 = a.cu_seqlens_k[b];
-    s.sk = a.cu_seqlens_k[b + 1] - s.k_row0;
-  } else {
-    s.sq = a.Sq;
-    s.sk = a.Sk;
-  }
-  return s;
-}
-
 // Whether row i sees key j: causal and the window, with i shifted by Sk - Sq of the sequence when bottom_right.
 struct Visibility {
   int64_t shift = 0, left = -1, right = -1;

@@ -38,36 +38,6 @@ __device__ __forceinline__ unsigned char* attn_smem() {
 }
 #endif
 
-// Sequence b of a batch: its lengths and where its rows start. Fixed length: rows of batch b at b * sb (the
-// operand's batch stride), lengths Sq, Sk. Variable length: rows at cu_seqlens[b] * ss of a packed tensor.
-struct Seq {
-  int64_t sq = 0, sk = 0;    // this sequence's lengths
-  int64_t q_row0 = 0, k_row0 = 0;  // first packed row (variable length), else 0
-  bool varlen = false;
-  // Element offset of (b, h, row, 0) in operand o (rows of q / o / do: query; of k / v: key).
-  __device__ __forceinline__ int64_t q_off(const Operand4& o, int64_t b, int64_t h, int64_t i) const {
-    return varlen ? h * o.sh + (q_row0 + i) * o.ss : b * o.sb + h * o.sh + i * o.ss;
-  }
-  __device__ __forceinline__ int64_t k_off(const Operand4& o, int64_t b, int64_t h, int64_t j) const {
-    return varlen ? h * o.sh + (k_row0 + j) * o.ss : b * o.sb + h * o.sh + j * o.ss;
-  }
-};
-
-__device__ __forceinline__ Seq make_seq(const AttnArgs& a, int64_t b) {
-  Seq s;
-  s.varlen = a.cu_seqlens_q != nullptr;
-  if (s.varlen) {
-    s.q_row0 = a.cu_seqlens_q[b];
-    s.sq = a.cu_seqlens_q[b + 1] - s.q_row0;
-    s.k_row0 = a.cu_seqlens_k[b];
-    s.sk = a.cu_seqlens_k[b + 1] - s.k_row0;
-  } else {
-    s.sq = a.Sq;
-    s.sk = a.Sk;
-  }
-  return s;
-}
-
 // Which keys a query row sees: j in [lo(i), hi(i)) from causal and the window, with i aligned by `shift`
 // (Sk - Sq of this sequence when bottom_right, else 0). Both bounds are nondecreasing in i.
 struct Visibility {
