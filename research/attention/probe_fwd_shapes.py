@@ -9,23 +9,15 @@ import torch.nn.functional as TF
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import torch_dnn.functional as F
+from benchmarks.harness import time_calls
 
 SHAPES = [(8, 16, 1024, 128, False), (8, 16, 1024, 128, True), (16, 16, 512, 128, False), (8, 16, 2048, 64, True),
           (2, 16, 8192, 64, False), (2, 16, 8192, 128, False), (4, 16, 4096, 64, True)]
 
 
-def median_ms(f, n=20):
-    for _ in range(3):
-        f()
-    ts = []
-    for _ in range(n):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        f()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return sorted(ts)[n // 2]
+def median_ms(f, reps=20):
+    times = sorted(time_calls(f, [()], warmup=3, reps=reps))
+    return times[reps // 2]
 
 
 def main():
