@@ -245,6 +245,14 @@ void bias_grad(const ConvGeometry& g, const Operand5& dyo, T* db) {
 // Whether the channels of an operand with `channels` of them sit next to each other in memory.
 inline bool channels_inner(const Operand5& o, int64_t channels) { return channels == 1 || o.stride[1] == 1; }
 
+// Filter tap `tap` as (t, r, s), t outermost, s innermost.
+struct Trs {
+  int64_t t, r, s;
+};
+inline Trs tap_trs(const ConvGeometry& g, int64_t tap) {
+  return {tap / (g.ker[1] * g.ker[2]), (tap / g.ker[2]) % g.ker[1], tap % g.ker[2]};
+}
+
 // The weight as [G][tap][outer][inner] in the accumulation type: inner = Kg (fprop) or Cg (dgrad).
 template <typename T, typename A>
 std::vector<A> weight_by_tap(const ConvArgs& a, bool k_inner) {
@@ -256,12 +264,30 @@ std::vector<A> weight_by_tap(const ConvArgs& a, bool k_inner) {
   for (int64_t k = 0; k < g.K; ++k)
     for (int64_t cc = 0; cc < Cg; ++cc)
       for (int64_t tap = 0; tap < taps; ++tap) {
-        const int64_t t = tap / (g.ker[1] * g.ker[2]), r = (tap / g.ker[2]) % g.ker[1], s = tap % g.ker[2];
+        const auto [t, r, s] = tap_trs(g, tap);
         const int64_t grp = k / Kg, kk = k % Kg;
         const int64_t at = k_inner ? ((grp * taps + tap) * Cg + cc) * Kg + kk : ((grp * taps + tap) * Kg + kk) * Cg + cc;
         out[size_t(at)] = A(w[k * ws[0] + cc * ws[1] + at3(ws, t, r, s)]);
       }
   return out;
+}
+
+// acc[grp Out + j] += src[grp group_step + i] * w[i][j] for every group, i < In and j < Out, w being tap `tap` of the
+// group in weight_by_tap's copy `wt` ([G][tap][In][Out]): one source pixel (channels contiguous) through one tap,
+// fprop's x into y's channels (In = Cg, Out = Kg) or dgrad's dy into dx's (In = Kg, Out = Cg).
+template <typename T, typename A>
+void accumulate_pixel(A* acc, const T* src, int64_t group_step, const A* wt, int64_t G, int64_t taps, int64_t tap,
+                      int64_t In, int64_t Out) {
+  for (int64_t grp = 0; grp < G; ++grp) {
+    const T* sp = src + grp * group_step;
+    const A* wr = wt + (grp * taps + tap) * In * Out;
+    A* ag = acc + grp * Out;
+    for (int64_t i = 0; i < In; ++i) {
+      const A sv = A(sp[i]);
+      const A* wi = wr + i * Out;
+      for (int64_t j = 0; j < Out; ++j) ag[j] += sv * wi[j];
+    }
+  }
 }
 
 template <typename T>
@@ -282,21 +308,13 @@ void fprop_channels_inner(const ConvArgs& a) {
       for (int64_t o = 0; o < O; ++o) {
         for (int64_t k = 0; k < g.K; ++k) acc[k] = ep.bias_of(k);
         for (int64_t tap = 0; tap < taps; ++tap) {
-          const int64_t t = tap / (g.ker[1] * g.ker[2]), r = (tap / g.ker[2]) % g.ker[1], s = tap % g.ker[2];
+          const auto [t, r, s] = tap_trs(g, tap);
           const int64_t id = p * g.stride[0] - g.pad[0] + t * g.dil[0];
           const int64_t ih = q * g.stride[1] - g.pad[1] + r * g.dil[1];
           const int64_t iw = o * g.stride[2] - g.pad[2] + s * g.dil[2];
           if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2]) continue;
-          for (int64_t grp = 0; grp < g.G; ++grp) {
-            const T* xp = x + n * xs[0] + grp * Cg * xs[1] + at3(xs, id, ih, iw);
-            const A* wr = wt.data() + (grp * taps + tap) * Cg * Kg;
-            A* ag = acc.data() + grp * Kg;
-            for (int64_t cc = 0; cc < Cg; ++cc) {
-              const A xv = A(xp[cc]);
-              const A* wk = wr + cc * Kg;
-              for (int64_t kk = 0; kk < Kg; ++kk) ag[kk] += xv * wk[kk];
-            }
-          }
+          accumulate_pixel(acc.data(), x + n * xs[0] + at3(xs, id, ih, iw), Cg * xs[1], wt.data(), g.G, taps, tap, Cg,
+                           Kg);
         }
         T* yp = y + n * ys[0] + at3(ys, p, q, o);
         ep.with_act([&](auto act) {
@@ -331,19 +349,11 @@ void dgrad_channels_inner(const ConvArgs& a) {
       for (int64_t iw = 0; iw < W; ++iw) {
         std::fill(acc.begin(), acc.end(), A(0));
         for (int64_t tap = 0; tap < taps; ++tap) {
-          const int64_t t = tap / (g.ker[1] * g.ker[2]), r = (tap / g.ker[2]) % g.ker[1], s = tap % g.ker[2];
+          const auto [t, r, s] = tap_trs(g, tap);
           const int64_t p = source(0, d, t), q = source(1, h, r), o = source(2, iw, s);
           if (p < 0 || q < 0 || o < 0) continue;
-          for (int64_t grp = 0; grp < g.G; ++grp) {
-            const T* dyp = dy + n * ys[0] + grp * Kg * ys[1] + at3(ys, p, q, o);
-            const A* wr = wt.data() + (grp * taps + tap) * Kg * Cg;
-            A* ag = acc.data() + grp * Cg;
-            for (int64_t kk = 0; kk < Kg; ++kk) {
-              const A dv = A(dyp[kk]);
-              const A* wk = wr + kk * Cg;
-              for (int64_t cc = 0; cc < Cg; ++cc) ag[cc] += dv * wk[cc];
-            }
-          }
+          accumulate_pixel(acc.data(), dy + n * ys[0] + at3(ys, p, q, o), Kg * ys[1], wt.data(), g.G, taps, tap, Kg,
+                           Cg);
         }
         T* xp = dx + n * xs[0] + at3(xs, d, h, iw);
         for (int64_t c = 0; c < g.C; ++c) xp[c] = T(acc[c]);
@@ -370,7 +380,7 @@ void wgrad_channels_inner(const ConvArgs& a) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t grp = task / (taps * chunks), tap = (task / chunks) % taps, k0 = (task % chunks) * kChunk;
       const int64_t nk = std::min(kChunk, Kg - k0);
-      const int64_t t = tap / (g.ker[1] * g.ker[2]), r = (tap / g.ker[2]) % g.ker[1], s = tap % g.ker[2];
+      const auto [t, r, s] = tap_trs(g, tap);
       const int64_t off0 = t * g.dil[0] - g.pad[0], off1 = r * g.dil[1] - g.pad[1], off2 = s * g.dil[2] - g.pad[2];
       const Range rp = inside(g.in[0], P, g.stride[0], off0), rq = inside(g.in[1], Q, g.stride[1], off1),
                   ro = inside(g.in[2], O, g.stride[2], off2);
