@@ -22,6 +22,17 @@ View view_of(const at::Tensor& x) {
 }
 at::Tensor as64(const at::Tensor& t) { return t.to(at::kDouble).contiguous(); }
 
+// f(o, c) for every element o of a contiguous [N][C][S] view, c its channel, in parallel over the (n, c) rows.
+template <class F>
+void for_each_element(const View& v, F&& f) {
+  at::parallel_for(0, v.N * v.C, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t c = r % v.C;
+      for (int64_t i = 0; i < v.S; ++i) f(r * v.S + i, c);
+    }
+  });
+}
+
 double act_fwd(double z, int64_t act) {
   if (act == 1) return (z > 0 || std::isnan(z)) ? z : 0.0;  // NaN propagates, as torch.relu
   if (act == 2) return z / (1.0 + std::exp(-z));
@@ -74,15 +85,9 @@ void CpuBackend::apply(const at::Tensor& x, const at::Tensor& res, const at::Ten
   const double *px = x64.const_data_ptr<double>(), *pr = r64.defined() ? r64.const_data_ptr<double>() : nullptr;
   const double *psc = sc.const_data_ptr<double>(), *psh = sh.const_data_ptr<double>();
   double* py = y64.data_ptr<double>();
-  at::parallel_for(0, v.N * v.C, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t c = r % v.C;
-      for (int64_t i = 0; i < v.S; ++i) {
-        const int64_t o = r * v.S + i;
-        const double z = px[o] * psc[c] + psh[c] + (pr ? pr[o] : 0.0);
-        py[o] = act_fwd(z, act);
-      }
-    }
+  for_each_element(v, [&](int64_t o, int64_t c) {
+    const double z = px[o] * psc[c] + psh[c] + (pr ? pr[o] : 0.0);
+    py[o] = act_fwd(z, act);
   });
   y.copy_(y64.view(x.sizes()));
 }
@@ -133,15 +138,7 @@ void CpuBackend::elemt(const at::Tensor& dz, const at::Tensor& x, const at::Tens
   const double *pm = m64.const_data_ptr<double>(), *pk = k64.const_data_ptr<double>();
   const double *pa = a64.const_data_ptr<double>(), *pb = b64.const_data_ptr<double>();
   double* pdx = dx64.data_ptr<double>();
-  at::parallel_for(0, v.N * v.C, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t c = r % v.C;
-      for (int64_t i = 0; i < v.S; ++i) {
-        const int64_t o = r * v.S + i;
-        pdx[o] = pk[c] * (pdz[o] - pa[c] - (px[o] - pm[c]) * pb[c]);
-      }
-    }
-  });
+  for_each_element(v, [&](int64_t o, int64_t c) { pdx[o] = pk[c] * (pdz[o] - pa[c] - (px[o] - pm[c]) * pb[c]); });
   dx.copy_(dx64.view(x.sizes()));
 }
 
