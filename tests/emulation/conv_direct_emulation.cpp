@@ -19,6 +19,8 @@
 
 #include <vector>
 
+#include "conv_emulation_geometry.h"
+
 namespace {
 
 using namespace torch_dnn;
@@ -57,19 +59,7 @@ ConvArgs make_args(const at::Tensor& x, const at::Tensor& w, const at::Tensor& y
   scratch().clear();
   ConvArgs a;
   a.dtype = to_dtype(x.scalar_type());
-  ConvGeometry& g = a.g;
-  g.N = x.size(0);
-  g.C = x.size(1);
-  g.K = w.size(0);
-  g.G = groups;
-  for (int i = 0; i < 3; ++i) {
-    g.in[i] = x.size(2 + i);
-    g.out[i] = y.size(2 + i);
-    g.ker[i] = w.size(2 + i);
-    g.stride[i] = stride[i];
-    g.pad[i] = pad[i];
-    g.dil[i] = dil[i];
-  }
+  a.g = emulation_geometry(x, w, y, stride, pad, dil, groups);
   a.x = operand(x);
   a.w = operand(w);
   a.y = operand(y);
