@@ -1,6 +1,5 @@
 // The Hopper flash forward (kernels/flash_forward_sm90.cuh: wgmma; 128 x 128, 128 x 176 or 192 x 128 tiles): the
-// first
-// route of flash_forward on an sm_90 device when this build has sm_90a code.
+// first route of flash_forward on an sm_90 device when this build has sm_90a code.
 //
 // Takes: Float16 / BFloat16, head dims Dqk == Dv in {64, 128}, no mask, no dropout, no softcap or ALiBi, a
 // positive scale; causal and sliding windows in either alignment, GQA/MQA, variable lengths; 16-byte-aligned rows
