@@ -9,14 +9,13 @@ node). Needs the built extension (the typed handles find torch_dnn's schemas).
 
     python research/host/probe_cpp_entry.py
 """
-import time
-
 import torch
 import torch.nn.functional as TF
 from torch.utils.cpp_extension import load_inline
 
 import torch_dnn  # noqa: F401  (registers torch_dnn's ops)
 import torch_dnn.functional as F
+from probe_entry import per_call_us  # this folder's: the script's own directory is on sys.path
 
 CPP = r"""
 #include <torch/extension.h>
@@ -46,15 +45,6 @@ std::tuple<at::Tensor, at::Tensor> max_pool2d(const at::Tensor& x, std::vector<i
   return op.call(x, k, s, zero, one, false);
 }
 """
-
-
-def per_call_us(fn, sync, n=200):
-    sync()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    sync()
-    return (time.perf_counter() - start) / n * 1e6
 
 
 def table(rows, sync, title):
