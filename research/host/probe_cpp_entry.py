@@ -2,7 +2,8 @@
 (a) the functional wrapper, (b) `torch.ops.torch_dnn.<op>` (the packet), (c) its `.default` OpOverload, and (d) a
 pybind11 function built here (torch.utils.cpp_extension.load_inline, full Python API, not the limited one the
 extension uses) that calls the dispatcher's typed handle of the same op (c10::TypedOperatorHandle::call: no schema
-parse, no IValue boxing); PyTorch's own op through its generated binding beside them. Tiny tensors, forward only,
+parse, no IValue boxing), and (e) one that calls it boxed (a stack of IValues built in C++: what a generic entry,
+converting Python arguments by the schema, would add); PyTorch's own op through its generated binding beside them. Tiny tensors, forward only,
 no autograd recording (torch.no_grad), CUDA when present (launch included; queue drained around each 200-call
 sample), best of 15 interleaved turns; then the same with inputs that require grad (each call records its autograd
 node). Needs the built extension (the typed handles find torch_dnn's schemas).
@@ -44,6 +45,36 @@ std::tuple<at::Tensor, at::Tensor> max_pool2d(const at::Tensor& x, std::vector<i
   const int64_t zero[2] = {0, 0}, one[2] = {1, 1};
   return op.call(x, k, s, zero, one, false);
 }
+
+// the same ops called boxed
+at::Tensor relu_boxed(const at::Tensor& x) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("torch_dnn::relu", "");
+  torch::jit::Stack st;
+  st.emplace_back(x);
+  op.callBoxed(st);
+  return st[0].toTensor();
+}
+at::Tensor softmax_boxed(const at::Tensor& x, int64_t dim) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("torch_dnn::softmax", "");
+  torch::jit::Stack st;
+  st.emplace_back(x);
+  st.emplace_back(dim);
+  st.emplace_back(c10::IValue());
+  op.callBoxed(st);
+  return st[0].toTensor();
+}
+at::Tensor max_pool2d_boxed(const at::Tensor& x, std::vector<int64_t> k, std::vector<int64_t> s) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("torch_dnn::max_pool2d", "");
+  torch::jit::Stack st;
+  st.emplace_back(x);
+  st.emplace_back(k);
+  st.emplace_back(s);
+  st.emplace_back(std::vector<int64_t>{0, 0});
+  st.emplace_back(std::vector<int64_t>{1, 1});
+  st.emplace_back(false);
+  op.callBoxed(st);
+  return st[0].toTensor();
+}
 """
 
 
@@ -66,19 +97,21 @@ def make_rows(entry, x, p):
     return {
         "relu": {"torch binding": lambda: torch.relu(x), "functional": lambda: F.relu(x),
                  "torch.ops packet": lambda: ops.relu(x), "OpOverload": lambda: ops.relu.default(x),
-                 "C++ entry": lambda: entry.relu(x)},
+                 "C++ entry": lambda: entry.relu(x), "C++ boxed": lambda: entry.relu_boxed(x)},
         "softmax": {"torch binding": lambda: TF.softmax(x, -1), "functional": lambda: F.softmax(x, -1),
                     "torch.ops packet": lambda: ops.softmax(x, -1), "OpOverload": lambda: ops.softmax.default(x, -1),
-                    "C++ entry": lambda: entry.softmax(x, -1)},
+                    "C++ entry": lambda: entry.softmax(x, -1), "C++ boxed": lambda: entry.softmax_boxed(x, -1)},
         "max_pool2d 3/2": {"torch binding": lambda: TF.max_pool2d(p, 3, 2), "functional": lambda: F.max_pool2d(p, 3, 2),
                            "torch.ops packet": lambda: ops.max_pool2d(p, [3, 3], [2, 2], [0, 0], [1, 1], False),
                            "OpOverload": lambda: ops.max_pool2d.default(p, [3, 3], [2, 2], [0, 0], [1, 1], False),
-                           "C++ entry": lambda: entry.max_pool2d(p, [3, 3], [2, 2])},
+                           "C++ entry": lambda: entry.max_pool2d(p, [3, 3], [2, 2]),
+                           "C++ boxed": lambda: entry.max_pool2d_boxed(p, [3, 3], [2, 2])},
     }
 
 
 def main():
-    entry = load_inline("torch_dnn_probe_cpp_entry", CPP, functions=["relu", "softmax", "max_pool2d"],
+    entry = load_inline("torch_dnn_probe_cpp_entry", CPP, functions=["relu", "softmax", "max_pool2d", "relu_boxed",
+                                                                         "softmax_boxed", "max_pool2d_boxed"],
                         extra_cflags=["-O2"], verbose=False)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
