@@ -1,8 +1,10 @@
-"""Build torch_dnn._C.
+"""Build torch_dnn._C and torch_dnn._entry.
 
-A CUDAExtension when the installed torch has CUDA and nvcc is found, otherwise a CppExtension with the CPU
+_C holds every op: a CUDAExtension when the installed torch has CUDA and nvcc is found, otherwise a CppExtension with the CPU
 kernels only. Honours TORCH_CUDA_ARCH_LIST (default "8.0;9.0a" when no GPU is visible), MAX_JOBS and
-TORCH_DNN_DEVICE_CODE=ptx (PTX only, no SASS: what CI builds).
+TORCH_DNN_DEVICE_CODE=ptx (PTX only, no SASS: what CI builds). It is built against Python's limited API
+(abi3). _entry (csrc/python_entry/) is the functional wrappers' C++ way into the ops, one source built against the
+full Python API (torch's Python headers need it), so for this Python version only; torch_dnn runs without it.
 """
 import glob
 import os
@@ -74,7 +76,8 @@ if with_cuda and not os.environ.get("TORCH_CUDA_ARCH_LIST") and not torch.cuda.i
 
 # Launchers (*_cuda.cpp, compiled by g++ with torch headers) and kernels (*.cu, nvcc, torch-free) go only
 # into a CUDA build; everything else is common.
-all_cpp = sorted(glob.glob("csrc/**/*.cpp", recursive=True))
+PYTHON_ENTRY = ["csrc/python_entry/python_entry.cpp"]
+all_cpp = [f for f in sorted(glob.glob("csrc/**/*.cpp", recursive=True)) if f not in PYTHON_ENTRY]
 cuda_launchers = [f for f in all_cpp if f.endswith("_cuda.cpp")]
 cuda_kernels = sorted(glob.glob("csrc/**/*.cu", recursive=True))
 # The Hopper GEMM (CUTLASS 3.x kernels) is built only when the CUTLASS headers are installed; the matmul
@@ -146,6 +149,15 @@ else:
         py_limited_api=True,
     )
 
+# No OpenMP and no precompiled header (one source: the header would cost more than it saves, and it is compiled
+# without Py_LIMITED_API, so _C's header would not fit it).
+entry_ext = CppExtension(
+    "torch_dnn._entry",
+    PYTHON_ENTRY,
+    define_macros=define_macros[:1],
+    extra_compile_args={"cxx": [f for f in cxx_flags if f != "-fopenmp"]},
+)
+
 if os.environ.get("TORCH_DNN_PRINT_FLAGS"):  # for scripts/compile_one.py: the flags, then stop
     import json
 
@@ -172,6 +184,14 @@ class KeptBuildExtension(BuildExtension.with_options(use_ninja=True)):
         self.build_temp = os.path.join(ROOT, "build", tag)
 
     def build_extension(self, ext):
+        if ext is entry_ext:
+            # its own folder: ninja's log of one folder keeps only the outputs of the last build.ninja it ran, so
+            # two extensions sharing one would rebuild each other's objects
+            kept, self.build_temp = self.build_temp, os.path.join(self.build_temp, "python_entry")
+            try:
+                return super().build_extension(ext)
+            finally:
+                self.build_temp = kept
         # torch's BuildExtension has replaced self.compiler.compile by its ninja writer; wrap it so that the C++
         # sources get the precompiled torch headers with exactly the flags ninja will compile them with.
         ninja_compile = self.compiler.compile
@@ -239,9 +259,8 @@ setup(
     version="0.1.0",
     description="cuDNN-class deep-learning primitives as a PyTorch operator plugin",
     packages=find_packages(include=["torch_dnn", "torch_dnn.*"]),
-    ext_modules=[ext],
+    ext_modules=[ext, entry_ext],
     cmdclass={"build_ext": KeptBuildExtension},
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
     python_requires=">=3.9",
     install_requires=["torch"],
 )

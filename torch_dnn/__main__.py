@@ -19,6 +19,9 @@ def print_facts():
     print(f"  torch {torch.__version__} (CUDA {torch.version.cuda}); extension built against torch {info['torch']}")
     print(f"  extension: {'CUDA' if info['with_cuda'] else 'CPU-only'} build"
           + (f", archs {info['cuda_archs']}" if info["with_cuda"] else ""))
+    from torch_dnn.ops._registry import python_entry_active
+    print("  functional wrappers call the ops through "
+          + ("torch_dnn._entry (C++)" if python_entry_active() else "torch.ops (torch_dnn._entry not loaded)"))
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         print(f"  GPU: {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB")

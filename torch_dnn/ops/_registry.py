@@ -1,5 +1,7 @@
 """What every family's ops module shares: the family table, the ops handle of the functional wrappers (`ops`,
 which skips the Python autograd layer when no gradient is needed) and the in-place-with-autograd rule."""
+import os
+
 import torch
 import torch.autograd.forward_ad as _forward_ad
 from torch.utils._python_dispatch import _get_current_dispatch_mode as _get_dispatch_mode
@@ -160,8 +162,10 @@ def _plain_call(args, kwargs, autocast_ok=False) -> bool:
 
 
 class _FunctionalOps:
-    """torch.ops.torch_dnn as the functional wrappers call it: the same ops, called by their overload's C++ callable
-    (no packet or OpOverload frames), except that a call under a torch.func transform applies the op's formula as
+    """torch.ops.torch_dnn as the functional wrappers call it: the same ops, called in eager mode through
+    torch_dnn._entry (C++: arguments converted by the op's schema, a boxed call through the dispatcher; what it does
+    not convert, such as tensor subclasses or torch-function modes, it hands back and the overload's C++ callable
+    takes), except that a call under a torch.func transform applies the op's formula as
     the transform Function (_transform_function), or, recording no graph, dispatches below the Autograd key (the
     ops' own autograd kernels are refused by the transforms).
 
@@ -179,11 +183,18 @@ class _FunctionalOps:
             # through every dispatch key (the autograd layer bumps the version counters), by the overload's C++
             # callable in eager (host time), the packet while torch.compile traces
             op_fast = getattr(packet.default, "_op", packet) if packet.overloads() == ["default"] else packet
-
-            def fn(*args, **kwargs):
-                if torch.compiler.is_compiling():
-                    return packet(*args, **kwargs)
-                return op_fast(*args, **kwargs)
+            entry = _python_entry(packet)
+            if entry is None:
+                def fn(*args, **kwargs):
+                    if torch.compiler.is_compiling():
+                        return packet(*args, **kwargs)
+                    return op_fast(*args, **kwargs)
+            else:
+                def fn(*args, **kwargs):
+                    if torch.compiler.is_compiling():
+                        return packet(*args, **kwargs)
+                    out = entry(*args, **kwargs)  # NotImplemented: a call only torch.ops converts
+                    return op_fast(*args, **kwargs) if out is NotImplemented else out
             fn.__name__ = fn.__qualname__ = name
         else:
             # one overload per op: calling it skips the packet's overload resolution, and calling its C++ callable
@@ -196,23 +207,69 @@ class _FunctionalOps:
             if formula is not None and packet.overloads() == ["default"]:
                 transform = _transform_function(packet.default, packet.default._schema, *formula[:2])
 
-            def fn(*args, **kwargs):
-                # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
-                if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
-                    return packet(*args, **kwargs)
-                # _functorch_active (C++): false in eager calls, which go straight to the op (its C++ autograd kernel
-                # calls the kernels below it when the call records no graph)
-                if _functorch_active():
-                    if torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs):
-                        if transform is not None and _transform_call():
-                            return transform(*args, **kwargs)
-                    else:
-                        with _below_autograd():
-                            return overload(*args, **kwargs)
+            def transformed(args, kwargs):
+                # under a torch.func transform
+                if torch.is_grad_enabled() and _any_requires_grad(*args, **kwargs):
+                    if transform is not None and _transform_call():
+                        return transform(*args, **kwargs)
+                else:
+                    with _below_autograd():
+                        return overload(*args, **kwargs)
                 return overload(*args, **kwargs)
+
+            entry = _python_entry(packet)
+            if entry is None:
+                def fn(*args, **kwargs):
+                    # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
+                    if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
+                        return packet(*args, **kwargs)
+                    # _functorch_active (C++): false in eager calls, which go straight to the op (its C++ autograd
+                    # kernel calls the kernels below it when the call records no graph)
+                    if _functorch_active():
+                        return transformed(args, kwargs)
+                    return overload(*args, **kwargs)
+            else:
+                def fn(*args, **kwargs):
+                    if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
+                        return packet(*args, **kwargs)
+                    if _functorch_active():
+                        return transformed(args, kwargs)
+                    out = entry(*args, **kwargs)  # NotImplemented: a call only torch.ops converts
+                    return overload(*args, **kwargs) if out is NotImplemented else out
             fn.__name__ = fn.__qualname__ = name
         self.__dict__[name] = fn  # resolved once per name
         return fn
+
+
+def _load_python_entry():
+    """torch_dnn._entry's Op type (csrc/python_entry/python_entry.cpp), or None where the module is not built for
+    this Python, was built against another torch, or TORCH_DNN_PYTHON_ENTRY=0: the wrappers then call torch.ops."""
+    if os.environ.get("TORCH_DNN_PYTHON_ENTRY", "1") == "0":
+        return None
+    try:
+        from torch_dnn import _entry
+    except ImportError:
+        return None
+    return _entry.Op if _entry.torch_version() == torch.__version__ else None
+
+
+_ENTRY_OP = _load_python_entry()
+
+
+def _python_entry(packet):
+    """The op's C++ entry for eager calls: an Op where the op has one overload and the entry converts every
+    argument type of its schema; else None."""
+    if _ENTRY_OP is None or packet.overloads() != ["default"]:
+        return None
+    try:
+        return _ENTRY_OP(packet.default._schema.name)
+    except TypeError:
+        return None
+
+
+def python_entry_active() -> bool:
+    """Whether the functional wrappers call ops through torch_dnn._entry (build facts, tests)."""
+    return _ENTRY_OP is not None
 
 
 _below_autograd = torch._C._AutoDispatchBelowAutograd
