@@ -210,6 +210,14 @@ def test_inplace_autograd_errors_and_fallbacks(device):
         c.sum().backward()
     with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
         F.relu(_inp((3,), device), inplace=True)
+    # an input that does not require grad, saved by another op's node: the version counter tells the node
+    x = torch.randn(4, 5, device=device)
+    v = x._version
+    y = a * x  # saves x
+    F.hardswish(x, inplace=True)
+    assert x._version > v
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
     # a view (the copy-and-write-back form) and a negative slope (the in-place node saving a copy of the input):
     # still PyTorch's values and gradients
     for make, fn, ref in (

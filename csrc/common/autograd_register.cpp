@@ -207,8 +207,12 @@ struct InPlaceKernel final : c10::OperatorKernel {
     }
     const at::Tensor x = (*stack)[first].toTensor();
     if (!torch::autograd::compute_requires_grad(x)) {
-      at::AutoDispatchBelowADInplaceOrView below;
-      op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+      {
+        at::AutoDispatchBelowADInplaceOrView below;
+        op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+      }
+      // as the ADInplaceOrView key would: a node that saved x (x * w with w requiring grad) must see that it changed
+      if (!x.is_inference()) torch::autograd::impl::bump_version(x);
       return;
     }
     TORCH_CHECK(!x.is_leaf() && !x.is_view(), op_label(op.schema().name()),
