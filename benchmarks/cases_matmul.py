@@ -4,7 +4,9 @@
     torch.compile) and backward (linear_act_backward against eager gelu_backward + two mm + bias sum, and its
     compile);
   - skinny F.linear, M in {16, 64, 256}, K = N in {4096, 16384}, bf16 (split-K territory) against F.linear;
-  - fp32 8192^3 with TF32 on (both sides) against torch.mm.
+  - fp32 8192^3 with TF32 on (both sides) against torch.mm;
+  - fp32 with TF32 off (both sides; PyTorch's default), 4096^3, 8192^3 and a linear layer 8192 x 4096 -> 4096:
+    "torch_dnn" (the SIMT FFMA kernel, the default) and "torch_dnn 3xtf32" (TORCH_DNN_GEMM_FP32=3xtf32) against cuBLAS.
 Where the build and device have the Hopper path, "torch_dnn" is the default choice (auto) and
 "torch_dnn sm80" forces the portable mma.sync path (TORCH_DNN_GEMM_PATH=sm80) for comparison."""
 
@@ -24,10 +26,10 @@ def _rand(shape, dtype, lo=-1.0, hi=1.0):
 
 
 
-def _with_tf32(fn):
+def _with_tf32(fn, on=True):
     def run(*args):
         old = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = on
         try:
             return fn(*args)
         finally:
@@ -63,6 +65,23 @@ def _gemm_case(m, n, k, dtype, group, tf32=False):
                 lambda: (_rand((m, k), dtype), _rand((k, n), dtype)), impls,
                 bytes=(m * k + k * n + m * n) * es, flops=2 * m * n * k, group=group,
                 target=">= cuBLAS" if not tf32 else ">= 0.9 cuBLAS", **_TAKE_TURNS)
+
+
+def _fp32_case(m, n, k, group, linear=False):
+    """float32 with TF32 off on both sides: ours on the SIMT FFMA kernel (the default) and on 3xTF32, against cuBLAS
+    (its float32 SGEMM). linear: x [m, k] @ w.T, w [n, k] (both operands K-major); else torch.mm's
+    A [m, k] @ B [k, n]."""
+    if linear:
+        ours, peer, name = F.linear, TF.linear, f"linear {m}x{k}->{n} fp32"
+        inputs = lambda: (_rand((m, k), torch.float32), _rand((n, k), torch.float32))  # noqa: E731
+    else:
+        ours, peer, name = ops.mm, torch.mm, f"mm {m}x{n}x{k} fp32"
+        inputs = lambda: (_rand((m, k), torch.float32), _rand((k, n), torch.float32))  # noqa: E731
+    ours = _with_tf32(ours, on=False)
+    impls = {"torch_dnn": ours, "torch_dnn 3xtf32": with_env(ours, TORCH_DNN_GEMM_FP32="3xtf32"),
+             f"cuBLAS ({'F.linear' if linear else 'torch.mm'})": _with_tf32(peer, on=False)}
+    return Case("matmul", f"{name} (TF32 off)", inputs, impls, bytes=(m * k + k * n + m * n) * 4, flops=2 * m * n * k,
+                group=group, target=">= cuBLAS", **_TAKE_TURNS)
 
 
 def _linear_gelu_cases(m, k, n, dtype, group):
@@ -139,4 +158,8 @@ def cases(quick: bool = False):
     for tokens, n_out, n_in in wgrad_shapes:
         out.append(_weight_grad_case(tokens, n_out, n_in, torch.bfloat16, "weight gradient bf16 (few tiles, long K)"))
     out.append(_gemm_case(8192, 8192, 8192, torch.float32, "fp32 (TF32 on)", tf32=True))
+    for m, n, k in [(8192, 8192, 8192)] + ([] if quick else [(4096, 4096, 4096)]):
+        out.append(_fp32_case(m, n, k, "fp32 (TF32 off)"))
+    if not quick:
+        out.append(_fp32_case(8192, 4096, 4096, "fp32 (TF32 off)", linear=True))
     return out

@@ -2,8 +2,9 @@
 error-ratio rule, with the family tester's checks (opcheck, gradcheck and gradgradcheck, torch.compile against
 PyTorch, bad input, CUDA graphs, past 2^31 elements); odd, tiny and empty shapes; transposed, strided, offset and
 broadcast operands; TF32 and autocast semantics; error messages; convert(fuse=True); CUDA-only checks (both GEMM
-paths, poisoned outputs, split-K determinism, the skinny kernel)."""
+paths, poisoned outputs, split-K determinism, the skinny kernel, float32 without TF32 on 3xTF32 and on SIMT)."""
 import itertools
+import re
 
 import expecttest
 import pytest
@@ -14,7 +15,7 @@ import torch_dnn
 import torch_dnn.functional as F
 from torch_dnn.ops.matmul import gemm_paths
 from torch_dnn.reference import hardsigmoid_reference, hardswish_reference, linear_act_reference
-from torch_dnn.testing import compare, random_like_case
+from torch_dnn.testing import compare, no_tf32, random_like_case
 from tests.family_tester import Against, BadInput, FamilyTester, GradCase, ModelCase
 from tests.utils import (assert_models_agree, ALL_DTYPES, assert_matches_torch, devices, first_line, grad_off_kinks,
                          make_input)
@@ -520,6 +521,93 @@ def test_split_k_deterministic():
     x, w = make_input((32, 8192), torch.float32, "cuda"), make_input((512, 8192), torch.float32, "cuda")
     y = [F.linear(x, w) for _ in range(2)]
     assert torch.equal(y[0], y[1])
+
+
+# the portable path's float32 GEMM kernels as the profiler names them: 3xTF32 (gemm_kernel<float, AK, BK, X3 = true>)
+# and SIMT FFMA
+FP32_KERNELS = {"3xtf32": r"mma::gemm_kernel<float, (true|false), (true|false), true>",
+                "simt": r"simt::gemm_kernel<float, "}
+
+
+def _cuda_kernel_names(fn):
+    """Names of the CUDA kernels fn launched (empty when the profiler cannot see kernels here)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel", ["3xtf32", "simt"])
+def test_float32_without_tf32(kernel, monkeypatch):
+    """Float32 with TF32 off (PyTorch's default) on the portable path's 3xTF32 kernel (TORCH_DNN_GEMM_FP32=3xtf32) and
+    on its SIMT FFMA kernel (=simt, the default): mm, bmm, linear and linear_act, forward and gradients, meet the
+    error rule against float64 with PyTorch's own float32 error (TF32 off) on the same inputs as the reference, over
+    odd sizes, every operand layout, split-K shapes (small M and N, long K), batches, all-positive data (where the
+    tensor cores' truncating accumulation would show) and unaligned operands; every float32 GEMM these calls launch,
+    forward and backward, is the kernel the knob names (where the profiler sees kernel names)."""
+    monkeypatch.setenv("TORCH_DNN_GEMM_PATH", "auto")
+    monkeypatch.setenv("TORCH_DNN_GEMM_FP32", kernel)
+    dtype = torch.float32
+    checked = []
+
+    def check(name, ours, theirs, inputs, **kw):
+        assert_matches_torch(ours, theirs, inputs, name=f"{kernel} {name}", **kw)
+        checked.append(name)
+
+    def cases():
+        for i, (m, n, k) in enumerate([(1023, 1025, 4097), (97, 7, 1023), (129, 257, 65), (300, 301, 257),
+                                       (64, 96, 8192), (33, 40, 16384), (7, 1, 4097), (1, 130, 3000)]):
+            ta, tb = bool(i & 1), bool(i & 2)  # every operand layout over the list
+            a, b = _operand((m, k), dtype, "cuda", ta), _operand((k, n), dtype, "cuda", tb)
+            check(f"mm {m}x{n}x{k} ta={ta} tb={tb}", F.mm, torch.mm, [a, b])
+        # all-positive data over a long K: one accumulator chained through the tensor cores would drift (truncation)
+        a, b = _operand((256, 8192), dtype, "cuda", False, 0, 1), _operand((8192, 256), dtype, "cuda", True, 0, 1)
+        check("mm positive 256x256x8192", F.mm, torch.mm, [a, b])
+        for batch, m, n, k in ((3, 257, 129, 511), (4, 33, 17, 2049)):
+            for ta, tb in ((False, False), (True, True), (True, False)):
+                a, b = _operand((batch, m, k), dtype, "cuda", ta), _operand((batch, k, n), dtype, "cuda", tb)
+                check(f"bmm {batch}x{m}x{n}x{k} ta={ta} tb={tb}", F.bmm, torch.bmm, [a, b])
+        for shape, n, wt in (((2, 77, 301), 131, False), ((8, 4096), 512, False), ((300, 1000), 520, True)):
+            x, w, bias, _ = _linear_inputs(shape, n, dtype, "cuda", w_transposed=wt)
+            check(f"linear {shape}->{n} wt={wt}", F.linear, TF.linear, [x, w, bias])
+        x, w, bias, r = _linear_inputs((2, 65, 300), 260, dtype, "cuda", residual=True)
+        check("linear_act gelu + residual", lambda x, w, b, r: F.linear_act(x, w, b, "gelu", r),
+              lambda x, w, b, r: linear_act_reference(x, w, b, "gelu", r), [x, w, bias, r],
+              grad_output=_grad_away_from_kinks("gelu", x, w, bias))
+        flat = make_input((300 * 301 + 1,), dtype, "cuda")
+        a, b = flat[1:].view(300, 301), make_input((301, 129), dtype, "cuda")  # offset, odd leading dimension
+        check("mm unaligned", F.mm, torch.mm, [a, b])
+
+    with no_tf32():
+        names = _cuda_kernel_names(cases)
+    assert len(checked) >= 20, f"ran {len(checked)} cases"
+    if names:  # the profiler saw kernels: every float32 GEMM was the kernel the knob names
+        other = "simt" if kernel == "3xtf32" else "3xtf32"
+        ran = [n for n in names if re.search(FP32_KERNELS[kernel], n)]
+        wrong = sorted({n for n in names if re.search(FP32_KERNELS[other], n)})
+        assert ran and not wrong, f"TORCH_DNN_GEMM_FP32={kernel}: ran {len(ran)} of its kernels and {wrong}"
+
+
+@pytest.mark.cuda
+def test_float32_kernel_knob_per_call(monkeypatch):
+    """TORCH_DNN_GEMM_FP32 is read at every call: one process switches between 3xTF32 and SIMT FFMA (different
+    roundings: different bits; each deterministic), and any other value is an error naming the knob."""
+    a, b = make_input((256, 1024), torch.float32, "cuda"), make_input((1024, 384), torch.float32, "cuda")
+    outs = {}
+    with no_tf32():
+        for kernel in ("3xtf32", "simt", "3xtf32", "simt"):
+            monkeypatch.setenv("TORCH_DNN_GEMM_FP32", kernel)
+            y = F.mm(a, b)
+            if kernel in outs:
+                assert torch.equal(outs[kernel], y), f"{kernel}: not deterministic"
+            outs[kernel] = y
+        assert not torch.equal(outs["3xtf32"], outs["simt"]), "TORCH_DNN_GEMM_FP32 changed nothing within the process"
+        monkeypatch.setenv("TORCH_DNN_GEMM_FP32", "bogus")
+        with pytest.raises(RuntimeError, match="TORCH_DNN_GEMM_FP32 must be simt or 3xtf32"):
+            F.mm(a, b)
 
 
 @pytest.mark.cuda

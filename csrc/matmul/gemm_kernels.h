@@ -36,6 +36,8 @@ struct GemmArgs {
   DType dtype = DType::Float32;  // of A, B, bias, residual, D and preact: Float16, BFloat16 or Float32
                                 //   (Float64 only in the portable path's SIMT kernel and on the CPU)
   bool allow_tf32 = false;     // Float only: TF32 tensor cores allowed (torch.backends.cuda.matmul.allow_tf32)
+  bool fp32_simt = false;      // Float without TF32: the portable path's SIMT FFMA kernel instead of 3xTF32
+                               // (TORCH_DNN_GEMM_FP32=simt)
   int64_t M = 0, N = 0, K = 0, batch = 1;
   MatrixRef A, B;
   void* D = nullptr;
@@ -80,8 +82,9 @@ cudaError_t round_to_tf32(const float* src, float* dst, int64_t n, cudaStream_t 
 cudaError_t round_to_tf32_2d(const float* src, int64_t ld, int64_t rows, int64_t cols, bool transpose, float* dst,
                              cudaStream_t stream);
 
-// Portable sm_80+ path: mma.sync tensor cores for Half/BFloat16 (and Float with allow_tf32), a SIMT FFMA
-// kernel for Float without TF32 (true fp32, as PyTorch). Any M, N, K, strides and alignment: the fallback.
+// Portable sm_80+ path: mma.sync tensor cores for Half/BFloat16, Float with allow_tf32 (TF32) and Float without
+// it (3xTF32: float32 accuracy from three TF32 products; or a SIMT FFMA kernel with fp32_simt), a SIMT DFMA kernel
+// for Double. Any M, N, K, strides and alignment: the fallback.
 cudaError_t gemm_sm80(const GemmArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 int64_t gemm_sm80_workspace_bytes(const GemmArgs& a);
 // Whether the portable path takes this problem with its skinny kernel (16-bit x @ W.T with M <= 64, both

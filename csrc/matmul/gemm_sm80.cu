@@ -1,11 +1,13 @@
 // The portable sm_80+ GEMM path (gemm_kernels.h): plan (kernel, split-K), operand checks, launches.
 //   Float16 / BFloat16         -> mma::gemm_kernel (mma.sync m16n8k16, float accumulation)
 //   Float32 with allow_tf32    -> mma::gemm_kernel (TF32 m16n8k8, float accumulation)
-//   Float32 without TF32       -> simt::gemm_kernel (FFMA: true float32, as PyTorch)
+//   Float32 without TF32       -> mma::gemm_kernel<X3> (3xTF32: float32 accuracy from three TF32 products), or
+//                                 simt::gemm_kernel (FFMA) under TORCH_DNN_GEMM_FP32=simt (GemmArgs::fp32_simt)
 //   Float64                    -> simt::gemm_kernel (DFMA)
 //   Float16 / BFloat16, M <= 64, x @ W.T (both K-contiguous, 16-byte aligned), batch 1
 //                              -> skinny::skinny_kernel (swap-AB, split-K summed through DSMEM or a counter)
-// Instantiations: 3 dtypes x 4 operand layouts of the tensor-core kernel, 2 SIMT kernels, 4 reductions,
+// Instantiations: 4 kinds (half, bfloat16, TF32, 3xTF32) x 4 operand layouts of the tensor-core kernel, 2 dtypes x
+// 4 layouts of the SIMT kernel, 4 reductions,
 // 2 dtypes x 3 row counts x 2 reductions x 2 pipeline depths of the skinny kernel.
 #include <algorithm>
 #include <cstdlib>
@@ -26,6 +28,7 @@ enum class Kernel { Mma, Simt };
 
 struct Plan {
   Kernel kernel;
+  bool x3 = false;     // Kernel::Mma on float without TF32: 3xTF32
   int64_t bm, bn, bk;  // CTA tile
   int splits = 1;
   int64_t kt_per_split = 0;
@@ -44,12 +47,14 @@ int64_t dtype_size(DType t) {
 }
 
 // Split-K when the output tiles cannot fill the GPU (skinny M or N) and K is long: enough splits to give
-// every SM a CTA, each split at least 4 K-tiles, at most 16. The SIMT kernel (one CTA an SM: its registers) takes
-// as many splits as fit one wave (64 tiles: 2 splits, 128 CTAs, not 3 and a second wave a third full), each split a
-// whole number of its 16-deep float K steps.
+// every SM a CTA, each split at least 4 K-tiles, at most 16. The SIMT and 3xTF32 kernels (one CTA an SM: their
+// registers) take as many splits as fit one wave (64 tiles: 2 splits, 128 CTAs, not 3 and a second wave a third
+// full), the SIMT kernel's each a whole number of its 16-deep float K steps.
 Plan make_plan(const GemmArgs& a) {
   Plan p;
-  const bool tc = a.dtype == DType::Float16 || a.dtype == DType::BFloat16 || (a.dtype == DType::Float32 && a.allow_tf32);
+  p.x3 = a.dtype == DType::Float32 && !a.allow_tf32 && !a.fp32_simt;
+  const bool tc =
+      a.dtype == DType::Float16 || a.dtype == DType::BFloat16 || (a.dtype == DType::Float32 && a.allow_tf32) || p.x3;
   p.kernel = tc ? Kernel::Mma : Kernel::Simt;
   p.bm = tc ? mma::kBM : simt::kBM;
   p.bn = tc ? mma::kBN : simt::kBN;
@@ -59,7 +64,7 @@ Plan make_plan(const GemmArgs& a) {
   const int64_t sms = sm_count();
   int64_t splits = 1;
   if (tiles < sms && ktiles >= 8) {
-    splits = tc ? cdiv(sms, tiles) : sms / tiles;
+    splits = tc && !p.x3 ? cdiv(sms, tiles) : sms / tiles;
     splits = std::min<int64_t>({splits, ktiles / 4, 16});
     splits = std::max<int64_t>(splits, 1);
   }
@@ -109,16 +114,18 @@ cudaError_t reduce_splits(const GemmArgs& a, const Plan& pl, const acc_t<T>* ws,
   return cudaGetLastError();
 }
 
-template <typename T, bool AK, bool BK>
+template <typename T, bool AK, bool BK, bool X3>
 cudaError_t launch_mma_layout(const mma::Params<T>& p, dim3 grid, cudaStream_t stream) {
   constexpr int smem = mma::smem_bytes<T>();
-  auto kernel = mma::gemm_kernel<T, AK, BK>;
-  if (const cudaError_t err = raise_smem_limit_once<mma::gemm_kernel<T, AK, BK>>(smem); err != cudaSuccess) return err;
+  auto kernel = mma::gemm_kernel<T, AK, BK, X3>;
+  if (const cudaError_t err = raise_smem_limit_once<mma::gemm_kernel<T, AK, BK, X3>>(smem); err != cudaSuccess)
+    return err;
   kernel<<<grid, mma::kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
-template <typename T>
+// X3: float32 by 3xTF32 (float only).
+template <typename T, bool X3 = false>
 cudaError_t run_mma(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t stream) {
   mma::Params<T> p;
   p.A = make_operand<T>(a.A);  // stored [M][K] when row-major (K-contiguous), else [K][M]
@@ -133,10 +140,10 @@ cudaError_t run_mma(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t st
   const dim3 grid(unsigned(p.tiles_m * p.tiles_n), 1, grid_z(a.batch * pl.splits));
   const bool ak = !a.A.col_major, bk = a.B.col_major;
   cudaError_t err;
-  if (ak && bk) err = launch_mma_layout<T, true, true>(p, grid, stream);
-  else if (ak) err = launch_mma_layout<T, true, false>(p, grid, stream);
-  else if (bk) err = launch_mma_layout<T, false, true>(p, grid, stream);
-  else err = launch_mma_layout<T, false, false>(p, grid, stream);
+  if (ak && bk) err = launch_mma_layout<T, true, true, X3>(p, grid, stream);
+  else if (ak) err = launch_mma_layout<T, true, false, X3>(p, grid, stream);
+  else if (bk) err = launch_mma_layout<T, false, true, X3>(p, grid, stream);
+  else err = launch_mma_layout<T, false, false, X3>(p, grid, stream);
   if (err != cudaSuccess || pl.splits == 1) return err;
   return reduce_splits<T>(a, pl, static_cast<const float*>(ws), stream);
 }
@@ -356,7 +363,8 @@ cudaError_t gemm_sm80(const GemmArgs& a, void* workspace, int64_t workspace_byte
     case DType::Float16: return run_mma<__half>(a, pl, workspace, stream);
     case DType::BFloat16: return run_mma<__nv_bfloat16>(a, pl, workspace, stream);
     case DType::Float32:
-      return a.allow_tf32 ? run_mma<float>(a, pl, workspace, stream) : run_simt<float>(a, pl, workspace, stream);
+      if (a.allow_tf32) return run_mma<float>(a, pl, workspace, stream);
+      return pl.x3 ? run_mma<float, true>(a, pl, workspace, stream) : run_simt<float>(a, pl, workspace, stream);
     case DType::Float64: return run_simt<double>(a, pl, workspace, stream);
   }
   return cudaErrorNotSupported;

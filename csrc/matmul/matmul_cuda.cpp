@@ -6,7 +6,9 @@
 // (gemm_skinny_applies: decode-sized M, where streaming the weight is the whole cost, on GPUs without the Hopper
 // skinny kernels or when forced); otherwise the portable sm_80+ path (gemm_sm80).
 // TORCH_DNN_GEMM_PATH=auto|sm80|sm90 overrides it for tests and benchmarks (sm90 on a problem, build or device
-// that cannot take it is an error, not a silent fallback).
+// that cannot take it is an error, not a silent fallback). Float32 without TF32 always takes the portable path
+// (the Hopper kernels take float32 only as TF32), there by the SIMT FFMA kernel (GemmArgs::fp32_simt), or by
+// 3xTF32 under TORCH_DNN_GEMM_FP32=3xtf32.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -108,10 +110,19 @@ bool gemm_sm90_tf32_rounded(const GemmArgs& a, Tf32Mode mode, const at::Tensor& 
 #endif
 
 struct CudaBackend {
-  static void gemm(const GemmArgs& a, const at::Tensor& like) {
+  static void gemm(const GemmArgs& args, const at::Tensor& like) {
     c10::cuda::CUDAGuard guard(like.device());
     const env::Scope knobs;  // the launchers below read ~15 knobs a call: one scan of the environment
     const Path path = requested_path();
+    // TORCH_DNN_GEMM_FP32=simt|3xtf32: the portable path's kernel for float32 without TF32
+    const bool fp32_simt = args.dtype == DType::Float32 && !args.allow_tf32 &&
+                           knob_choice("TORCH_DNN_GEMM_FP32", {"simt", "3xtf32"}) == 0;
+    GemmArgs simt_args;
+    if (fp32_simt) {
+      simt_args = args;
+      simt_args.fp32_simt = true;
+    }
+    const GemmArgs& a = fp32_simt ? simt_args : args;
 #ifdef TORCH_DNN_WITH_SM90_GEMM
     // the Hopper path's plan, made once a call (the skinny choice below and the launch both use it)
     const bool sm90 = path != Path::Sm80 && device_is_sm90(like);

@@ -1,12 +1,15 @@
-// The sm_80 PTX wrappers of csrc/matmul/kernels/gemm_mma.cuh (cp.async, ldmatrix(.trans), mma.sync m16n8k16)
-// computed on the host for cuda_host_shim.h's emulation, following the PTX ISA's fragment layouts, so that a
-// kernel's fragment and swizzle arithmetic can be checked without a GPU. Each warp-wide operation exchanges
-// the 32 lanes' operands through a per-warp buffer between two barriers of that warp's 32 host threads (every
-// lane of a warp must call it together, as on the GPU). Needs emu_warp_barrier() from the including file.
+// The sm_80 PTX wrappers of csrc/matmul/kernels/gemm_mma.cuh (cp.async, ldmatrix(.trans), mma.sync m16n8k16 and
+// m16n8k8 TF32, cvt.rna.tf32) computed on the host for cuda_host_shim.h's emulation, following the PTX ISA's
+// fragment layouts, so that a kernel's fragment and swizzle arithmetic can be checked without a GPU. Each warp-wide
+// operation exchanges the 32 lanes' operands through a per-warp buffer between two barriers of that warp's 32 host
+// threads (every lane of a warp must call it together, as on the GPU). Needs emu_warp_barrier() from the including
+// file.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -97,6 +100,99 @@ inline void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)
     float acc = c[e];
     for (int k = 0; k < 16; ++k) acc += A(row, k) * B(k, col);
     out[e] = acc;
+  }
+  emu_warp_barrier().arrive_and_wait();
+  for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
+
+// ---- TF32 ----
+
+// cvt.rna.tf32.f32: x rounded to nearest, ties away from zero, at TF32's 10 fraction bits (the low 13 bits cleared);
+// infinities kept, NaN a NaN.
+inline uint32_t to_tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if (std::isnan(x)) return 0x7fffe000u;
+  if (std::isfinite(x)) u += 0x1000u;
+  return u & 0xffffe000u;
+}
+
+// How the emulated TF32 mma adds its products to C (a program picks one, process-wide):
+//   Float:    each product (exact in float: 11 x 11 significant bits) added to the accumulator in k order, rounded
+//             to nearest, as a chain of float FMAs would;
+//   Truncate: the accumulator and each group of four products aligned to the largest exponent among them, bits
+//             below 24 significant bits of it dropped, the sum rounded toward zero to float: the truncating
+//             accumulation Fasi et al. (2021) measured on NVIDIA tensor cores, as a pessimistic model (the
+//             hardware's exact alignment width and grouping for TF32 are not modelled).
+enum class Tf32Accumulation { Float, Truncate };
+inline Tf32Accumulation& tf32_accumulation() {
+  static Tf32Accumulation mode = Tf32Accumulation::Float;
+  return mode;
+}
+
+// A TF32 operand as the tensor cores read it: the register's top 19 bits (1 sign, 8 exponent, 10 fraction).
+inline float tf32_operand(uint32_t bits) {
+  const uint32_t u = bits & 0xffffe000u;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// c + sum_k a[k] b[k] for TF32 operand values a, b, accumulated as tf32_accumulation() says.
+inline float tf32_dot(float c, const float* a, const float* b, int k) {
+  if (tf32_accumulation() == Tf32Accumulation::Float) {
+    for (int i = 0; i < k; ++i) c = std::fma(a[i], b[i], c);
+    return c;
+  }
+  for (int k0 = 0; k0 < k; k0 += 4) {
+    double term[5] = {c, 0, 0, 0, 0};
+    bool finite = std::isfinite(c);
+    for (int i = 0; i < 4 && k0 + i < k; ++i) {
+      term[i + 1] = double(a[k0 + i]) * double(b[k0 + i]);
+      finite &= std::isfinite(term[i + 1]);
+    }
+    if (!finite) {
+      for (int i = 1; i < 5; ++i) c = float(double(c) + term[i]);
+      continue;
+    }
+    int emax = INT32_MIN;
+    for (double v : term)
+      if (v != 0) emax = std::max(emax, std::ilogb(v));
+    if (emax == INT32_MIN) {
+      c = 0.f;
+      continue;
+    }
+    const double quantum = std::ldexp(1.0, emax - 23);
+    double sum = 0;
+    for (double v : term) sum += std::trunc(v / quantum) * quantum;  // exact: a few dozen significant bits
+    float r = float(sum);
+    if (std::fabs(double(r)) > std::fabs(sum)) r = std::nextafter(r, 0.f);
+    c = r;
+  }
+  return c;
+}
+
+// mma.sync.m16n8k8.row.col.f32.tf32.tf32.f32:
+//   A (16 x 8): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
+//   B (8 x 8):  b0 (k = t, n = g), b1 (k = t + 4, n = g)
+//   C (16 x 8): c0, c1 (g, 2t..2t+1), c2, c3 (g + 8, 2t..2t+1)
+inline void mma_1688_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  const unsigned lane = emu_thread_idx.x & 31;
+  WarpExchange& x = warp_exchange();
+  for (int i = 0; i < 4; ++i) x.a[lane][i] = a[i];
+  x.b[lane][0] = b[0];
+  x.b[lane][1] = b[1];
+  emu_warp_barrier().arrive_and_wait();
+  const int g = int(lane >> 2), t = int(lane & 3);
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+    float av[8], bv[8];
+    for (int k = 0; k < 8; ++k) {
+      av[k] = tf32_operand(x.a[(row % 8) * 4 + (k % 4)][(row >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]);
+      bv[k] = tf32_operand(x.b[col * 4 + (k % 4)][k >= 4 ? 1 : 0]);
+    }
+    out[e] = tf32_dot(c[e], av, bv, 8);
   }
   emu_warp_barrier().arrive_and_wait();
   for (int e = 0; e < 4; ++e) c[e] = out[e];

@@ -1,4 +1,6 @@
-// The portable tensor-core GEMM (sm_80+): mma.sync m16n8k16 for half/bfloat16, m16n8k8 TF32 for float.
+// The portable tensor-core GEMM (sm_80+): mma.sync m16n8k16 for half/bfloat16, m16n8k8 TF32 for float (TF32
+// allowed), or float32 accuracy from three TF32 products a step (3xTF32, the X3 instantiations; see
+// compute_stage_3xtf32).
 //
 // CTA tile 128 x 128 x (64 bytes of K: 32 half / 16 float), 8 warps as 2 (M) x 4 (N), each warp 64 x 32.
 // A 4-stage cp.async pipeline fills shared memory; each operand tile is stored in its global orientation
@@ -12,9 +14,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "matmul/kernels/gemm_common.cuh"
+#if defined(TORCH_DNN_EMULATE_CUDA)
+#include "mma_emulation.h"
+#endif
 
 namespace torch_dnn {
 namespace matmul {
@@ -24,6 +30,24 @@ constexpr int kBM = 128, kBN = 128, kThreads = 256, kStages = 4, kGroupM = 8;
 constexpr int kLdc = kBN + 8;  // float row stride of the staged accumulator tile (8: conflict-free float2 stores)
 
 // ---- PTX wrappers ----
+
+#if defined(TORCH_DNN_EMULATE_CUDA)
+// computed on the host by tests/emulation/mma_emulation.h (the kernels' CPU emulation)
+using ::torch_dnn_emu_ptx::cp_async16;
+using ::torch_dnn_emu_ptx::cp_async_commit;
+using ::torch_dnn_emu_ptx::cp_async_wait;
+using ::torch_dnn_emu_ptx::ldmatrix_x4;
+using ::torch_dnn_emu_ptx::mma_16816;
+using ::torch_dnn_emu_ptx::mma_1688_tf32;
+using ::torch_dnn_emu_ptx::to_tf32;
+inline uint32_t float_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+#else
+__device__ __forceinline__ uint32_t float_bits(float x) { return __float_as_uint(x); }
+
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -78,6 +102,7 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
 }
+#endif
 
 // ---- shared-memory tiles ----
 
@@ -204,12 +229,136 @@ __device__ __forceinline__ void compute_stage(const T* sA, const T* sB, float (&
   }
 }
 
-// AK: A is K-contiguous (row-major); BK: B is K-contiguous (column-major, an nn.Linear weight).
-template <typename T, bool AK, bool BK>
-__global__ void __launch_bounds__(kThreads, 2) gemm_kernel(const Params<T> p) {
+// ---- 3xTF32: float32 accuracy on the TF32 tensor cores ----
+//
+// Each float x is split into big = tf32(x) (11 significant bits, rounded to nearest) and small = x - big (exact,
+// |small| <= 2^-11 |x|; split_tf32), and a b is taken as a_small b_big + a_big b_small + a_big b_big: the
+// a_small b_small term dropped is below 2^-22 |a b|. The tensor cores accumulate with truncation (products exact,
+// the sum rounded toward zero), a bias that grows with the number of MMAs chained into one accumulator: over
+// K = 8192 of data in (0, 1), one chained accumulator had plain TF32's error in the CPU model
+// (tests/emulation/gemm_mma_emulation.cpp). So each stage's products (two 8-deep steps) go into a fragment that
+// starts from zero, the small ones of both steps first, then the big ones, and that is added to the float
+// accumulators by FADD, rounded to nearest: the truncation acts on one stage's sum, and the result stayed below
+// float32 FFMA's error in that model and on every emulated case.
+//
+// Fragment loads: K-major tiles by ldmatrix (an 8 x 4-float block is an 8 x 8 b16 matrix; lane (g, t) gets row
+// g, float t: the m16n8k8 TF32 A and B layouts). M/N-major tiles by vector loads, which permutes the rows / columns
+// a lane holds (a relabelling the epilogue undoes, rows3x / cols3x): A's fragment rows g and g + 8 of a 16-row
+// block are rows 2g, 2g + 1 (one 8-byte load a k); B's column g of 8-column block jn is column 4g + jn of the
+// warp's 32 (one 16-byte load a k for all four blocks). Both are conflict-free under Tile's swizzle.
+//
+// Registers: the accumulators, both steps' B splits and a 16-row block's A splits and stage sum need more than the
+// 128 of two CTAs an SM (there ptxas spilled and serialised the MMA chains), so the X3 kernels run one CTA an SM.
+
+// big: x rounded to nearest (ties away) at TF32's 10 fraction bits, cvt.rna's value for finite x in two integer
+// operations (cvt.rna is four on sm_90: a finiteness test and a select around them). small: x - big, exact, passed
+// unrounded: the tensor cores read a .tf32 operand's top 19 bits (ptxas itself leaves the rounding mask off operands
+// that only an mma reads), so small enters truncated to 11 significant bits: an error below 2^-21 |x| with small's
+// sign, which is as often + as - (big is rounded to nearest). A NaN x gives a NaN small whatever big is.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
+  big = (float_bits(x) + 0x1000u) & 0xffffe000u;
+  small = float_bits(x - __uint_as_float(big));
+}
+
+// The warp's output row of accumulator row g + 8h (h = e >> 1) of 16-row block i, and column 2t + c (c = e & 1)
+// of 8-column block jn, under the fragment loads above.
+template <bool AK>
+__device__ __forceinline__ int rows3x(int wm, int i, int g, int h) {
+  return wm * 64 + i * 16 + (AK ? g + 8 * h : 2 * g + h);
+}
+template <bool BK>
+__device__ __forceinline__ int cols3x(int wn, int jn, int t, int c) {
+  return wn * 32 + (BK ? jn * 8 + 2 * t + c : 4 * (2 * t + c) + jn);
+}
+
+template <bool AK, bool BK>
+__device__ __forceinline__ void compute_stage_3xtf32(const float* sA, const float* sB, float (&acc)[4][4][4], int wm,
+                                                     int wn, int lane) {
+  using TA = Tile<float, AK>;
+  using TB = Tile<float, BK>;
+  constexpr int KS = TA::BK / 8;  // 8-deep MMA steps a stage
+  const int g = lane >> 2, t = lane & 3, r = lane & 7, j = lane >> 3;
+  uint32_t bb[KS][4][2], bs[KS][4][2];
+#pragma unroll
+  for (int s = 0; s < KS; ++s) {
+    const int ks = s * 8;
+    if constexpr (BK) {
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        uint32_t q[4];
+        ldmatrix_x4<false>(q, sB + TB::off(wn * 32 + p * 16 + r + 8 * (j >> 1), ks + 4 * (j & 1)));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {  // q[e]: column block 2p + (e >> 1), k = t + 4 (e & 1)
+          split_tf32(__uint_as_float(q[e]), bb[s][2 * p + (e >> 1)][e & 1], bs[s][2 * p + (e >> 1)][e & 1]);
+        }
+      }
+    } else {
+      const float4 lo = *reinterpret_cast<const float4*>(sB + TB::off(ks + t, wn * 32 + 4 * g));
+      const float4 hi = *reinterpret_cast<const float4*>(sB + TB::off(ks + t + 4, wn * 32 + 4 * g));
+      const float v[2][4] = {{lo.x, lo.y, lo.z, lo.w}, {hi.x, hi.y, hi.z, hi.w}};
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) split_tf32(v[h][jn], bb[s][jn][h], bs[s][jn][h]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int mb = wm * 64 + i * 16;
+    uint32_t ab[KS][4], as[KS][4];
+#pragma unroll
+    for (int s = 0; s < KS; ++s) {
+      const int ks = s * 8;
+      float x[4];
+      if constexpr (AK) {
+        uint32_t q[4];
+        ldmatrix_x4<false>(q, sA + TA::off(mb + r + 8 * (j & 1), ks + 4 * (j >> 1)));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[e] = __uint_as_float(q[e]);
+      } else {
+        const float2 lo = *reinterpret_cast<const float2*>(sA + TA::off(ks + t, mb + 2 * g));
+        const float2 hi = *reinterpret_cast<const float2*>(sA + TA::off(ks + t + 4, mb + 2 * g));
+        x[0] = lo.x, x[1] = lo.y, x[2] = hi.x, x[3] = hi.y;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) split_tf32(x[e], ab[s][e], as[s][e]);
+    }
+    // the stage's products for rows of block i: the small ones of every step, then the big ones, into d from zero
+    float d[4][4];
+#pragma unroll
+    for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) d[jn][q] = 0.f;
+#pragma unroll
+    for (int s = 0; s < KS; ++s) {
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) mma_1688_tf32(d[jn], as[s], bb[s][jn]);
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) mma_1688_tf32(d[jn], ab[s], bs[s][jn]);
+    }
+#pragma unroll
+    for (int s = 0; s < KS; ++s)
+#pragma unroll
+      for (int jn = 0; jn < 4; ++jn) mma_1688_tf32(d[jn], ab[s], bb[s][jn]);
+#pragma unroll
+    for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[i][jn][q] += d[jn][q];
+  }
+}
+
+// AK: A is K-contiguous (row-major); BK: B is K-contiguous (column-major, an nn.Linear weight). X3 (float only):
+// 3xTF32 (compute_stage_3xtf32) instead of one TF32 product.
+template <typename T, bool AK, bool BK, bool X3 = false>
+__global__ void __launch_bounds__(kThreads, X3 ? 1 : 2) gemm_kernel(const Params<T> p) {
+  static_assert(!X3 || std::is_same_v<T, float>, "3xTF32 is for float");
   using TA = Tile<T, AK>;
   using TB = Tile<T, BK>;
+#if defined(TORCH_DNN_EMULATE_CUDA)
+  unsigned char* smem_raw = emu_dyn_smem();
+#else
   extern __shared__ __align__(128) unsigned char smem_raw[];
+#endif
   T* smem = reinterpret_cast<T*>(smem_raw);
   constexpr int kStageElems = TA::ELEMS + TB::ELEMS;
 
@@ -264,22 +413,37 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_kernel(const Params<T> p) {
       if (nxt < nk) load_stage(nxt % kStages, kt0 + nxt);
       cp_async_commit();
       const T* sA = smem + (it % kStages) * kStageElems;
-      compute_stage<T, AK, BK>(sA, sA + TA::ELEMS, acc, wm, wn, lane);
+      if constexpr (X3) compute_stage_3xtf32<AK, BK>(sA, sA + TA::ELEMS, acc, wm, wn, lane);
+      else compute_stage<T, AK, BK>(sA, sA + TA::ELEMS, acc, wm, wn, lane);
     }
     cp_async_wait<0>();
     __syncthreads();
 
     // epilogue: accumulators -> shared (float [128][kLdc]) -> 8 columns per thread -> global
     float* cs = reinterpret_cast<float*>(smem_raw);
-    {
+    if constexpr (X3 && !BK) {  // the 8 columns 8t .. 8t + 7 of each row a lane holds (cols3x)
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float* row = cs + rows3x<AK>(wm, i, g, h) * kLdc + cols3x<false>(wn, 0, t, 0);
+          *reinterpret_cast<float4*>(row) =
+              make_float4(acc[i][0][2 * h], acc[i][1][2 * h], acc[i][2][2 * h], acc[i][3][2 * h]);
+          *reinterpret_cast<float4*>(row + 4) =
+              make_float4(acc[i][0][2 * h + 1], acc[i][1][2 * h + 1], acc[i][2][2 * h + 1], acc[i][3][2 * h + 1]);
+        }
+    } else {
       const int g = lane >> 2, t = lane & 3;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int jn = 0; jn < 4; ++jn) {
-          const int r = wm * 64 + i * 16 + g, c = wn * 32 + jn * 8 + 2 * t;
-          *reinterpret_cast<float2*>(cs + r * kLdc + c) = make_float2(acc[i][jn][0], acc[i][jn][1]);
-          *reinterpret_cast<float2*>(cs + (r + 8) * kLdc + c) = make_float2(acc[i][jn][2], acc[i][jn][3]);
+          const int r0 = X3 ? rows3x<AK>(wm, i, g, 0) : wm * 64 + i * 16 + g;
+          const int r1 = X3 ? rows3x<AK>(wm, i, g, 1) : r0 + 8;
+          const int c = wn * 32 + jn * 8 + 2 * t;
+          *reinterpret_cast<float2*>(cs + r0 * kLdc + c) = make_float2(acc[i][jn][0], acc[i][jn][1]);
+          *reinterpret_cast<float2*>(cs + r1 * kLdc + c) = make_float2(acc[i][jn][2], acc[i][jn][3]);
         }
     }
     __syncthreads();
