@@ -1,8 +1,9 @@
 // The portable sm_80+ GEMM path (gemm_kernels.h): plan (kernel, split-K), operand checks, launches.
 //   Float16 / BFloat16         -> mma::gemm_kernel (mma.sync m16n8k16, float accumulation)
 //   Float32 with allow_tf32    -> mma::gemm_kernel (TF32 m16n8k8, float accumulation)
-//   Float32 without TF32       -> mma::gemm_kernel<X3> (3xTF32: float32 accuracy from three TF32 products), or
-//                                 simt::gemm_kernel (FFMA) under TORCH_DNN_GEMM_FP32=simt (GemmArgs::fp32_simt)
+//   Float32 without TF32       -> simt::gemm_kernel (FFMA; GemmArgs::fp32_simt, the default), or under
+//                                 TORCH_DNN_GEMM_FP32=3xtf32 mma::gemm_kernel<X3> (3xTF32: float32 accuracy from
+//                                 three TF32 products)
 //   Float64                    -> simt::gemm_kernel (DFMA)
 //   Float16 / BFloat16, M <= 64, x @ W.T (both K-contiguous, 16-byte aligned), batch 1
 //                              -> skinny::skinny_kernel (swap-AB, split-K summed through DSMEM or a counter)
