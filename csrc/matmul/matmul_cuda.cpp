@@ -115,14 +115,9 @@ struct CudaBackend {
     const env::Scope knobs;  // the launchers below read ~15 knobs a call: one scan of the environment
     const Path path = requested_path();
     // TORCH_DNN_GEMM_FP32=simt|3xtf32: the portable path's kernel for float32 without TF32
-    const bool fp32_simt = args.dtype == DType::Float32 && !args.allow_tf32 &&
-                           knob_choice("TORCH_DNN_GEMM_FP32", {"simt", "3xtf32"}) == 0;
-    GemmArgs simt_args;
-    if (fp32_simt) {
-      simt_args = args;
-      simt_args.fp32_simt = true;
-    }
-    const GemmArgs& a = fp32_simt ? simt_args : args;
+    GemmArgs a = args;
+    a.fp32_simt = a.dtype == DType::Float32 && !a.allow_tf32 &&
+                  knob_choice("TORCH_DNN_GEMM_FP32", {"simt", "3xtf32"}) == 0;
 #ifdef TORCH_DNN_WITH_SM90_GEMM
     // the Hopper path's plan, made once a call (the skinny choice below and the launch both use it)
     const bool sm90 = path != Path::Sm80 && device_is_sm90(like);

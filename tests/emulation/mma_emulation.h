@@ -73,6 +73,18 @@ inline float half_bits_to_float(uint16_t bits) {
   }
 }
 
+// Publishes this lane's A and B fragment registers to its warp and waits for every lane's: an mma's operands are
+// spread over the warp.
+inline WarpExchange& exchange_fragments(const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  const unsigned lane = emu_thread_idx.x & 31;
+  WarpExchange& x = warp_exchange();
+  for (int i = 0; i < 4; ++i) x.a[lane][i] = a[i];
+  x.b[lane][0] = b[0];
+  x.b[lane][1] = b[1];
+  emu_warp_barrier().arrive_and_wait();
+  return x;
+}
+
 // mma.sync.m16n8k16.row.col, float accumulators:
 //   A (16 x 16): a0 (g, 2t..2t+1), a1 (g + 8, 2t..), a2 (g, 2t + 8..), a3 (g + 8, 2t + 8..)
 //   B (16 x 8):  b0 (k = 2t..2t+1, n = g), b1 (k = 2t + 8.., n = g)
@@ -80,11 +92,7 @@ inline float half_bits_to_float(uint16_t bits) {
 template <typename T>
 inline void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   const unsigned lane = emu_thread_idx.x & 31;
-  WarpExchange& x = warp_exchange();
-  for (int i = 0; i < 4; ++i) x.a[lane][i] = a[i];
-  x.b[lane][0] = b[0];
-  x.b[lane][1] = b[1];
-  emu_warp_barrier().arrive_and_wait();
+  const WarpExchange& x = exchange_fragments(a, b);
   auto A = [&](int row, int k) {
     const uint32_t w = x.a[(row % 8) * 4 + (k % 8) / 2][(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)];
     return half_bits_to_float<T>(uint16_t((k & 1) ? w >> 16 : w & 0xffff));
@@ -178,11 +186,7 @@ inline float tf32_dot(float c, const float* a, const float* b, int k) {
 //   C (16 x 8): c0, c1 (g, 2t..2t+1), c2, c3 (g + 8, 2t..2t+1)
 inline void mma_1688_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   const unsigned lane = emu_thread_idx.x & 31;
-  WarpExchange& x = warp_exchange();
-  for (int i = 0; i < 4; ++i) x.a[lane][i] = a[i];
-  x.b[lane][0] = b[0];
-  x.b[lane][1] = b[1];
-  emu_warp_barrier().arrive_and_wait();
+  const WarpExchange& x = exchange_fragments(a, b);
   const int g = int(lane >> 2), t = int(lane & 3);
   float out[4];
   for (int e = 0; e < 4; ++e) {
