@@ -1,5 +1,6 @@
 // Torch-side helpers for CUDA launchers (g++ compiles these; nvcc never sees torch headers).
 #pragma once
+#include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAException.h>
@@ -13,6 +14,13 @@
 namespace torch_dnn {
 
 inline cudaStream_t current_stream() { return at::cuda::getCurrentCUDAStream().stream(); }
+
+// A kernel's scratch from the caching allocator (graph-capture safe), or none (undefined) when it needs no bytes:
+// an empty tensor still costs a TensorImpl on every call.
+inline at::Tensor workspace_or_none(int64_t n, const at::TensorOptions& options) {
+  return n > 0 ? at::empty({n}, options) : at::Tensor();
+}
+inline void* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
 
 // Every torch-free launcher returns cudaGetLastError(); this turns a failure into a Python exception.
 #define TD_CHECK_LAUNCH(expr) C10_CUDA_CHECK(expr)

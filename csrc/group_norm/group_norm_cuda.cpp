@@ -67,8 +67,8 @@ struct CudaBackend {
     c10::cuda::CUDAGuard guard(x.device());
     const DType dt = to_dtype(x.scalar_type());
     const int64_t n_ws = forward_workspace(dt, s, stats_given);
-    at::Tensor ws = n_ws > 0 ? at::empty({n_ws}, x.options().dtype(stat_type(x.scalar_type()))) : at::Tensor();
-    const ForwardArgs a{cptr(x), cptr(w), cptr(b), mptr(y), mptr(mean), mptr(rstd), eps, stats_given, mptr(ws)};
+    const at::Tensor ws = workspace_or_none(n_ws, x.options().dtype(stat_type(x.scalar_type())));
+    const ForwardArgs a{cptr(x), cptr(w), cptr(b), mptr(y), mptr(mean), mptr(rstd), eps, stats_given, data_or_null(ws)};
     TD_CHECK_LAUNCH(launch_forward(dt, a, s, current_stream()));
   }
   static void backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
@@ -77,9 +77,9 @@ struct CudaBackend {
     c10::cuda::CUDAGuard guard(x.device());
     const DType dt = to_dtype(x.scalar_type());
     const int64_t n_ws = backward_workspace(dt, s, stats_given, dw.defined() || db.defined());
-    at::Tensor ws = n_ws > 0 ? at::empty({n_ws}, x.options().dtype(stat_type(x.scalar_type()))) : at::Tensor();
+    const at::Tensor ws = workspace_or_none(n_ws, x.options().dtype(stat_type(x.scalar_type())));
     const BackwardArgs a{cptr(dy), cptr(x), cptr(mean), cptr(rstd), cptr(w), mptr(dx), mptr(dw), mptr(db),
-                         stats_given, mptr(ws)};
+                         stats_given, data_or_null(ws)};
     TD_CHECK_LAUNCH(launch_backward(dt, a, s, current_stream()));
   }
 };

@@ -27,11 +27,9 @@ enum class Path { Auto, Sm80, Sm90 };
 
 Path requested_path() { return Path(knob_choice("TORCH_DNN_GEMM_PATH", {"auto", "sm80", "sm90"})); }
 
-// A workspace from the caching allocator (graph-capture safe); none (undefined) when no bytes are needed.
 at::Tensor workspace(int64_t bytes, const at::Tensor& like) {
-  return bytes > 0 ? at::empty({bytes}, like.options().dtype(at::kByte)) : at::Tensor();
+  return workspace_or_none(bytes, like.options().dtype(at::kByte));
 }
-void* ptr(const at::Tensor& ws) { return ws.defined() ? ws.data_ptr() : nullptr; }
 int64_t size(const at::Tensor& ws) { return ws.defined() ? ws.numel() : 0; }
 
 #ifdef TORCH_DNN_WITH_SM90_GEMM
@@ -47,7 +45,7 @@ struct CallWorkspace {
     TORCH_CHECK(w->n < 2, "torch_dnn: the sm90 GEMM asked for more than two workspaces");
     at::Tensor& t = w->held[w->n++];
     t = workspace(bytes, w->like);
-    return ptr(t);
+    return data_or_null(t);
   }
   WorkspaceSource source() { return {&CallWorkspace::get, this}; }
 };
@@ -147,7 +145,7 @@ struct CudaBackend {
                 "without sm_90a); torch.ops.torch_dnn.gemm_paths() lists the paths it has");
 #endif
     at::Tensor ws = workspace(gemm_sm80_workspace_bytes(a), like);
-    TD_CHECK_LAUNCH(gemm_sm80(a, ptr(ws), size(ws), current_stream()));
+    TD_CHECK_LAUNCH(gemm_sm80(a, data_or_null(ws), size(ws), current_stream()));
   }
 
   static void act_grad(const at::Tensor& g, const at::Tensor& pre, const at::Tensor& dpre, const at::Tensor& dbias,

@@ -12,16 +12,16 @@ struct CudaBackend {
   static void forward(const at::Tensor& x, at::Tensor& y, SoftmaxShape s, bool log) {
     c10::cuda::CUDAGuard guard(x.device());
     const DType in = to_dtype(x.scalar_type());
-    at::Tensor ws = at::empty({forward_workspace(in, s)}, x.options().dtype(acc_type(x.scalar_type())));
-    TD_CHECK_LAUNCH(launch_forward(in, to_dtype(y.scalar_type()), log, x.const_data_ptr(), y.data_ptr(), ws.data_ptr(), s,
-                                   current_stream()));
+    const at::Tensor ws = workspace_or_none(forward_workspace(in, s), x.options().dtype(acc_type(x.scalar_type())));
+    TD_CHECK_LAUNCH(launch_forward(in, to_dtype(y.scalar_type()), log, x.const_data_ptr(), y.data_ptr(),
+                                   data_or_null(ws), s, current_stream()));
   }
   static void backward(const at::Tensor& g, const at::Tensor& y, at::Tensor& dx, SoftmaxShape s, bool log) {
     c10::cuda::CUDAGuard guard(y.device());
     const DType out = to_dtype(y.scalar_type());
-    at::Tensor ws = at::empty({backward_workspace(out, s)}, y.options().dtype(acc_type(y.scalar_type())));
+    const at::Tensor ws = workspace_or_none(backward_workspace(out, s), y.options().dtype(acc_type(y.scalar_type())));
     TD_CHECK_LAUNCH(launch_backward(to_dtype(dx.scalar_type()), out, log, g.const_data_ptr(), y.const_data_ptr(),
-                                    dx.data_ptr(), ws.data_ptr(), s, current_stream()));
+                                    dx.data_ptr(), data_or_null(ws), s, current_stream()));
   }
 };
 
