@@ -27,6 +27,7 @@ struct Knobs {
   Path path = Path::Auto;
   bool sm90_enabled = true;
   Sm90Fwd sm90_fwd = Sm90Fwd::PingPong;
+  Sm90Bwd sm90_bwd = Sm90Bwd::CpAsync;
 };
 
 Knobs read_knobs() {
@@ -35,6 +36,8 @@ Knobs read_knobs() {
   k.sm90_enabled = knob_choice("TORCH_DNN_ATTENTION_SM90", {"1", "0"}) == 0;
   constexpr Sm90Fwd kSchedules[] = {Sm90Fwd::PingPong, Sm90Fwd::WarpSpecialized, Sm90Fwd::CpAsync};
   k.sm90_fwd = kSchedules[knob_choice("TORCH_DNN_ATTENTION_SM90_FWD", {"pingpong", "ws", "cp.async"})];
+  constexpr Sm90Bwd kBwdSchedules[] = {Sm90Bwd::CpAsync, Sm90Bwd::WarpSpecialized};
+  k.sm90_bwd = kBwdSchedules[knob_choice("TORCH_DNN_ATTENTION_SM90_BWD", {"cp.async", "ws"})];
   return k;
 }
 
@@ -66,6 +69,7 @@ void launch(const char* what, const AttnArgs& a, Flash flash, Reference referenc
     AttnArgs chosen = a;
     chosen.sm90_enabled = knobs.sm90_enabled;
     chosen.sm90_fwd = knobs.sm90_fwd;
+    chosen.sm90_bwd = knobs.sm90_bwd;
     err = flash(chosen, ws.source(), current_stream());
     TORCH_CHECK(err != cudaErrorNotSupported || path != Path::Flash, "torch_dnn: TORCH_DNN_ATTENTION_PATH=flash, ",
                 "but the flash ", what, " cannot take this problem");

@@ -48,6 +48,10 @@ enum class MaskKind : int { None = 0, Bool = 1, Additive = 2 };
 // tensor cores.
 enum class Sm90Fwd : int { CpAsync = 0, WarpSpecialized = 1, PingPong = 2 };
 
+// The Hopper backward's dK / dV schedules (kernels/flash_backward_sm90.cuh): every MMA thread copying its share of
+// the query tiles by cp.async, or a copy warpgroup's tensor copies feeding the two MMA warpgroups.
+enum class Sm90Bwd : int { CpAsync = 0, WarpSpecialized = 1 };
+
 struct AttnArgs {
   DType dtype = DType::BFloat16;  // of q, k, v, o and their gradients
   int64_t B = 0, Hq = 0, Hkv = 0, Sq = 0, Sk = 0, Dqk = 0, Dv = 0;
@@ -77,6 +81,8 @@ struct AttnArgs {
   bool sm90_enabled = true;
   // The Hopper forward's schedule (TORCH_DNN_ATTENTION_SM90_FWD, docs/attention.md).
   Sm90Fwd sm90_fwd = Sm90Fwd::PingPong;
+  // The Hopper backward's schedule (TORCH_DNN_ATTENTION_SM90_BWD, docs/attention.md).
+  Sm90Bwd sm90_bwd = Sm90Bwd::CpAsync;
   // Rows of q (and o) and of k and v along their sequence dim: Sq and Sk, or a packed batch's totals (the tensor
   // maps' bounds).
   int64_t q_rows = 0, k_rows = 0;

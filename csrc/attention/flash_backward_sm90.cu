@@ -4,7 +4,9 @@
 // Takes what the Hopper forward takes (flash_forward_sm90.cu: Float16 / BFloat16, head dims 64 and 128, no mask,
 // dropout, softcap or ALiBi, a positive scale; causal and windows in either alignment, GQA, variable lengths,
 // 16-byte-aligned rows); everything else answers cudaErrorNotSupported and the mma.sync backward takes it.
-// TORCH_DNN_ATTENTION_SM90=0 turns it off, as the forward.
+// TORCH_DNN_ATTENTION_SM90=0 turns it off, as the forward. The dK / dV pass's tiles are copied by cp.async from the
+// MMA threads, or (TORCH_DNN_ATTENTION_SM90_BWD=ws, where the tensor maps made here per call can be made) by a copy
+// warpgroup's tensor copies.
 #include <cstdint>
 
 #include "attention/kernels/flash_backward_sm90.cuh"
@@ -15,11 +17,12 @@ namespace torch_dnn {
 namespace attention {
 namespace {
 
-template <typename T, int D>
-cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
-  using Kv = Sm90DkdvConfig<D>;
+template <typename T, int D, Sm90Bwd kSchedule>
+cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, const Sm90BwdMaps& maps,
+                   cudaStream_t stream) {
+  using Kv = Sm90DkdvConfig<D, kSchedule>;
   using Q = Sm90DqConfig<D>;
-  constexpr auto dkdv = flash_bwd_dkdv_sm90_kernel<T, D>;
+  constexpr auto dkdv = flash_bwd_dkdv_sm90_kernel<T, D, kSchedule>;
   constexpr auto dq = flash_bwd_dq_sm90_kernel<T, D>;
   if (!sm90_allow_smem<dkdv>(Kv::kSmemBytes) || !sm90_allow_smem<dq>(Q::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t sq_pad = (a.Sq + kSm90RowPad - 1) / kSm90RowPad * kSm90RowPad;
@@ -42,7 +45,7 @@ cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, c
   const float scale_log2 = float(a.scale * 1.4426950408889634);
   if (dkdv_blocks > 0) {
     launch_1d(dkdv, dkdv_blocks, Kv::kThreads, Kv::kSmemBytes, stream, a, g, static_cast<const float*>(lse2),
-              static_cast<const float*>(dsum), sq_pad, scale_log2);
+              static_cast<const float*>(dsum), sq_pad, scale_log2, maps);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
@@ -52,9 +55,28 @@ cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, c
   return cudaGetLastError();
 }
 
+// The dK / dV pass's schedule: the copy warpgroup's tensor copies where TORCH_DNN_ATTENTION_SM90_BWD=ws asks and
+// the maps can be made (aligned, 16-byte strides, 32-bit coordinates), else cp.async from the MMA threads.
+template <typename T, int D>
+cudaError_t launch_dim(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
+  Sm90BwdMaps maps{};
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  const bool fits = a.q_rows < (int64_t(1) << 31) && a.k_rows < (int64_t(1) << 31) && a.Hq < (int64_t(1) << 31) &&
+                    a.B < (int64_t(1) << 31);
+  constexpr int kBQ = Sm90DkdvConfig<D, Sm90Bwd::WarpSpecialized>::kBQ;
+  constexpr int kBN = Sm90DkdvConfig<D, Sm90Bwd::WarpSpecialized>::kBN;
+  if (a.sm90_bwd == Sm90Bwd::WarpSpecialized && fits &&
+      sm90_operand_map(&maps.q, a.q, a.B, a.Hq, a.q_rows, D, varlen, kBQ) &&
+      sm90_operand_map(&maps.dout, g.dout, a.B, a.Hq, a.q_rows, D, varlen, kBQ) &&
+      sm90_operand_map(&maps.k, a.k, a.B, a.Hkv, a.k_rows, D, varlen, kBN) &&
+      sm90_operand_map(&maps.v, a.v, a.B, a.Hkv, a.k_rows, D, varlen, kBN))
+    return launch<T, D, Sm90Bwd::WarpSpecialized>(a, g, ws, maps, stream);
+  return launch<T, D, Sm90Bwd::CpAsync>(a, g, ws, maps, stream);
+}
+
 template <typename T>
 cudaError_t launch_typed(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
-  return a.Dqk == 64 ? launch<T, 64>(a, g, ws, stream) : launch<T, 128>(a, g, ws, stream);
+  return a.Dqk == 64 ? launch_dim<T, 64>(a, g, ws, stream) : launch_dim<T, 128>(a, g, ws, stream);
 }
 
 }  // namespace

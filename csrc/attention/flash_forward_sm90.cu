@@ -18,17 +18,6 @@ namespace torch_dnn {
 namespace attention {
 namespace {
 
-// The tensor map of operand o ([B][H][rows][D] through its strides; a packed batch is one sequence of `rows`),
-// copied in boxes of 64 columns by box_rows.
-bool operand_map(TmaMap4* m, const Operand4& o, int64_t B, int64_t H, int64_t rows, int D, bool varlen,
-                 int box_rows) {
-  const int64_t dim[4] = {D, rows, H, varlen ? 1 : B};
-  int64_t stride[4] = {2, o.ss * 2, o.sh * 2, o.sb * 2};
-  for (int i = 1; i < 4; ++i)
-    if (dim[i] == 1) stride[i] = 16;  // never stepped: any stride the encoder takes (a size-1 dim's may be 0)
-  return tma_map_16bit(m, o.ptr, dim, stride, 64, box_rows);
-}
-
 template <typename T, int D, Sm90Fwd kSchedule, int BN = 128, int WGs = 2>
 cudaError_t launch(const AttnArgs& a, const Sm90FwdMaps& maps, cudaStream_t stream) {
   using C = Sm90FwdConfig<D, kSchedule, BN, WGs>;
@@ -59,9 +48,10 @@ cudaError_t launch_dim(const AttnArgs& a, cudaStream_t stream) {
                     a.B < (int64_t(1) << 31);
   const bool pingpong = a.sm90_fwd == Sm90Fwd::PingPong;
   const int bm = pingpong && D == 64 ? 192 : 128, bn = pingpong && D == 128 ? sm90_key_tile(a) : 128;
-  if (a.sm90_fwd != Sm90Fwd::CpAsync && fits && operand_map(&maps.q, a.q, a.B, a.Hq, a.q_rows, D, varlen, bm) &&
-      operand_map(&maps.k, a.k, a.B, a.Hkv, a.k_rows, D, varlen, bn) &&
-      operand_map(&maps.v, a.v, a.B, a.Hkv, a.k_rows, D, varlen, bn)) {
+  if (a.sm90_fwd != Sm90Fwd::CpAsync && fits &&
+      sm90_operand_map(&maps.q, a.q, a.B, a.Hq, a.q_rows, D, varlen, bm) &&
+      sm90_operand_map(&maps.k, a.k, a.B, a.Hkv, a.k_rows, D, varlen, bn) &&
+      sm90_operand_map(&maps.v, a.v, a.B, a.Hkv, a.k_rows, D, varlen, bn)) {
     if (!pingpong) return launch<T, D, Sm90Fwd::WarpSpecialized>(a, maps, stream);
     if constexpr (D == 64) {
       return launch<T, D, Sm90Fwd::PingPong, 128, 3>(a, maps, stream);

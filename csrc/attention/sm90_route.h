@@ -8,6 +8,7 @@
 
 #include "attention/attention_kernels.h"
 #include "common/cuda/device.cuh"
+#include "common/cuda/tma.cuh"
 
 namespace torch_dnn {
 namespace attention {
@@ -51,6 +52,17 @@ bool sm90_allow_smem(int bytes) {
   }
   return true;
 #endif
+}
+
+// The tensor map of operand o ([B][H][rows][D] through its strides; a packed batch is one sequence of `rows`),
+// copied in boxes of 64 columns by box_rows.
+inline bool sm90_operand_map(TmaMap4* m, const Operand4& o, int64_t B, int64_t H, int64_t rows, int D,
+                             bool varlen, int box_rows) {
+  const int64_t dim[4] = {D, rows, H, varlen ? 1 : B};
+  int64_t stride[4] = {2, o.ss * 2, o.sh * 2, o.sb * 2};
+  for (int i = 1; i < 4; ++i)
+    if (dim[i] == 1) stride[i] = 16;  // never stepped: any stride the encoder takes (a size-1 dim's may be 0)
+  return tma_map_16bit(m, o.ptr, dim, stride, 64, box_rows);
 }
 
 }  // namespace attention

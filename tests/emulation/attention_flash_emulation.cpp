@@ -1,15 +1,17 @@
 // The flash attention kernels (csrc/attention/flash_forward.cu, flash_backward.cu; built with
 // TORCH_DNN_EMULATE_MBARRIER, the Hopper route flash_forward_sm90.cu, flash_backward_sm90.cu) run on the CPU through cuda_host_shim.h, with
 // cp.async / ldmatrix / mma.sync computed by mma_emulation.h from the PTX fragment layouts, against the reference
-// kernels (themselves checked against float64 by attention_reference_emulation.cpp), emulated alike. This checks
-// the fragment, swizzle, tiling and masking arithmetic of the tensor-core kernels without a GPU. A standalone
-// program: tests/test_attention_emulation.py builds it with g++ and reads its verdict.
+// kernels (themselves checked against float64 by attention_reference_emulation.cpp), emulated alike; the Hopper
+// route under each of its forward schedules and each of its backward schedules (those also bitwise against each
+// other). This checks the fragment, swizzle, tiling and masking arithmetic of the tensor-core kernels without a GPU.
+// A standalone program: tests/test_attention_emulation.py builds it with g++ and reads its verdict.
 #include "cuda_host_shim.h"
 
 #include "warp_emulation.h"
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -94,17 +96,19 @@ bool run_case(const Case& c) {
   }
   const int D = c.D;
   const int64_t rows_q = varlen ? cuq.back() : int64_t(B) * Sq, rows_k = varlen ? cuk.back() : int64_t(B) * Sk;
-  // A packed batch's k and v get rows of NaN past the last sequence, inside the operands' bounds: the Hopper
-  // forward's copy engine reads a last key tile whole, and must not let those rows reach the output.
-  const int64_t pad_k = varlen ? 8 : 0;
+  // A packed batch's q, k, v (and dout) get rows of NaN past the last sequence, inside the operands' bounds: the
+  // Hopper kernels' copy engine reads a last key tile (forward) or query tile (backward) whole, and must not let
+  // those rows reach the output or the gradients.
+  const int64_t pad_k = varlen ? 8 : 0, pad_q = varlen ? 8 : 0;
   Operands<T> x;
-  x.q.resize(size_t(rows_q * c.Hq * D));
+  x.q.resize(size_t((rows_q + pad_q) * c.Hq * D));
   x.k.resize(size_t((rows_k + pad_k) * c.Hkv * D));
   x.v.resize(x.k.size());
   for (auto* t : {&x.q, &x.k, &x.v})
     for (auto& e : *t) e = fromd<T>(urand(-2, 2));
   for (auto* t : {&x.k, &x.v})
     for (size_t i = size_t(rows_k * c.Hkv * D); i < t->size(); ++i) (*t)[i] = fromd<T>(NAN);
+  for (size_t i = size_t(rows_q * c.Hq * D); i < x.q.size(); ++i) x.q[i] = fromd<T>(NAN);
   x.o_ref.assign(x.q.size(), fromd<T>(777.0));
   x.o_flash = x.o_ref;
   x.lse_ref.assign(size_t(B) * c.Hq * Sq, -7.f);
@@ -124,7 +128,7 @@ bool run_case(const Case& c) {
   a.dtype = dtype_of<T>();
   a.B = B, a.Hq = c.Hq, a.Hkv = c.Hkv, a.Sq = Sq, a.Sk = Sk, a.Dqk = D, a.Dv = D;
   a.q = op(x.q, c.Hq, Sq), a.k = op(x.k, c.Hkv, Sk), a.v = op(x.v, c.Hkv, Sk);
-  a.q_rows = varlen ? rows_q : Sq;
+  a.q_rows = varlen ? rows_q + pad_q : Sq;
   a.k_rows = varlen ? rows_k + pad_k : Sk;
   a.scale = 1.0 / std::sqrt(double(D));
   a.causal = c.causal, a.bottom_right = c.bottom_right, a.window_left = c.wl, a.window_right = c.wr;
@@ -184,6 +188,7 @@ bool run_case(const Case& c) {
   // backward from the reference's forward (the same o and lse for both), gradients laid out as their operands
   x.dout.resize(x.q.size());
   for (auto& e : x.dout) e = fromd<T>(urand(-1, 1));
+  for (size_t i = size_t(rows_q * c.Hq * D); i < x.dout.size(); ++i) x.dout[i] = fromd<T>(NAN);
   x.dq_ref.assign(x.q.size(), fromd<T>(777.0));
   x.dk_ref.assign(x.k.size(), fromd<T>(777.0));
   x.dv_ref.assign(x.v.size(), fromd<T>(777.0));
@@ -201,15 +206,23 @@ bool run_case(const Case& c) {
     return false;
   }
   AttnArgs fb = r;  // the reference forward's o and lse
-  const cudaError_t eb = backward_under_test(fb, grads(x.dq_flash, x.dk_flash, x.dv_flash), ws, nullptr);
-  if (c.D == 256 && !kSm90) {  // the flash backward refuses head dim 256
-    if (eb != cudaErrorNotSupported) {
-      std::printf("FAIL %s [%s]: flash_backward took head dim 256 (%d)\n", c.name, dtype_name(a.dtype), int(eb));
-      return false;
+  // the Hopper backward under each of its dK / dV schedules, the gradients poisoned anew before each; the
+  // warp-specialised one computes the cp.async one's products in the same order: bitwise equal gradients
+  std::vector<T> dq0, dk0, dv0;
+  for (int schedule = 0; schedule < (kSm90 ? 2 : 1) && ok; ++schedule) {
+    fb.sm90_bwd = Sm90Bwd(schedule);
+    for (auto* t : {&x.dq_flash, &x.dk_flash, &x.dv_flash}) std::fill(t->begin(), t->end(), fromd<T>(777.0));
+    const cudaError_t eb = backward_under_test(fb, grads(x.dq_flash, x.dk_flash, x.dv_flash), ws, nullptr);
+    if (c.D == 256 && !kSm90) {  // the flash backward refuses head dim 256
+      if (eb != cudaErrorNotSupported) {
+        std::printf("FAIL %s [%s]: flash_backward took head dim 256 (%d)\n", c.name, dtype_name(a.dtype), int(eb));
+        return false;
+      }
+      continue;
     }
-  } else {
     if (eb != cudaSuccess) {
-      std::printf("FAIL %s [%s]: flash_backward returned %d\n", c.name, dtype_name(a.dtype), int(eb));
+      std::printf("FAIL %s [%s]: flash_backward returned %d (schedule %d)\n", c.name, dtype_name(a.dtype), int(eb),
+                  schedule);
       return false;
     }
     // gradient error against the largest reference entry (dS and P are rounded to 16 bits for the mma)
@@ -220,7 +233,10 @@ bool run_case(const Case& c) {
       for (size_t i = 0; i < want.size(); ++i) mx = std::max(mx, std::fabs(tod(want[i])));
       for (size_t i = 0; i < want.size(); ++i) {
         const double d = std::fabs(tod(got[i]) - tod(want[i]));
-        if (!(d <= err)) err = d, at = i;
+        if (!(d <= err)) {  // a NaN stays the error
+          err = d, at = i;
+          if (std::isnan(d)) break;
+        }
       }
       if (!(err <= gtol * std::max(mx, 1e-3))) {
         std::printf("FAIL %s [%s] %s: max error %.3g at %zu (flash %.6g reference %.6g), max |ref| %.3g\n", c.name,
@@ -232,6 +248,23 @@ bool run_case(const Case& c) {
     const double e1 = compare("dq", x.dq_flash, x.dq_ref), e2 = compare("dk", x.dk_flash, x.dk_ref),
                  e3 = compare("dv", x.dv_flash, x.dv_ref);
     worst = std::max(worst, std::max(e1, std::max(e2, e3)));
+    if (schedule == 0) {
+      dq0 = x.dq_flash, dk0 = x.dk_flash, dv0 = x.dv_flash;
+    } else {
+      auto same_bits = [&](const char* what, const std::vector<T>& got, const std::vector<T>& want) {
+        for (size_t i = 0; i < want.size(); ++i)
+          if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+            std::printf("FAIL %s [%s] %s at %zu: %.8g, the cp.async schedule's %.8g (not bitwise equal)\n", c.name,
+                        dtype_name(a.dtype), what, i, tod(got[i]), tod(want[i]));
+            ok = false;
+            return;
+          }
+      };
+      same_bits("dq", x.dq_flash, dq0);
+      same_bits("dk", x.dk_flash, dk0);
+      same_bits("dv", x.dv_flash, dv0);
+    }
+    if (!ok) std::printf("     (the backward's schedule %d, attention_kernels.h Sm90Bwd)\n", schedule);
   }
   if (ok) std::printf("ok   %s [%s] (max error %.2e)\n", c.name, dtype_name(a.dtype), worst);
   return ok;

@@ -28,6 +28,7 @@
 #include "attention/kernels/attention_common.cuh"
 #include "attention/kernels/flash_bwd_preprocess.cuh"
 #include "attention/kernels/sm90_common.cuh"
+#include "common/cuda/tma.cuh"
 
 namespace torch_dnn {
 namespace attention {
@@ -50,26 +51,54 @@ __global__ void __launch_bounds__(32 * kSm90PrepWarps)
   }
 }
 
-template <int D>
+// The dK / dV pass's schedules (Sm90Bwd, attention_kernels.h). CpAsync: every thread of the two MMA warpgroups
+// issues its share of each query tile by cp.async, a tile ahead, over two stages. WarpSpecialized: a copy
+// warpgroup (the first, threads 0-127; one thread issues) copies K and V once by the copy engine (tma.cuh), then for
+// each query tile Q and dO by the copy engine and its lse2 and D rows by bulk copies into a ring of kStages stages,
+// and the MMA warpgroups only compute (they take its registers: setmaxnreg, as the forward's). Both compute the
+// same products in the same order, so their gradients are bitwise equal.
+template <int D, Sm90Bwd kSchedule = Sm90Bwd::CpAsync>
 struct Sm90DkdvConfig {
-  static constexpr int kBN = 128, kBQ = 64, kThreads = 256;
+  static constexpr bool kTma = kSchedule == Sm90Bwd::WarpSpecialized;
+  static constexpr int kBN = 128, kBQ = 64, kMmaThreads = 256;
+  static constexpr int kThreads = kTma ? kMmaThreads + 128 : kMmaThreads;
+  // The copy engine's tiles land without a thread's issue slots, so more of them can be in flight.
+  static constexpr int kStages = kTma ? 3 : 2;
+  // Registers after setmaxnreg (flash_forward_sm90.cuh: an increase draws only on what the CTA was launched with,
+  // 168 x 384 here): the copy warpgroup keeps 24, the MMA warpgroups take the rest, 240.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8, kCopyRegs = 24;
+  static constexpr int kMmaRegs = (kThreads * kLaunchRegs - 128 * kCopyRegs) / kMmaThreads / 8 * 8;
+  static_assert(!kTma || (kMmaRegs == 240 && 128 * kCopyRegs + kMmaThreads * kMmaRegs <= kThreads * kLaunchRegs),
+                "setmaxnreg beyond the pool");
   static constexpr int kKBytes = kBN * D * 2;  // K or V
   static constexpr int kQBytes = kBQ * D * 2;  // one stage of Q or dO
   static constexpr int kVecBytes = kBQ * 4;    // one stage of lse2 or D
   // Q and dO of a stage start on swizzle atoms (1024 bytes): the vectors' 512 bytes take a whole atom.
   static constexpr int kStageBytes = 2 * kQBytes + 1024;
   static_assert(2 * kVecBytes <= 1024 && kQBytes % 1024 == 0 && kKBytes % 1024 == 0, "swizzle atoms");
-  static constexpr int kSmemBytes = 1024 + 2 * kKBytes + 2 * kStageBytes + 64;
+  // full and empty of each stage, kv_full, and (WarpSpecialized) tail: 8 barriers
+  static constexpr int kBarrierBytes = 64;
+  static_assert((2 * kStages + 2) * 8 <= kBarrierBytes, "barriers");
+  static constexpr int kSmemBytes = 1024 + 2 * kKBytes + kStages * kStageBytes + kBarrierBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "beyond an SM's shared memory");
 };
 
-template <typename T, int D>
-__global__ void __launch_bounds__(256, 1)
+// The tensor maps of q, dout ([B][Hq][S][D] as 4-D tensors, D innermost; a packed batch as B = 1; boxes of 64
+// columns by 64 rows), k and v (boxes of 64 columns by 128 rows). Unused by the cp.async form.
+struct Sm90BwdMaps {
+  TmaMap4 q, dout, k, v;
+};
+
+template <typename T, int D, Sm90Bwd kSchedule>
+__global__ void __launch_bounds__(Sm90DkdvConfig<D, kSchedule>::kThreads, 1)
     flash_bwd_dkdv_sm90_kernel(const AttnArgs a, const AttnGrads gr, const float* lse2_all, const float* dsum_all,
-                               int64_t sq_pad, float scale_log2) {
+                               int64_t sq_pad, float scale_log2, const __grid_constant__ Sm90BwdMaps maps) {
 #ifdef TORCH_DNN_WGMMA_CODE
-  using C = Sm90DkdvConfig<D>;
-  constexpr int BN = C::kBN, BQ = C::kBQ, NT = C::kThreads;
-  const Sm90Thread th;
+  using C = Sm90DkdvConfig<D, kSchedule>;
+  constexpr bool kTma = C::kTma;
+  constexpr int BN = C::kBN, BQ = C::kBQ, NT = C::kMmaThreads, kStages = C::kStages;
+  // the thread's place among the MMA threads (the copy warpgroup's threads have none)
+  const Sm90Thread th(kTma ? int(threadIdx.x) - 128 : int(threadIdx.x));
   const int tid = th.tid, wg = th.wg, quad = th.quad;
 
   const int64_t n_tiles = (a.Sk + BN - 1) / BN;
@@ -93,14 +122,93 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* sK = smem;
   unsigned char* sV = sK + C::kKBytes;
   unsigned char* stages = sV + C::kKBytes;  // stage s: Q, dO, lse2, D
-  uint64_t* full = reinterpret_cast<uint64_t*>(stages + 2 * C::kStageBytes);
-  uint64_t* empty = full + 2;
-  uint64_t* kv_full = full + 4;
-  sm90_init_barriers(full, 5, NT);
+  uint64_t* full = reinterpret_cast<uint64_t*>(stages + kStages * C::kStageBytes);
+  uint64_t* empty = full + kStages;
+  uint64_t* kv_full = full + 2 * kStages;
+  uint64_t* tail = kv_full + 1;  // kTma, packed batches: a query tile before its foreign rows are zeroed
+  if constexpr (kTma) {
+    // full, kv_full, tail: the copy thread's one arrival (with the bytes); empty: every MMA thread once its
+    // warpgroup's MMAs that read the stage completed
+    if (threadIdx.x == 0) {
+      for (int st = 0; st < kStages; ++st) {
+        mbar_init(&full[st], 1);
+        mbar_init(&empty[st], NT);
+      }
+      mbar_init(kv_full, 1);
+      mbar_init(tail, 1);
+      mbar_fence_init();
+    }
+    __syncthreads();
+  } else {
+    sm90_init_barriers(full, 2 * kStages + 1, NT);  // full: every thread's cp.async arrival; empty: as above
+  }
+
+  if constexpr (kTma) {
+    if (threadIdx.x < 128) {
+      setmaxnreg_dec<C::kCopyRegs>();
+      if (threadIdx.x >= 32) return;
+      // The copy warp: K and V, then tile `it` into stage it % kStages once the MMAs that read its previous tile
+      // (it - kStages) completed. In a packed batch the rows past a sequence's end belong to the next one: a tile
+      // that reaches them lands on its own barrier, the warp zeroes those rows of Q and dO (their probabilities
+      // are zero, but a non-finite value there times zero would reach dK and dV; the cp.async form reads zeros)
+      // and then completes the stage's full barrier.
+      const int lane = int(threadIdx.x);
+      const int batch = seq.varlen ? 0 : int(b);
+      const int64_t q_row0 = seq.varlen ? seq.q_row0 : 0, k_row0 = seq.varlen ? seq.k_row0 : 0;
+      // Q, dO and their rows are read by every key tile of the head; K and V by this CTA only.
+      const uint64_t keep = l2_policy_evict_last(), once = l2_policy_evict_first();
+      auto copy_tile = [&](unsigned char* dst, const TmaMap4* map, int64_t row, int64_t head, int rows, uint64_t* bar,
+                           uint64_t policy) {
+#pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb)
+          tma_load_4d(dst + cb * rows * 128, map, cb * 64, int(row), int(head), batch, bar, policy);
+      };
+      if (lane == 0) {
+        mbar_arrive_expect_tx(kv_full, 2 * C::kKBytes);
+        copy_tile(sK, &maps.k, k_row0 + n0, hk, BN, kv_full, once);
+        copy_tile(sV, &maps.v, k_row0 + n0, hk, BN, kv_full, once);
+      }
+      unsigned tail_phase = 0;
+      for (int it = 0; it < total; ++it) {
+        const int s = it % kStages;
+        const int64_t h = hk * group + it / nq;
+        const int64_t i0 = q_lo + int64_t(it % nq) * BQ;
+        const bool foreign_rows = seq.varlen && i0 + BQ > seq.sq;
+        unsigned char* st = stages + s * C::kStageBytes;
+        if (lane == 0) {
+          if (it >= kStages) mbar_wait(&empty[s], (it / kStages - 1) & 1);
+          uint64_t* bar = foreign_rows ? tail : &full[s];
+          mbar_arrive_expect_tx(bar, 2 * C::kQBytes + 2 * C::kVecBytes);
+          copy_tile(st, &maps.q, q_row0 + i0, h, BQ, bar, keep);
+          copy_tile(st + C::kQBytes, &maps.dout, q_row0 + i0, h, BQ, bar, keep);
+          const int64_t vec = (b * a.Hq + h) * sq_pad + i0;  // padded rows: always whole
+          bulk_copy_g2s(st + 2 * C::kQBytes, lse2_all + vec, C::kVecBytes, bar, keep);
+          bulk_copy_g2s(st + 2 * C::kQBytes + C::kVecBytes, dsum_all + vec, C::kVecBytes, bar, keep);
+        }
+        if (foreign_rows) {
+          mbar_wait(tail, tail_phase);
+          tail_phase ^= 1;
+          for (int r = int(seq.sq - i0) + lane; r < BQ; r += 32)
+#pragma unroll
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+              for (int cb = 0; cb < D / 64; ++cb)
+#pragma unroll
+                for (int c = 0; c < 8; ++c)
+                  *reinterpret_cast<int4*>(st + m * C::kQBytes + cb * BQ * 128 + r * 128 + c * 16) = int4{};
+          fence_proxy_async();  // the MMAs read the stage through the async proxy
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&full[s]);
+        }
+      }
+      return;
+    }
+    setmaxnreg_inc<C::kMmaRegs>();
+  }
 
   const T* kp = static_cast<const T*>(a.k.ptr) + seq.k_off(a.k, b, hk, 0);
   const T* vp = static_cast<const T*>(a.v.ptr) + seq.k_off(a.v, b, hk, 0);
-  {
+  if constexpr (!kTma) {
     const Sm90TileLoader<D, BN, NT> kv_loader(tid, a.k.ss);
     kv_loader.load(sK, kp, a.k.ss, n0, seq.sk);
     const Sm90TileLoader<D, BN, NT> v_loader(tid, a.v.ss);
@@ -108,22 +216,24 @@ __global__ void __launch_bounds__(256, 1)
     cp_async_arrive_noinc(kv_full);
   }
   const Sm90TileLoader<D, BQ, NT> q_loader(tid, a.q.ss), do_loader(tid, gr.dout.ss);
-  // Tile `it`: query head hk * group + it / nq, rows q_lo + (it % nq) BQ.
+  // The cp.async form's copies of tile `it`: query head hk * group + it / nq, rows q_lo + (it % nq) BQ.
   auto load = [&](int it) {
-    const int s = it & 1;
-    if (it >= 2) mbar_wait(&empty[s], ((it - 2) >> 1) & 1);
-    const int64_t h = hk * group + it / nq;
-    const int64_t i0 = q_lo + int64_t(it % nq) * BQ;
-    unsigned char* st = stages + s * C::kStageBytes;
-    q_loader.load(st, static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0), a.q.ss, i0, seq.sq);
-    do_loader.load(st + C::kQBytes, static_cast<const T*>(gr.dout.ptr) + seq.q_off(gr.dout, b, h, 0), gr.dout.ss,
-                   i0, seq.sq);
-    if (tid < 2 * (BQ / 4)) {  // 16 chunks of lse2, then 16 of D
-      const int which = tid / (BQ / 4), c = tid % (BQ / 4);
-      const float* src = (which == 0 ? lse2_all : dsum_all) + (b * a.Hq + h) * sq_pad + i0 + 4 * c;
-      cp_async16(st + 2 * C::kQBytes + which * C::kVecBytes + 16 * c, src);
+    if constexpr (!kTma) {
+      const int s = it % kStages;
+      if (it >= kStages) mbar_wait(&empty[s], (it / kStages - 1) & 1);
+      const int64_t h = hk * group + it / nq;
+      const int64_t i0 = q_lo + int64_t(it % nq) * BQ;
+      unsigned char* st = stages + s * C::kStageBytes;
+      q_loader.load(st, static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0), a.q.ss, i0, seq.sq);
+      do_loader.load(st + C::kQBytes, static_cast<const T*>(gr.dout.ptr) + seq.q_off(gr.dout, b, h, 0), gr.dout.ss,
+                     i0, seq.sq);
+      if (tid < 2 * (BQ / 4)) {  // 16 chunks of lse2, then 16 of D
+        const int which = tid / (BQ / 4), c = tid % (BQ / 4);
+        const float* src = (which == 0 ? lse2_all : dsum_all) + (b * a.Hq + h) * sq_pad + i0 + 4 * c;
+        cp_async16(st + 2 * C::kQBytes + which * C::kVecBytes + 16 * c, src);
+      }
+      cp_async_arrive_noinc(&full[s]);
     }
-    cp_async_arrive_noinc(&full[s]);
   };
 
   // This thread's two key rows and the query rows that see each.
@@ -150,9 +260,9 @@ __global__ void __launch_bounds__(256, 1)
   constexpr uint64_t kStageStep = C::kStageBytes >> 4, kDoStep = C::kQBytes >> 4;
 
   for (int it = 0; it < total; ++it) {
-    const int s = it & 1;
+    const int s = it % kStages;
     if (it >= 1 && it + 1 < total) load(it + 1);
-    mbar_wait(&full[s], (it >> 1) & 1);
+    mbar_wait(&full[s], (it / kStages) & 1);
     const unsigned char* st = stages + s * C::kStageBytes;
     const uint64_t qd = st_kdesc + s * kStageStep, dod = qd + kDoStep;
 
