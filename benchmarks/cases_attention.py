@@ -1,10 +1,10 @@
 """Benchmark cases of the attention family (TFLOP/s), bf16, issue 37's shapes: B4 H16 S4096 D128 forward and
 backward, plain and causal, and B8 H16 S2048 D64, against F.scaled_dot_product_attention with its cuDNN and flash
 backends (torch.nn.attention.sdpa_kernel), and our mma.sync kernels (the Hopper route off) and the Hopper forward's
-other schedules as rows of their own. FLOPs as FlashAttention counts them: 4 B H Sq Sk D forward, 2.5x that
-backward, half of each when causal. A backward row times torch.autograd.grad through a forward made once per
-implementation (each backend's own backward kernel, picked by its forward). Decode: flash_decode at B8 Hq32 Hkv8
-S16k D128, contiguous and paged (block 256, scattered blocks), in GB/s of K and V read (the minimum traffic),
+and backward's other schedules as rows of their own. FLOPs as FlashAttention counts them: 4 B H Sq Sk D forward,
+2.5x that backward, half of each when causal. A backward row times torch.autograd.grad through a forward made once
+per implementation (each backend's own backward kernel, picked by its forward). Decode: flash_decode at B8 Hq32
+Hkv8 S16k D128, contiguous and paged (block 256, scattered blocks), in GB/s of K and V read (the minimum traffic),
 against SDPA on the same keys and values as contiguous [B, Hkv, S, D] tensors (enable_gqa), each backend."""
 
 import torch
@@ -42,6 +42,9 @@ _MMA_SYNC = {"TORCH_DNN_ATTENTION_SM90": "0"}
 # warpgroup, every MMA thread copying its share of each tile.
 _FWD_SCHEDULES = {"torch_dnn ws": {"TORCH_DNN_ATTENTION_SM90_FWD": "ws"},
                   "torch_dnn cp.async": {"TORCH_DNN_ATTENTION_SM90_FWD": "cp.async"}}
+# The Hopper backward's other schedule (the default: every MMA thread copying its share of each query tile by
+# cp.async): "bwd ws", a copy warpgroup's tensor copies feeding the dK / dV pass's MMA warpgroups.
+_BWD_SCHEDULES = {"torch_dnn bwd ws": {"TORCH_DNN_ATTENTION_SM90_BWD": "ws"}}
 
 
 def _forward_impls(causal):
@@ -61,7 +64,9 @@ def _backward_impls(causal):
         del fwd[name]
     impls = {n: _backward(f) for n, f in fwd.items()}
     impls["torch_dnn mma.sync"] = with_env(impls["torch_dnn mma.sync"], **_MMA_SYNC)
-    return impls
+    schedules = {n: with_env(_backward(fwd["torch_dnn"]), **env) for n, env in _BWD_SCHEDULES.items()}
+    first = list(impls)[:1]  # the default's row, then the other schedules', then the rest
+    return {**{n: impls[n] for n in first}, **schedules, **{n: f for n, f in impls.items() if n not in first}}
 
 
 def _backward(forward):

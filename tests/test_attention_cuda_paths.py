@@ -433,6 +433,50 @@ def test_sm90_forward_schedules_are_taken(D, causal, pingpong_tile, monkeypatch)
 
 
 @needs_cuda
+@pytest.mark.skipif(not HOPPER, reason="the Hopper backward's schedules need an sm_90 GPU and sm_90a code")
+@pytest.mark.parametrize("D, causal, varlen", [(128, False, False), (64, True, False), (128, True, True)])
+def test_sm90_backward_schedules_are_taken(D, causal, varlen, monkeypatch):
+    """TORCH_DNN_ATTENTION_SM90_BWD picks the Hopper backward's dK / dV kernel (cp.async, the default, or ws: a copy
+    warpgroup's tensor copies), each computing the gradients within the error rule; both compute the same products
+    in the same order over the same tiles, so their gradients are bitwise equal. Several key and query tiles, GQA
+    (the query heads of a group summed by one CTA), and a packed batch whose query tiles reach into the next
+    sequence."""
+    gen = torch.Generator().manual_seed(23)
+    if varlen:
+        lens_q, lens_k = [130, 0, 201], [70, 30, 260]
+        tq, tk = sum(lens_q), sum(lens_k)
+        as4 = lambda t: t.unsqueeze(0).transpose(1, 2)  # noqa: E731  [1][H][total][D]
+        q, g = (as4(_rand((tq, 4, D), torch.bfloat16, gen)) for _ in range(2))
+        k, v = (as4(_rand((tk, 2, D), torch.bfloat16, gen)) for _ in range(2))
+        cu = lambda lens: torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32,  # noqa: E731
+                                       device="cuda")
+        kw = dict(cu_q=cu(lens_q), cu_k=cu(lens_k), max_q=max(lens_q), max_k=max(lens_k))
+    else:
+        q, g = (_rand((2, 4, 300, D), torch.bfloat16, gen) for _ in range(2))
+        k, v = (_rand((2, 2, 290, D), torch.bfloat16, gen) for _ in range(2))
+        kw = {}
+    names, grads = {}, {}
+    for schedule in ("", "ws", "cp.async"):
+        if schedule:
+            monkeypatch.setenv("TORCH_DNN_ATTENTION_SM90_BWD", schedule)
+        else:
+            monkeypatch.delenv("TORCH_DNN_ATTENTION_SM90_BWD", raising=False)
+        ran = _kernel_names(lambda: grads.__setitem__(schedule, run_ours(q, k, v, "flash", monkeypatch, causal=causal,
+                                                                         grad_out=g, **kw)[3]))
+        names[schedule] = sorted({n for n in ran if "flash_bwd_dkdv_sm90_kernel" in n})
+        assert len(names[schedule]) == 1, (schedule, ran)
+    assert names[""] == names["cp.async"], names
+    assert "Sm90Bwd)1" in names["ws"][0] and "Sm90Bwd)0" in names["cp.async"][0], names
+    for ws, cp in zip(grads["ws"][:3], grads["cp.async"][:3]):
+        assert torch.equal(ws, cp)  # the same MMAs in the same order
+    if not varlen:  # test_varlen checks packed batches against each sequence's math
+        r = math_with_grads(q.double(), k.double(), v.double(), g.double(), causal=causal)
+        p = math_with_grads(q, k, v, g, causal=causal)
+        for i, name in enumerate(("dq", "dk", "dv")):
+            check(f"ws D{D} {name}", grads["ws"][i], p[2 + i], r[2 + i], grad=True)
+
+
+@needs_cuda
 def test_flash_refuses_what_it_cannot_take(monkeypatch):
     gen = torch.Generator().manual_seed(17)
     q, k, v = (_rand((1, 2, 33, 64), torch.float32, gen) for _ in range(3))

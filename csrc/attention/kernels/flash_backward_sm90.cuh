@@ -18,8 +18,11 @@
 //      key tiles of 64 (K and V in two stages):
 //        S = Q K^T, dP = dO V^T (SS);  P = exp2(.. - lse2), dS = P (dP - D);  dQ += dS K (RS, K MN-major)
 //      dQ = scale dQ at the end.
+//      Two schedules (Sm90Bwd, Sm90DkdvConfig below): the MMA threads copying the query tiles by cp.async, or a copy
+//      warpgroup's tensor copies (WarpSpecialized), with the same products in the same order.
 // Stages are guarded as in the forward (flash_forward_sm90.cuh): full[s] completes when every thread's copies
-// landed, empty[s] when every thread's MMAs that read the stage completed.
+// landed (cp.async) or the copy thread's bytes did (WarpSpecialized), empty[s] when every MMA thread's MMAs that
+// read the stage completed.
 #pragma once
 #include <cuda_runtime.h>
 
