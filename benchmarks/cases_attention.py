@@ -43,7 +43,7 @@ _MMA_SYNC = {"TORCH_DNN_ATTENTION_SM90": "0"}
 _FWD_SCHEDULES = {"torch_dnn ws": {"TORCH_DNN_ATTENTION_SM90_FWD": "ws"},
                   "torch_dnn cp.async": {"TORCH_DNN_ATTENTION_SM90_FWD": "cp.async"}}
 # The Hopper backward's other schedule (the default: every MMA thread copying its share of each query tile by
-# cp.async): "bwd ws", a copy warpgroup's tensor copies feeding the dK / dV pass's MMA warpgroups.
+# cp.async): "bwd ws", a copy warpgroup's tensor copies feeding the MMA warpgroups of the dK / dV and dQ passes.
 _BWD_SCHEDULES = {"torch_dnn bwd ws": {"TORCH_DNN_ATTENTION_SM90_BWD": "ws"}}
 
 

@@ -4,9 +4,9 @@
 // Takes what the Hopper forward takes (flash_forward_sm90.cu: Float16 / BFloat16, head dims 64 and 128, no mask,
 // dropout, softcap or ALiBi, a positive scale; causal and windows in either alignment, GQA, variable lengths,
 // 16-byte-aligned rows); everything else answers cudaErrorNotSupported and the mma.sync backward takes it.
-// TORCH_DNN_ATTENTION_SM90=0 turns it off, as the forward. The dK / dV pass's tiles are copied by cp.async from the
-// MMA threads, or (TORCH_DNN_ATTENTION_SM90_BWD=ws, where the tensor maps made here per call can be made) by a copy
-// warpgroup's tensor copies.
+// TORCH_DNN_ATTENTION_SM90=0 turns it off, as the forward. The dK / dV and dQ passes' tiles are copied by cp.async
+// from the MMA threads, or (TORCH_DNN_ATTENTION_SM90_BWD=ws, where the tensor maps made here per call can be made)
+// by a copy warpgroup's tensor copies.
 #include <cstdint>
 
 #include "attention/kernels/flash_backward_sm90.cuh"
@@ -18,12 +18,12 @@ namespace attention {
 namespace {
 
 template <typename T, int D, Sm90Bwd kSchedule>
-cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, const Sm90BwdMaps& maps,
-                   cudaStream_t stream) {
+cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, const Sm90BwdMaps& kv_maps,
+                   const Sm90BwdMaps& q_maps, cudaStream_t stream) {
   using Kv = Sm90DkdvConfig<D, kSchedule>;
-  using Q = Sm90DqConfig<D>;
+  using Q = Sm90DqConfig<D, kSchedule>;
   constexpr auto dkdv = flash_bwd_dkdv_sm90_kernel<T, D, kSchedule>;
-  constexpr auto dq = flash_bwd_dq_sm90_kernel<T, D>;
+  constexpr auto dq = flash_bwd_dq_sm90_kernel<T, D, kSchedule>;
   if (!sm90_allow_smem<dkdv>(Kv::kSmemBytes) || !sm90_allow_smem<dq>(Q::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t sq_pad = (a.Sq + kSm90RowPad - 1) / kSm90RowPad * kSm90RowPad;
   const int64_t rows = a.B * a.Hq * sq_pad;
@@ -45,33 +45,38 @@ cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, c
   const float scale_log2 = float(a.scale * 1.4426950408889634);
   if (dkdv_blocks > 0) {
     launch_1d(dkdv, dkdv_blocks, Kv::kThreads, Kv::kSmemBytes, stream, a, g, static_cast<const float*>(lse2),
-              static_cast<const float*>(dsum), sq_pad, scale_log2, maps);
+              static_cast<const float*>(dsum), sq_pad, scale_log2, kv_maps);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
   }
   if (dq_blocks > 0)
     launch_1d(dq, dq_blocks, Q::kThreads, Q::kSmemBytes, stream, a, g, static_cast<const float*>(lse2),
-              static_cast<const float*>(dsum), sq_pad, scale_log2);
+              static_cast<const float*>(dsum), sq_pad, scale_log2, q_maps);
   return cudaGetLastError();
 }
 
-// The dK / dV pass's schedule: the copy warpgroup's tensor copies where TORCH_DNN_ATTENTION_SM90_BWD=ws asks and
-// the maps can be made (aligned, 16-byte strides, 32-bit coordinates), else cp.async from the MMA threads.
+// The schedule of the dK / dV and dQ passes: the copy warpgroups' tensor copies where
+// TORCH_DNN_ATTENTION_SM90_BWD=ws asks and every map can be made (aligned, 16-byte strides, 32-bit coordinates),
+// else cp.async from the MMA threads. Each pass has its own boxes: the dK / dV pass copies query tiles of 64 rows
+// against 128 resident keys, the dQ pass key tiles of 64 against 128 resident query rows.
 template <typename T, int D>
 cudaError_t launch_dim(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, cudaStream_t stream) {
-  Sm90BwdMaps maps{};
+  Sm90BwdMaps kv_maps{}, q_maps{};
   const bool varlen = a.cu_seqlens_q != nullptr;
   const bool fits = a.q_rows < (int64_t(1) << 31) && a.k_rows < (int64_t(1) << 31) && a.Hq < (int64_t(1) << 31) &&
                     a.B < (int64_t(1) << 31);
-  constexpr int kBQ = Sm90DkdvConfig<D, Sm90Bwd::WarpSpecialized>::kBQ;
-  constexpr int kBN = Sm90DkdvConfig<D, Sm90Bwd::WarpSpecialized>::kBN;
-  if (a.sm90_bwd == Sm90Bwd::WarpSpecialized && fits &&
-      sm90_operand_map(&maps.q, a.q, a.B, a.Hq, a.q_rows, D, varlen, kBQ) &&
-      sm90_operand_map(&maps.dout, g.dout, a.B, a.Hq, a.q_rows, D, varlen, kBQ) &&
-      sm90_operand_map(&maps.k, a.k, a.B, a.Hkv, a.k_rows, D, varlen, kBN) &&
-      sm90_operand_map(&maps.v, a.v, a.B, a.Hkv, a.k_rows, D, varlen, kBN))
-    return launch<T, D, Sm90Bwd::WarpSpecialized>(a, g, ws, maps, stream);
-  return launch<T, D, Sm90Bwd::CpAsync>(a, g, ws, maps, stream);
+  using Kv = Sm90DkdvConfig<D, Sm90Bwd::WarpSpecialized>;
+  using Q = Sm90DqConfig<D, Sm90Bwd::WarpSpecialized>;
+  auto maps = [&](Sm90BwdMaps* m, int q_box, int k_box) {
+    return sm90_operand_map(&m->q, a.q, a.B, a.Hq, a.q_rows, D, varlen, q_box) &&
+           sm90_operand_map(&m->dout, g.dout, a.B, a.Hq, a.q_rows, D, varlen, q_box) &&
+           sm90_operand_map(&m->k, a.k, a.B, a.Hkv, a.k_rows, D, varlen, k_box) &&
+           sm90_operand_map(&m->v, a.v, a.B, a.Hkv, a.k_rows, D, varlen, k_box);
+  };
+  if (a.sm90_bwd == Sm90Bwd::WarpSpecialized && fits && maps(&kv_maps, Kv::kBQ, Kv::kBN) &&
+      maps(&q_maps, Q::kBM, Q::kBN))
+    return launch<T, D, Sm90Bwd::WarpSpecialized>(a, g, ws, kv_maps, q_maps, stream);
+  return launch<T, D, Sm90Bwd::CpAsync>(a, g, ws, kv_maps, q_maps, stream);
 }
 
 template <typename T>

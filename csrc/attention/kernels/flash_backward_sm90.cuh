@@ -18,8 +18,8 @@
 //      key tiles of 64 (K and V in two stages):
 //        S = Q K^T, dP = dO V^T (SS);  P = exp2(.. - lse2), dS = P (dP - D);  dQ += dS K (RS, K MN-major)
 //      dQ = scale dQ at the end.
-//      Two schedules (Sm90Bwd, Sm90DkdvConfig below): the MMA threads copying the query tiles by cp.async, or a copy
-//      warpgroup's tensor copies (WarpSpecialized), with the same products in the same order.
+// Passes 2 and 3 have two schedules each (Sm90Bwd; Sm90DkdvConfig, Sm90DqConfig): the MMA threads copying the
+// tiles by cp.async, or a copy warpgroup's tensor copies (WarpSpecialized), with the same products in the same order.
 // Stages are guarded as in the forward (flash_forward_sm90.cuh): full[s] completes when every thread's copies
 // landed (cp.async) or the copy thread's bytes did (WarpSpecialized), empty[s] when every MMA thread's MMAs that
 // read the stage completed.
@@ -86,8 +86,9 @@ struct Sm90DkdvConfig {
   static_assert(kSmemBytes <= 227 * 1024, "beyond an SM's shared memory");
 };
 
-// The tensor maps of q, dout ([B][Hq][S][D] as 4-D tensors, D innermost; a packed batch as B = 1; boxes of 64
-// columns by 64 rows), k and v (boxes of 64 columns by 128 rows). Unused by the cp.async form.
+// The tensor maps of q, dout, k and v ([B][H][S][D] as 4-D tensors, D innermost; a packed batch as B = 1), in
+// boxes of 64 columns by a pass's tile rows: the dK / dV pass's query tiles (64) and key tiles (128), or the dQ
+// pass's query tiles (128) and key tiles (64). Unused by the cp.async form.
 struct Sm90BwdMaps {
   TmaMap4 q, dout, k, v;
 };
@@ -355,23 +356,39 @@ __global__ void __launch_bounds__(Sm90DkdvConfig<D, kSchedule>::kThreads, 1)
 #endif
 }
 
-template <int D>
+// The dQ pass's schedules, as the dK / dV pass's: CpAsync (the MMA threads copy Q and dO, then each key tile's K
+// and V a tile ahead over two stages) or WarpSpecialized (a copy warpgroup's tensor copies: Q and dO with the
+// first key tile, then K and V of each key tile into a ring of kStages stages).
+template <int D, Sm90Bwd kSchedule = Sm90Bwd::CpAsync>
 struct Sm90DqConfig {
-  static constexpr int kBM = 128, kBN = 64, kThreads = 256;
+  static constexpr bool kTma = kSchedule == Sm90Bwd::WarpSpecialized;
+  static constexpr int kBM = 128, kBN = 64, kMmaThreads = 256;
+  static constexpr int kThreads = kTma ? kMmaThreads + 128 : kMmaThreads;
+  static constexpr int kStages = kTma ? 3 : 2;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8, kCopyRegs = 24;
+  static constexpr int kMmaRegs = (kThreads * kLaunchRegs - 128 * kCopyRegs) / kMmaThreads / 8 * 8;
+  static_assert(!kTma || (kMmaRegs == 240 && 128 * kCopyRegs + kMmaThreads * kMmaRegs <= kThreads * kLaunchRegs),
+                "setmaxnreg beyond the pool");
   static constexpr int kQBytes = kBM * D * 2;   // Q or dO
   static constexpr int kKVBytes = kBN * D * 2;  // one stage of K or V
-  static constexpr int kSmemBytes = 1024 + 2 * kQBytes + 4 * kKVBytes + 64;
+  // full and empty of each stage, and (WarpSpecialized) tail
+  static constexpr int kBarrierBytes = 64;
+  static_assert((2 * kStages + 1) * 8 <= kBarrierBytes, "barriers");
+  static constexpr int kSmemBytes = 1024 + 2 * kQBytes + 2 * kStages * kKVBytes + kBarrierBytes;
   static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0, "swizzle atoms");
+  static_assert(kSmemBytes <= 227 * 1024, "beyond an SM's shared memory");
 };
 
-template <typename T, int D>
-__global__ void __launch_bounds__(256, 1)
+// maps: q and dout in boxes of 64 columns by 128 rows, k and v by 64 rows (unused by the cp.async form).
+template <typename T, int D, Sm90Bwd kSchedule>
+__global__ void __launch_bounds__(Sm90DqConfig<D, kSchedule>::kThreads, 1)
     flash_bwd_dq_sm90_kernel(const AttnArgs a, const AttnGrads gr, const float* lse2_all, const float* dsum_all,
-                             int64_t sq_pad, float scale_log2) {
+                             int64_t sq_pad, float scale_log2, const __grid_constant__ Sm90BwdMaps maps) {
 #ifdef TORCH_DNN_WGMMA_CODE
-  using C = Sm90DqConfig<D>;
-  constexpr int BM = C::kBM, BN = C::kBN, NT = C::kThreads;
-  const Sm90Thread th;
+  using C = Sm90DqConfig<D, kSchedule>;
+  constexpr bool kTma = C::kTma;
+  constexpr int BM = C::kBM, BN = C::kBN, NT = C::kMmaThreads, kStages = C::kStages;
+  const Sm90Thread th(kTma ? int(threadIdx.x) - 128 : int(threadIdx.x));
   const int tid = th.tid, wg = th.wg, quad = th.quad;
   const Sm90QueryTile qt(a, BM, BN);
   if (qt.empty) return;
@@ -382,22 +399,97 @@ __global__ void __launch_bounds__(256, 1)
   unsigned char* smem = sm90_smem();
   unsigned char* sQ = smem;
   unsigned char* sDo = sQ + C::kQBytes;
-  unsigned char* sK = sDo + C::kQBytes;        // two stages
-  unsigned char* sV = sK + 2 * C::kKVBytes;    // two stages
-  uint64_t* full = reinterpret_cast<uint64_t*>(sV + 2 * C::kKVBytes);
-  uint64_t* empty = full + 2;
-  sm90_init_barriers(full, 4, NT);
+  unsigned char* sK = sDo + C::kQBytes;              // kStages stages
+  unsigned char* sV = sK + kStages * C::kKVBytes;    // kStages stages
+  uint64_t* full = reinterpret_cast<uint64_t*>(sV + kStages * C::kKVBytes);
+  uint64_t* empty = full + kStages;
+  uint64_t* tail = full + 2 * kStages;  // kTma, packed batches: the last key tile before its foreign rows are zeroed
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      for (int st = 0; st < kStages; ++st) {
+        mbar_init(&full[st], 1);
+        mbar_init(&empty[st], NT);
+      }
+      mbar_init(tail, 1);
+      mbar_fence_init();
+    }
+    __syncthreads();
+  } else {
+    sm90_init_barriers(full, 2 * kStages, NT);
+  }
+
+  if constexpr (kTma) {
+    if (threadIdx.x < 128) {
+      setmaxnreg_dec<C::kCopyRegs>();
+      if (threadIdx.x >= 32) return;
+      // The copy warp: Q and dO with key tile 0 on its stage's first phase, then key tile t into stage
+      // t % kStages once the MMAs that read tile t - kStages completed. In a packed batch the rows past a
+      // sequence's end belong to the next one: the last key tile lands on its own barrier and the warp zeroes those
+      // rows of K and V (their probabilities are zero, but a non-finite value there times zero would reach dQ; the
+      // cp.async form reads zeros) before completing the stage's full barrier.
+      const int lane = int(threadIdx.x);
+      const int batch = seq.varlen ? 0 : int(b);
+      const int64_t q_row0 = seq.varlen ? seq.q_row0 : 0, k_row0 = seq.varlen ? seq.k_row0 : 0;
+      // K and V are read by every query tile of the head; Q and dO by this CTA only.
+      const uint64_t keep = l2_policy_evict_last(), once = l2_policy_evict_first();
+      auto copy_tile = [&](unsigned char* dst, const TmaMap4* map, int64_t row, int64_t head, int rows, uint64_t* bar,
+                           uint64_t policy) {
+#pragma unroll
+        for (int cb = 0; cb < D / 64; ++cb)
+          tma_load_4d(dst + cb * rows * 128, map, cb * 64, int(row), int(head), batch, bar, policy);
+      };
+      unsigned tail_phase = 0;
+      for (int t = 0; t < n_tiles; ++t) {
+        const int s = t % kStages;
+        const int64_t n = n_lo + int64_t(t) * BN;
+        const bool foreign_rows = seq.varlen && n + BN > seq.sk;
+        unsigned char* dk = sK + s * C::kKVBytes;
+        unsigned char* dv = sV + s * C::kKVBytes;
+        if (lane == 0) {
+          if (t >= kStages) mbar_wait(&empty[s], (t / kStages - 1) & 1);
+          uint64_t* bar = foreign_rows ? tail : &full[s];
+          mbar_arrive_expect_tx(bar, 2 * C::kKVBytes + (t == 0 ? 2 * C::kQBytes : 0));
+          if (t == 0) {
+            copy_tile(sQ, &maps.q, q_row0 + m0, h, BM, bar, once);
+            copy_tile(sDo, &maps.dout, q_row0 + m0, h, BM, bar, once);
+          }
+          copy_tile(dk, &maps.k, k_row0 + n, hk, BN, bar, keep);
+          copy_tile(dv, &maps.v, k_row0 + n, hk, BN, bar, keep);
+        }
+        if (foreign_rows) {
+          mbar_wait(tail, tail_phase);
+          tail_phase ^= 1;
+          for (int r = int(seq.sk - n) + lane; r < BN; r += 32)
+#pragma unroll
+            for (int cb = 0; cb < D / 64; ++cb)
+#pragma unroll
+              for (int c = 0; c < 8; ++c) {
+                *reinterpret_cast<int4*>(dk + cb * BN * 128 + r * 128 + c * 16) = int4{};
+                *reinterpret_cast<int4*>(dv + cb * BN * 128 + r * 128 + c * 16) = int4{};
+              }
+          fence_proxy_async();  // the MMAs read the stage through the async proxy
+          __syncwarp();
+          if (lane == 0) mbar_arrive(&full[s]);
+        }
+      }
+      return;
+    }
+    setmaxnreg_inc<C::kMmaRegs>();
+  }
 
   const T* kp = static_cast<const T*>(a.k.ptr) + seq.k_off(a.k, b, hk, 0);
   const T* vp = static_cast<const T*>(a.v.ptr) + seq.k_off(a.v, b, hk, 0);
   const Sm90TileLoader<D, BN, NT> k_loader(tid, a.k.ss), v_loader(tid, a.v.ss);
+  // The cp.async form's copies of key tile t.
   auto load = [&](int t) {
-    const int s = t & 1;
-    if (t >= 2) mbar_wait(&empty[s], ((t - 2) >> 1) & 1);
-    const int64_t n = n_lo + int64_t(t) * BN;
-    k_loader.load(sK + s * C::kKVBytes, kp, a.k.ss, n, seq.sk);
-    v_loader.load(sV + s * C::kKVBytes, vp, a.v.ss, n, seq.sk);
-    cp_async_arrive_noinc(&full[s]);
+    if constexpr (!kTma) {
+      const int s = t % kStages;
+      if (t >= kStages) mbar_wait(&empty[s], (t / kStages - 1) & 1);
+      const int64_t n = n_lo + int64_t(t) * BN;
+      k_loader.load(sK + s * C::kKVBytes, kp, a.k.ss, n, seq.sk);
+      v_loader.load(sV + s * C::kKVBytes, vp, a.v.ss, n, seq.sk);
+      cp_async_arrive_noinc(&full[s]);
+    }
   };
 
   int64_t row[2], lo[2], hi[2];
@@ -416,13 +508,15 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dq[i] = 0.f;
 
-  if (n_tiles > 0) {
-    Sm90TileLoader<D, BM, NT>(tid, a.q.ss)
-        .load(sQ, static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0), a.q.ss, m0, seq.sq);
-    Sm90TileLoader<D, BM, NT>(tid, gr.dout.ss)
-        .load(sDo, static_cast<const T*>(gr.dout.ptr) + seq.q_off(gr.dout, b, h, 0), gr.dout.ss, m0, seq.sq);
-    load(0);  // Q and dO share stage 0's first phase
-    if (n_tiles > 1) load(1);
+  if constexpr (!kTma) {
+    if (n_tiles > 0) {
+      Sm90TileLoader<D, BM, NT>(tid, a.q.ss)
+          .load(sQ, static_cast<const T*>(a.q.ptr) + seq.q_off(a.q, b, h, 0), a.q.ss, m0, seq.sq);
+      Sm90TileLoader<D, BM, NT>(tid, gr.dout.ss)
+          .load(sDo, static_cast<const T*>(gr.dout.ptr) + seq.q_off(gr.dout, b, h, 0), gr.dout.ss, m0, seq.sq);
+      load(0);  // Q and dO share stage 0's first phase
+      if (n_tiles > 1) load(1);
+    }
   }
 
   const uint64_t q_desc = sw128_desc_kmajor(smem_addr(sQ) + wg * 64 * 128);
@@ -433,9 +527,9 @@ __global__ void __launch_bounds__(256, 1)
   constexpr uint64_t kStageStep = C::kKVBytes >> 4;
 
   for (int t = 0; t < n_tiles; ++t) {
-    const int s = t & 1;
+    const int s = t % kStages;
     if (t >= 1 && t + 1 < n_tiles) load(t + 1);
-    mbar_wait(&full[s], (t >> 1) & 1);
+    mbar_wait(&full[s], (t / kStages) & 1);
 
     float sc[BN / 2], dp[BN / 2];
     wgmma_fence();
