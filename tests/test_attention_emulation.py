@@ -41,8 +41,9 @@ def test_flash_kernels_emulated(tmp_path):
 
 
 def test_hopper_kernels_emulated(tmp_path):
-    """The Hopper route (flash_forward_sm90.cu under each of its schedules, flash_backward_sm90.cu: wgmma, cp.async
-    rings or the copy engine's tensor copies guarded by mbarriers) against the reference kernels,
+    """The Hopper route (flash_forward_sm90.cu and flash_backward_sm90.cu under each of their schedules, the
+    backward's bitwise against each other: wgmma, cp.async rings or the copy engine's tensor copies guarded by
+    mbarriers) against the reference kernels,
     attention_flash_emulation.cpp built with TORCH_DNN_EMULATE_MBARRIER: the MMAs read
     their shared operands through the descriptors and the 128-byte swizzle (tests/emulation/wgmma_emulation.h), so
     a tile placed off a swizzle atom or a wrong descriptor fails here as on the GPU. Under TORCH_DNN_EMULATE=1 its

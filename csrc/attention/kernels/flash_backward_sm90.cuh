@@ -6,7 +6,7 @@
 //      slice of either is a 16-byte-aligned copy that needs no bounds.
 //   2. flash_bwd_dkdv_sm90_kernel: a CTA per 128 keys of a (batch, key/value head), 64 a warpgroup, K and V
 //      resident; it walks the group's query heads and the 64-row query tiles that see its keys (Q, dO, lse2, D of
-//      a tile in two cp.async stages). Transposed, so that the keys are the MMAs' M side and P^T, dS^T stay in
+//      a tile in a ring of stages). Transposed, so that the keys are the MMAs' M side and P^T, dS^T stay in
 //      registers as A operands:
 //        S^T = K Q^T, dP^T = V dO^T      (SS: K / V and Q / dO K-major)
 //        P^T = exp2(scale log2(e) S^T - lse2),  dS^T = P^T (dP^T - D)
@@ -15,11 +15,12 @@
 //      (Adding dS K into a float dQ workspace by atomics here instead of pass 3, FlashAttention-3's way, measured
 //      1-3% faster on the H200 at head dim 128 and is not deterministic: not kept.)
 //   3. flash_bwd_dq_sm90_kernel: a CTA per 128 query rows of a (batch, head), 64 a warpgroup, Q and dO resident;
-//      key tiles of 64 (K and V in two stages):
+//      key tiles of 64 (K and V in a ring of stages):
 //        S = Q K^T, dP = dO V^T (SS);  P = exp2(.. - lse2), dS = P (dP - D);  dQ += dS K (RS, K MN-major)
 //      dQ = scale dQ at the end.
 // Passes 2 and 3 have two schedules each (Sm90Bwd; Sm90DkdvConfig, Sm90DqConfig): the MMA threads copying the
-// tiles by cp.async, or a copy warpgroup's tensor copies (WarpSpecialized), with the same products in the same order.
+// tiles by cp.async (two stages), or a copy warpgroup's tensor copies (WarpSpecialized, three stages), with the same
+// products in the same order.
 // Stages are guarded as in the forward (flash_forward_sm90.cuh): full[s] completes when every thread's copies
 // landed (cp.async) or the copy thread's bytes did (WarpSpecialized), empty[s] when every MMA thread's MMAs that
 // read the stage completed.
