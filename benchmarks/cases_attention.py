@@ -42,9 +42,9 @@ _MMA_SYNC = {"TORCH_DNN_ATTENTION_SM90": "0"}
 # warpgroup, every MMA thread copying its share of each tile.
 _FWD_SCHEDULES = {"torch_dnn ws": {"TORCH_DNN_ATTENTION_SM90_FWD": "ws"},
                   "torch_dnn cp.async": {"TORCH_DNN_ATTENTION_SM90_FWD": "cp.async"}}
-# The Hopper backward's other schedule (the default: every MMA thread copying its share of each query tile by
-# cp.async): "bwd ws", a copy warpgroup's tensor copies feeding the MMA warpgroups of the dK / dV and dQ passes.
-_BWD_SCHEDULES = {"torch_dnn bwd ws": {"TORCH_DNN_ATTENTION_SM90_BWD": "ws"}}
+# The Hopper backward's other schedule (the default: a copy warpgroup's tensor copies feeding the MMA warpgroups of
+# the dK / dV and dQ passes): "bwd cp.async", every MMA thread copying its share of each tile.
+_BWD_SCHEDULES = {"torch_dnn bwd cp.async": {"TORCH_DNN_ATTENTION_SM90_BWD": "cp.async"}}
 
 
 def _forward_impls(causal):

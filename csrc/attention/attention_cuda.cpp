@@ -27,7 +27,7 @@ struct Knobs {
   Path path = Path::Auto;
   bool sm90_enabled = true;
   Sm90Fwd sm90_fwd = Sm90Fwd::PingPong;
-  Sm90Bwd sm90_bwd = Sm90Bwd::CpAsync;
+  Sm90Bwd sm90_bwd = Sm90Bwd::WarpSpecialized;
 };
 
 Knobs read_knobs() {
@@ -36,8 +36,8 @@ Knobs read_knobs() {
   k.sm90_enabled = knob_choice("TORCH_DNN_ATTENTION_SM90", {"1", "0"}) == 0;
   constexpr Sm90Fwd kSchedules[] = {Sm90Fwd::PingPong, Sm90Fwd::WarpSpecialized, Sm90Fwd::CpAsync};
   k.sm90_fwd = kSchedules[knob_choice("TORCH_DNN_ATTENTION_SM90_FWD", {"pingpong", "ws", "cp.async"})];
-  constexpr Sm90Bwd kBwdSchedules[] = {Sm90Bwd::CpAsync, Sm90Bwd::WarpSpecialized};
-  k.sm90_bwd = kBwdSchedules[knob_choice("TORCH_DNN_ATTENTION_SM90_BWD", {"cp.async", "ws"})];
+  constexpr Sm90Bwd kBwdSchedules[] = {Sm90Bwd::WarpSpecialized, Sm90Bwd::CpAsync};
+  k.sm90_bwd = kBwdSchedules[knob_choice("TORCH_DNN_ATTENTION_SM90_BWD", {"ws", "cp.async"})];
   return k;
 }
 

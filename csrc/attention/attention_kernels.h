@@ -82,7 +82,7 @@ struct AttnArgs {
   // The Hopper forward's schedule (TORCH_DNN_ATTENTION_SM90_FWD, docs/attention.md).
   Sm90Fwd sm90_fwd = Sm90Fwd::PingPong;
   // The Hopper backward's schedule (TORCH_DNN_ATTENTION_SM90_BWD, docs/attention.md).
-  Sm90Bwd sm90_bwd = Sm90Bwd::CpAsync;
+  Sm90Bwd sm90_bwd = Sm90Bwd::WarpSpecialized;
   // Rows of q (and o) and of k and v along their sequence dim: Sq and Sk, or a packed batch's totals (the tensor
   // maps' bounds).
   int64_t q_rows = 0, k_rows = 0;

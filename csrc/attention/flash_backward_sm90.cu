@@ -4,9 +4,9 @@
 // Takes what the Hopper forward takes (flash_forward_sm90.cu: Float16 / BFloat16, head dims 64 and 128, no mask,
 // dropout, softcap or ALiBi, a positive scale; causal and windows in either alignment, GQA, variable lengths,
 // 16-byte-aligned rows); everything else answers cudaErrorNotSupported and the mma.sync backward takes it.
-// TORCH_DNN_ATTENTION_SM90=0 turns it off, as the forward. The dK / dV and dQ passes' tiles are copied by cp.async
-// from the MMA threads, or (TORCH_DNN_ATTENTION_SM90_BWD=ws, where the tensor maps made here per call can be made)
-// by a copy warpgroup's tensor copies.
+// TORCH_DNN_ATTENTION_SM90=0 turns it off, as the forward. The dK / dV and dQ passes' tiles are copied by a copy
+// warpgroup's tensor copies where the tensor maps made here per call can be made (TORCH_DNN_ATTENTION_SM90_BWD=ws,
+// the default), else by cp.async from the MMA threads.
 #include <cstdint>
 
 #include "attention/kernels/flash_backward_sm90.cuh"
@@ -56,7 +56,7 @@ cudaError_t launch(const AttnArgs& a, const AttnGrads& g, const Workspace& ws, c
 }
 
 // The schedule of the dK / dV and dQ passes: the copy warpgroups' tensor copies where
-// TORCH_DNN_ATTENTION_SM90_BWD=ws asks and every map can be made (aligned, 16-byte strides, 32-bit coordinates),
+// TORCH_DNN_ATTENTION_SM90_BWD=ws (the default) asks and every map can be made (aligned, 16-byte strides, 32-bit coordinates),
 // else cp.async from the MMA threads. Each pass has its own boxes: the dK / dV pass copies query tiles of 64 rows
 // against 128 resident keys, the dQ pass key tiles of 64 against 128 resident query rows.
 template <typename T, int D>
