@@ -186,10 +186,23 @@ def _output_size(input, output_size, r):
     return tuple(input.shape[-r + i] if v is None else v for i, v in enumerate(size))
 
 
+def _ints(*values):
+    """Whether every value is an int (not a bool) or None: the common call, whose ints the ops' int[r] arguments
+    take as r of each (no tuples built here: host time)."""
+    for v in values:
+        if v is not None and type(v) is not int:
+            return False
+    return True
+
+
 def _max_pool(r, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    k = _tuple(kernel_size, r, "kernel_size")
-    out, indices = _op("max_pool", r)(input, k, _stride(stride, k, r), _tuple(padding, r, "padding"),
-                                      _tuple(dilation, r, "dilation"), ceil_mode)
+    if type(kernel_size) is int and _ints(stride, padding, dilation):
+        out, indices = _OPS["max_pool", r, False](input, kernel_size, kernel_size if stride is None else stride,
+                                                  padding, dilation, ceil_mode)
+    else:
+        k = _tuple(kernel_size, r, "kernel_size")
+        out, indices = _op("max_pool", r)(input, k, _stride(stride, k, r), _tuple(padding, r, "padding"),
+                                          _tuple(dilation, r, "dilation"), ceil_mode)
     if return_indices:
         return out, indices
     if r == 1 and input.device.type == "cpu" and not needs_autograd(input):
@@ -199,6 +212,9 @@ def _max_pool(r, input, kernel_size, stride, padding, dilation, ceil_mode, retur
 
 
 def _avg_pool(r, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    if type(kernel_size) is int and _ints(stride, padding):
+        return _OPS["avg_pool", r, False](input, kernel_size, kernel_size if stride is None else stride, padding,
+                                          ceil_mode, count_include_pad, divisor_override)
     k = _tuple(kernel_size, r, "kernel_size")
     return _op("avg_pool", r)(input, k, _stride(stride, k, r), _tuple(padding, r, "padding"), ceil_mode,
                               count_include_pad, divisor_override)
