@@ -18,9 +18,27 @@ namespace torch_dnn {
 namespace attention {
 namespace {
 
+// Tensor maps for the Q, K and V tiles of a BM x BN schedule; false where one cannot be made (the copy engine's
+// coordinates are 32-bit; rows must be 16-byte aligned with 16-byte strides).
+template <int D>
+bool make_maps(const AttnArgs& a, int bm, int bn, Sm90FwdMaps* maps) {
+  const bool varlen = a.cu_seqlens_q != nullptr;
+  const bool fits = a.q_rows < (int64_t(1) << 31) && a.k_rows < (int64_t(1) << 31) && a.Hq < (int64_t(1) << 31) &&
+                    a.B < (int64_t(1) << 31);
+  return fits && sm90_operand_map(&maps->q, a.q, a.B, a.Hq, a.q_rows, D, varlen, bm) &&
+         sm90_operand_map(&maps->k, a.k, a.B, a.Hkv, a.k_rows, D, varlen, bn) &&
+         sm90_operand_map(&maps->v, a.v, a.B, a.Hkv, a.k_rows, D, varlen, bn);
+}
+
+// One schedule and tile; a tensor-copy schedule whose maps cannot be made runs cp.async instead. The maps' boxes
+// are the configuration's tiles, so the tile is chosen in one place (launch_dim).
 template <typename T, int D, Sm90Fwd kSchedule, int BN = 128, int WGs = 2>
-cudaError_t launch(const AttnArgs& a, const Sm90FwdMaps& maps, cudaStream_t stream) {
+cudaError_t launch(const AttnArgs& a, cudaStream_t stream) {
   using C = Sm90FwdConfig<D, kSchedule, BN, WGs>;
+  Sm90FwdMaps maps{};
+  if constexpr (kSchedule != Sm90Fwd::CpAsync) {
+    if (!make_maps<D>(a, C::kBM, C::kBN, &maps)) return launch<T, D, Sm90Fwd::CpAsync>(a, stream);
+  }
   constexpr auto kernel = flash_forward_sm90_kernel<T, D, kSchedule, BN, WGs>;
   if (!sm90_allow_smem<kernel>(C::kSmemBytes)) return cudaErrorNotSupported;
   const int64_t blocks = (a.Sq + C::kBM - 1) / C::kBM * a.Hq * a.B;
@@ -35,32 +53,22 @@ cudaError_t launch(const AttnArgs& a, const Sm90FwdMaps& maps, cudaStream_t stre
 // hold S, P and O), else 128 (with causal or windowed visibility most tiles are the diagonal's, and smaller tiles
 // mask less); at head dim 64, where the softmax of a tile takes longer than its MMAs, three MMA warpgroups (192
 // query rows) so that two warpgroups' MMAs cover one's softmax. The other schedules: 128 x 128, two warpgroups.
-inline int sm90_key_tile(const AttnArgs& a) {
-  return a.Dqk == 128 && !a.causal && a.window_left < 0 && a.window_right < 0 ? 176 : 128;
-}
-
 template <typename T, int D>
 cudaError_t launch_dim(const AttnArgs& a, cudaStream_t stream) {
-  Sm90FwdMaps maps{};
-  const bool varlen = a.cu_seqlens_q != nullptr;
-  // the copy engine's coordinates are 32-bit
-  const bool fits = a.q_rows < (int64_t(1) << 31) && a.k_rows < (int64_t(1) << 31) && a.Hq < (int64_t(1) << 31) &&
-                    a.B < (int64_t(1) << 31);
-  const bool pingpong = a.sm90_fwd == Sm90Fwd::PingPong;
-  const int bm = pingpong && D == 64 ? 192 : 128, bn = pingpong && D == 128 ? sm90_key_tile(a) : 128;
-  if (a.sm90_fwd != Sm90Fwd::CpAsync && fits &&
-      sm90_operand_map(&maps.q, a.q, a.B, a.Hq, a.q_rows, D, varlen, bm) &&
-      sm90_operand_map(&maps.k, a.k, a.B, a.Hkv, a.k_rows, D, varlen, bn) &&
-      sm90_operand_map(&maps.v, a.v, a.B, a.Hkv, a.k_rows, D, varlen, bn)) {
-    if (!pingpong) return launch<T, D, Sm90Fwd::WarpSpecialized>(a, maps, stream);
-    if constexpr (D == 64) {
-      return launch<T, D, Sm90Fwd::PingPong, 128, 3>(a, maps, stream);
-    } else {
-      return bn == 176 ? launch<T, D, Sm90Fwd::PingPong, 176>(a, maps, stream)
-                       : launch<T, D, Sm90Fwd::PingPong>(a, maps, stream);
-    }
+  switch (a.sm90_fwd) {
+    case Sm90Fwd::CpAsync:
+      return launch<T, D, Sm90Fwd::CpAsync>(a, stream);
+    case Sm90Fwd::WarpSpecialized:
+      return launch<T, D, Sm90Fwd::WarpSpecialized>(a, stream);
+    default:
+      break;
   }
-  return launch<T, D, Sm90Fwd::CpAsync>(a, maps, stream);
+  if constexpr (D == 64) {
+    return launch<T, D, Sm90Fwd::PingPong, 128, 3>(a, stream);
+  } else {
+    const bool all_keys_seen = !a.causal && a.window_left < 0 && a.window_right < 0;
+    return all_keys_seen ? launch<T, D, Sm90Fwd::PingPong, 176>(a, stream) : launch<T, D, Sm90Fwd::PingPong>(a, stream);
+  }
 }
 
 template <typename T>
