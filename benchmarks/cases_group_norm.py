@@ -1,10 +1,10 @@
 """Benchmark cases of the group_norm family: group_norm(32) forward and backward on 64x256x56x56 bf16, NCHW
 and NHWC, against eager and torch.compile of the same function, and torch_dnn's other plans ("torch_dnn smem":
 the per-(n, group) kernels, TORCH_DNN_GN_PLAN=smem; "torch_dnn kN": the cluster plan with clusters of at most N
-CTAs, TORCH_DNN_GN_CLUSTER_MAX=N, tiles as large as that needs; "torch_dnn cluster": the cluster plan where the
-default keeps the old kernels, TORCH_DNN_GN_PLAN=cluster); instance_norm (2-D) forward (local_response_norm's
-case: cases_lrn.py). Bytes are the minimum traffic: each input read once, each output written once (parameters
-and statistics included, small)."""
+CTAs, TORCH_DNN_GN_CLUSTER_MAX=N, tiles as large as that needs; "torch_dnn cluster": the cluster plan also where
+the default takes the per-(n, group) kernels, TORCH_DNN_GN_PLAN=cluster); instance_norm (2-D) forward, whose
+results table (group "instance_norm / lrn") also holds local_response_norm's case from cases_lrn.py. Bytes are the
+minimum traffic: each input read once, each output written once (parameters and statistics included, small)."""
 import math
 
 import torch
@@ -20,7 +20,7 @@ G = 32
 
 
 def _plans(fn, ks, cluster=False, tiles=()):
-    """torch_dnn's default plan, the old per-(n, group) kernels, the cluster plan forced (where the default does
+    """torch_dnn's default plan, the per-(n, group) kernels (smem plan), the cluster plan forced (where the default does
     not take it), the cluster plan capped at k CTAs a cluster for each k, and the cluster plan with smaller CTA
     tiles (TORCH_DNN_GN_TILE_KB=kb: more CTAs an SM, larger clusters) for each kb."""
     out = {"torch_dnn": fn, "torch_dnn smem": with_env(fn, TORCH_DNN_GN_PLAN="smem")}
@@ -95,7 +95,8 @@ def _instance_norm_case(dtype):
                 lambda: (rand_cuda(shape, dtype, "NCHW"), rand_cuda((c,), dtype, "NCHW", 0.5, 1.5), rand_cuda((c,), dtype, "NCHW")),
                 {**_plans(lambda x, w, b: F.instance_norm(x, weight=w, bias=b), [], True), "eager": inorm,
                  "compile": torch.compile(inorm, dynamic=False)},
-                bytes=2 * math.prod(shape) * es + 2 * c * es, target=">=90% copy", group="instance_norm / lrn")
+                bytes=2 * math.prod(shape) * es + 2 * c * es, target=">=90% copy",
+                group="instance_norm / lrn")  # one table with cases_lrn.py's case
 
 
 def cases(quick: bool = False):

@@ -1,4 +1,4 @@
-"""One benchmark harness for every family (DESIGN.md section 4).
+"""One benchmark harness for every family (docs/benchmarking.md).
 
 A Case names the bytes and FLOPs it must move/do at minimum, builds its inputs (random, never zeros) and
 maps implementation names ("torch_dnn", "eager", "compile", ...) to callables taking those inputs. Every

@@ -16,6 +16,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _no_tf32():
-    # References are built without TF32 (DESIGN.md section 3).
+    # References and PyTorch's own results are computed without TF32, so the error rule judges against full
+    # float32 (torch_dnn/testing.py).
     with no_tf32():
         yield

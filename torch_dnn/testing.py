@@ -108,8 +108,8 @@ def compare(ours: torch.Tensor, peer: torch.Tensor, ref64: torch.Tensor, *, grad
 
 @contextlib.contextmanager
 def no_tf32():
-    """float32 matmuls and convolutions without TF32 inside (references are built without it: DESIGN.md section 3);
-    the flags as they were after."""
+    """float32 matmuls and convolutions without TF32 inside (references and PyTorch's own results are computed
+    without it, so the error rule above judges against full float32); the flags as they were after."""
     flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:

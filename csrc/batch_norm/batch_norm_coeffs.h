@@ -31,8 +31,9 @@ struct BwdCoeffArgs {
 };
 
 // One element of a per-channel tensor (contiguous, any floating dtype) read and written as double; an undefined
-// tensor reads as `absent` and ignores writes. The steps below are loops over C channels: as tensor math they
-// were some twenty small ATen calls a forward, most of the CPU op's host time on small inputs.
+// tensor reads as `absent` and ignores writes. The steps below are loops over C channels rather than tensor math,
+// which would take some twenty small ATen calls a forward: on small inputs those calls would be most of the CPU
+// op's host time.
 class ChannelIo {
  public:
   explicit ChannelIo(const at::Tensor& t)

@@ -106,6 +106,7 @@ inline CUresult encode_tensor_map_im2col(CUtensorMap* map, CUtensorMapDataType t
 #include "cutlass/conv/kernel/conv_universal.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
+#include "common/cuda/vec.cuh"  // aligned16
 #include "common/env.h"
 #include "matmul/kernels/sm90_epilogue.cuh"
 #include "matmul/kernels/sm90_launch.cuh"
@@ -243,7 +244,6 @@ struct Problem2d {
   Nhwc4 x, wt, y, res;
 };
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
 
 // A [n][c][d][h][w] Operand5 as [n'][h][w][c], with the depth (extent `d`, not convolved) folded into the batch:
@@ -462,7 +462,7 @@ cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream) {
   // the GEMM's epilogue adds the residual after the activation: it takes a residual only without one
   if (sm90::plain_gemm(pb) && (a.residual.ptr == nullptr || a.act == Act::Identity)) return cudaErrorNotSupported;
   // the bias is read in 16-byte vectors
-  if (a.bias != nullptr && !sm90::aligned16(a.bias)) return cudaErrorNotSupported;
+  if (a.bias != nullptr && !aligned16(a.bias)) return cudaErrorNotSupported;
   if (a.residual.ptr != nullptr) {
     if (!sm90::to_nhwc(a.residual, a.g.N, a.g.K, a.g.in[0], pb.p, pb.q, &pb.res) || !sm90::tma_operand_ok(pb.res))
       return cudaErrorNotSupported;

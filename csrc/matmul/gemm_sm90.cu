@@ -20,6 +20,7 @@
 #ifndef NDEBUG
 #define NDEBUG 1
 #endif
+#include "common/cuda/vec.cuh"  // aligned16
 #include "matmul/kernels/sm90_gemm.cuh"
 
 namespace torch_dnn {
@@ -52,8 +53,6 @@ using Tf32Wide = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Shape<_128, _2
 // ---- TMA rules --------------------------------------------------------------------------------------------
 
 int64_t elem_bytes(DType t) { return t == DType::Float32 ? 4 : 2; }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // One TMA operand: base 16-byte aligned, leading dimension and batch stride multiples of 16 bytes.
 bool tma_ok(const void* p, int64_t ld, int64_t batch_stride, int64_t batch, int64_t eb) {

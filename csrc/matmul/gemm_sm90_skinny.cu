@@ -9,16 +9,16 @@
 //   Narrow: x @ w.T as it stands on 128x64 tiles (128 rows of x by 64 weight rows), cluster 1x2 (two weight
 //     tiles share x's tile): cuBLAS's arrangement for M = 256 with few weight tiles.
 //   Mid12: Narrow's arrangement on 128x128 tiles.
-//   Tried and dropped (docs/matmul.md): Narrow in 2x2 / 1x4 clusters, with K tiles of 128, or without a cluster;
-//   Mid12 with K tiles of 128; a kernel of our own in nvjet's arrangement. None was faster than these.
+//   Not built: Narrow in 2x2 / 1x4 clusters, with K tiles of 128, or without a cluster; Mid12 with K tiles of
+//   128; a kernel of our own in nvjet's arrangement (docs/matmul.md has the measurements that chose these).
 // Which one (skinny_shape): M <= 16 Swap16; M <= 64 Swap64x64; M <= 128 Narrow (Swap64x64 where its tiles make one
 // full wave and Narrow's half of one); M > 128 Swap256 where its tiles
 // fill 3/4 of the SMs, else Mid12 where its tiles do, else Narrow (Swap64 only when forced).
 // Decomposition: one CTA per tile when the tiles fill 3/4 of the SMs; otherwise split-K as a batched GEMM whose
 // batch index walks K (each operand's batch stride is the K range; TMA zero-fills past each range's end), writing
 // float partials [split][M][N]; a second kernel sums them in split order (deterministic) and applies the
-// epilogue. CUTLASS's own stream-K split-K adds the splits into the workspace in a turnstile (each waits for the
-// one before): every split made it slower (docs/matmul.md).
+// epilogue. The splits run independently: CUTLASS's own stream-K split-K instead adds them into the workspace in a
+// turnstile (each waits for the one before), which serialises them (docs/matmul.md has the measurements).
 // Instantiations (20 = 10 x bf16, fp16): Swap16, Swap64, Swap64x64 and Narrow each with output T (whole K) or
 // float (a split's partial), Swap256 and Mid12 with output T.
 // See gemm_sm90.cu for NDEBUG.

@@ -186,7 +186,8 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         else
           launch_smem(global_avg_nc_chunk<T, V, PB, 1>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
       };
-      // planes a block: 128 where they fit (TORCH_DNN_POOL_GLOBAL_PB=64 / 16 for A/B runs: 64 was the default)
+      // planes a block: 128 where they fit, else 64, else 16 (TORCH_DNN_POOL_GLOBAL_PB=64 / 16 caps it, for A/B
+      // runs; docs/pool.md)
       const int64_t plane_bytes = P * int64_t(sizeof(T));  // the chunk is held as loaded (run's smem)
       const int want = env::get_int("TORCH_DNN_POOL_GLOBAL_PB", 128);
       if (want >= 128 && plane_bytes * 128 <= kTileSmem) run(int_c<128>{});

@@ -53,8 +53,8 @@ inline NcBwd nc_bwd_choice() {
   return NcBwd::Auto;
 }
 
-// TORCH_DNN_POOL_NC_BWD_STAGE=element: pool_bwd_tile_k3s2's avg stages g element by element (the kernel before
-// the 16-byte run staging; A/B runs).
+// TORCH_DNN_POOL_NC_BWD_STAGE=element: pool_bwd_tile_k3s2's avg stages g element by element instead of as 16-byte
+// runs (the baseline for A/B runs; docs/pool.md).
 inline bool k3s2_element_staging() {
   return env::is("TORCH_DNN_POOL_NC_BWD_STAGE", "element");
 }

@@ -12,8 +12,8 @@
 //        P^T = exp2(scale log2(e) S^T - lse2),  dS^T = P^T (dP^T - D)
 //        dV += P^T dO, dK += dS^T Q      (RS: dO / Q read MN-major)
 //      dK = scale dK at the end.
-//      (Adding dS K into a float dQ workspace by atomics here instead of pass 3, FlashAttention-3's way, measured
-//      1-3% faster on the H200 at head dim 128 and is not deterministic: not kept.)
+//      (dQ is not added here by float atomics into a workspace, FlashAttention-3's way: atomics make the result
+//      depend on the order of arrival, so dQ has its own deterministic pass; docs/attention.md has the measurement.)
 //   3. flash_bwd_dq_sm90_kernel: a CTA per 128 query rows of a (batch, head), 64 a warpgroup, Q and dO resident;
 //      key tiles of 64 (K and V in a ring of stages):
 //        S = Q K^T, dP = dO V^T (SS);  P = exp2(.. - lse2), dS = P (dP - D);  dQ += dS K (RS, K MN-major)

@@ -7,8 +7,8 @@
 // (in edge tiles too for k-major float operands: rows past M or N read as zeros); element by element with bounds
 // checks otherwise (a partial last K step, any layout or alignment). The operand layouts are template parameters.
 // Layouts as template parameters because run-time layouts made every load a branch; the 16-deep step halves the
-// barriers. The kernel is one CTA an SM (200-250 registers): bounding them to 128 for two spilled and was slower
-// (docs/matmul.md).
+// barriers. The kernel is one CTA an SM (200-250 registers): bounding them to 128 for two CTAs an SM makes it spill
+// (docs/matmul.md has the measurements).
 #pragma once
 #include <cuda_runtime.h>
 

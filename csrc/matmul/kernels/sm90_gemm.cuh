@@ -99,8 +99,7 @@ using fp16 = cutlass::half_t;
 // Raster swizzle and order of the persistent scheduler (tuning knobs, read at every call like the others:
 // TORCH_DNN_SM90_SWIZZLE=1,2,4,8; TORCH_DNN_SM90_RASTER=m|n, default CUTLASS's heuristic). Swizzle 8 is the
 // default: with A and B panels larger than the L2, consecutive tiles then share panels instead of re-reading B
-// from DRAM each wave; it closed the gap to cuBLAS at 16384x16384x4096 and was near the best setting on every other
-// shape (scripts/sweep_sm90.py; docs/matmul.md).
+// from DRAM each wave (scripts/sweep_sm90.py sweeps the settings; docs/matmul.md has the measurements).
 inline int swizzle() {
   const int v = env::get_int("TORCH_DNN_SM90_SWIZZLE", 8);
   return (v == 1 || v == 2 || v == 4 || v == 8) ? v : 8;

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
 
 // LayerNorm's mean and variance come from one block reduction when p.fused_stats is set: each thread's exact
 // (count, mean, M2) over its registers, Chan-merged across the block (one reduction: 2 barriers a row
-// instead of 4, the second reduction's wait was the gap to RMS's speed). Otherwise the exact two-pass: the
+// instead of 4, so LayerNorm waits on no more reductions than RMSNorm). Otherwise the exact two-pass: the
 // mean, then the sum of squared deviations (two block reductions).
 template <typename T, bool RMS, bool SHIFT = false>
 __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {

@@ -12,7 +12,8 @@
 //             item reads its 2 x 2 covering outputs from shared memory and writes the sh x sw inputs it owns.
 // The per-item kernels (pool_fwd_cl2d, pool_bwd_cl_owner) read each input 2.25 times (3x3/2) and each output's
 // 64 index bytes 4 times through L1/L2; these read them once. The ring keeps copies in flight during the compute:
-// a whole band staged in one copy and computed after it was no faster than the per-item kernels (docs/pool.md).
+// a whole band staged in one copy and computed after it would leave the copy and the compute serial (docs/pool.md
+// has the measurements).
 // Sizes inside a slice are 32-bit (the host checks); slice offsets are 64-bit.
 #pragma once
 #include "common/cuda/bulk_copy.cuh"

@@ -1,8 +1,8 @@
 // NCDHW plane-tile kernels for window pooling whose depth window is trivial (2-D and 1-D pooling, 3-D with
 // a 1x1x1-deep window): a block takes a band of rows of one (n, c, d) plane, copies the rows it reads from
 // global memory into shared memory ONCE with coalesced (16-byte when rows allow) loads, then computes from
-// shared memory. This replaces the per-element path (pool.cuh: one output or input per thread, strided
-// loads, windows and divisors recomputed per covering output) for NCDHW:
+// shared memory. For NCDHW they run instead of the per-element path (pool.cuh: one output or input per thread,
+// strided loads, windows and divisors recomputed per covering output):
 //   forward : band of output rows; the input rows it covers are staged (halo rows are read twice, from L2);
 //             every window tap is a shared-memory read, outputs are stored coalesced.
 //   backward: band of input rows; the grad_output rows covering it are staged as float, avg's already
@@ -317,8 +317,9 @@ __global__ void __launch_bounds__(kThreads) pool_fwd_tile_pad(const T* __restric
     }
   };
   // sm_90 (and the host emulation), rows of whole 16-byte vectors: a bulk copy a real row (issued by as many
-  // threads as rows: a few instructions a band-warp instead of dozens a vector; the staging was half the issue
-  // slots), completing on `bar`; the padding (rows outside the input, columns [0, LP) and [LP + W, P)) by stores
+  // threads as rows: a few instructions a band-warp instead of dozens a vector, where staging by vector loads
+  // takes a large share of the issue slots), completing on `bar`; the padding (rows outside the input, columns
+  // [0, LP) and [LP + W, P)) by stores
 #if defined(TORCH_DNN_HAS_BULK_COPY) || defined(TORCH_DNN_EMULATE_CUDA)
   // avg only: it made avg faster and max slower (not profiled; docs/pool.md)
   constexpr bool kBulk = V * sizeof(T) == 16 && OP == Op::Avg;
@@ -709,10 +710,10 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restr
 // writes 2-byte elements and re-derives the covering per input: issue-bound, far below the copy ceiling for avg.
 //
 // Avg with RUN (the default): the band's grad rows are one contiguous run of g, read as 16-byte vectors
-// (stage_run) instead of element by element with 64-bit indices (that loop was half of the kernel's
+// (stage_run) instead of element by element with 64-bit indices (such a loop would be about half of the kernel's
 // instructions). With one divisor for every window (uniform_div > 0: a divisor_override, or no window clipped)
 // the stage holds raw grads and the dx pass multiplies each input's sum once; otherwise each staged grad is
-// divided by its window's size as before.
+// divided by its window's size.
 template <typename T, Op OP, int V, int PW, bool RUN = false>
 __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restrict__ g,
                                                                 const int64_t* __restrict__ ind,
