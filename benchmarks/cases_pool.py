@@ -1,5 +1,5 @@
 """Benchmark cases of the pooling family: max_pool2d 3x3/2 pad 1 and avg_pool2d 3x3/2 on 64x64x112x112 bf16
-(NHWC and NCHW, forward and backward), adaptive_avg_pool2d(1) on 256x2048x7x7 (NHWC; NCHW too unless quick),
+(NHWC and NCHW, forward and backward), adaptive_avg_pool2d(1) on 256x2048x7x7 (NHWC; NCHW too unless quick) and 64x256x56x56 NHWC,
 max_pool3d 3x3x3/2 pad 1 on 8x64x32x56x56 NDHWC (forward and backward) and avg_pool1d 3/2 pad 1 on
 32x512x8192 NCL, against eager and torch.compile. Bytes are the minimum traffic: each input read once, each
 output written once (max pooling's int64 indices included)."""
@@ -142,13 +142,12 @@ def _pool_cases(dtype, layout):
     return out
 
 
-def _adaptive_cases(dtype, layout="NHWC"):
-    """Global average pooling, timed twice: per call (events around each call: on the device's host our op's
-    host time exceeds the 17 us kernel) and as GPU time (CUDA-graph replay), where the A/B row runs too."""
-    shape = (256, 2048, 7, 7)
+def _adaptive_cases(dtype, layout="NHWC", shape=(256, 2048, 7, 7), graphs=(False, True)):
+    """Global average pooling, timed per call (events around each call: on the device's host our op's host time
+    exceeds the 17 us kernel of 256x2048x7x7) and as GPU time (CUDA-graph replay), where the A/B rows run too."""
     es = torch.empty((), dtype=dtype).element_size()
     n_in, n_out = math.prod(shape), shape[0] * shape[1]
-    tag = f"256x2048x7x7 {layout} bf16"
+    tag = f"{'x'.join(map(str, shape))} {layout} bf16"
     eager = lambda x: TF.adaptive_avg_pool2d(x, 1)  # noqa: E731
 
     def bwd_inputs():
@@ -157,7 +156,7 @@ def _adaptive_cases(dtype, layout="NHWC"):
 
     eager_bwd = lambda g, x: aten._adaptive_avg_pool2d_backward(g, x)  # noqa: E731
     out = []
-    for graph in (False, True):
+    for graph in graphs:
         how = " graph" if graph else ""
         # graph rows: also the first kernels, and A/B rows. NCHW forward: the chunked kernel with registers for 8
         # blocks an SM; NHWC: row lanes instead of a thread a column, 8 rows in flight a column instead of 7, the
@@ -237,6 +236,8 @@ def cases(quick: bool = False):
     layouts = ["NHWC"] if quick else ["NHWC", "NCHW"]
     out = [c for lay in layouts for c in _pool_cases(torch.bfloat16, lay)]
     out += [c for lay in layouts for c in _adaptive_cases(torch.bfloat16, lay)]
+    # a squeeze-excite or head pooling on a large map (issue 35's case): memory-bound, its host time hidden
+    out += _adaptive_cases(torch.bfloat16, "NHWC", (64, 256, 56, 56), graphs=(False,))
     out += _rank_cases(torch.bfloat16)
     # the impls take turns (3 rounds): timed one after another, the first of a case ran slower than the same kernel
     # later in the case (avg_pool2d NHWC fwd: torch_dnn 0.0710 ms, its "item" row, the same kernel, 0.0635)
