@@ -58,48 +58,33 @@ bool device_is_sm90(const at::Tensor& like) {
 }
 
 // TORCH_DNN_SM90_TF32 (read at every call): float32 with TF32 allowed takes the Hopper path on operand copies
-// rounded to TF32: =round, the default (both operands rounded: cuBLAS's error, and several times the portable
-// path's speed), =round1 (only an operand that must be copied anyway to become K-major, else the smaller one:
-// ~1.6x cuBLAS's error, one pass less), =off (the portable path).
-// TORCH_DNN_GEMM_PATH=sm90 never takes =off.
-enum class Tf32Mode { Off, Both, One };
-Tf32Mode sm90_tf32_mode(bool forced) {
+// rounded to TF32 (both operands: cuBLAS's error, where wgmma alone would truncate them, and several times the
+// portable path's speed), or =off the portable path. TORCH_DNN_GEMM_PATH=sm90 never takes =off.
+bool sm90_tf32_off(bool forced) {
   const char* s = env::get("TORCH_DNN_SM90_TF32");
-  if (s != nullptr && std::strcmp(s, "round1") == 0) return Tf32Mode::One;
-  if (s != nullptr && std::strcmp(s, "off") == 0 && !forced) return Tf32Mode::Off;
-  return Tf32Mode::Both;
+  return s != nullptr && std::strcmp(s, "off") == 0 && !forced;
 }
 
 // The Hopper TF32 kernel (A and B K-major, batch 1) on TF32-rounded copies (round_to_tf32_2d), which also make
 // an M-major A or N-major B K-major. False, with nothing launched, when the problem does not fit it.
-bool gemm_sm90_tf32_rounded(const GemmArgs& a, Tf32Mode mode, const at::Tensor& like) {
+bool gemm_sm90_tf32_rounded(const GemmArgs& a, const at::Tensor& like) {
   if (a.batch != 1 || a.M <= 0 || a.N <= 0 || a.K <= 0) return false;
   // stored shapes: A is [M][K] (row-major) or [K][M]; B is [N][K] (col_major) or [K][N]
   const bool a_t = a.A.col_major, b_t = !a.B.col_major;  // must be transposed to become K-major
-  const bool a_dense = !a_t && a.A.ld == a.K, b_dense = !b_t && a.B.ld == a.K;
-  bool round_a = true, round_b = true;
-  if (mode == Tf32Mode::One) {
-    round_a = a_t || !a_dense;
-    round_b = b_t || !b_dense;
-    if (!round_a && !round_b) (a.M <= a.N ? round_a : round_b) = true;
-  }
   const int64_t a_rows = a_t ? a.K : a.M, b_rows = b_t ? a.K : a.N;  // stored rows of each source
-  if ((round_a && (a_rows + 31) / 32 > 65535) || (round_b && (b_rows + 31) / 32 > 65535)) return false;
+  if ((a_rows + 31) / 32 > 65535 || (b_rows + 31) / 32 > 65535) return false;
   const auto fopt = like.options().dtype(at::kFloat);
-  at::Tensor ca = round_a ? at::empty({a.M * a.K}, fopt) : at::Tensor();
-  at::Tensor cb = round_b ? at::empty({a.N * a.K}, fopt) : at::Tensor();
+  at::Tensor ca = at::empty({a.M * a.K}, fopt), cb = at::empty({a.N * a.K}, fopt);
   GemmArgs r = a;
   r.tf32_rounded = true;
-  if (round_a) r.A = MatrixRef{ca.data_ptr(), a.K, 0, false};
-  if (round_b) r.B = MatrixRef{cb.data_ptr(), a.K, 0, true};
+  r.A = MatrixRef{ca.data_ptr(), a.K, 0, false};
+  r.B = MatrixRef{cb.data_ptr(), a.K, 0, true};
   const Sm90Plan plan = gemm_sm90_plan(r);
   if (!plan.ok()) return false;
-  if (round_a)
-    TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.A.ptr), a.A.ld, a_rows, a_t ? a.M : a.K, a_t,
-                                     ca.data_ptr<float>(), current_stream()));
-  if (round_b)
-    TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.B.ptr), a.B.ld, b_rows, b_t ? a.N : a.K, b_t,
-                                     cb.data_ptr<float>(), current_stream()));
+  TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.A.ptr), a.A.ld, a_rows, a_t ? a.M : a.K, a_t,
+                                   ca.data_ptr<float>(), current_stream()));
+  TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.B.ptr), a.B.ld, b_rows, b_t ? a.N : a.K, b_t,
+                                   cb.data_ptr<float>(), current_stream()));
   CallWorkspace ws(like);
   const cudaError_t err = gemm_sm90(r, plan, ws.source(), current_stream());
   TORCH_CHECK(err == cudaSuccess, "torch_dnn: the sm90 TF32 GEMM failed: ", cudaGetErrorString(err));
@@ -122,8 +107,7 @@ struct CudaBackend {
     const Sm90Plan plan = sm90 ? gemm_sm90_plan(a) : Sm90Plan{};
     if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a, plan.skinny))) {
       if (a.dtype == DType::Float32 && a.allow_tf32 && sm90) {
-        const Tf32Mode mode = sm90_tf32_mode(path == Path::Sm90);
-        if (mode != Tf32Mode::Off && gemm_sm90_tf32_rounded(a, mode, like)) return;
+        if (!sm90_tf32_off(path == Path::Sm90) && gemm_sm90_tf32_rounded(a, like)) return;
       }
       const bool ok = plan.ok();
       TORCH_CHECK(ok || path != Path::Sm90,
