@@ -95,6 +95,7 @@ FIXED = [
     ("lp_pool", 2, (2, 16, 9, 10), "channels_last", dict(norm=2, k=3, s=2, ceil=True)),
     ("lp_pool", 3, (2, 3, 5, 6, 7), "contiguous", dict(norm=1, k=2, s=2)),
     ("adaptive_avg_pool", 2, (4, 64, 7, 7), "channels_last", dict(out=1)),         # global, vectors
+    ("adaptive_avg_pool", 2, (1, 64, 30, 30), "channels_last", dict(out=1)),       # global, row lanes, groups cut to 4
     ("adaptive_avg_pool", 2, (4, 6, 7, 7), "channels_last", dict(out=1)),          # global, one channel a thread
     ("adaptive_avg_pool", 2, (3, 5, 7, 7), "contiguous", dict(out=1)),             # global, warp per plane
     ("adaptive_avg_pool", 2, (2, 4, 16, 16), "contiguous", dict(out=1)),           # global, vectors per plane

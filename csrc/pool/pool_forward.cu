@@ -154,9 +154,7 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
           else launch(global_avg_cl_col<T, VV, 7>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
           return;
         }
-        // channel groups per block: up to 32 (a warp along C), fewer when C is small, so rows get more lanes
-        int groups = 32;
-        while (groups > 1 && groups / 2 >= G) groups /= 2;
+        const int groups = global_cl_groups(s.N, G);
         const int64_t blocks = s.N * ((G + groups - 1) / groups);
         // rows in flight a lane: 4 (TORCH_DNN_POOL_GLOBAL_U=8 for A/B runs: 128 registers, slower)
         if (env::get_int("TORCH_DNN_POOL_GLOBAL_U", 4) == 8)

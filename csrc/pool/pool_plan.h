@@ -27,6 +27,17 @@ inline bool global_cl_columns(int64_t columns) {
   return env::choice("TORCH_DNN_POOL_GLOBAL_CL", "col", "lanes", columns >= int64_t(sm_count()) * 192);
 }
 
+// The row-lanes kernel's channel groups a block (global_avg_cl: 256 / groups row lanes a block, N x ceil(G / groups)
+// blocks for G channel vectors): up to 32 (a warp along C), fewer when C is small so that rows get more lanes, and
+// fewer while the blocks would not fill the SMs twice over (a large map with few channels, e.g. 64 x 256 channels at
+// 56 x 56: 64 blocks of 32 groups left half the SMs idle). At least 4 groups: a warp's row segments stay 64 bytes.
+inline int global_cl_groups(int64_t N, int64_t G) {
+  int groups = 32;
+  while (groups > 1 && groups / 2 >= G) groups /= 2;
+  while (groups > 4 && N * ((G + groups - 1) / groups) < 2 * int64_t(sm_count())) groups /= 2;
+  return groups;
+}
+
 // How the channels-last column kernels split a column index into (n, channel vector): by a multiply-high where the
 // columns are under 2^31 (a thread's first loads wait on this division; TORCH_DNN_POOL_GLOBAL_FASTDIV=0: by the
 // 32-bit division, for A/B runs), else by the 64-bit one.
