@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from torch_dnn.testing import check_against_torch, compare, random_like_case
+from torch_dnn.testing import KINKS, check_against_torch, compare, grad_off_kinks, random_like_case  # noqa: F401
 
 CUDA = torch.cuda.is_available()
 
@@ -61,25 +61,6 @@ def make_input(shape, dtype, device, layout="contiguous", low=-4.0, high=4.0) ->
 
 
 LAYOUTS = ["contiguous", "transposed", "strided", "offset", "channels_last", "expanded"]
-
-
-# Where activations' derivatives jump. A pre-activation whose exact value and its 16-bit rounding (ours or PyTorch's,
-# or a backward's recomputation from rounded pieces) lie on different sides of a jump moves a whole row of d_input
-# by the jump: which side's rounding met the larger upstream gradient then decides the error ratio. Tests of fused
-# epilogues give those few outputs a zero upstream gradient (grad_off_kinks).
-KINKS = {"relu": (0.0,), "leaky_relu": (0.0,), "relu6": (0.0, 6.0), "hardswish": (-3.0, 3.0),
-         "hardsigmoid": (-3.0, 3.0)}
-
-
-def grad_off_kinks(pre, act, dtype, margin):
-    """A random upstream gradient in `dtype` on pre's device, zero where the exact pre-activation `pre` (float64)
-    lies within margin(k) of one of act's derivative jumps k (KINKS); None for activations without one."""
-    if act not in KINKS:
-        return None
-    g = random_like_case(pre.shape, dtype, pre.device, low=-1, high=1)
-    for k in KINKS[act]:
-        g[(pre - k).abs() <= margin(k)] = 0
-    return g
 
 
 def in_layout(t, layout):
