@@ -452,9 +452,9 @@ bool launch_band_fwd(const T* x, T* y, int64_t* ind, const PoolShape& s, cudaStr
         env::is("TORCH_DNN_POOL_CL_FWD", "item") || env::is("TORCH_DNN_POOL_CL_FWD", "taps"))
       return false;
     BandArgs a = band_shape(s, V);
-    // avg at stride 2 along H: two output rows a step (TORCH_DNN_POOL_BAND_PAIR=0: one, for A/B runs)
+    // avg at stride 2 along H: two output rows a step (one a step measured slower; docs/pool.md)
     constexpr bool kPairable = OP == Op::Avg && KH > 2;
-    const bool pair = kPairable && a.sh == 2 && !env::is("TORCH_DNN_POOL_BAND_PAIR", "0");
+    const bool pair = kPairable && a.sh == 2;
     const int64_t row_bytes = int64_t(a.W) * a.C * int64_t(sizeof(T));
     // 7 rows of 14 KB: 2 blocks an SM
     if (!set_slots(a, row_bytes, band_budget(100), pair ? KH + 2 : KH, a.H)) return false;
