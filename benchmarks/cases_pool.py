@@ -108,10 +108,9 @@ def _pool_cases(dtype, layout):
         "eager": eager_avg,
         "compile": torch.compile(eager_avg, dynamic=False),
     }
-    if layout == "NHWC":  # also the bands and the 64-bit taps kernel
+    if layout == "NHWC":  # also the bands
         ours = avg_fwd_graph["torch_dnn"]
         avg_fwd_graph["torch_dnn band"] = with_env(ours, TORCH_DNN_POOL_CL_BAND="1")
-        avg_fwd_graph["torch_dnn tapswide"] = with_env(ours, TORCH_DNN_POOL_CL_FWD="taps", TORCH_DNN_POOL_CL2D="wide")
     else:
         avg_fwd_graph = _variant(avg_fwd_graph, "TORCH_DNN_POOL_PAD_STRIP", "0", "torch_dnn nostrip")
     out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag} graph", max_inputs, avg_fwd_graph,

@@ -109,10 +109,12 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
                    kThreads, stream, xp, yp, ind, a);
             return;
           }
-          const Args<4> a = cl_args(s, v.value, out);
-          launch(pool_fwd_cl2d<T, OP, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream,
-                 xp, yp, ind, a, uniform_div);
-          return;
+          if constexpr (OP == Op::Max) {  // (avg takes the taps only where the 32-bit kernel applies)
+            const Args<4> a = cl_args(s, v.value, out);
+            launch(pool_fwd_cl2d<T, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream, xp,
+                   yp, ind, a);
+            return;
+          }
         }
       }
       if constexpr (cl.value) {

@@ -193,10 +193,10 @@ inline OwnerArgs owner_args(const PoolShape& s, int V, int strip = 1) {
 
 // Channels-last 2-D forward: the taps kernels (all taps' loads in flight: pool_fwd_cl2d32 below 2^31 elements,
 // else pool_fwd_cl2d) or the row-at-a-time kernel (pool.cuh). taps_default: max pooling, and avg pooling where
-// pool_fwd_cl2d32 applies (for avg the 64-bit taps kernel's 2 blocks/SM bound costs more than the taps win;
-// docs/pool.md). TORCH_DNN_POOL_CL_FWD=item / =taps forces one kernel for both.
+// pool_fwd_cl2d32 applies (for avg the 64-bit taps kernel's 2 blocks/SM bound cost more than the taps win;
+// docs/pool.md). TORCH_DNN_POOL_CL_FWD=item forces the row-at-a-time kernel for both.
 inline bool cl_fwd_taps(bool taps_default) {
-  return env::choice("TORCH_DNN_POOL_CL_FWD", "taps", "item", taps_default);
+  return taps_default && !env::is("TORCH_DNN_POOL_CL_FWD", "item");
 }
 
 
