@@ -56,8 +56,6 @@ _TAKE_TURNS = {"rounds": 4, "warmup_ms": 150.0}
 def _gemm_case(m, n, k, dtype, group, tf32=False):
     mm = (lambda a, b: ops.mm(a, b, allow_tf32=True)) if tf32 else (lambda a, b: ops.mm(a, b))
     impls = _ours(mm)
-    if tf32 and "sm90" in gemm_paths():  # the Hopper TF32 kernel's other tile
-        impls["torch_dnn sm90 tf32 128x128"] = with_env(mm, TORCH_DNN_SM90_TF32_TILE="mid")
     impls["cuBLAS (torch.mm)"] = _with_tf32(torch.mm) if tf32 else torch.mm
     es = torch.empty((), dtype=dtype).element_size()
     return Case("matmul", f"mm {m}x{n}x{k} {dtype_tag(dtype)}{' tf32' if tf32 else ''}",

@@ -46,12 +46,10 @@ def _pool_cases(dtype, layout):
     else:
         # NHWC: the row bands (pool_band.cuh) against the per-item kernels (the defaults: pool_fwd_cl2d32 for the
         # forwards, pool_bwd_cl_k3_strip for the backwards; TORCH_DNN_POOL_CL_BAND=1 forces the bands), also with 256
-        # threads a block instead of 512; avg forward: the bands one output row a step (TORCH_DNN_POOL_BAND_PAIR=0)
-        def var(d, avg_fwd=False):
+        # threads a block instead of 512
+        def var(d):
             d = _variant(d, "TORCH_DNN_POOL_CL_BAND", "1", "torch_dnn band")
             d["torch_dnn band256"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_CL_BAND="1", TORCH_DNN_POOL_BAND_THREADS="256")
-            if avg_fwd:
-                d["torch_dnn nopair"] = with_env(d["torch_dnn"], TORCH_DNN_POOL_CL_BAND="1", TORCH_DNN_POOL_BAND_PAIR="0")
             return d
         var_bwd = var
 
@@ -77,17 +75,15 @@ def _pool_cases(dtype, layout):
     out.append(Case("pool", f"max_pool2d 3x3/2 fwd {tag}", max_inputs, max_fwd_var,
                     bytes=n_in * es + n_out * (es + 8), target=">=90% copy", group=group))
     eager_max_bwd = lambda g, x, i: aten.max_pool2d_with_indices_backward(g, x, K, S, P, (1, 1), False, i)  # noqa: E731
-    # NHWC backward: also the owner items testing every covering output (TORCH_DNN_POOL_CL_BWD_K3=0), and the fixed
-    # covering by one owner an item (TORCH_DNN_POOL_CL_BWD_STRIP=1) or by strips of other lengths (default: max 2,
-    # avg 4)
-    def nok3(d):
+    # NHWC backward: also the fixed covering by one owner an item (TORCH_DNN_POOL_CL_BWD_STRIP=1) or by strips of
+    # other lengths (default: max 2, avg 4)
+    def strips(d):
         if layout != "NHWC":
             return d
-        d = _variant(d, "TORCH_DNN_POOL_CL_BWD_K3", "0", "torch_dnn nok3")
         for rows in ("1", "2", "4", "8"):
             d = _variant(d, "TORCH_DNN_POOL_CL_BWD_STRIP", rows, f"torch_dnn strip{rows}")
         return d
-    out.append(Case("pool", f"max_pool2d 3x3/2 bwd {tag}", max_bwd_inputs, nok3(var_bwd({
+    out.append(Case("pool", f"max_pool2d 3x3/2 bwd {tag}", max_bwd_inputs, strips(var_bwd({
         "torch_dnn": lambda g, x, i: ops.max_pool2d_backward(g, x, i, K, S, P, (1, 1), False),
         "eager": eager_max_bwd,
         "compile": torch.compile(eager_max_bwd, dynamic=False),
@@ -102,10 +98,7 @@ def _pool_cases(dtype, layout):
         "eager": eager_avg,
         "compile": torch.compile(eager_avg, dynamic=False),
     }
-    # avg A/B rows: every window's divisor worked out (TORCH_DNN_POOL_AVG_UNIFORM=0) against the one divisor of
-    # these unclipped windows; NCHW backward also with g staged element by element (TORCH_DNN_POOL_NC_BWD_STAGE)
-    nouniform = lambda d: _variant(d, "TORCH_DNN_POOL_AVG_UNIFORM", "0", "torch_dnn nouniform")  # noqa: E731
-    avg_fwd_var = var(avg_fwd_impls, avg_fwd=True) if layout == "NHWC" else var(avg_fwd_impls)
+    avg_fwd_var = var(avg_fwd_impls)
     out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag}", max_inputs, avg_fwd_var, bytes=(n_in + n_out_a) * es,
                     target=">=90% copy", group=group))
     # the same as GPU time (CUDA-graph replay): per call, the ~0.05 ms kernel is within reach of a call's host time
@@ -115,11 +108,9 @@ def _pool_cases(dtype, layout):
         "eager": eager_avg,
         "compile": torch.compile(eager_avg, dynamic=False),
     }
-    if layout == "NHWC":  # also the bands (two and one output rows a step) and the 64-bit taps kernel
+    if layout == "NHWC":  # also the bands
         ours = avg_fwd_graph["torch_dnn"]
         avg_fwd_graph["torch_dnn band"] = with_env(ours, TORCH_DNN_POOL_CL_BAND="1")
-        avg_fwd_graph["torch_dnn nopair"] = with_env(ours, TORCH_DNN_POOL_CL_BAND="1", TORCH_DNN_POOL_BAND_PAIR="0")
-        avg_fwd_graph["torch_dnn tapswide"] = with_env(ours, TORCH_DNN_POOL_CL_FWD="taps", TORCH_DNN_POOL_CL2D="wide")
     else:
         avg_fwd_graph = _variant(avg_fwd_graph, "TORCH_DNN_POOL_PAD_STRIP", "0", "torch_dnn nostrip")
     out.append(Case("pool", f"avg_pool2d 3x3/2 fwd {tag} graph", max_inputs, avg_fwd_graph,
@@ -130,13 +121,11 @@ def _pool_cases(dtype, layout):
         return torch.randn_like(TF.avg_pool2d(x, K, S)), x
 
     eager_avg_bwd = lambda g, x: aten.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None)  # noqa: E731
-    avg_bwd_var = nok3(nouniform(var_bwd({
+    avg_bwd_var = strips(var_bwd({
         "torch_dnn": lambda g, x: ops.avg_pool2d_backward(g, x, K, S, (0, 0), False, True, None),
         "eager": eager_avg_bwd,
         "compile": torch.compile(eager_avg_bwd, dynamic=False),
-    })))
-    if layout == "NCHW":
-        avg_bwd_var = _variant(avg_bwd_var, "TORCH_DNN_POOL_NC_BWD_STAGE", "element", "torch_dnn element")
+    }))
     out.append(Case("pool", f"avg_pool2d 3x3/2 bwd {tag}", avg_bwd_inputs, avg_bwd_var, bytes=(n_in + n_out_a) * es,
                     target=">=90% copy", group=group))
     return out
@@ -158,24 +147,15 @@ def _adaptive_cases(dtype, layout="NHWC", shape=(256, 2048, 7, 7), graphs=(False
     out = []
     for graph in graphs:
         how = " graph" if graph else ""
-        # graph rows: also the first kernels, and A/B rows. NCHW forward: the chunked kernel with registers for 8
-        # blocks an SM; NHWC: row lanes instead of a thread a column, 8 rows in flight a column instead of 7, the
-        # column split by the 32-bit division instead of a multiply-high; both forwards: P a runtime value (7x7 is
-        # compiled in)
-        def knob(name, value, label):
-            return lambda d: _variant(d, name, value, label)
+        # graph rows: also the A/B rows. NHWC: row lanes instead of a thread a column, the column split by the
+        # 32-bit division instead of a multiply-high
+        def ab(d):
+            if graph and layout == "NHWC":
+                d = _variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes")
+                d = _variant(d, "TORCH_DNN_POOL_GLOBAL_FASTDIV", "0", "torch_dnn div32")
+            return d
 
-        runtime_p = knob("TORCH_DNN_POOL_GLOBAL_STATIC", "0", "torch_dnn runtime P")
-        minb8 = knob("TORCH_DNN_POOL_GLOBAL_MINB", "8", "torch_dnn minb8")
-        lanes = knob("TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes")
-        col8 = knob("TORCH_DNN_POOL_GLOBAL_COL_U", "8", "torch_dnn col8")
-        div32 = knob("TORCH_DNN_POOL_GLOBAL_FASTDIV", "0", "torch_dnn div32")
-        ab_fwd = ab_bwd = lambda d: d  # noqa: E731
-        if graph and layout == "NCHW":
-            ab_fwd = lambda d: runtime_p(minb8(d))  # noqa: E731
-        elif graph:
-            ab_fwd = lambda d: div32(runtime_p(col8(lanes(d))))  # noqa: E731
-            ab_bwd = lambda d: div32(lanes(d))  # noqa: E731
+        ab_fwd = ab_bwd = ab
         out.append(Case("pool", f"adaptive_avg_pool2d(1) fwd {tag}{how}", lambda: (rand_cuda(shape, dtype, layout),), ab_fwd({
             "torch_dnn": lambda x: F.adaptive_avg_pool2d(x, 1),
             "eager": eager,

@@ -213,21 +213,14 @@ def assert_model_matches_native(ours, native, x, *, name: str):
 # The pooling family's variant knobs ("NAME=value[,NAME=value]"): the old and alternative kernels kept for A/B
 # measurements (csrc/pool), each run by test_pool.py on the GPU and test_pool_emulation.py on the CPU.
 POOL_VARIANTS = ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather", "TORCH_DNN_POOL_CL_BWD=item",
-                 "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_CL_FWD=taps",
-                 "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_PAD_PAIR=0",
+                 "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_PAD_PAIR=0",
                  "TORCH_DNN_POOL_PAD_KB=4", "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_CL_BAND=1",
                  "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_KB=16",
                  "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SEGMENTS=3",
                  "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_SLOTS=1",
-                 "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256",
-                 "TORCH_DNN_POOL_GLOBAL_PB=64", "TORCH_DNN_POOL_GLOBAL_U=8", "TORCH_DNN_POOL_PAD_STRIP=0",
-                 "TORCH_DNN_POOL_NC_BWD_STAGE=element", "TORCH_DNN_POOL_AVG_UNIFORM=0",
-                 "TORCH_DNN_POOL_CL_BWD_K3=0", "TORCH_DNN_POOL_CL_BWD_STRIP=1", "TORCH_DNN_POOL_CL_BWD_STRIP=3",
-                 "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_PAIR=0", "TORCH_DNN_POOL_CL2D=wide",
-                 "TORCH_DNN_POOL_CL_FWD=taps,TORCH_DNN_POOL_CL2D=wide", "TORCH_DNN_POOL_GLOBAL_CL=col",
-                 "TORCH_DNN_POOL_GLOBAL_CL=col,TORCH_DNN_POOL_GLOBAL_COL_U=4", "TORCH_DNN_POOL_GLOBAL_CL=lanes",
-                 "TORCH_DNN_POOL_GLOBAL_CL=col,TORCH_DNN_POOL_GLOBAL_COL_U=8", "TORCH_DNN_POOL_GLOBAL_MINB=8",
-                 "TORCH_DNN_POOL_GLOBAL_STATIC=0", "TORCH_DNN_POOL_GLOBAL_FASTDIV=0"]
+                 "TORCH_DNN_POOL_CL_BAND=1,TORCH_DNN_POOL_BAND_THREADS=256", "TORCH_DNN_POOL_PAD_STRIP=0",
+                 "TORCH_DNN_POOL_CL_BWD_STRIP=1", "TORCH_DNN_POOL_CL_BWD_STRIP=3", "TORCH_DNN_POOL_CL2D=wide",
+                 "TORCH_DNN_POOL_GLOBAL_CL=col", "TORCH_DNN_POOL_GLOBAL_CL=lanes", "TORCH_DNN_POOL_GLOBAL_FASTDIV=0"]
 
 
 def set_variant(monkeypatch, variant: str):

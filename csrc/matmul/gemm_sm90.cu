@@ -47,7 +47,8 @@ template <class T> using TtBig = Sm90Gemm<T, ColM, RowM, T, Big, C21, Persistent
 // thousands): stream-K spreads K over every SM, its partial tiles summed in a fixed order.
 template <class T> using TtStreamK = Sm90Gemm<T, ColM, RowM, T, Mid, C11, StreamK, false>;
 using Tf32Big = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Mid32, C21, Persistent>;
-// The wide TF32 tile without the preact store (its smem goes to mainloop stages): the default (prefer_tf32_wide).
+// The wide TF32 tile without the preact store (its smem goes to mainloop stages): the TF32 tile of every problem that
+// stores no preact (it measured faster than 128x128x32 on the rounded copies; docs/matmul.md).
 using Tf32Wide = Sm90Gemm<cutlass::tfloat32_t, RowM, ColM, float, Shape<_128, _256, _32>, C21, Persistent, false>;
 
 // ---- TMA rules --------------------------------------------------------------------------------------------
@@ -81,12 +82,6 @@ bool skinny_enabled() {
   return !env::is("TORCH_DNN_SM90_SKINNY", "0");
 }
 
-// TF32 tile: 128x256x32 unless TORCH_DNN_SM90_TF32_TILE=mid (the wider tile measured faster on rounded copies;
-// docs/matmul.md). Problems that store preact keep 128x128x32.
-bool prefer_tf32_wide() {
-  return !env::is("TORCH_DNN_SM90_TF32_TILE", "mid");
-}
-
 // A d_weight's K splits on 128x128 tiles. CUTLASS's deterministic fixup is a turnstile: a tile's splits add their
 // partials into the workspace one after another, so the chain grows with the splits while each split's MMAs
 // shrink: 2 or 4 splits (the power of two that fills the SMs at most once), each at least 4 K-tiles; odd counts
@@ -105,7 +100,7 @@ Kind choose(const GemmArgs& a, int& splits) {
   if (!layout_of(a, &l)) return Kind::None;
   if (a.dtype == DType::Float32) {
     if (!a.allow_tf32 || l != Layout::TN) return Kind::None;
-    return (!a.preact && prefer_tf32_wide()) ? Kind::Tf32Wide : Kind::Tf32;
+    return a.preact ? Kind::Tf32 : Kind::Tf32Wide;  // 128x256x32; problems that store preact keep 128x128x32
   }
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return Kind::None;
   if (l == Layout::NN) return a.preact ? Kind::None : Kind::NnBig;

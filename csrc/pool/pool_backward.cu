@@ -38,12 +38,8 @@ bool launch_tile_bwd(DType t, const void* g, const int64_t* ind, void* dx, const
         const FastDivmod32 by_ow(uint32_t(a.OW));
         auto go = [&](auto pw) {
           constexpr int PW = decltype(pw)::value;
-          if (OP == Op::Avg && !k3s2_element_staging())
-            launch_smem(pool_bwd_tile_k3s2<T, OP, V, PW, OP == Op::Avg>, grid_for(a.tiles, 1), kThreads, smem,
-                        stream, gp, ind, dxp, a, n_cols, uniform_div, by_ow);
-          else
-            launch_smem(pool_bwd_tile_k3s2<T, OP, V, PW>, grid_for(a.tiles, 1), kThreads, smem, stream, gp, ind,
-                        dxp, a, n_cols, uniform_div, by_ow);
+          launch_smem(pool_bwd_tile_k3s2<T, OP, V, PW>, grid_for(a.tiles, 1), kThreads, smem, stream, gp, ind, dxp,
+                      a, n_cols, uniform_div, by_ow);
         };
         if (a.pw == 1) go(int_c<1>{});
         else go(int_c<0>{});

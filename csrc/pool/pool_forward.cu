@@ -109,10 +109,12 @@ void launch_windows(DType t, const void* x, void* y, int64_t* ind, const PoolSha
                    kThreads, stream, xp, yp, ind, a);
             return;
           }
-          const Args<4> a = cl_args(s, v.value, out);
-          launch(pool_fwd_cl2d<T, OP, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream,
-                 xp, yp, ind, a, uniform_div);
-          return;
+          if constexpr (OP == Op::Max) {  // (avg takes the taps only where the 32-bit kernel applies)
+            const Args<4> a = cl_args(s, v.value, out);
+            launch(pool_fwd_cl2d<T, v.value, kh.value, kw.value>, grid_for(a.items, kThreads), kThreads, stream, xp,
+                   yp, ind, a);
+            return;
+          }
         }
       }
       if constexpr (cl.value) {
@@ -142,25 +144,19 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         constexpr int VV = decltype(vec)::value;
         const int64_t G = s.C / VV;
         if (global_cl_columns(s.N * G) && G < (int64_t(1) << 31)) {  // a thread a column
-          // rows in flight a thread: 7, the fastest measured (TORCH_DNN_POOL_GLOBAL_COL_U=4 / 8 for A/B runs)
-          const int u = env::get_int("TORCH_DNN_POOL_GLOBAL_COL_U", 7);
+          // rows in flight a thread: 7, the fastest of 4, 7 and 8 measured (docs/pool.md)
           const unsigned grid = grid_for(s.N * G, kThreads);
           const FastDivmod32 by_g{uint32_t(G)};
           const ColumnDiv div = column_div(s.N * G);
-          if (u == 7 && global_static_p(P))
-            launch(global_avg_cl_col<T, VV, 7, kStaticP>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
-          else if (u == 4) launch(global_avg_cl_col<T, VV, 4>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
-          else if (u == 8) launch(global_avg_cl_col<T, VV, 8>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
-          else launch(global_avg_cl_col<T, VV, 7>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
+          if (global_static_p(P))
+            launch(global_avg_cl_col<T, VV, kStaticP>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
+          else launch(global_avg_cl_col<T, VV>, grid, kThreads, stream, xp, yp, s.N, P, by_g, div);
           return;
         }
         const int groups = global_cl_groups(s.N, G);
         const int64_t blocks = s.N * ((G + groups - 1) / groups);
-        // rows in flight a lane: 4 (TORCH_DNN_POOL_GLOBAL_U=8 for A/B runs: 128 registers, slower)
-        if (env::get_int("TORCH_DNN_POOL_GLOBAL_U", 4) == 8)
-          launch(global_avg_cl<T, VV, 8>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
-        else
-          launch(global_avg_cl<T, VV, 4>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
+        // rows in flight a lane: 4 (8 took 128 registers and measured slower; docs/pool.md)
+        launch(global_avg_cl<T, VV>, grid_for(blocks, 1, 4, 4), kThreads, stream, xp, yp, s.N, P, s.C, groups);
       };
       if (s.C % V == 0 && aligned) run(std::integral_constant<int, V>{});
       else run(std::integral_constant<int, 1>{});
@@ -171,25 +167,20 @@ void launch_global_avg(DType t, const void* x, void* y, const PoolShape& s, cuda
         constexpr int PB = decltype(pb)::value;
         const size_t smem = size_t(PB) * P * sizeof(T);
         const unsigned grid = grid_for((planes + PB - 1) / PB, 1);
-        // registers unbounded (48 at 7x7 bf16: 5 blocks an SM); TORCH_DNN_POOL_GLOBAL_MINB=8 asks for 8 (32
-        // registers), which measured no faster (docs/pool.md)
-        const bool minb8 = env::get_int("TORCH_DNN_POOL_GLOBAL_MINB", 1) == 8;
+        // registers unbounded (48 at 7x7 bf16: 5 blocks an SM; held to 32 for 8 blocks it measured no faster,
+        // docs/pool.md)
         if (!aligned16(x))
-          launch_smem(global_avg_nc_chunk<T, 1, PB, 1>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
-        else if (global_static_p(P) && !minb8)
-          launch_smem(global_avg_nc_chunk<T, V, PB, 1, kStaticP>, grid, kThreads, smem, stream, xp, yp, planes,
+          launch_smem(global_avg_nc_chunk<T, 1, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+        else if (global_static_p(P))
+          launch_smem(global_avg_nc_chunk<T, V, PB, kStaticP>, grid, kThreads, smem, stream, xp, yp, planes,
                       int(P));
-        else if (minb8)
-          launch_smem(global_avg_nc_chunk<T, V, PB, 8>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
         else
-          launch_smem(global_avg_nc_chunk<T, V, PB, 1>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
+          launch_smem(global_avg_nc_chunk<T, V, PB>, grid, kThreads, smem, stream, xp, yp, planes, int(P));
       };
-      // planes a block: 128 where they fit, else 64, else 16 (TORCH_DNN_POOL_GLOBAL_PB=64 / 16 caps it, for A/B
-      // runs; docs/pool.md)
+      // planes a block: 128 where they fit, else 64, else 16 (docs/pool.md)
       const int64_t plane_bytes = P * int64_t(sizeof(T));  // the chunk is held as loaded (run's smem)
-      const int want = env::get_int("TORCH_DNN_POOL_GLOBAL_PB", 128);
-      if (want >= 128 && plane_bytes * 128 <= kTileSmem) run(int_c<128>{});
-      else if (want >= 64 && plane_bytes * 64 <= kTileSmem) run(int_c<64>{});
+      if (plane_bytes * 128 <= kTileSmem) run(int_c<128>{});
+      else if (plane_bytes * 64 <= kTileSmem) run(int_c<64>{});
       else run(int_c<16>{});
     } else {
       const int64_t planes = s.N * s.C;

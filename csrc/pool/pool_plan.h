@@ -50,9 +50,9 @@ inline ColumnDiv column_div(int64_t columns) {
 // The one volume the global-average kernels also take as a compile-time constant: 7x7, the last feature map of
 // ImageNet CNNs at 224 (ResNet, RegNet, EfficientNet, ...). With P known the row loop's trip count, predicates
 // and addresses fold, which gave the channels-last column kernel its last percent to the target (NCHW's chunk
-// kernel: within noise; docs/pool.md). TORCH_DNN_POOL_GLOBAL_STATIC=0: runtime P everywhere.
+// kernel: within noise; docs/pool.md).
 constexpr int kStaticP = 49;
-inline bool global_static_p(int64_t P) { return P == kStaticP && !env::is("TORCH_DNN_POOL_GLOBAL_STATIC", "0"); }
+inline bool global_static_p(int64_t P) { return P == kStaticP; }
 
 // The NCDHW backward's kernel choice, TORCH_DNN_POOL_NC_BWD: unset, pool_bwd_tile_k3s2 for 3x3/2 windows and
 // the owner blocks where they apply; =owner, the owner blocks for 3x3/2 windows too; =gather, the per-input
@@ -64,24 +64,11 @@ inline NcBwd nc_bwd_choice() {
   return NcBwd::Auto;
 }
 
-// TORCH_DNN_POOL_NC_BWD_STAGE=element: pool_bwd_tile_k3s2's avg stages g element by element instead of as 16-byte
-// runs (the baseline for A/B runs; docs/pool.md).
-inline bool k3s2_element_staging() {
-  return env::is("TORCH_DNN_POOL_NC_BWD_STAGE", "element");
-}
-
-// TORCH_DNN_POOL_AVG_UNIFORM=0: the avg kernels below work out every window's divisor even where all windows share
-// one (A/B runs).
-inline bool avg_uniform_off() {
-  return env::is("TORCH_DNN_POOL_AVG_UNIFORM", "0");
-}
-
 // avg pooling's one divisor for every window of s along H and W (the depth window is trivial where this is
 // asked), or 0 where the windows' divisors differ. Along an axis a window is clipped at its start only where it begins in
 // the padding (the first windows) and at its end only past a bound its end grows towards (the last windows), so
 // every window has the full size exactly when the first and the last do.
 inline int uniform_avg_divisor(const PoolShape& s) {
-  if (avg_uniform_off()) return 0;
   if (s.divisor_override) return int(s.divisor_override);
   const Axis &h = s.ax[1], &w = s.ax[2];
   if (h.out < 1 || w.out < 1) return 0;
@@ -175,12 +162,11 @@ inline bool owner_applies(const PoolShape& s) {
   return s.ax[1].in * s.ax[2].in < lim && s.ax[0].in < lim;
 }
 
-// pool_bwd_cl_owner's fixed covering applies: 3x3 windows, stride 2, dilation 1 along H and W (and not turned off
-// by TORCH_DNN_POOL_CL_BWD_K3=0, for A/B runs).
+// pool_bwd_cl_owner's fixed covering applies: 3x3 windows, stride 2, dilation 1 along H and W.
 inline bool owner_k3(const PoolShape& s) {
   for (int i = 1; i < 3; ++i)
     if (s.ax[i].k != 3 || s.ax[i].s != 2 || s.ax[i].d != 1) return false;
-  return !env::is("TORCH_DNN_POOL_CL_BWD_K3", "0");
+  return true;
 }
 
 // TORCH_DNN_POOL_CL_BWD=item: the per-input channels-last gather (pool.cuh) instead of the owner blocks.
@@ -218,10 +204,10 @@ inline OwnerArgs owner_args(const PoolShape& s, int V, int strip = 1) {
 
 // Channels-last 2-D forward: the taps kernels (all taps' loads in flight: pool_fwd_cl2d32 below 2^31 elements,
 // else pool_fwd_cl2d) or the row-at-a-time kernel (pool.cuh). taps_default: max pooling, and avg pooling where
-// pool_fwd_cl2d32 applies (for avg the 64-bit taps kernel's 2 blocks/SM bound costs more than the taps win;
-// docs/pool.md). TORCH_DNN_POOL_CL_FWD=item / =taps forces one kernel for both.
+// pool_fwd_cl2d32 applies (for avg the 64-bit taps kernel's 2 blocks/SM bound cost more than the taps win;
+// docs/pool.md). TORCH_DNN_POOL_CL_FWD=item forces the row-at-a-time kernel for both.
 inline bool cl_fwd_taps(bool taps_default) {
-  return env::choice("TORCH_DNN_POOL_CL_FWD", "taps", "item", taps_default);
+  return taps_default && !env::is("TORCH_DNN_POOL_CL_FWD", "item");
 }
 
 

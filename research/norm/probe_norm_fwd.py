@@ -4,7 +4,6 @@
 Variants are the launcher's knobs (csrc/norm/kernels/norm_common.cuh), set around each call:
   default                  the shipped choice
   block                    TORCH_DNN_NORM_FWD=block (the register kernel, 4 vectors a thread)
-  block asm                ... with TORCH_DNN_NORM_FWD_CVT=asm: bf16 elements converted one by one (cuda_bf16)
   staged                   TORCH_DNN_NORM_FWD=staged (the next row streamed into shared memory)
   block fused rows         ... with one reduction for the statistics and a block per row
 and "no affine" rows (weight and bias None) to see what the parameters' loads cost."""
@@ -25,7 +24,6 @@ from torch_dnn.reference import add_rms_norm_reference
 VARIANTS = {
     "default": {},
     "block": {"TORCH_DNN_NORM_FWD": "block"},
-    "block asm": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_CVT": "asm"},
     "block fused rows": {"TORCH_DNN_NORM_FWD": "block", "TORCH_DNN_NORM_FWD_STATS": "fused",
                          "TORCH_DNN_NORM_FWD_GRID": "rows"},
     "staged": {"TORCH_DNN_NORM_FWD": "staged"},

@@ -67,9 +67,7 @@ def profile_once():
     g = torch.randn(256, 2048, 1, 1, device="cuda", dtype=torch.bfloat16)
     runs = [  # (environment, callable): each kernel once, in this order
         ({}, lambda: ops.adaptive_avg_pool2d(xc, [1, 1])),
-        ({"TORCH_DNN_POOL_GLOBAL_COL_U": "8"}, lambda: ops.adaptive_avg_pool2d(xc, [1, 1])),
         ({}, lambda: ops.adaptive_avg_pool2d(x, [1, 1])),
-        ({"TORCH_DNN_POOL_GLOBAL_MINB": "8"}, lambda: ops.adaptive_avg_pool2d(x, [1, 1])),
         ({}, lambda: ops.adaptive_avg_pool2d_backward(g, x)),
         ({}, lambda: ops.adaptive_avg_pool2d_backward(g.contiguous(memory_format=torch.channels_last), xc)),
     ]

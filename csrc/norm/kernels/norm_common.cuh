@@ -89,9 +89,7 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
 // The block forward's defaults, measured (docs/norm.md): one reduction and a block per row, except fp16 LayerNorm
 // (below). bf16 rows are read as packed words (elem_acc), and every row length takes the block kernel. Each knob,
 // when set, forces its choice:
-//   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows,
-//   TORCH_DNN_NORM_FWD_CVT=shift|asm (bf16 block forward: elements taken from the packed words, or one by one
-//   through cuda_bf16's conversion)
+//   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows
 // Unset, both knobs below give fp16 LayerNorm the two-pass statistics and the 4-wave grid (faster for it than one
 // reduction and a block per row), every other row the latter.
 inline bool fwd_twopass_stats(bool fp16_layer_norm) {
@@ -100,10 +98,6 @@ inline bool fwd_twopass_stats(bool fp16_layer_norm) {
 inline bool fwd_grid_waves(bool fp16_layer_norm) {
   return env::choice("TORCH_DNN_NORM_FWD_GRID", "waves", "rows", fp16_layer_norm);
 }
-// bf16 block forward: elements taken from the vectors' 32-bit words (elem_acc), stores converted in pairs, so that
-// ptxas keeps the held row two elements a register; the one-by-one conversion let it unpack the row into one
-// element a register (spills; docs/norm.md).
-inline bool fwd_shift_cvt() { return env::choice("TORCH_DNN_NORM_FWD_CVT", "shift", "asm", true); }
 inline int bwd_blocks_cap() {
   const int v = env::get_int("TORCH_DNN_NORM_BWD_BLOCKS", 0);
   return v > 0 ? v : 0;

@@ -75,9 +75,13 @@ __global__ void __launch_bounds__(kWarpBlock) norm_warp_fwd(FwdParams<T> p, int 
 // (count, mean, M2) over its registers, Chan-merged across the block (one reduction: 2 barriers a row
 // instead of 4, so LayerNorm waits on no more reductions than RMSNorm). Otherwise the exact two-pass: the
 // mean, then the sum of squared deviations (two block reductions).
-template <typename T, bool RMS, bool SHIFT = false>
+// bf16 (SHIFT): elements taken from the vectors' 32-bit words (elem_acc), stores converted in pairs, so that ptxas
+// keeps the held row two elements a register; the one-by-one conversion (cuda_bf16's) let it unpack the row into
+// one element a register (spills; docs/norm.md). half converts without inline asm.
+template <typename T, bool RMS>
 __global__ void __launch_bounds__(1024) norm_block_fwd(FwdParams<T> p) {
   using A = acc_t<T>;
+  constexpr bool SHIFT = std::is_same_v<T, __nv_bfloat16>;
   constexpr int V = kVec16<T>;
   constexpr int kItems = kFwdRegElems<T> / V;
   __shared__ A smem[96];
@@ -220,12 +224,6 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
       // up to 4 rows' time as a tail); waves: the persistent grid of 4 waves (fp16 LayerNorm's default)
       const unsigned grid = fwd_grid_waves(kFp16LayerNorm) ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
                                              : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // (half converts without inline asm)
-        if (fwd_shift_cvt()) {
-          norm_block_fwd<T, RMS, true><<<grid, plan.threads, 0, stream>>>(p);
-          break;
-        }
-      }
       norm_block_fwd<T, RMS><<<grid, plan.threads, 0, stream>>>(p);
       break;
     }

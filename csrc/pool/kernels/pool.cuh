@@ -453,12 +453,13 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_nc(const T* __restrict__ g,
 
 // channels-last: x is [N, P, C] with P = D * H * W. A block sums `groups` channel groups of V channels over
 // all P rows: (256 / groups) row lanes each take every lanes-th row, then lane sums are added in lane order.
-// U = 4 is held to 64 registers: 4 blocks an SM instead of 3 (at 74), worth more than its 20 bytes of spills (loop
-// invariants; docs/pool.md).
-template <typename T, int V, int U>
-__global__ void __launch_bounds__(kThreads, U == 4 ? 4 : 1) global_avg_cl(const T* x, T* y, int64_t N, int64_t P, int64_t C,
+// U = 4 rows in flight a lane, held to 64 registers: 4 blocks an SM instead of 3 (at 74), worth more than its 20
+// bytes of spills (loop invariants; 8 rows took 128 registers and measured slower; docs/pool.md).
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads, 4) global_avg_cl(const T* x, T* y, int64_t N, int64_t P, int64_t C,
                                                           int groups) {
   using A = acc_t<T>;
+  constexpr int U = 4;
   __shared__ A part[kThreads][V];
   const int lanes = kThreads / groups;
   const int gi = threadIdx.x % groups, lane = threadIdx.x / groups;

@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(kBandThreadsMax) pool_bwd_cl_band(const T* __r
 // ---- host side ----
 
 // TORCH_DNN_POOL_CL_BAND=0: the per-item channels-last kernels instead of the bands (A/B runs and tests); so do
-// the older knobs that force one of those kernels (TORCH_DNN_POOL_CL_FWD=item|taps, TORCH_DNN_POOL_CL_BWD=item).
+// the older knobs that force one of those kernels (TORCH_DNN_POOL_CL_FWD=item, TORCH_DNN_POOL_CL_BWD=item).
 // TORCH_DNN_POOL_CL_BAND=1: the bands for every case they apply to. Unset: average pooling's forward only, and
 // only where the 32-bit taps kernel does not apply (tensors of 2^31 elements or more): the taps kernel, and for the
 // other cases the per-item kernels, measured faster (docs/pool.md).
@@ -449,12 +449,12 @@ bool launch_band_fwd(const T* x, T* y, int64_t* ind, const PoolShape& s, cudaStr
     const bool want = cl_band_use() == BandUse::All ||
                       (OP == Op::Avg && cl_band_use() == BandUse::Auto && !cl2d32_applies(s, V));
     if (!want || !band_applies(s) || s.ax[1].d != 1 || s.ax[2].d != 1 || s.ax[1].k != KH || s.ax[2].k != KW ||
-        env::is("TORCH_DNN_POOL_CL_FWD", "item") || env::is("TORCH_DNN_POOL_CL_FWD", "taps"))
+        env::is("TORCH_DNN_POOL_CL_FWD", "item"))
       return false;
     BandArgs a = band_shape(s, V);
-    // avg at stride 2 along H: two output rows a step (TORCH_DNN_POOL_BAND_PAIR=0: one, for A/B runs)
+    // avg at stride 2 along H: two output rows a step (one a step measured slower; docs/pool.md)
     constexpr bool kPairable = OP == Op::Avg && KH > 2;
-    const bool pair = kPairable && a.sh == 2 && !env::is("TORCH_DNN_POOL_BAND_PAIR", "0");
+    const bool pair = kPairable && a.sh == 2;
     const int64_t row_bytes = int64_t(a.W) * a.C * int64_t(sizeof(T));
     // 7 rows of 14 KB: 2 blocks an SM
     if (!set_slots(a, row_bytes, band_budget(100), pair ? KH + 2 : KH, a.H)) return false;

@@ -39,11 +39,12 @@ __device__ __forceinline__ void reduce_taps(const Vec<T, V> (&raw)[KH][KW], int 
     }
 }
 
-template <typename T, Op OP, int V, int KH, int KW>
+// Max only: avg takes the taps where pool_fwd_cl2d32 applies (the 64-bit kernel lost to the row kernel; docs/pool.md).
+template <typename T, int V, int KH, int KW>
 __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict__ x, T* __restrict__ y,
-                                                              int64_t* __restrict__ ind, Args<4> a,
-                                                              int uniform_div) {
+                                                              int64_t* __restrict__ ind, Args<4> a) {
   using A = acc_t<T>;
+  constexpr Op OP = Op::Max;
   const PoolShape& s = a.s;
   const int H = int(s.ax[1].in), W = int(s.ax[2].in), OH = int(s.ax[1].out), OW = int(s.ax[2].out);
   const int sh = int(s.ax[1].s), sw = int(s.ax[2].s), ph = int(s.ax[1].p), pw = int(s.ax[2].p);
@@ -67,22 +68,12 @@ __global__ void __launch_bounds__(kThreads, 2) pool_fwd_cl2d(const T* __restrict
     A acc[V];
     int mi[V];
     reduce_taps<T, OP, V, KH, KW>(raw, hs, ws, H, W, acc, mi);
-    if constexpr (OP == Op::Max) {
-      store_acc<V>(y + o, acc);
-      const int64_t base = d * int64_t(H) * W;
-      int64_t idx[V];
+    store_acc<V>(y + o, acc);
+    const int64_t base = d * int64_t(H) * W;
+    int64_t idx[V];
 #pragma unroll
-      for (int k = 0; k < V; ++k) idx[k] = base + mi[k];
-      store_idx<V>(ind + o, idx);
-    } else {
-      const int div = uniform_div > 0 ? uniform_div
-                      : s.divisor_override ? int(s.divisor_override)
-                                           : avg_window_size(hs, ws, KH, KW, H, W, ph, pw, s.count_include_pad);
-      const A inv = A(1) / A(div);
-#pragma unroll
-      for (int k = 0; k < V; ++k) acc[k] *= inv;
-      store_acc<V>(y + o, acc);
-    }
+    for (int k = 0; k < V; ++k) idx[k] = base + mi[k];
+    store_idx<V>(ind + o, idx);
   }
 }
 

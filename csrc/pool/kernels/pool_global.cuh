@@ -16,11 +16,11 @@ namespace torch_dnn {
 namespace pool {
 
 // The chunk is kept in shared memory as loaded (T), converted where summed: converted to float on its way in it took
-// 62 registers (4 blocks an SM) against 48 (5 blocks), and measured slower. MINB: blocks an SM that the registers
-// must allow (8: 32 registers; no faster, docs/pool.md).
+// 62 registers (4 blocks an SM) against 48 (5 blocks), and measured slower. Registers unbounded: held to 32 (8
+// blocks an SM) it measured no faster (docs/pool.md).
 // PS: the plane size P when known at compile time (kStaticP: 7x7), 0 otherwise.
-template <typename T, int V, int PB, int MINB, int PS = 0>
-__global__ void __launch_bounds__(kThreads, MINB) global_avg_nc_chunk(const T* __restrict__ x, T* __restrict__ y,
+template <typename T, int V, int PB, int PS = 0>
+__global__ void __launch_bounds__(kThreads, 1) global_avg_nc_chunk(const T* __restrict__ x, T* __restrict__ y,
                                                                  int64_t planes, int P_) {
   using A = acc_t<T>;
   const int P = PS ? PS : P_;
@@ -75,11 +75,12 @@ __device__ __forceinline__ int64_t column_start(int64_t t, FastDivmod32 by_g, in
 // took 178 registers and two waves of blocks). U = 7 by default, the fastest of 4, 7 and 8; fewer registers by
 // loading zeros past P, two threads a column, or two pipelined register stages all measured slower (docs/pool.md).
 // PS: P when known at compile time (kStaticP), 0 otherwise.
-template <typename T, int V, int U, int PS = 0>
+template <typename T, int V, int PS = 0>
 __global__ void __launch_bounds__(kThreads, 2) global_avg_cl_col(const T* __restrict__ x, T* __restrict__ y,
                                                               int64_t N, int64_t P_, FastDivmod32 by_g,
                                                               ColumnDiv div) {
   using A = acc_t<T>;
+  constexpr int U = 7;
   const int64_t P = PS ? PS : P_;
   const A inv = A(1) / A(P);
   const int64_t G = by_g.d, C = G * V, cols = N * G;

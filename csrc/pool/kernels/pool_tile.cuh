@@ -709,18 +709,18 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_owner(const T* __restr
 // its (at most) 2 x 2 covering outputs' indices, in PyTorch's (row, column) order. The owner kernel above
 // writes 2-byte elements and re-derives the covering per input: issue-bound, far below the copy ceiling for avg.
 //
-// Avg with RUN (the default): the band's grad rows are one contiguous run of g, read as 16-byte vectors
-// (stage_run) instead of element by element with 64-bit indices (such a loop would be about half of the kernel's
-// instructions). With one divisor for every window (uniform_div > 0: a divisor_override, or no window clipped)
+// Avg: the band's grad rows are one contiguous run of g, read as 16-byte vectors (stage_run) instead of element by
+// element with 64-bit indices (such a loop would be about half of the kernel's instructions; max stages element by
+// element, an index with each grad). With one divisor for every window (uniform_div > 0: a divisor_override, or no window clipped)
 // the stage holds raw grads and the dx pass multiplies each input's sum once; otherwise each staged grad is
 // divided by its window's size.
-template <typename T, Op OP, int V, int PW, bool RUN = false>
+template <typename T, Op OP, int V, int PW>
 __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restrict__ g,
                                                                 const int64_t* __restrict__ ind,
                                                                 T* __restrict__ dx, TileArgs a, int n_cols,
                                                                 int uniform_div, FastDivmod32 by_ow) {
   using A = acc_t<T>;
-  static_assert(!RUN || OP == Op::Avg, "the run staging is avg's");
+  constexpr bool RUN = OP == Op::Avg;  // avg stages g as a run of 16-byte vectors, max element by element
   constexpr int NC = V / 2 + 1 + PW;  // staged columns a thread reads
   A* sg = reinterpret_cast<A*>(tile_smem());
   const A post = RUN && uniform_div > 0 ? A(1) / A(uniform_div) : A(1);  // applied to each input's sum
@@ -728,7 +728,6 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
   // an output (within an ulp of the division)
   __shared__ A rcp[10];
   if (OP == Op::Avg && threadIdx.x < 10) rcp[threadIdx.x] = threadIdx.x ? A(1) / A(int(threadIdx.x)) : A(0);
-  const A rcp_override = a.divisor_override ? A(1) / A(a.divisor_override) : A(0);
   const int H = a.H, W = a.W, OH = a.OH, OW = a.OW, ph = a.ph;
   const int cols = W / V;
   for (int64_t t = blockIdx.x; t < a.tiles; t += gridDim.x) {
@@ -767,7 +766,7 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
           st[r * n_cols + c] = x;
         });
       }
-    } else {
+    } else {  // max: each grad staged with its index, element by element
       constexpr int U = 4;
       const int step_r = kThreads / n_cols, step_c = kThreads % n_cols;
       int r = threadIdx.x / n_cols, c = threadIdx.x % n_cols;
@@ -775,15 +774,13 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
         T gv[U];
         int64_t iv[U];
         bool ok[U];
-        int rr[U], cc[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          rr[u] = r, cc[u] = c;
           const int oh = oh_lo + r, ow = c - 1;
           ok[u] = e0 + u * kThreads < n_st && oh >= 0 && oh < OH && ow >= 0 && ow < OW;
           if (ok[u]) {
             gv[u] = g[gplane + int64_t(oh) * OW + ow];
-            if constexpr (OP == Op::Max) iv[u] = ind[gplane + int64_t(oh) * OW + ow];
+            iv[u] = ind[gplane + int64_t(oh) * OW + ow];
           }
           c += step_c, r += step_r;
           if (c >= n_cols) c -= n_cols, ++r;
@@ -792,17 +789,9 @@ __global__ void __launch_bounds__(kThreads) pool_bwd_tile_k3s2(const T* __restri
         for (int u = 0; u < U; ++u) {
           const int e = e0 + u * kThreads;
           if (e >= n_st) continue;
-          if constexpr (OP == Op::Max) {
-            const int64_t rel = ok[u] ? iv[u] - ibase : -1;  // outside the plane: matches no input
-            sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
-            sg[e] = ok[u] ? to_acc<A>(gv[u]) : A(0);
-          } else if (ok[u]) {
-            const int hs = (oh_lo + rr[u]) * 2 - ph, ws = (cc[u] - 1) * 2 - a.pw;
-            const int div = avg_window_size(hs, ws, 3, 3, H, W, ph, a.pw, a.cip);
-            sg[e] = to_acc<A>(gv[u]) * (a.divisor_override ? rcp_override : rcp[div]);
-          } else {
-            sg[e] = A(0);
-          }
+          const int64_t rel = ok[u] ? iv[u] - ibase : -1;  // outside the plane: matches no input
+          sidx[e] = rel >= 0 && rel < int64_t(H) * W ? int(rel) : -1;
+          sg[e] = ok[u] ? to_acc<A>(gv[u]) : A(0);
         }
       }
     }
