@@ -348,23 +348,29 @@ def batch_norm_add_act(input, running_mean, running_var, weight=None, bias=None,
 FUNCTIONAL = ["batch_norm", "batch_norm_add_act"]
 
 
+def selfcheck_add_act_relu(inputs):
+    """The self-check's batch_norm_add_act(relu) training row on inputs [x, weight, bias, residual]: Verdicts.
+    An output whose exact pre-activation lies within rounding of relu's kink has its mask decided by the last bit,
+    ours and PyTorch's each their own way (about one draw in a thousand of the row's inputs): a flipped mask moves
+    that element's d_input and d_residual by its whole upstream gradient, which such outputs therefore get as zero,
+    as the tests do (tests/test_batch_norm.py)."""
+    import torch.nn.functional as TF
+
+    from torch_dnn.testing import check_against_torch, grad_off_kinks
+
+    x, w, b, r = inputs
+    pre = TF.batch_norm(x.double(), None, None, w.double(), b.double(), True) + r.double()
+    return check_against_torch(lambda x, w, b, r: batch_norm_add_act(x, None, None, w, b, r, "relu", True),
+                               lambda x, w, b, r: torch.relu(TF.batch_norm(x, None, None, w, b, True) + r),
+                               inputs, name="batch_norm_add_act",
+                               grad_output=grad_off_kinks(pre, "relu", x.dtype, lambda k: 16 * torch.finfo(x.dtype).eps))
+
+
 def selfcheck_cases():
     """python -m torch_dnn's rows of this family: (op, callable(device, dtype) -> list of Verdicts)."""
     import torch.nn.functional as TF
 
-    from torch_dnn.testing import check_against_torch, grad_off_kinks, random_like_case
-
-    def add_act_case(inputs):
-        # An output whose exact pre-activation lies within rounding of relu's kink has its mask decided by the last
-        # bit, ours and PyTorch's each their own way (about one draw in a thousand here): a flipped mask moves that
-        # element's d_input and d_residual by its whole upstream gradient, which such outputs therefore get as zero,
-        # as the tests do (tests/test_batch_norm.py)
-        x, w, b, r = inputs
-        pre = TF.batch_norm(x.double(), None, None, w.double(), b.double(), True) + r.double()
-        return check_against_torch(lambda x, w, b, r: batch_norm_add_act(x, None, None, w, b, r, "relu", True),
-                                   lambda x, w, b, r: torch.relu(TF.batch_norm(x, None, None, w, b, True) + r),
-                                   inputs, name="batch_norm_add_act",
-                                   grad_output=grad_off_kinks(pre, "relu", x.dtype, lambda k: 16 * torch.finfo(x.dtype).eps))
+    from torch_dnn.testing import check_against_torch, random_like_case
 
     out = []
     for cl in (False, True):
@@ -376,5 +382,5 @@ def selfcheck_cases():
         out.append((f"batch_norm train{' NHWC' if cl else ''}", lambda d, t, m=make: check_against_torch(
             lambda x, w, b, r: batch_norm(x, None, None, w, b, True), lambda x, w, b, r: TF.batch_norm(x, None, None, w, b, True),
             m(d, t), name="batch_norm")))
-        out.append((f"batch_norm_add_act(relu) train{' NHWC' if cl else ''}", lambda d, t, m=make: add_act_case(m(d, t))))
+        out.append((f"batch_norm_add_act(relu) train{' NHWC' if cl else ''}", lambda d, t, m=make: selfcheck_add_act_relu(m(d, t))))
     return out
