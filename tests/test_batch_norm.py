@@ -514,7 +514,7 @@ def test_selfcheck_row_survives_a_kink_flip():
     x, w, b, r = inputs
     z = TF.batch_norm(x.double(), None, None, w.double(), b.double(), True) + r.double()
     ours = F.batch_norm_add_act(x, None, None, w, b, r, "relu", True)
-    assert ((ours > 0) != (z > 0)).sum() == 1, "the draw no longer flips a mask: pick another (research/batch_norm)"
+    assert ((ours > 0) != (z > 0)).sum() == 1, "the draw no longer flips a mask: pick another (research/batch_norm/find_selfcheck_kink_draws.py)"
     with no_tf32():
         verdicts = selfcheck_add_act_relu(inputs)
     assert all(verdicts), [v.message for v in verdicts if not v]

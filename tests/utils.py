@@ -210,8 +210,9 @@ def assert_model_matches_native(ours, native, x, *, name: str):
         assert v, v.message
 
 
-# The pooling family's variant knobs ("NAME=value[,NAME=value]"): the old and alternative kernels kept for A/B
-# measurements (csrc/pool), each run by test_pool.py on the GPU and test_pool_emulation.py on the CPU.
+# The pooling family's variant knobs ("NAME=value[,NAME=value]"): each forces a kernel or path that the default plan
+# takes only for other shapes (or past 2^31 elements), so that test_pool.py on the GPU and test_pool_emulation.py on
+# the CPU run every one of them at the tests' small shapes (csrc/pool, docs/pool.md).
 POOL_VARIANTS = ["TORCH_DNN_POOL_NC=item", "TORCH_DNN_POOL_NC_BWD=gather", "TORCH_DNN_POOL_CL_BWD=item",
                  "TORCH_DNN_POOL_CL_FWD=item", "TORCH_DNN_POOL_NC_BWD=owner", "TORCH_DNN_POOL_PAD_PAIR=0",
                  "TORCH_DNN_POOL_PAD_KB=4", "TORCH_DNN_POOL_CL_BAND=0", "TORCH_DNN_POOL_CL_BAND=1",
