@@ -11,6 +11,7 @@
 #pragma once
 #include <torch/library.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -78,7 +79,7 @@ bool wants_channels_last(const at::Tensor& x) {
 
 // A new tensor of `sizes` (the input's leading sizes, then spatial ones) in the layout of the computation.
 template <int R>
-at::Tensor empty_in_layout(std::vector<int64_t> sizes, const at::TensorOptions& opts, bool channels_last) {
+at::Tensor empty_in_layout(at::IntArrayRef sizes, const at::TensorOptions& opts, bool channels_last) {
   if (!channels_last) return at::empty(sizes, opts);
   if constexpr (R == 1) return at::empty({sizes[0], sizes[2], sizes[1]}, opts).transpose(1, 2);
   else return at::empty(sizes, opts.memory_format(R == 2 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d));
@@ -87,7 +88,7 @@ at::Tensor empty_in_layout(std::vector<int64_t> sizes, const at::TensorOptions& 
 // An output of the op: the input's leading (N, C) sizes and the output's spatial sizes.
 template <int R>
 at::Tensor empty_output(const at::Tensor& xd, const PoolShape& s, at::ScalarType t) {
-  std::vector<int64_t> sizes(xd.sizes().begin(), xd.sizes().end() - R);
+  c10::SmallVector<int64_t, 5> sizes(xd.sizes().begin(), xd.sizes().end() - R);
   for (int i = 3 - R; i < 3; ++i) sizes.push_back(s.ax[i].out);
   return empty_in_layout<R>(sizes, xd.options().dtype(t), s.channels_last);
 }
@@ -95,7 +96,7 @@ at::Tensor empty_output(const at::Tensor& xd, const PoolShape& s, at::ScalarType
 // A gradient of the input (strides fixed by the layout alone, whatever the input's strides of size-1 dims).
 template <int R>
 at::Tensor empty_input(const at::Tensor& xd, const PoolShape& s) {
-  return empty_in_layout<R>(xd.sizes().vec(), xd.options(), s.channels_last);
+  return empty_in_layout<R>(xd.sizes(), xd.options(), s.channels_last);
 }
 
 // The op's input made dense in its layout, and the shape's batch, channels and input sizes. `keeps_layout`: whether
@@ -134,17 +135,17 @@ PoolShape window_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, a
     TORCH_CHECK(ok, op, ": input size ", x.sizes().slice(x.dim() - R), " is smaller than kernel_size ", k);
   }
   PoolShape s;
-  std::vector<int64_t> in, out;
+  std::array<int64_t, R> in{}, out{};
+  bool ok = true;
   for (int i = 0; i < R; ++i) {
     Axis& a = s.ax[3 - R + i];
     a.in = x.size(-R + i);
     a.k = k[i], a.s = st[i], a.p = pad[i], a.d = dil[i];
     a.out = output_size(a.in, a.k, a.p, a.s, a.d, ceil_mode);
-    in.push_back(a.in);
-    out.push_back(a.out);
+    in[i] = a.in;
+    out[i] = a.out;
+    ok = ok && a.out > 0;
   }
-  bool ok = true;
-  for (const int64_t o : out) ok = ok && o > 0;
   TORCH_CHECK(ok, op, ": output size is too small: input size ", at::IntArrayRef(in), " gives output size ",
               at::IntArrayRef(out));
   return s;
@@ -153,7 +154,7 @@ PoolShape window_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, a
 // grad_output (or indices, or the forward's output) checked against the output's shape, in the op's layout.
 template <int R>
 at::Tensor like_output(const char* op, const at::Tensor& t, const at::Tensor& x, const PoolShape& s, const char* arg) {
-  std::vector<int64_t> want(x.sizes().begin(), x.sizes().end() - R);
+  c10::SmallVector<int64_t, 5> want(x.sizes().begin(), x.sizes().end() - R);
   for (int i = 3 - R; i < 3; ++i) want.push_back(s.ax[i].out);
   TORCH_CHECK(t.sizes() == at::IntArrayRef(want), op, ": expected ", arg, " to have shape ", at::IntArrayRef(want),
               ", but got ", t.sizes());
@@ -171,6 +172,15 @@ inline void check_indices(const char* op, const at::Tensor& indices) {
               indices.scalar_type());
 }
 
+// R copies of v (the fixed dilation or padding of the ops that take none).
+template <int R>
+std::array<int64_t, R> filled(int64_t v) {
+  std::array<int64_t, R> a{};
+  a.fill(v);
+  return a;
+}
+
+// The op's name for its messages; callers keep it in a function-local static (built once, not on every call).
 inline std::string op_name(const char* base, int R, const char* suffix = "") {
   return std::string("torch_dnn.") + base + std::to_string(R) + "d" + suffix;
 }
@@ -203,7 +213,7 @@ at::Tensor run_max_backward(const char* op, const at::Tensor& g, const at::Tenso
 template <class B, int R>
 std::tuple<at::Tensor, at::Tensor> max_pool(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
                                             at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
-  const std::string op = op_name("max_pool", R);
+  static const std::string op = op_name("max_pool", R);
   PoolShape s = window_shape<R>(op.c_str(), x, k, st, pad, dil, ceil_mode);
   return run_max_forward<B, R>(x, s, true);
 }
@@ -211,7 +221,7 @@ std::tuple<at::Tensor, at::Tensor> max_pool(const at::Tensor& x, at::IntArrayRef
 template <class B, int R>
 at::Tensor max_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& indices, at::IntArrayRef k,
                              at::IntArrayRef st, at::IntArrayRef pad, at::IntArrayRef dil, bool ceil_mode) {
-  const std::string op = op_name("max_pool", R, "_backward");
+  static const std::string op = op_name("max_pool", R, "_backward");
   PoolShape s = window_shape<R>(op.c_str(), x, k, st, pad, dil, ceil_mode);
   return run_max_backward<B, R>(op.c_str(), g, x, indices, s, true);
 }
@@ -221,7 +231,7 @@ at::Tensor max_pool_backward(const at::Tensor& g, const at::Tensor& x, const at:
 template <int R>
 PoolShape avg_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad,
                     bool ceil_mode, bool count_include_pad, std::optional<int64_t> div) {
-  const std::vector<int64_t> one(R, 1);
+  const std::array<int64_t, R> one = filled<R>(1);
   PoolShape s = window_shape<R>(op, x, k, st, pad, one, ceil_mode, R == 3);
   TORCH_CHECK(!div.has_value() || *div != 0, op, ": expected divisor_override to be non-zero");
   s.count_include_pad = count_include_pad;
@@ -232,7 +242,7 @@ PoolShape avg_shape(const char* op, const at::Tensor& x, at::IntArrayRef k, at::
 template <class B, int R>
 at::Tensor avg_pool(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st, at::IntArrayRef pad, bool ceil_mode,
                     bool count_include_pad, std::optional<int64_t> div) {
-  const std::string op = op_name("avg_pool", R);
+  static const std::string op = op_name("avg_pool", R);
   PoolShape s = avg_shape<R>(op.c_str(), x, k, st, pad, ceil_mode, count_include_pad, div);
   const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
@@ -243,7 +253,7 @@ at::Tensor avg_pool(const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st, 
 template <class B, int R>
 at::Tensor avg_pool_backward(const at::Tensor& g, const at::Tensor& x, at::IntArrayRef k, at::IntArrayRef st,
                              at::IntArrayRef pad, bool ceil_mode, bool count_include_pad, std::optional<int64_t> div) {
-  const std::string op = op_name("avg_pool", R, "_backward");
+  static const std::string op = op_name("avg_pool", R, "_backward");
   PoolShape s = avg_shape<R>(op.c_str(), x, k, st, pad, ceil_mode, count_include_pad, div);
   check_grad(op.c_str(), g, x);
   describe_input<R>(x, s, R != 3);  // the backward reads x's sizes only: no dense copy of it
@@ -275,7 +285,7 @@ std::vector<int64_t> adaptive_grad_size(const char* op, const at::Tensor& g, con
 
 template <class B, int R>
 at::Tensor adaptive_avg_pool(const at::Tensor& x, at::IntArrayRef out) {
-  const std::string op = op_name("adaptive_avg_pool", R);
+  static const std::string op = op_name("adaptive_avg_pool", R);
   PoolShape s = adaptive_shape<R>(op.c_str(), x, out);
   const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
@@ -285,7 +295,7 @@ at::Tensor adaptive_avg_pool(const at::Tensor& x, at::IntArrayRef out) {
 
 template <class B, int R>
 at::Tensor adaptive_avg_pool_backward(const at::Tensor& g, const at::Tensor& x) {
-  const std::string op = op_name("adaptive_avg_pool", R, "_backward");
+  static const std::string op = op_name("adaptive_avg_pool", R, "_backward");
   PoolShape s = adaptive_shape<R>(op.c_str(), x, adaptive_grad_size<R>(op.c_str(), g, x));
   check_grad(op.c_str(), g, x);
   bool global = true;
@@ -303,14 +313,14 @@ at::Tensor adaptive_avg_pool_backward(const at::Tensor& g, const at::Tensor& x) 
 
 template <class B, int R>
 std::tuple<at::Tensor, at::Tensor> adaptive_max_pool(const at::Tensor& x, at::IntArrayRef out) {
-  const std::string op = op_name("adaptive_max_pool", R);
+  static const std::string op = op_name("adaptive_max_pool", R);
   PoolShape s = adaptive_shape<R>(op.c_str(), x, out);
   return run_max_forward<B, R>(x, s, R != 3);
 }
 
 template <class B, int R>
 at::Tensor adaptive_max_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& indices) {
-  const std::string op = op_name("adaptive_max_pool", R, "_backward");
+  static const std::string op = op_name("adaptive_max_pool", R, "_backward");
   PoolShape s = adaptive_shape<R>(op.c_str(), x, adaptive_grad_size<R>(op.c_str(), g, x));
   return run_max_backward<B, R>(op.c_str(), g, x, indices, s, R != 3);
 }
@@ -322,7 +332,7 @@ PoolShape lp_shape(const char* op, const at::Tensor& x, double norm_type, at::In
                    bool ceil_mode) {
   TORCH_CHECK(std::isfinite(norm_type) && norm_type != 0, op, ": expected norm_type to be finite and non-zero, but got ",
               norm_type);
-  const std::vector<int64_t> zero(R, 0), one(R, 1);
+  const std::array<int64_t, R> zero = filled<R>(0), one = filled<R>(1);
   PoolShape s = window_shape<R>(op, x, k, st, zero, one, ceil_mode, R == 3);
   s.norm_type = norm_type;
   return s;
@@ -330,7 +340,7 @@ PoolShape lp_shape(const char* op, const at::Tensor& x, double norm_type, at::In
 
 template <class B, int R>
 at::Tensor lp_pool(const at::Tensor& x, double norm_type, at::IntArrayRef k, at::IntArrayRef st, bool ceil_mode) {
-  const std::string op = op_name("lp_pool", R);
+  static const std::string op = op_name("lp_pool", R);
   PoolShape s = lp_shape<R>(op.c_str(), x, norm_type, k, st, ceil_mode);
   const at::Tensor xd = prepare_input<R>(x, s, R != 3);
   at::Tensor y = empty_output<R>(xd, s, x.scalar_type());
@@ -341,7 +351,7 @@ at::Tensor lp_pool(const at::Tensor& x, double norm_type, at::IntArrayRef k, at:
 template <class B, int R>
 at::Tensor lp_pool_backward(const at::Tensor& g, const at::Tensor& x, const at::Tensor& y, double norm_type,
                             at::IntArrayRef k, at::IntArrayRef st, bool ceil_mode) {
-  const std::string op = op_name("lp_pool", R, "_backward");
+  static const std::string op = op_name("lp_pool", R, "_backward");
   PoolShape s = lp_shape<R>(op.c_str(), x, norm_type, k, st, ceil_mode);
   check_grad(op.c_str(), g, x);
   check_same_dtype(x, y, op.c_str(), "input", "output");
