@@ -162,16 +162,10 @@ __global__ void __launch_bounds__(Sm90DkdvConfig<D, kSchedule>::kThreads, 1)
       const int64_t q_row0 = seq.varlen ? seq.q_row0 : 0, k_row0 = seq.varlen ? seq.k_row0 : 0;
       // Q, dO and their rows are read by every key tile of the head; K and V by this CTA only.
       const uint64_t keep = l2_policy_evict_last(), once = l2_policy_evict_first();
-      auto copy_tile = [&](unsigned char* dst, const TmaMap4* map, int64_t row, int64_t head, int rows, uint64_t* bar,
-                           uint64_t policy) {
-#pragma unroll
-        for (int cb = 0; cb < D / 64; ++cb)
-          tma_load_4d(dst + cb * rows * 128, map, cb * 64, int(row), int(head), batch, bar, policy);
-      };
       if (lane == 0) {
         mbar_arrive_expect_tx(kv_full, 2 * C::kKBytes);
-        copy_tile(sK, &maps.k, k_row0 + n0, hk, BN, kv_full, once);
-        copy_tile(sV, &maps.v, k_row0 + n0, hk, BN, kv_full, once);
+        tma_load_tile_4d<D>(sK, &maps.k, k_row0 + n0, hk, batch, BN, kv_full, once);
+        tma_load_tile_4d<D>(sV, &maps.v, k_row0 + n0, hk, batch, BN, kv_full, once);
       }
       unsigned tail_phase = 0;
       for (int it = 0; it < total; ++it) {
@@ -184,8 +178,8 @@ __global__ void __launch_bounds__(Sm90DkdvConfig<D, kSchedule>::kThreads, 1)
           if (it >= kStages) mbar_wait(&empty[s], (it / kStages - 1) & 1);
           uint64_t* bar = foreign_rows ? tail : &full[s];
           mbar_arrive_expect_tx(bar, 2 * C::kQBytes + 2 * C::kVecBytes);
-          copy_tile(st, &maps.q, q_row0 + i0, h, BQ, bar, keep);
-          copy_tile(st + C::kQBytes, &maps.dout, q_row0 + i0, h, BQ, bar, keep);
+          tma_load_tile_4d<D>(st, &maps.q, q_row0 + i0, h, batch, BQ, bar, keep);
+          tma_load_tile_4d<D>(st + C::kQBytes, &maps.dout, q_row0 + i0, h, batch, BQ, bar, keep);
           const int64_t vec = (b * a.Hq + h) * sq_pad + i0;  // padded rows: always whole
           bulk_copy_g2s(st + 2 * C::kQBytes, lse2_all + vec, C::kVecBytes, bar, keep);
           bulk_copy_g2s(st + 2 * C::kQBytes + C::kVecBytes, dsum_all + vec, C::kVecBytes, bar, keep);
@@ -433,12 +427,6 @@ __global__ void __launch_bounds__(Sm90DqConfig<D, kSchedule>::kThreads, 1)
       const int64_t q_row0 = seq.varlen ? seq.q_row0 : 0, k_row0 = seq.varlen ? seq.k_row0 : 0;
       // K and V are read by every query tile of the head; Q and dO by this CTA only.
       const uint64_t keep = l2_policy_evict_last(), once = l2_policy_evict_first();
-      auto copy_tile = [&](unsigned char* dst, const TmaMap4* map, int64_t row, int64_t head, int rows, uint64_t* bar,
-                           uint64_t policy) {
-#pragma unroll
-        for (int cb = 0; cb < D / 64; ++cb)
-          tma_load_4d(dst + cb * rows * 128, map, cb * 64, int(row), int(head), batch, bar, policy);
-      };
       unsigned tail_phase = 0;
       for (int t = 0; t < n_tiles; ++t) {
         const int s = t % kStages;
@@ -451,11 +439,11 @@ __global__ void __launch_bounds__(Sm90DqConfig<D, kSchedule>::kThreads, 1)
           uint64_t* bar = foreign_rows ? tail : &full[s];
           mbar_arrive_expect_tx(bar, 2 * C::kKVBytes + (t == 0 ? 2 * C::kQBytes : 0));
           if (t == 0) {
-            copy_tile(sQ, &maps.q, q_row0 + m0, h, BM, bar, once);
-            copy_tile(sDo, &maps.dout, q_row0 + m0, h, BM, bar, once);
+            tma_load_tile_4d<D>(sQ, &maps.q, q_row0 + m0, h, batch, BM, bar, once);
+            tma_load_tile_4d<D>(sDo, &maps.dout, q_row0 + m0, h, batch, BM, bar, once);
           }
-          copy_tile(dk, &maps.k, k_row0 + n, hk, BN, bar, keep);
-          copy_tile(dv, &maps.v, k_row0 + n, hk, BN, bar, keep);
+          tma_load_tile_4d<D>(dk, &maps.k, k_row0 + n, hk, batch, BN, bar, keep);
+          tma_load_tile_4d<D>(dv, &maps.v, k_row0 + n, hk, batch, BN, bar, keep);
         }
         if (foreign_rows) {
           mbar_wait(tail, tail_phase);

@@ -124,17 +124,11 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule, kBN, kWGs>::kThrea
       const int batch = seq.varlen ? 0 : int(b);
       const int64_t q_row0 = seq.varlen ? seq.q_row0 : 0, k_row0 = seq.varlen ? seq.k_row0 : 0;
       const uint64_t keep = l2_policy_evict_last(), once = l2_policy_evict_first();
-      auto copy_tile = [&](unsigned char* dst, const TmaMap4* map, int64_t row, int64_t head, int rows, uint64_t* bar,
-                           uint64_t policy) {
-#pragma unroll
-        for (int cb = 0; cb < D / 64; ++cb)
-          tma_load_4d(dst + cb * rows * 128, map, cb * 64, int(row), int(head), batch, bar, policy);
-      };
       if (n_tiles == 0) return;
       if (lane == 0) {
         mbar_arrive_expect_tx(&full_k[0], C::kQBytes + C::kTileBytes);
-        copy_tile(sQ, &maps.q, q_row0 + m0, h, BM, &full_k[0], once);
-        copy_tile(sK, &maps.k, k_row0 + n_lo, hk, BN, &full_k[0], keep);
+        tma_load_tile_4d<D>(sQ, &maps.q, q_row0 + m0, h, batch, BM, &full_k[0], once);
+        tma_load_tile_4d<D>(sK, &maps.k, k_row0 + n_lo, hk, batch, BN, &full_k[0], keep);
       }
       unsigned tail_phase = 0;
       for (int t = 0; t < n_tiles; ++t) {
@@ -142,8 +136,8 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule, kBN, kWGs>::kThrea
           const int u = t + 1;
           if (u >= 2) mbar_wait(&empty_k[u & 1], ((u - 2) >> 1) & 1);
           mbar_arrive_expect_tx(&full_k[u & 1], C::kTileBytes);
-          copy_tile(sK + (u & 1) * C::kTileBytes, &maps.k, k_row0 + n_lo + int64_t(u) * BN, hk, BN, &full_k[u & 1],
-                    keep);
+          tma_load_tile_4d<D>(sK + (u & 1) * C::kTileBytes, &maps.k, k_row0 + n_lo + int64_t(u) * BN, hk, batch, BN,
+                              &full_k[u & 1], keep);
         }
         const int64_t n0 = n_lo + int64_t(t) * BN;
         const bool foreign_rows = seq.varlen && n0 + BN > seq.sk;
@@ -152,7 +146,7 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule, kBN, kWGs>::kThrea
           if (t >= 2) mbar_wait(&empty_v[t & 1], ((t - 2) >> 1) & 1);
           uint64_t* bar = foreign_rows ? tail_v : &full_v[t & 1];
           mbar_arrive_expect_tx(bar, C::kTileBytes);
-          copy_tile(dst, &maps.v, k_row0 + n0, hk, BN, bar, keep);
+          tma_load_tile_4d<D>(dst, &maps.v, k_row0 + n0, hk, batch, BN, bar, keep);
         }
         if (foreign_rows) {
           mbar_wait(tail_v, tail_phase);

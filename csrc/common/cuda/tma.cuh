@@ -102,4 +102,14 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const TmaMap4* map, int c
 #endif
 }
 
+// A tile of `rows` rows of D 16-bit columns at (row, head, batch) of `map` (boxes of 64 columns): D / 64 boxes, each
+// landing rows x 128 bytes after the previous, the layout the 128-byte-swizzled wgmma operands read. One thread.
+template <int D>
+__device__ __forceinline__ void tma_load_tile_4d(unsigned char* dst, const TmaMap4* map, int64_t row, int64_t head,
+                                                 int batch, int rows, uint64_t* bar, uint64_t policy) {
+#pragma unroll
+  for (int cb = 0; cb < D / 64; ++cb)
+    tma_load_4d(dst + cb * rows * 128, map, cb * 64, int(row), int(head), batch, bar, policy);
+}
+
 }  // namespace torch_dnn
