@@ -185,19 +185,16 @@ __global__ void __launch_bounds__(Sm90DkdvConfig<D, kSchedule>::kThreads, 1)
           bulk_copy_g2s(st + 2 * C::kQBytes + C::kVecBytes, dsum_all + vec, C::kVecBytes, bar, keep);
         }
         if (foreign_rows) {
-          mbar_wait(tail, tail_phase);
-          tail_phase ^= 1;
-          for (int r = int(seq.sq - i0) + lane; r < BQ; r += 32)
+          sm90_complete_foreign_rows(tail, tail_phase, &full[s], lane, [&](int lane) {  // Q's and dO's rows
+            for (int r = int(seq.sq - i0) + lane; r < BQ; r += 32)
 #pragma unroll
-            for (int m = 0; m < 2; ++m)
+              for (int m = 0; m < 2; ++m)
 #pragma unroll
-              for (int cb = 0; cb < D / 64; ++cb)
+                for (int cb = 0; cb < D / 64; ++cb)
 #pragma unroll
-                for (int c = 0; c < 8; ++c)
-                  *reinterpret_cast<int4*>(st + m * C::kQBytes + cb * BQ * 128 + r * 128 + c * 16) = int4{};
-          fence_proxy_async();  // the MMAs read the stage through the async proxy
-          __syncwarp();
-          if (lane == 0) mbar_arrive(&full[s]);
+                  for (int c = 0; c < 8; ++c)
+                    *reinterpret_cast<int4*>(st + m * C::kQBytes + cb * BQ * 128 + r * 128 + c * 16) = int4{};
+          });
         }
       }
       return;
@@ -446,19 +443,16 @@ __global__ void __launch_bounds__(Sm90DqConfig<D, kSchedule>::kThreads, 1)
           tma_load_tile_4d<D>(dv, &maps.v, k_row0 + n, hk, batch, BN, bar, keep);
         }
         if (foreign_rows) {
-          mbar_wait(tail, tail_phase);
-          tail_phase ^= 1;
-          for (int r = int(seq.sk - n) + lane; r < BN; r += 32)
+          sm90_complete_foreign_rows(tail, tail_phase, &full[s], lane, [&](int lane) {  // K's and V's rows
+            for (int r = int(seq.sk - n) + lane; r < BN; r += 32)
 #pragma unroll
-            for (int cb = 0; cb < D / 64; ++cb)
+              for (int cb = 0; cb < D / 64; ++cb)
 #pragma unroll
-              for (int c = 0; c < 8; ++c) {
-                *reinterpret_cast<int4*>(dk + cb * BN * 128 + r * 128 + c * 16) = int4{};
-                *reinterpret_cast<int4*>(dv + cb * BN * 128 + r * 128 + c * 16) = int4{};
-              }
-          fence_proxy_async();  // the MMAs read the stage through the async proxy
-          __syncwarp();
-          if (lane == 0) mbar_arrive(&full[s]);
+                for (int c = 0; c < 8; ++c) {
+                  *reinterpret_cast<int4*>(dk + cb * BN * 128 + r * 128 + c * 16) = int4{};
+                  *reinterpret_cast<int4*>(dv + cb * BN * 128 + r * 128 + c * 16) = int4{};
+                }
+          });
         }
       }
       return;

@@ -149,16 +149,13 @@ __global__ void __launch_bounds__(Sm90FwdConfig<D, kSchedule, kBN, kWGs>::kThrea
           tma_load_tile_4d<D>(dst, &maps.v, k_row0 + n0, hk, batch, BN, bar, keep);
         }
         if (foreign_rows) {
-          mbar_wait(tail_v, tail_phase);
-          tail_phase ^= 1;
-          for (int r = int(seq.sk - n0) + lane; r < BN; r += 32)
+          sm90_complete_foreign_rows(tail_v, tail_phase, &full_v[t & 1], lane, [&](int lane) {  // V's rows
+            for (int r = int(seq.sk - n0) + lane; r < BN; r += 32)
 #pragma unroll
-            for (int cb = 0; cb < D / 64; ++cb)
+              for (int cb = 0; cb < D / 64; ++cb)
 #pragma unroll
-              for (int c = 0; c < 8; ++c) *reinterpret_cast<int4*>(dst + cb * BN * 128 + r * 128 + c * 16) = int4{};
-          fence_proxy_async();  // the MMAs read the stage through the async proxy
-          __syncwarp();
-          if (lane == 0) mbar_arrive(&full_v[t & 1]);
+                for (int c = 0; c < 8; ++c) *reinterpret_cast<int4*>(dst + cb * BN * 128 + r * 128 + c * 16) = int4{};
+          });
         }
       }
       return;

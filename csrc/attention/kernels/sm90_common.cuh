@@ -62,6 +62,21 @@ __device__ __forceinline__ void sm90_init_barriers(uint64_t* bars, int n, unsign
   __syncthreads();
 }
 
+// The copy warp's end of a stage whose tile reaches past its sequence's end in a packed batch (the rows there belong
+// to the next sequence): its copies landed on `tail` instead of the stage's `full` barrier; once they have, the warp
+// zeroes those rows (`zero_rows(lane)`: their probabilities are zero, but a non-finite value there times zero would
+// reach the results), makes the writes visible to the MMAs' async-proxy reads, and completes `full`.
+template <class ZeroRows>
+__device__ __forceinline__ void sm90_complete_foreign_rows(uint64_t* tail, unsigned& tail_phase, uint64_t* full,
+                                                           int lane, ZeroRows&& zero_rows) {
+  mbar_wait(tail, tail_phase);
+  tail_phase ^= 1;
+  zero_rows(lane);
+  fence_proxy_async();
+  __syncwarp();
+  if (lane == 0) mbar_arrive(full);
+}
+
 // The query tile of a CTA in a grid of (query tiles x Hq x B) CTAs, query tiles fastest and, when causal or windowed,
 // the longest rows first; the keys its rows see, in whole BN-key tiles from the first.
 struct Sm90QueryTile {
