@@ -119,14 +119,15 @@ CASES = [
 ]
 
 
-def _check(case, dtype):
+def _check(case, dtype, bias=True):
     x, w, b = case.inputs(dtype)
+    b = b if bias else None
     ours, theirs = case.conv(F), case.conv(TF)
     # leaves that keep the case's strides (detach shares them; a clone of a strided view would be contiguous)
     xs = [t.detach().requires_grad_(True) for t in (x, w)]
     xp = [t.detach().requires_grad_(True) for t in (x, w)]
     x64 = [t.detach().double().requires_grad_(True) for t in (x, w)]
-    y, yp, y64 = ours(*xs, b), theirs(*xp, b), theirs(*x64, b.double())
+    y, yp, y64 = ours(*xs, b), theirs(*xp, b), theirs(*x64, None if b is None else b.double())
     v = compare(y, yp, y64, name=f"{case} {dtype} forward")
     assert v, v.message
     assert y.stride() == yp.stride(), f"{case} {dtype}: output strides {y.stride()}, PyTorch's {yp.stride()}"
@@ -162,6 +163,24 @@ def _check_paths(case, x, w, b):
 def test_staged_against_pytorch(case, dtype):
     x, w, b = _check(case, dtype)
     _check_paths(case, x, w, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_nchw_1x1_without_staging(dtype):
+    """An NCHW 1x1 convolution without bias whose channel planes are multiples of 8 elements runs its forward and
+    input gradient as one GEMM per image on the operands as they are (conv_implicit_gemm.cu's *_planes_as_gemm):
+    right by the error rule, in PyTorch's layout, and no layout transpose ran for either."""
+    case = Case("nchw_1x1_64_128_16", 3, 64, 128, (16, 16), 1)
+    x, w, _ = _check(case, dtype, bias=False)
+    ours = case.conv(F)
+    names = _cuda_kernels(lambda: ours(x, w, None))
+    _assert_tensor_cores(names, f"{case} forward")
+    assert not any("layout_transpose" in n for n in names), f"{case} forward staged: {sorted(set(names))}"
+    xg = x.detach().requires_grad_(True)
+    y = ours(xg, w, None)
+    names = _cuda_kernels(lambda: torch.autograd.grad(y, [xg], torch.ones_like(y)))
+    _assert_tensor_cores(names, f"{case} input gradient")
+    assert not any("layout_transpose" in n for n in names), f"{case} input gradient staged: {sorted(set(names))}"
 
 
 def _round_tf32(t):

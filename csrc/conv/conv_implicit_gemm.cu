@@ -31,6 +31,9 @@
 //           family's kernels (gemm_sm90 on Hopper when the build has it and its plan takes the problem, else
 //           gemm_sm80): y[NPQ, K] = x[NPQ, C] @ w[K, C]^T with bias and activation in the GEMM epilogue (the
 //           residual too when the activation is the identity: GemmArgs adds it after the activation).
+//           NCHW-like operands (each channel's plane dense) take fprop and dgrad as one GEMM per image, the
+//           weight broadcast over the batch: y[n][K, DHW] = w[K, C] @ x[n][C, DHW] (no bias: GemmArgs' bias is
+//           per column), dx[n][C, DHW] = w^T @ dy[n][K, DHW]: no staging copies of x and y.
 //
 // Taken: Float16, BFloat16, Float32 with allow_tf32; groups == 1; C and K multiples of 8; x, y (and residual for
 // the vector path) with the channel stride 1 and every other stride a multiple of 8 elements; the weight in
@@ -135,6 +138,21 @@ int64_t pixel_ld(const Operand5& o, int64_t n, int64_t c, const int64_t (&sp)[3]
 }
 
 // The weight [K][C][T][R][S] in [K][T][R][S][C] memory order: channel stride 1, the rest multiples of 8.
+// An NCHW-like operand as one [c][plane] row-major matrix per image: each channel's (d, h, w) plane dense, the
+// channels ld apart and the images *batch_stride apart, both multiples of 8 elements, 16-byte aligned base. ld, or
+// -1 where the operand is not so laid out.
+int64_t plane_ld(const Operand5& o, int64_t n, int64_t c, const int64_t (&sp)[3], int64_t* batch_stride) {
+  if (o.ptr == nullptr || !aligned16(o.ptr)) return -1;
+  if ((sp[2] > 1 && o.stride[4] != 1) || (sp[1] > 1 && o.stride[3] != sp[2]) ||
+      (sp[0] > 1 && o.stride[2] != sp[1] * sp[2]))
+    return -1;
+  const int64_t plane = sp[0] * sp[1] * sp[2];
+  const int64_t ld = c > 1 ? o.stride[1] : plane, bs = n > 1 ? o.stride[0] : c * ld;
+  if (ld < plane || ld % 8 != 0 || bs < c * ld || bs % 8 != 0) return -1;
+  *batch_stride = bs;
+  return ld;
+}
+
 bool weight_channels_inner(const Operand5& w, const ConvGeometry& g) {
   return channels_inner(w, g.K, g.C, g.ker);
 }
@@ -465,6 +483,50 @@ bool fprop_as_gemm(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
   return true;
 }
 
+// y[n][K][DHW] = w[K][C] @ x[n][C][DHW] (+ residual, identity act only) for NCHW-like x and y, the weight
+// broadcast over the batch. False: not this way (a bias among them: the GEMM's bias is per column).
+bool fprop_planes_as_gemm(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
+  const ConvGeometry& g = a.g;
+  if (!is_1x1(g) || a.bias != nullptr || !weight_channels_inner(a.w, g)) return false;
+  int64_t bsx = 0, bsy = 0, bsr = 0, ldr = 0;
+  const int64_t ldx = plane_ld(a.x, g.N, g.C, g.in, &bsx), ldy = plane_ld(a.y, g.N, g.K, g.out, &bsy);
+  if (ldx < 0 || ldy < 0) return false;
+  if (a.residual.ptr != nullptr) {
+    if (a.act != Act::Identity) return false;  // GemmArgs adds the residual after the activation
+    ldr = plane_ld(a.residual, g.N, g.K, g.out, &bsr);
+    if (ldr < 0) return false;
+  }
+  matmul::GemmArgs ga = gemm_args(a, g.K, g.out[0] * g.out[1] * g.out[2], g.C);
+  ga.batch = g.N;
+  ga.A = {a.w.ptr, a.w.stride[0], 0, false};  // (k, c) at w + k * stride0 + c, every image
+  ga.B = {a.x.ptr, ldx, bsx, false};
+  ga.D = a.y.ptr;
+  ga.ldd = ldy, ga.batch_stride_d = bsy;
+  ga.residual = a.residual.ptr;
+  ga.ldr = ldr, ga.batch_stride_r = bsr;
+  ga.act = a.act;
+  ga.act_params = a.act_params;
+  *err = run_gemm(ga, a.workspace, stream);
+  return true;
+}
+
+// dx[n][C][DHW] = w[K][C]^T @ dy[n][K][DHW] for NCHW-like dx and dy.
+bool dgrad_planes_as_gemm(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
+  const ConvGeometry& g = a.g;
+  if (!is_1x1(g) || !weight_channels_inner(a.w, g)) return false;
+  int64_t bsx = 0, bsy = 0;
+  const int64_t ldx = plane_ld(a.x, g.N, g.C, g.in, &bsx), ldy = plane_ld(a.y, g.N, g.K, g.out, &bsy);
+  if (ldx < 0 || ldy < 0) return false;
+  matmul::GemmArgs ga = gemm_args(a, g.C, g.in[0] * g.in[1] * g.in[2], g.K);
+  ga.batch = g.N;
+  ga.A = {a.w.ptr, a.w.stride[0], 0, true};  // (c, k) at w + k * stride0 + c, every image
+  ga.B = {a.y.ptr, ldy, bsy, false};
+  ga.D = a.x.ptr;
+  ga.ldd = ldx, ga.batch_stride_d = bsx;
+  *err = run_gemm(ga, a.workspace, stream);
+  return true;
+}
+
 // dx[NHW][C] = dy[NHW][K] @ w[K][C].
 bool dgrad_as_gemm(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
   const ConvGeometry& g = a.g;
@@ -502,6 +564,7 @@ bool wgrad_as_gemm(const ConvArgs& a, int64_t ldy, cudaStream_t stream, cudaErro
 cudaError_t conv_igemm_fprop(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
   if (!tensor_core_dtype(a) || !geometry_fits(g)) return cudaErrorNotSupported;
+  if (cudaError_t err; fprop_planes_as_gemm(a, stream, &err)) return err;
   if (!channels_inner(a.x, g.N, g.C, g.in) || !channels_inner(a.y, g.N, g.K, g.out) || !weight_channels_inner(a.w, g))
     return cudaErrorNotSupported;
   if (cudaError_t err; fprop_as_gemm(a, stream, &err)) return err;
@@ -511,6 +574,7 @@ cudaError_t conv_igemm_fprop(const ConvArgs& a, cudaStream_t stream) {
 cudaError_t conv_igemm_dgrad(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
   if (!tensor_core_dtype(a) || !geometry_fits(g)) return cudaErrorNotSupported;
+  if (cudaError_t err; dgrad_planes_as_gemm(a, stream, &err)) return err;
   if (!channels_inner(a.x, g.N, g.C, g.in) || !channels_inner(a.y, g.N, g.K, g.out) || !weight_channels_inner(a.w, g))
     return cudaErrorNotSupported;
   if (cudaError_t err; dgrad_as_gemm(a, stream, &err)) return err;
