@@ -7,8 +7,7 @@
 // answers cudaErrorNotSupported on any other device, in a build without sm_90a, or without CUTLASS.
 //
 // Instantiations (10): bf16 and fp16, 2-D (NHWC), CTA tile 128 x 128 x 64 (fprop and dgrad also 128 x 64 x 64,
-// where the GEMM's N, fprop's K or dgrad's C, is at most 64 or where it takes fewer waves: narrow_tiles),
-// cluster 1x1:
+// where the GEMM's N, fprop's K or dgrad's C, is at most 64), cluster 1x1:
 //   fprop  y = act(x * w + bias + residual): the epilogue is one visitor tree (matmul's kernels/sm90_epilogue.cuh
 //          nodes: bias broadcast, the residual read through the epilogue's C operand only when there is one;
 //          the activation a run-time switch inside one node), applied in float with one rounding.
@@ -187,8 +186,7 @@ constexpr int kAlign = 8;  // 16 bytes of 16-bit elements: TMA's unit
 // fprop / dgrad: M = output (dgrad: input) pixels, N = output (dgrad: input) channels, K = (channels, taps), the
 // channel block the tile's K extent (Shape<_64>: the channel mode alone is tiled, the taps walked one by one).
 using TileMN = Shape<_128, _128, Shape<_64>>;
-// where N is at most 64 (ResNet's 64-channel layers): 128 x 64, instead of half a tile of zeros; and where the
-// wide tiles' last wave is so partial that the narrow tiles' extra waves cost less (narrow_tiles)
+// where N is at most 64 (ResNet's 64-channel layers): 128 x 64, instead of half a tile of zeros
 using TileNarrow = Shape<_128, _64, Shape<_64>>;
 constexpr int64_t kNarrow = 64;
 // wgrad: M = K, N = (C, S, R) with the channel mode tiled, K = the pixels.
@@ -428,21 +426,9 @@ typename GradKernel<T, Operator::kWgrad>::Kernel::Arguments wgrad_arguments(cons
   return typename Kernel::Arguments(problem_shape<typename K::ProblemShape>(pb), mainloop, epilogue, hw_info());
 }
 
-// Whether an M x N fprop / dgrad GEMM runs on 128 x 64 tiles: where N fits one, or where they take fewer
-// wave-equivalents, a narrow tile costing about 0.6 of a wide one (half the MMAs and B loads, the same A loads,
-// prologue and epilogue). With 132 SMs: ResNet-50's 3x3 256 @14 (M 12544, N 256) takes 3 waves of narrow tiles
-// against 1.48 of wide ones (narrow); 3x3 512 @7 (M 3136) 2 against 0.76 (wide).
-bool narrow_tiles(int64_t m, int64_t n) {
-  if (n <= kNarrow) return true;
-  const int64_t sms = std::max(msm90::sm_count_or_h100(), 1), m_tiles = (m + 127) / 128;
-  const int64_t wide_waves = (m_tiles * ((n + 127) / 128) + sms - 1) / sms;
-  const int64_t narrow_waves = (m_tiles * ((n + 63) / 64) + sms - 1) / sms;
-  return narrow_waves * 3 < wide_waves * 5;
-}
-
 template <class T>
 cudaError_t fprop(const ConvArgs& a, const Problem2d& pb, cudaStream_t stream) {
-  if (narrow_tiles(pb.n * pb.p * pb.q, pb.k))
+  if (pb.k <= kNarrow)
     return run<typename FpropKernel<T, TileNarrow>::Kernel>(fprop_arguments<T, TileNarrow>(a, pb), stream);
   return run<typename FpropKernel<T, TileMN>::Kernel>(fprop_arguments<T, TileMN>(a, pb), stream);
 }
@@ -451,8 +437,7 @@ template <class T>
 cudaError_t dgrad(const Problem2d& pb, cudaStream_t stream) {
   using Narrow = GradKernel<T, Operator::kDgrad, TileNarrow>;
   using Wide = GradKernel<T, Operator::kDgrad, TileMN>;
-  if (narrow_tiles(pb.n * pb.h * pb.w, pb.c))
-    return run<typename Narrow::Kernel>(dgrad_arguments<T, TileNarrow>(pb), stream);
+  if (pb.c <= kNarrow) return run<typename Narrow::Kernel>(dgrad_arguments<T, TileNarrow>(pb), stream);
   return run<typename Wide::Kernel>(dgrad_arguments<T, TileMN>(pb), stream);
 }
 
