@@ -31,9 +31,9 @@
 //           family's kernels (gemm_sm90 on Hopper when the build has it and its plan takes the problem, else
 //           gemm_sm80): y[NPQ, K] = x[NPQ, C] @ w[K, C]^T with bias and activation in the GEMM epilogue (the
 //           residual too when the activation is the identity: GemmArgs adds it after the activation).
-//           NCHW-like operands (each channel's plane dense) take fprop and dgrad as one GEMM per image, the
-//           weight broadcast over the batch: y[n][K, DHW] = w[K, C] @ x[n][C, DHW] (no bias: GemmArgs' bias is
-//           per column), dx[n][C, DHW] = w^T @ dy[n][K, DHW]: no staging copies of x and y.
+//           NCHW-like operands (each channel's plane dense) take dgrad as one GEMM per image, the weight
+//           broadcast over the batch: dx[n][C, DHW] = w^T @ dy[n][K, DHW], no staging copies of dy and dx. (fprop's
+//           y[n][K, DHW] = w @ x[n] in that form ran slower than staged where K = 64: half of each M tile empty.)
 //
 // Taken: Float16, BFloat16, Float32 with allow_tf32; groups == 1; C and K multiples of 8; x, y (and residual for
 // the vector path) with the channel stride 1 and every other stride a multiple of 8 elements; the weight in
@@ -483,33 +483,6 @@ bool fprop_as_gemm(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
   return true;
 }
 
-// y[n][K][DHW] = w[K][C] @ x[n][C][DHW] (+ residual, identity act only) for NCHW-like x and y, the weight
-// broadcast over the batch. False: not this way (a bias among them: the GEMM's bias is per column).
-bool fprop_planes_as_gemm(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
-  const ConvGeometry& g = a.g;
-  if (!is_1x1(g) || a.bias != nullptr || !weight_channels_inner(a.w, g)) return false;
-  int64_t bsx = 0, bsy = 0, bsr = 0, ldr = 0;
-  const int64_t ldx = plane_ld(a.x, g.N, g.C, g.in, &bsx), ldy = plane_ld(a.y, g.N, g.K, g.out, &bsy);
-  if (ldx < 0 || ldy < 0) return false;
-  if (a.residual.ptr != nullptr) {
-    if (a.act != Act::Identity) return false;  // GemmArgs adds the residual after the activation
-    ldr = plane_ld(a.residual, g.N, g.K, g.out, &bsr);
-    if (ldr < 0) return false;
-  }
-  matmul::GemmArgs ga = gemm_args(a, g.K, g.out[0] * g.out[1] * g.out[2], g.C);
-  ga.batch = g.N;
-  ga.A = {a.w.ptr, a.w.stride[0], 0, false};  // (k, c) at w + k * stride0 + c, every image
-  ga.B = {a.x.ptr, ldx, bsx, false};
-  ga.D = a.y.ptr;
-  ga.ldd = ldy, ga.batch_stride_d = bsy;
-  ga.residual = a.residual.ptr;
-  ga.ldr = ldr, ga.batch_stride_r = bsr;
-  ga.act = a.act;
-  ga.act_params = a.act_params;
-  *err = run_gemm(ga, a.workspace, stream);
-  return true;
-}
-
 // dx[n][C][DHW] = w[K][C]^T @ dy[n][K][DHW] for NCHW-like dx and dy.
 bool dgrad_planes_as_gemm(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
   const ConvGeometry& g = a.g;
@@ -564,7 +537,6 @@ bool wgrad_as_gemm(const ConvArgs& a, int64_t ldy, cudaStream_t stream, cudaErro
 cudaError_t conv_igemm_fprop(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
   if (!tensor_core_dtype(a) || !geometry_fits(g)) return cudaErrorNotSupported;
-  if (cudaError_t err; fprop_planes_as_gemm(a, stream, &err)) return err;
   if (!channels_inner(a.x, g.N, g.C, g.in) || !channels_inner(a.y, g.N, g.K, g.out) || !weight_channels_inner(a.w, g))
     return cudaErrorNotSupported;
   if (cudaError_t err; fprop_as_gemm(a, stream, &err)) return err;
