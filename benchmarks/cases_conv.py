@@ -2,13 +2,14 @@
 depthwise layers (3x3, 5x5/2, ConvNeXt's 7x7; their input and weight gradients also one by one), N = 64, bf16, channels_last, forward alone and forward+backward (autograd: d_input, d_weight), and
 the fused conv_bias_act(relu) / conv_bias_add_act(relu) forwards at ResNet-50's layers,
 against F.conv2d (cuDNN, torch.backends.cudnn.benchmark = True, as issue 36's targets are measured) and its
-torch.compile. FLOPs are the convolution's multiply-adds x 2 (x 3 for forward+backward: dgrad and wgrad each
+torch.compile; three of the layers also in float16 and float32 (TF32 on both sides, PyTorch's default for
+convolutions). FLOPs are the convolution's multiply-adds x 2 (x 3 for forward+backward: dgrad and wgrad each
 cost the forward's); bytes the minimum traffic (input, weight and output once each; x 3 for forward+backward)."""
 import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
-from benchmarks.harness import Case, rand_cuda, with_env
+from benchmarks.harness import Case, dtype_tag, rand_cuda, with_env
 
 N = 64
 
@@ -30,6 +31,9 @@ LAYERS = [
 # the layers also run with NCHW operands (staged for the tensor-core paths: conv_staging.h)
 NCHW_LAYERS = ("3x3 64->64 @56", "1x1 256->64 @56", "7x7/2 stem 3->64 @224")
 
+# the layers also run in float16 and float32 (TF32)
+OTHER_DTYPE_LAYERS = ("3x3 64->64 @56", "3x3 256->256 @14", "1x1 256->64 @56")
+
 # cuDNN's targets of issue 36 (TFLOP/s, fwd / fwd+bwd), where measured
 TARGETS = {"3x3 64->64 @56": (313, 176), "3x3 256->256 @14": (456, 330), "1x1 256->64 @56": (118, 106),
            "7x7/2 stem 3->64 @224": (32.5, 26.5), "1x1/2 1024->2048 @14": (412, 329),
@@ -49,6 +53,8 @@ def _cudnn_benchmark(fn):
 
 
 def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype, layout="NHWC"):
+    # float32 computes on TF32 tensor cores on both sides: torch.backends.cudnn.allow_tf32 is on by default
+    tag = "tf32" if dtype == torch.float32 else dtype_tag(dtype)
     es = torch.empty((), dtype=dtype).element_size()
     out = (size + 2 * pad - k) // stride + 1
     flops = 2 * N * cout * out * out * (cin // groups) * k * k
@@ -77,16 +83,16 @@ def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype, layout="NHW
         ours["torch_dnn unstaged"] = with_env(conv(F.conv2d), TORCH_DNN_CONV_STAGE="0")
     fwd_target, fb_target = TARGETS.get(label, (None, None))
     target = (lambda t: f">= cuDNN ({t} TFLOP/s)" if t else ">= cuDNN")
-    fwd = Case("conv", f"conv {label} fwd bf16 {layout}", inputs,
+    fwd = Case("conv", f"conv {label} fwd {tag} {layout}", inputs,
                {**ours, "cuDNN (F.conv2d)": _cudnn_benchmark(eager),
                 "compile": _cudnn_benchmark(compiled)},
-               bytes=x_bytes + w_bytes + y_bytes, flops=flops, group=f"conv forward bf16 {layout}",
+               bytes=x_bytes + w_bytes + y_bytes, flops=flops, group=f"conv forward {tag} {layout}",
                target=target(fwd_target))
-    fb = Case("conv", f"conv {label} fwd+bwd bf16 {layout}", lambda: inputs(True),
+    fb = Case("conv", f"conv {label} fwd+bwd {tag} {layout}", lambda: inputs(True),
               {**{k: fwd_bwd(v) for k, v in ours.items()}, "cuDNN (F.conv2d)": _cudnn_benchmark(fwd_bwd(eager)),
                "compile": _cudnn_benchmark(fwd_bwd(compiled))},
               bytes=3 * (x_bytes + w_bytes + y_bytes), flops=3 * flops,
-              group=f"conv forward+backward bf16 {layout}",
+              group=f"conv forward+backward {tag} {layout}",
               target=target(fb_target))
     if cin > 4:
         return [fwd, fb]
@@ -100,10 +106,10 @@ def _cases_of(label, cin, cout, k, stride, pad, size, groups, dtype, layout="NHW
         x, w, g = inputs(True)
         return x.detach(), w, g
 
-    fw = Case("conv", f"conv {label} fwd+wgrad bf16 {layout}", stem_inputs,
+    fw = Case("conv", f"conv {label} fwd+wgrad {tag} {layout}", stem_inputs,
               {**{k: fwd_wgrad(v) for k, v in ours.items()}, "cuDNN (F.conv2d)": _cudnn_benchmark(fwd_wgrad(eager)),
                "compile": _cudnn_benchmark(fwd_wgrad(compiled))},
-              bytes=2 * (x_bytes + w_bytes + y_bytes), flops=2 * flops, group=f"conv forward+backward bf16 {layout}",
+              bytes=2 * (x_bytes + w_bytes + y_bytes), flops=2 * flops, group=f"conv forward+backward {tag} {layout}",
               target=">= cuDNN")
     return [fwd, fb, fw]
 
@@ -184,6 +190,9 @@ def cases(quick: bool = False):
     layers = LAYERS[:1] + [layer for layer in LAYERS if layer[0].startswith("depthwise")][:2] if quick else LAYERS
     out = [c for layer in layers for c in _cases_of(*layer, torch.bfloat16)]
     out += [c for layer in layers if layer[0] in NCHW_LAYERS for c in _cases_of(*layer, torch.bfloat16, "NCHW")]
+    # float16 and float32 (TF32) at three of ResNet-50's layers: issue 36's "float16 as bfloat16", "TF32 >= 0.9x"
+    other = [layer for layer in layers if layer[0] in OTHER_DTYPE_LAYERS]
+    out += [c for dtype in (torch.float16, torch.float32) for layer in other for c in _cases_of(*layer, dtype)]
     # the depthwise layers' backward passes one by one (memory-bound kernels of their own: which pass loses)
     out += [c for layer in layers if layer[-1] == layer[1] > 1 for c in _pass_cases_of(*layer, torch.bfloat16)]
     # the fused epilogues at ResNet-50's layers (the depthwise layer is MobileNet's)
