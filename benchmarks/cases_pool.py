@@ -147,12 +147,10 @@ def _adaptive_cases(dtype, layout="NHWC", shape=(256, 2048, 7, 7), graphs=(False
     out = []
     for graph in graphs:
         how = " graph" if graph else ""
-        # graph rows: also the A/B rows. NHWC: row lanes instead of a thread a column, the column split by the
-        # 32-bit division instead of a multiply-high
+        # graph rows: also the A/B rows. NHWC: row lanes instead of a thread a column
         def ab(d):
             if graph and layout == "NHWC":
                 d = _variant(d, "TORCH_DNN_POOL_GLOBAL_CL", "lanes", "torch_dnn lanes")
-                d = _variant(d, "TORCH_DNN_POOL_GLOBAL_FASTDIV", "0", "torch_dnn div32")
             return d
 
         ab_fwd = ab_bwd = ab

@@ -39,12 +39,10 @@ inline int global_cl_groups(int64_t N, int64_t G) {
 }
 
 // How the channels-last column kernels split a column index into (n, channel vector): by a multiply-high where the
-// columns are under 2^31 (a thread's first loads wait on this division; TORCH_DNN_POOL_GLOBAL_FASTDIV=0: by the
-// 32-bit division, for A/B runs), else by the 64-bit one.
-enum class ColumnDiv : int { Wide = 0, Narrow = 1, Fast = 2 };
+// columns are under 2^31 (a thread's first loads wait on this division), else by the 64-bit division.
+enum class ColumnDiv : int { Wide, Fast };
 inline ColumnDiv column_div(int64_t columns) {
-  if (columns >= (int64_t(1) << 31)) return ColumnDiv::Wide;
-  return env::is("TORCH_DNN_POOL_GLOBAL_FASTDIV", "0") ? ColumnDiv::Narrow : ColumnDiv::Fast;
+  return columns >= (int64_t(1) << 31) ? ColumnDiv::Wide : ColumnDiv::Fast;
 }
 
 // The one volume the global-average kernels also take as a compile-time constant: 7x7, the last feature map of

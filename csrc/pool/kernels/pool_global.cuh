@@ -65,7 +65,6 @@ __device__ __forceinline__ int64_t column_start(int64_t t, FastDivmod32 by_g, in
   const int64_t G = by_g.d;
   int64_t n;
   if (div == ColumnDiv::Fast) n = by_g.div(uint32_t(t));
-  else if (div == ColumnDiv::Narrow) n = uint32_t(t) / uint32_t(G);
   else n = t / G;
   return n * P * C + (t - n * G) * V;
 }
