@@ -29,6 +29,10 @@ constexpr int64_t kNR = 64 / sizeof(A);
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// A task's accumulator and packed blocks fit this many elements on its stack for small problems (no allocation per
+// call: host time of small GEMMs); larger ones take one heap buffer.
+constexpr int64_t kLocalElements = 4096;
+
 template <typename T>
 struct Operand {
   const T* p;
@@ -102,22 +106,27 @@ void gemm_typed(const GemmArgs& g) {
   // buffer sizes: the blocks, no larger than the problem, padded to whole tiles
   const int64_t mbp_max = round_up(std::min(MB, M), MR), nbp_max = round_up(std::min(NB, N), NR);
   const int64_t kb_max = std::max<int64_t>(1, std::min(KB, K));
+  const int64_t n_acc = mbp_max * nbp_max, n_ap = mbp_max * kb_max, n_buffers = n_acc + n_ap + kb_max * nbp_max;
   activation::dispatch_act(g.act, [&]<Act ACT>() {
     at::parallel_for(0, g.batch * mblocks, 1, [&](int64_t begin, int64_t end) {
-      std::unique_ptr<A[]> acc(new A[mbp_max * nbp_max]), ap(new A[mbp_max * kb_max]), bp(new A[kb_max * nbp_max]);
+      A local[kLocalElements];
+      std::unique_ptr<A[]> heap(n_buffers > kLocalElements ? new A[n_buffers] : nullptr);
+      A* const acc = heap ? heap.get() : local;
+      A* const ap = acc + n_acc;
+      A* const bp = ap + n_ap;
       for (int64_t task = begin; task < end; ++task) {
         const int64_t bi = task / mblocks, m0 = (task % mblocks) * MB, mb = std::min(MB, M - m0);
         const int64_t mbp = round_up(mb, MR);
         for (int64_t n0 = 0; n0 < N; n0 += NB) {
           const int64_t nb = std::min(NB, N - n0), nbp = round_up(nb, NR);
-          std::fill(acc.get(), acc.get() + mbp * nbp, A(0));
+          std::fill(acc, acc + mbp * nbp, A(0));
           for (int64_t k0 = 0; k0 < K; k0 += KB) {
             const int64_t kb = std::min(KB, K - k0);
-            pack(a, bi, m0, k0, mb, kb, mbp, kb, ap.get(), kb);
-            pack(b, bi, k0, n0, kb, nb, kb, nbp, bp.get(), nbp);
-            cpu_isa::run_kernel<MicroTiles<A, 16>, MicroTiles<A, 32>>(static_cast<const A*>(ap.get()), kb,
-                                                                      static_cast<const A*>(bp.get()), nbp, acc.get(),
-                                                                      nbp, mbp, nbp, kb);
+            pack(a, bi, m0, k0, mb, kb, mbp, kb, ap, kb);
+            pack(b, bi, k0, n0, kb, nb, kb, nbp, bp, nbp);
+            cpu_isa::run_kernel<MicroTiles<A, 16>, MicroTiles<A, 32>>(static_cast<const A*>(ap), kb,
+                                                                      static_cast<const A*>(bp), nbp, acc, nbp, mbp,
+                                                                      nbp, kb);
           }
           // epilogue: pre = alpha * acc + bias; D = act(pre) + residual
           for (int64_t i = 0; i < mb; ++i) {
