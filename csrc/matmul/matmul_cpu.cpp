@@ -2,7 +2,8 @@
 // same fused epilogue as the CUDA kernels. Work splits over (batch, block of MB rows) with at::parallel_for;
 // each task walks N in blocks of NB columns and K in blocks of KB, packs the A and B blocks into contiguous
 // accumulation-type buffers (which also turns any operand layout into one; rows and columns padded with zeros to
-// whole tiles), and accumulates the MB x NB block in MR x NR register tiles (MicroTiles: GCC vector types, a
+// whole tiles; a B block that is already row-major, of whole tiles and in the accumulation type is read in place),
+// and accumulates the MB x NB block in MR x NR register tiles (MicroTiles: GCC vector types, a
 // broadcast of A times a row of B per k). Each output element is summed over k in increasing order, one
 // multiply and one add per term: the result does not depend on the thread count or on the ISA (cpu_isa.h).
 #include "matmul/matmul_cpu.h"
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "activation/activation_cpu.h"
 #include "activation/cpu_isa.h"
@@ -123,10 +125,18 @@ void gemm_typed(const GemmArgs& g) {
           for (int64_t k0 = 0; k0 < K; k0 += KB) {
             const int64_t kb = std::min(KB, K - k0);
             pack(a, bi, m0, k0, mb, kb, mbp, kb, ap, kb);
-            pack(b, bi, k0, n0, kb, nb, kb, nbp, bp, nbp);
-            cpu_isa::run_kernel<MicroTiles<A, 16>, MicroTiles<A, 32>>(static_cast<const A*>(ap), kb,
-                                                                      static_cast<const A*>(bp), nbp, acc, nbp, mbp,
-                                                                      nbp, kb);
+            // a row-major B block of whole tiles in the accumulation type is read in place: packing it would copy
+            // the same values (x @ W's weight; host time of small GEMMs)
+            const A* bk = bp;
+            int64_t ldb = nbp;
+            if (std::is_same_v<T, A> && !b.col && nb == nbp) {
+              bk = reinterpret_cast<const A*>(b.p + bi * b.bs + k0 * b.ld + n0);
+              ldb = b.ld;
+            } else {
+              pack(b, bi, k0, n0, kb, nb, kb, nbp, bp, nbp);
+            }
+            cpu_isa::run_kernel<MicroTiles<A, 16>, MicroTiles<A, 32>>(static_cast<const A*>(ap), kb, bk, ldb, acc,
+                                                                      nbp, mbp, nbp, kb);
           }
           // epilogue: pre = alpha * acc + bias; D = act(pre) + residual
           for (int64_t i = 0; i < mb; ++i) {
