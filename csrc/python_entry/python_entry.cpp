@@ -50,6 +50,7 @@ struct Param {
   c10::IValue cached_list;
   int64_t cached_values[kMaxCachedList] = {};
   size_t cached_size = 0;
+  bool cached = false;
 };
 
 struct OpObject {
@@ -135,7 +136,7 @@ bool to_int_list(PyObject* o, Param& p, c10::IValue* out) {
     values[i] = one;
     if (!single && !to_int(items[i], &values[i])) return false;
   }
-  bool same = p.cached_size == n && p.cached_list.isIntList();
+  bool same = p.cached && p.cached_size == n;
   for (size_t i = 0; same && i < n; ++i) same = values[i] == p.cached_values[i];
   if (!same) {
     c10::List<int64_t> v;
@@ -144,6 +145,7 @@ bool to_int_list(PyObject* o, Param& p, c10::IValue* out) {
     p.cached_list = std::move(v);
     std::copy(values, values + n, p.cached_values);
     p.cached_size = n;
+    p.cached = true;
   }
   *out = p.cached_list;
   return true;
@@ -257,7 +259,8 @@ PyObject* op_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject
   const size_t n_positional = size_t(PyVectorcall_NARGS(nargsf));
   if (n_positional > n_params || at::impl::torch_function_mode_enabled()) return not_implemented();
 
-  PyObject* given[kMaxArguments] = {};
+  PyObject* given[kMaxArguments];
+  std::fill_n(given, n_params, nullptr);
   for (size_t i = 0; i < n_positional; ++i) {
     if (params[i].kwarg_only) return not_implemented();
     given[i] = args[i];
