@@ -28,6 +28,7 @@
 // the forward's layout, as PyTorch's backward does, so both gradients come back in the forward's layout).
 #pragma once
 #include <ATen/native/ConvUtils.h>
+#include <c10/util/SmallVector.h>
 #include <c10/util/strides.h>
 #include <torch/library.h>
 
@@ -45,19 +46,24 @@ using at::Tensor;
 
 enum class Pass { Fprop, Dgrad, Wgrad };
 
+// Per-dim values and shapes of a call, held inline (no allocation per call: host time of small convolutions). Four
+// per-dim values leave room for conv_channels_last's extra leading dim of a 1-D problem.
+using Dims = c10::SmallVector<int64_t, 4>;
+using Shape = c10::SmallVector<int64_t, 5>;
+
 // The geometry arguments of one call, checked and expanded to the spatial rank (a list of one value stands for
 // every dim, as PyTorch's expand_param_if_needed).
 struct Params {
   int64_t rank = 2;  // spatial dims: 1, 2 or 3
-  std::vector<int64_t> stride, padding, dilation, output_padding;
+  Dims stride, padding, dilation, output_padding;
   bool transposed = false;
   int64_t groups = 1;
 };
 
-inline std::vector<int64_t> expand(const char* op, IntArrayRef v, int64_t rank, const char* arg) {
+inline Dims expand(const char* op, IntArrayRef v, int64_t rank, const char* arg) {
   TORCH_CHECK(int64_t(v.size()) == rank || v.size() == 1, op, ": expected ", arg, " to have 1 or ", rank,
               " elements, but got ", v);
-  return v.size() == 1 ? std::vector<int64_t>(rank, v[0]) : v.vec();
+  return v.size() == 1 ? Dims(size_t(rank), v[0]) : Dims(v.begin(), v.end());
 }
 
 inline Params check_params(const char* op, int64_t rank, IntArrayRef stride, IntArrayRef padding,
@@ -69,7 +75,7 @@ inline Params check_params(const char* op, int64_t rank, IntArrayRef stride, Int
   p.stride = expand(op, stride, rank, "stride");
   p.padding = expand(op, padding, rank, "padding");
   p.dilation = expand(op, dilation, rank, "dilation");
-  p.output_padding = transposed ? expand(op, output_padding, rank, "output_padding") : std::vector<int64_t>(rank, 0);
+  p.output_padding = transposed ? expand(op, output_padding, rank, "output_padding") : Dims(size_t(rank), 0);
   for (int64_t i = 0; i < rank; ++i) {
     TORCH_CHECK(p.stride[i] > 0, op, ": expected stride to be positive, but got ", stride);
     TORCH_CHECK(p.padding[i] >= 0, op, ": expected padding to be non-negative, but got ", padding);
@@ -104,7 +110,10 @@ inline std::vector<int64_t> check_shapes(const char* op, IntArrayRef in, IntArra
   TORCH_CHECK(in[1] == channels, op, ": expected ", input_arg, " to have ", channels, " channels (weight of size ",
               ws, ", groups=", G, ", transposed=", p.transposed ? "true" : "false", "), but got ", input_arg, " of size ", in);
   // PyTorch's rule: an input without channels gives a result without channels (not the bias alone)
-  std::vector<int64_t> out = {in[0], p.transposed ? ws[1] * G : (ws[1] == 0 ? 0 : ws[0])};
+  std::vector<int64_t> out;
+  out.reserve(size_t(2 + p.rank));
+  out.push_back(in[0]);
+  out.push_back(p.transposed ? ws[1] * G : (ws[1] == 0 ? 0 : ws[0]));
   for (int64_t i = 0; i < p.rank; ++i) {
     const int64_t k = ws[2 + i], x = in[2 + i];
     if (!p.transposed) {
@@ -177,8 +186,8 @@ inline at::MemoryFormat channels_last_format(int64_t rank) {
 
 // The exact strides of a dense tensor of `sizes` with the channels (dim 1) innermost, then the spatial dims in
 // order, then the batch.
-inline std::vector<int64_t> channels_last_strides(IntArrayRef sizes) {
-  std::vector<int64_t> st(sizes.size());
+inline Shape channels_last_strides(IntArrayRef sizes) {
+  Shape st(sizes.size());
   int64_t next = 1;
   st[1] = next;
   next *= std::max<int64_t>(sizes[1], 1);
@@ -190,9 +199,9 @@ inline std::vector<int64_t> channels_last_strides(IntArrayRef sizes) {
   return st;
 }
 
-inline std::vector<int64_t> row_major_strides(IntArrayRef sizes) {
+inline Shape row_major_strides(IntArrayRef sizes) {
   const auto c = c10::contiguous_strides(sizes);
-  return std::vector<int64_t>(c.begin(), c.end());
+  return Shape(c.begin(), c.end());
 }
 
 inline Tensor empty_in(IntArrayRef sizes, const at::TensorOptions& opts, bool channels_last) {
@@ -229,7 +238,7 @@ inline bool strides_channels_last(const Tensor& t) {
 // torch_dnn/ops/conv.py's _channels_last mirrors this for the fake kernels.
 inline bool conv_channels_last(const Tensor& input, const Tensor& weight, const Params& p) {
   Tensor x = input, w = weight;
-  std::vector<int64_t> stride = p.stride, padding = p.padding, dilation = p.dilation, output_padding = p.output_padding;
+  Dims stride = p.stride, padding = p.padding, dilation = p.dilation, output_padding = p.output_padding;
   if (p.rank == 1) {
     // a contiguous stand-in for the input (its layout is all the query reads): a view of the input's own memory
     // where it is dense, else a fresh tensor

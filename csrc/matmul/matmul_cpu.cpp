@@ -2,7 +2,8 @@
 // same fused epilogue as the CUDA kernels. Work splits over (batch, block of MB rows) with at::parallel_for;
 // each task walks N in blocks of NB columns and K in blocks of KB, packs the A and B blocks into contiguous
 // accumulation-type buffers (which also turns any operand layout into one; rows and columns padded with zeros to
-// whole tiles), and accumulates the MB x NB block in MR x NR register tiles (MicroTiles: GCC vector types, a
+// whole tiles; a B block that is already row-major, of whole tiles and in the accumulation type is read in place),
+// and accumulates the MB x NB block in MR x NR register tiles (MicroTiles: GCC vector types, a
 // broadcast of A times a row of B per k). Each output element is summed over k in increasing order, one
 // multiply and one add per term: the result does not depend on the thread count or on the ISA (cpu_isa.h).
 #include "matmul/matmul_cpu.h"
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "activation/activation_cpu.h"
 #include "activation/cpu_isa.h"
@@ -28,6 +30,10 @@ template <typename A>
 constexpr int64_t kNR = 64 / sizeof(A);
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// A task's accumulator and packed blocks fit this many elements on its stack for small problems (no allocation per
+// call: host time of small GEMMs); larger ones take one heap buffer.
+constexpr int64_t kLocalElements = 4096;
 
 template <typename T>
 struct Operand {
@@ -102,21 +108,34 @@ void gemm_typed(const GemmArgs& g) {
   // buffer sizes: the blocks, no larger than the problem, padded to whole tiles
   const int64_t mbp_max = round_up(std::min(MB, M), MR), nbp_max = round_up(std::min(NB, N), NR);
   const int64_t kb_max = std::max<int64_t>(1, std::min(KB, K));
+  const int64_t n_acc = mbp_max * nbp_max, n_ap = mbp_max * kb_max, n_buffers = n_acc + n_ap + kb_max * nbp_max;
   activation::dispatch_act(g.act, [&]<Act ACT>() {
     at::parallel_for(0, g.batch * mblocks, 1, [&](int64_t begin, int64_t end) {
-      std::unique_ptr<A[]> acc(new A[mbp_max * nbp_max]), ap(new A[mbp_max * kb_max]), bp(new A[kb_max * nbp_max]);
+      A local[kLocalElements];
+      std::unique_ptr<A[]> heap(n_buffers > kLocalElements ? new A[n_buffers] : nullptr);
+      A* const acc = heap ? heap.get() : local;
+      A* const ap = acc + n_acc;
+      A* const bp = ap + n_ap;
       for (int64_t task = begin; task < end; ++task) {
         const int64_t bi = task / mblocks, m0 = (task % mblocks) * MB, mb = std::min(MB, M - m0);
         const int64_t mbp = round_up(mb, MR);
         for (int64_t n0 = 0; n0 < N; n0 += NB) {
           const int64_t nb = std::min(NB, N - n0), nbp = round_up(nb, NR);
-          std::fill(acc.get(), acc.get() + mbp * nbp, A(0));
+          std::fill(acc, acc + mbp * nbp, A(0));
           for (int64_t k0 = 0; k0 < K; k0 += KB) {
             const int64_t kb = std::min(KB, K - k0);
-            pack(a, bi, m0, k0, mb, kb, mbp, kb, ap.get(), kb);
-            pack(b, bi, k0, n0, kb, nb, kb, nbp, bp.get(), nbp);
-            cpu_isa::run_kernel<MicroTiles<A, 16>, MicroTiles<A, 32>>(static_cast<const A*>(ap.get()), kb,
-                                                                      static_cast<const A*>(bp.get()), nbp, acc.get(),
+            pack(a, bi, m0, k0, mb, kb, mbp, kb, ap, kb);
+            // a row-major B block of whole tiles in the accumulation type is read in place: packing it would copy
+            // the same values (x @ W's weight; host time of small GEMMs)
+            const A* bk = bp;
+            int64_t ldb = nbp;
+            if (std::is_same_v<T, A> && !b.col && nb == nbp) {
+              bk = reinterpret_cast<const A*>(b.p + bi * b.bs + k0 * b.ld + n0);
+              ldb = b.ld;
+            } else {
+              pack(b, bi, k0, n0, kb, nb, kb, nbp, bp, nbp);
+            }
+            cpu_isa::run_kernel<MicroTiles<A, 16>, MicroTiles<A, 32>>(static_cast<const A*>(ap), kb, bk, ldb, acc,
                                                                       nbp, mbp, nbp, kb);
           }
           // epilogue: pre = alpha * acc + bias; D = act(pre) + residual

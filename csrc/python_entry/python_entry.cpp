@@ -8,6 +8,10 @@
 // torch-function modes (which torch.ops hands to __torch_function__), lists of tensors, Python objects of other
 // types (SymInts, numpy scalars), unknown keywords, missing arguments (torch.ops raises its error).
 //
+// A call allocates little besides the op's own work (host time: the boxed path's allocations were a fifth of a
+// small pooling call): each argument's kind is read from the schema once, at construction; int lists are reused
+// while their values repeat (each argument keeps its last one); the stack keeps its capacity between calls.
+//
 // torch's Python headers (python_variable.h) do not compile under Py_LIMITED_API, so this is a module apart from
 // the abi3 torch_dnn._C, built for each Python version (setup.py).
 
@@ -19,38 +23,73 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace {
 
 constexpr size_t kMaxArguments = 32;
+// int lists up to this length are converted through the argument's cache (below); longer ones are built each call
+constexpr size_t kMaxCachedList = 8;
+
+// What an argument converts from, decided once from its schema type (Op's constructor).
+enum class Kind : uint8_t { Tensor, Int, Float, Bool, String, ScalarType, IntList, BoolList };
+
+struct Param {
+  Kind kind = Kind::Tensor;
+  bool optional = false;
+  bool kwarg_only = false;
+  int64_t fixed_size = 0;     // int[N]: N (one int given stands for N of it); 0: no size
+  PyObject* name = nullptr;   // interned: keywords match by identity first
+  // The int list last converted for this argument and its values: a call with the same values pushes this IValue
+  // (a reference, as the schema's default lists are pushed) instead of allocating a new list. The ops read their
+  // list arguments and never write to them.
+  c10::IValue cached_list;
+  int64_t cached_values[kMaxCachedList] = {};
+  size_t cached_size = 0;
+  bool cached = false;
+};
 
 struct OpObject {
   PyObject_HEAD
   vectorcallfunc vectorcall;
   c10::OperatorHandle* handle;
+  Param* params;
+  size_t n_params;
+  // the stack of a call, kept with its capacity for the next call; `stack_busy` while a call (with the GIL
+  // released) uses it: a call meanwhile, from another thread or from inside the op, takes a stack of its own
+  torch::jit::Stack* stack;
+  bool stack_busy;
 };
 
 PyObject* not_implemented() { Py_RETURN_NOTIMPLEMENTED; }
 
-bool supported_type(const c10::TypePtr& type) {
-  c10::TypePtr t = type;
-  if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+// The argument's Kind; false for a type this entry does not convert.
+bool kind_of(const c10::TypePtr& type, Param* p) {
+  const c10::Type* t = type.get();
+  if (t->kind() == c10::TypeKind::OptionalType) {
+    p->optional = true;
+    t = t->castRaw<c10::OptionalType>()->getElementType().get();
+  }
   switch (t->kind()) {
-    case c10::TypeKind::TensorType:
+    case c10::TypeKind::TensorType: p->kind = Kind::Tensor; return true;
     case c10::TypeKind::IntType:
-    case c10::TypeKind::SymIntType:
-    case c10::TypeKind::FloatType:
-    case c10::TypeKind::BoolType:
-    case c10::TypeKind::StringType:
-    case c10::TypeKind::ScalarTypeType:
-      return true;
+    case c10::TypeKind::SymIntType: p->kind = Kind::Int; return true;
+    case c10::TypeKind::FloatType: p->kind = Kind::Float; return true;
+    case c10::TypeKind::BoolType: p->kind = Kind::Bool; return true;
+    case c10::TypeKind::StringType: p->kind = Kind::String; return true;
+    case c10::TypeKind::ScalarTypeType: p->kind = Kind::ScalarType; return true;
     case c10::TypeKind::ListType: {
       const auto element = t->castRaw<c10::ListType>()->getElementType()->kind();
-      return element == c10::TypeKind::IntType || element == c10::TypeKind::SymIntType ||
-             element == c10::TypeKind::BoolType;
+      if (element == c10::TypeKind::BoolType) {
+        p->kind = Kind::BoolList;
+        return true;
+      }
+      p->kind = Kind::IntList;
+      return element == c10::TypeKind::IntType || element == c10::TypeKind::SymIntType;
     }
     default:
       return false;
@@ -70,30 +109,67 @@ bool to_int(PyObject* o, int64_t* out) {
   return true;
 }
 
-// One argument by its schema type; false where torch.ops should take the call.
-bool to_ivalue(PyObject* o, const c10::Argument& arg, c10::IValue* out) {
-  c10::TypePtr t = arg.real_type();
-  if (t->kind() == c10::TypeKind::OptionalType) {
-    if (o == Py_None) {
-      *out = c10::IValue();
-      return true;
-    }
-    t = t->castRaw<c10::OptionalType>()->getElementType();
+// An int list argument (a list or tuple of ints, or for int[N] one int); false where torch.ops should take the call.
+bool to_int_list(PyObject* o, Param& p, c10::IValue* out) {
+  int64_t one = 0;
+  const bool single = p.fixed_size != 0 && PyLong_CheckExact(o);  // int[2] given one int: every element that int
+  if (single) {
+    if (!to_int(o, &one)) return false;
+  } else if (!PyList_Check(o) && !PyTuple_Check(o)) {  // tuples include torch.Size
+    return false;
   }
-  switch (t->kind()) {
-    case c10::TypeKind::TensorType:
+  const size_t n = single ? size_t(p.fixed_size) : size_t(PySequence_Fast_GET_SIZE(o));
+  PyObject** items = single ? nullptr : PySequence_Fast_ITEMS(o);
+  if (n > kMaxCachedList) {
+    c10::List<int64_t> v;
+    v.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      int64_t e = one;
+      if (!single && !to_int(items[i], &e)) return false;
+      v.push_back(e);
+    }
+    *out = std::move(v);
+    return true;
+  }
+  int64_t values[kMaxCachedList];
+  for (size_t i = 0; i < n; ++i) {
+    values[i] = one;
+    if (!single && !to_int(items[i], &values[i])) return false;
+  }
+  bool same = p.cached && p.cached_size == n;
+  for (size_t i = 0; same && i < n; ++i) same = values[i] == p.cached_values[i];
+  if (!same) {
+    c10::List<int64_t> v;
+    v.reserve(n);
+    for (size_t i = 0; i < n; ++i) v.push_back(values[i]);
+    p.cached_list = std::move(v);
+    std::copy(values, values + n, p.cached_values);
+    p.cached_size = n;
+    p.cached = true;
+  }
+  *out = p.cached_list;
+  return true;
+}
+
+// One argument by its Kind; false where torch.ops should take the call.
+bool to_ivalue(PyObject* o, Param& p, c10::IValue* out) {
+  if (p.optional && o == Py_None) {
+    *out = c10::IValue();
+    return true;
+  }
+  switch (p.kind) {
+    case Kind::Tensor:
       // torch.Tensor or nn.Parameter: anything else may override __torch_function__
       if (!THPVariable_CheckExact(o)) return false;
       *out = THPVariable_Unpack(o);
       return true;
-    case c10::TypeKind::IntType:
-    case c10::TypeKind::SymIntType: {
+    case Kind::Int: {
       int64_t v;
       if (!to_int(o, &v)) return false;
       *out = v;
       return true;
     }
-    case c10::TypeKind::FloatType: {
+    case Kind::Float: {
       if (PyFloat_CheckExact(o)) {
         *out = PyFloat_AS_DOUBLE(o);
         return true;
@@ -103,11 +179,11 @@ bool to_ivalue(PyObject* o, const c10::Argument& arg, c10::IValue* out) {
       *out = double(v);
       return true;
     }
-    case c10::TypeKind::BoolType:
+    case Kind::Bool:
       if (!PyBool_Check(o)) return false;
       *out = o == Py_True;
       return true;
-    case c10::TypeKind::StringType: {
+    case Kind::String: {
       if (!PyUnicode_CheckExact(o)) return false;
       Py_ssize_t size = 0;
       const char* s = PyUnicode_AsUTF8AndSize(o, &size);
@@ -118,77 +194,95 @@ bool to_ivalue(PyObject* o, const c10::Argument& arg, c10::IValue* out) {
       *out = std::string(s, size_t(size));
       return true;
     }
-    case c10::TypeKind::ScalarTypeType:
+    case Kind::ScalarType:
       if (!THPDtype_Check(o)) return false;
       *out = int64_t(reinterpret_cast<THPDtype*>(o)->scalar_type);
       return true;
-    case c10::TypeKind::ListType: {
-      const bool bools = t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::BoolType;
-      if (!bools && PyLong_CheckExact(o) && arg.N()) {  // int[2] given one int: every element that int
-        int64_t v;
-        if (!to_int(o, &v)) return false;
-        *out = std::vector<int64_t>(size_t(*arg.N()), v);
-        return true;
-      }
-      if (!PyList_Check(o) && !PyTuple_Check(o)) return false;  // tuples include torch.Size
+    case Kind::IntList:
+      return to_int_list(o, p, out);
+    case Kind::BoolList: {
+      if (!PyList_Check(o) && !PyTuple_Check(o)) return false;
       const Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
       PyObject** items = PySequence_Fast_ITEMS(o);
-      if (bools) {
-        c10::List<bool> v;
-        v.reserve(size_t(n));
-        for (Py_ssize_t i = 0; i < n; ++i) {
-          if (!PyBool_Check(items[i])) return false;
-          v.push_back(items[i] == Py_True);
-        }
-        *out = std::move(v);
-        return true;
+      c10::List<bool> v;
+      v.reserve(size_t(n));
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        if (!PyBool_Check(items[i])) return false;
+        v.push_back(items[i] == Py_True);
       }
-      std::vector<int64_t> v(static_cast<size_t>(n));
-      for (Py_ssize_t i = 0; i < n; ++i)
-        if (!to_int(items[i], &v[size_t(i)])) return false;
       *out = std::move(v);
       return true;
     }
-    default:
-      return false;
   }
+  return false;
 }
+
+// The index of the parameter a keyword names; n_params where none does.
+size_t keyword_index(const Param* params, size_t n_params, PyObject* keyword) {
+  for (size_t i = 0; i < n_params; ++i)
+    if (params[i].name == keyword) return i;
+  for (size_t i = 0; i < n_params; ++i) {  // a keyword string that is not the interned one
+    const int cmp = PyUnicode_Compare(params[i].name, keyword);
+    if (cmp == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return n_params;
+    }
+    if (cmp == 0) return i;
+  }
+  return n_params;
+}
+
+// The Op's kept stack for one call (or a fresh one where it is in use), cleared and released at the end.
+class CallStack {
+ public:
+  explicit CallStack(OpObject* op) : op_(op), kept_(!op->stack_busy) {
+    if (kept_) op_->stack_busy = true;
+  }
+  ~CallStack() {
+    if (!kept_) return;
+    op_->stack->clear();
+    op_->stack_busy = false;
+  }
+  torch::jit::Stack& get() { return kept_ ? *op_->stack : own_; }
+
+ private:
+  OpObject* op_;
+  bool kept_;
+  torch::jit::Stack own_;
+};
 
 PyObject* op_call(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   HANDLE_TH_ERRORS
-  const c10::OperatorHandle& op = *reinterpret_cast<OpObject*>(self)->handle;
-  const auto& params = op.schema().arguments();
-  const size_t n_params = params.size();
+  auto* object = reinterpret_cast<OpObject*>(self);
+  Param* params = object->params;
+  const size_t n_params = object->n_params;
   const size_t n_positional = size_t(PyVectorcall_NARGS(nargsf));
   if (n_positional > n_params || at::impl::torch_function_mode_enabled()) return not_implemented();
 
-  PyObject* given[kMaxArguments] = {};
+  PyObject* given[kMaxArguments];
+  std::fill_n(given, n_params, nullptr);
   for (size_t i = 0; i < n_positional; ++i) {
-    if (params[i].kwarg_only()) return not_implemented();
+    if (params[i].kwarg_only) return not_implemented();
     given[i] = args[i];
   }
   const Py_ssize_t n_keywords = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
   for (Py_ssize_t k = 0; k < n_keywords; ++k) {
-    const char* name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
-    if (name == nullptr) {
-      PyErr_Clear();
-      return not_implemented();
-    }
-    size_t i = 0;
-    while (i < n_params && params[i].name() != name) ++i;
+    const size_t i = keyword_index(params, n_params, PyTuple_GET_ITEM(kwnames, k));
     if (i == n_params || given[i] != nullptr) return not_implemented();
     given[i] = args[n_positional + size_t(k)];
   }
 
-  torch::jit::Stack stack;
+  const c10::OperatorHandle& op = *object->handle;
+  CallStack call(object);
+  torch::jit::Stack& stack = call.get();
   stack.reserve(n_params);
   for (size_t i = 0; i < n_params; ++i) {
     if (given[i] != nullptr) {
       c10::IValue v;
       if (!to_ivalue(given[i], params[i], &v)) return not_implemented();
       stack.push_back(std::move(v));
-    } else if (params[i].default_value()) {
-      stack.push_back(*params[i].default_value());
+    } else if (const auto& d = op.schema().arguments()[i].default_value()) {
+      stack.push_back(*d);
     } else {
       return not_implemented();
     }
@@ -233,7 +327,8 @@ PyObject* op_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   for (const auto& a : schema.arguments()) {
-    if (!supported_type(a.real_type())) {
+    Param p;
+    if (!kind_of(a.real_type(), &p)) {
       PyErr_Format(PyExc_TypeError, "torch_dnn._entry.Op: %s: argument '%s' is not one this entry calls with", name,
                    a.name().c_str());
       return nullptr;
@@ -250,12 +345,32 @@ PyObject* op_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   auto* op = reinterpret_cast<OpObject*>(self);
   op->vectorcall = op_call;
   op->handle = new c10::OperatorHandle(*found);
+  op->n_params = schema.arguments().size();
+  op->params = new Param[op->n_params];
+  op->stack = new torch::jit::Stack();
+  op->stack_busy = false;
+  for (size_t i = 0; i < op->n_params; ++i) {
+    const c10::Argument& a = schema.arguments()[i];
+    Param& p = op->params[i];
+    kind_of(a.real_type(), &p);  // checked above
+    p.kwarg_only = a.kwarg_only();
+    p.fixed_size = a.N() ? *a.N() : 0;
+    p.name = PyUnicode_InternFromString(a.name().c_str());
+    if (p.name == nullptr) {
+      Py_DECREF(self);
+      return nullptr;
+    }
+  }
   return self;
   END_HANDLE_TH_ERRORS
 }
 
 void op_dealloc(PyObject* self) {
-  delete reinterpret_cast<OpObject*>(self)->handle;
+  auto* op = reinterpret_cast<OpObject*>(self);
+  for (size_t i = 0; op->params != nullptr && i < op->n_params; ++i) Py_XDECREF(op->params[i].name);
+  delete[] op->params;
+  delete op->stack;
+  delete op->handle;
   Py_TYPE(self)->tp_free(self);
 }
 

@@ -3,7 +3,7 @@ the wrappers' op handles resolved through the C++ entry (the default) and throug
 TORCH_DNN_PYTHON_ENTRY=0), swapped between samples so that the same inputs, process and machine state serve both;
 PyTorch's own op beside them. Tiny tensors, forward only (no graph recorded), then with inputs that require grad
 (a node recorded, no backward). CUDA when present (launch included; queue drained around each 200-call sample),
-best of 15 interleaved turns, us a call.
+best of 15 interleaved turns, us a call; one intra-op thread.
 
     python research/host/probe_python_entry.py
 """
@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as TF
 
 import torch_dnn.functional as F
+import torch_dnn.nn as N
 from torch_dnn.ops import _registry as reg
 from torch_dnn.ops import pool
 
@@ -41,6 +42,7 @@ def per_call_us(fn, sync, n=200):
 def main():
     assert reg.python_entry_active(), "torch_dnn._entry is not loaded"
     dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.set_num_threads(1)
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     with_entry, without = handles(True), handles(False)
 
@@ -57,6 +59,10 @@ def main():
         v = torch.randn(64, device=dev, requires_grad=grad)
         q = torch.randn(1, 2, 8, 16, device=dev, requires_grad=grad)
         rm, rv = torch.zeros(4, device=dev), torch.ones(4, device=dev)
+        cw, cb = torch.randn(4, 4, 3, 3, device=dev, requires_grad=grad), torch.randn(4, device=dev)
+        conv = torch.nn.Conv2d(4, 4, 3, padding=1).to(dev).requires_grad_(grad)
+        our_conv = N.Conv2d(4, 4, 3, padding=1).to(dev).requires_grad_(grad)
+        our_conv.load_state_dict(conv.state_dict())
         rows = {
             "relu": (lambda: F.relu(x), lambda: TF.relu(x)),
             "gelu": (lambda: F.gelu(x), lambda: TF.gelu(x)),
@@ -67,6 +73,8 @@ def main():
             "avg_pool2d 2": (lambda: F.avg_pool2d(p, 2), lambda: TF.avg_pool2d(p, 2)),
             "batch_norm train": (lambda: F.batch_norm(p, rm, rv, training=True),
                                  lambda: TF.batch_norm(p, rm, rv, training=True)),
+            "conv2d 3x3": (lambda: F.conv2d(p, cw, cb, padding=1), lambda: TF.conv2d(p, cw, cb, padding=1)),
+            "Conv2d 3x3 module": (lambda: our_conv(p), lambda: conv(p)),
             "linear": (lambda: F.linear(x, w, v), lambda: TF.linear(x, w, v)),
             "matmul": (lambda: F.matmul(x, w), lambda: torch.matmul(x, w)),
             "sdpa": (lambda: F.scaled_dot_product_attention(q, q, q),

@@ -74,6 +74,9 @@ def register_autograd(qualname: str, backward, setup_context, cpp_kernel: bool =
     _FORMULAS[qualname.split("::")[1]] = (backward, setup_context, cpp_kernel)
 
 
+# torch.compiler.is_compiling itself, bound once: Dynamo folds the same function (a call of it while tracing reads
+# True), and an eager call skips two attribute lookups (host time of every functional call)
+_is_compiling = torch.compiler.is_compiling
 _is_any_autocast_enabled = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -136,7 +139,7 @@ def _transform_function(packet, schema, backward, setup_context):
 
 def _transform_call() -> bool:
     """A torch.func transform is active and nothing else would act on the call first (as _plain_call)."""
-    if torch.compiler.is_compiling() or _forward_ad._current_level >= 0 or not _functorch_active():
+    if _is_compiling() or _forward_ad._current_level >= 0 or not _functorch_active():
         return False
     return not (_is_any_autocast_enabled() or torch._C._is_torch_function_mode_enabled()
                 or _get_dispatch_mode() is not None)
@@ -146,7 +149,7 @@ def _plain_call(args, kwargs, autocast_ok=False) -> bool:
     """Not traced by torch.compile, no forward-mode AD, autocast (unless autocast_ok: an op without an autocast
     rule), functorch transform, Python dispatch or function mode, and only plain tensors: the call would reach the
     Autograd key unchanged, so a Function applied from Python gives what the dispatcher would."""
-    if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
+    if _is_compiling() or _forward_ad._current_level >= 0:
         return False
     if not autocast_ok and _is_any_autocast_enabled():
         return False
@@ -186,12 +189,12 @@ class _FunctionalOps:
             entry = _python_entry(packet)
             if entry is None:
                 def fn(*args, **kwargs):
-                    if torch.compiler.is_compiling():
+                    if _is_compiling():
                         return packet(*args, **kwargs)
                     return op_fast(*args, **kwargs)
             else:
                 def fn(*args, **kwargs):
-                    if torch.compiler.is_compiling():
+                    if _is_compiling():
                         return packet(*args, **kwargs)
                     out = entry(*args, **kwargs)  # NotImplemented: a call only torch.ops converts
                     return op_fast(*args, **kwargs) if out is NotImplemented else out
@@ -221,7 +224,7 @@ class _FunctionalOps:
             if entry is None:
                 def fn(*args, **kwargs):
                     # is_compiling first: dynamo folds it to True and never traces the C++ checks after it
-                    if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
+                    if _is_compiling() or _forward_ad._current_level >= 0:
                         return packet(*args, **kwargs)
                     # _functorch_active (C++): false in eager calls, which go straight to the op (its C++ autograd
                     # kernel calls the kernels below it when the call records no graph)
@@ -230,7 +233,7 @@ class _FunctionalOps:
                     return overload(*args, **kwargs)
             else:
                 def fn(*args, **kwargs):
-                    if torch.compiler.is_compiling() or _forward_ad._current_level >= 0:
+                    if _is_compiling() or _forward_ad._current_level >= 0:
                         return packet(*args, **kwargs)
                     if _functorch_active():
                         return transformed(args, kwargs)

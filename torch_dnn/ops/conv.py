@@ -429,7 +429,31 @@ def _geometry(fn, r, x, weight, stride, padding, dilation):
     return x, stride, padding, dilation
 
 
+def _int_tuples(r, *values) -> bool:
+    """Whether every value is a tuple of r ints (not bools), as nn.Conv*d keeps its geometry: the op takes them as
+    they are."""
+    for v in values:
+        if type(v) is not tuple or len(v) != r:
+            return False
+        for e in v:
+            if type(e) is not int:
+                return False
+    return True
+
+
+_NO_OUTPUT_PADDING = {r: (0,) * r for r in (1, 2, 3)}
+
+
 def _conv(r, input, weight, bias, stride, padding, dilation, groups):
+    # the common calls (a batched input; ints, as F.conv*d's defaults, or r-tuples of ints, as the modules pass
+    # them) go straight to the op; the rest is normalised and checked below (host time of small convolutions)
+    if input.dim() == r + 2:
+        if type(stride) is int and type(padding) is int and type(dilation) is int:
+            return _ops.convolution(input, weight, bias, (stride,) * r, (padding,) * r, (dilation,) * r, False,
+                                    _NO_OUTPUT_PADDING[r], groups)
+        if _int_tuples(r, stride, padding, dilation):
+            return _ops.convolution(input, weight, bias, stride, padding, dilation, False, _NO_OUTPUT_PADDING[r],
+                                    groups)
     fn = f"conv{r}d"
     x, added = _batched(input, r, fn)
     x, stride, padding, dilation = _geometry(fn, r, x, weight, stride, padding, dilation)

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from torch_dnn.ops._registry import add_family, needs_autograd, ops, register_autograd
+from torch_dnn.ops._registry import _is_compiling, add_family, needs_autograd, ops, register_autograd
 from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
@@ -159,7 +159,7 @@ def allow_tf32() -> bool:
     """Whether float32 GEMMs may use TF32 tensor cores: PyTorch's own switch,
     torch.backends.cuda.matmul.allow_tf32 (<=> torch.get_float32_matmul_precision() != "highest"). Read through
     the backends flag because torch.compile traces it (a guarded constant) where it cannot trace the string."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return bool(torch.backends.cuda.matmul.allow_tf32)
     return _get_allow_tf32()  # the flag's own getter, without the module's __getattr__ (host time of small GEMMs)
 
@@ -211,7 +211,8 @@ def matmul(input, other):
     if da <= 2 and db <= 2:
         a = input.unsqueeze(0) if da == 1 else input
         b = other.unsqueeze(1) if db == 1 else other
-        out = _ops.mm(a, b, allow_tf32=tf32)
+        # allow_tf32 passed only where it is not the op's default (a keyword costs host time on small GEMMs)
+        out = _ops.mm(a, b, allow_tf32=True) if tf32 else _ops.mm(a, b)
         if da == 1:
             out = out.squeeze(0)
         if db == 1:
@@ -263,7 +264,8 @@ def linear_act(input, weight, bias=None, activation="relu", residual=None, act_a
 
 def linear(input, weight, bias=None):
     """torch.nn.functional.linear."""
-    return _ops.linear(input, weight, bias, allow_tf32=allow_tf32())
+    # allow_tf32 passed only where it is not the op's default (as matmul's)
+    return _ops.linear(input, weight, bias, allow_tf32=True) if allow_tf32() else _ops.linear(input, weight, bias)
 
 
 FUNCTIONAL = ["matmul", "mm", "bmm", "linear", "linear_act"]

@@ -186,17 +186,11 @@ def _output_size(input, output_size, r):
     return tuple(input.shape[-r + i] if v is None else v for i, v in enumerate(size))
 
 
-def _ints(*values):
-    """Whether every value is an int (not a bool) or None: the common call, whose ints the ops' int[r] arguments
-    take as r of each (no tuples built here: host time)."""
-    for v in values:
-        if v is not None and type(v) is not int:
-            return False
-    return True
-
-
 def _max_pool(r, input, kernel_size, stride, padding, dilation, ceil_mode, return_indices):
-    if type(kernel_size) is int and _ints(stride, padding, dilation):
+    # every value an int (not a bool) or None: the common call, whose ints the ops' int[r] arguments take as r of
+    # each (no tuples built, no helper frame: host time)
+    if (type(kernel_size) is int and (stride is None or type(stride) is int)
+            and (padding is None or type(padding) is int) and (dilation is None or type(dilation) is int)):
         out, indices = _OPS["max_pool", r, False](input, kernel_size, kernel_size if stride is None else stride,
                                                   padding, dilation, ceil_mode)
     else:
@@ -212,7 +206,8 @@ def _max_pool(r, input, kernel_size, stride, padding, dilation, ceil_mode, retur
 
 
 def _avg_pool(r, input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
-    if type(kernel_size) is int and _ints(stride, padding):
+    if (type(kernel_size) is int and (stride is None or type(stride) is int)
+            and (padding is None or type(padding) is int)):  # as _max_pool's
         return _OPS["avg_pool", r, False](input, kernel_size, kernel_size if stride is None else stride, padding,
                                           ceil_mode, count_include_pad, divisor_override)
     k = _tuple(kernel_size, r, "kernel_size")
