@@ -184,10 +184,11 @@ __global__ void __launch_bounds__(256)
 }
 
 template <typename Ti, typename To, bool LOG>
-void run_backward(const To* g, const To* y, Ti* dx, acc_t<To>* ws, SoftmaxShape s, cudaStream_t stream) {
+void run_backward(const To* g, const To* y, Ti* dx, acc_t<To>* ws, SoftmaxShape s, const Knobs& knobs,
+                  cudaStream_t stream) {
   constexpr int V = kVec16<To>;
   const PlanInfo p = make_plan(s, V, aligned16(g) && aligned16(y) && aligned16(dx) && sizeof(Ti) == sizeof(To),
-                               kBwdRegElems<To>);
+                               kBwdRegElems<To>, knobs.plan);
   const int64_t rows = s.outer;
   switch (p.plan) {
     case Plan::Warp: {

@@ -225,9 +225,10 @@ __global__ void __launch_bounds__(256) softmax_spatial_fwd(const Ti* x, To* y, i
 }
 
 template <typename Ti, typename To, bool LOG>
-void run_forward(const Ti* x, To* y, acc_t<Ti>* ws, SoftmaxShape s, cudaStream_t stream) {
+void run_forward(const Ti* x, To* y, acc_t<Ti>* ws, SoftmaxShape s, const Knobs& knobs, cudaStream_t stream) {
   constexpr int V = kVec16<Ti>;
-  const PlanInfo p = make_plan(s, V, aligned16(x) && aligned16(y) && sizeof(Ti) == sizeof(To), kFwdRegElems<Ti>);
+  const PlanInfo p =
+      make_plan(s, V, aligned16(x) && aligned16(y) && sizeof(Ti) == sizeof(To), kFwdRegElems<Ti>, knobs.plan);
   const int64_t rows = s.outer;
   switch (p.plan) {
     case Plan::Warp: {
