@@ -62,33 +62,25 @@ __global__ void __launch_bounds__(1024) norm_block_bwd(BwdParams<T> p) {
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const A m = RMS ? A(0) : p.mean[r], rs = p.rstd[r];
     A s1 = A(0), s2 = A(0);  // sum(g * xhat), sum(g)
+    for_each_held_vector<kItems>(nv, [&](int k, int idx) {
+      A xh[V], dy[V], g[V];
+      load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        A xh[V], dy[V], g[V];
-        load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          s1 += g[j] * xh[j];
-          s2 += g[j];
-          dw[k][j] += dy[j] * xh[j];
-          if constexpr (!RMS) db[k][j] += dy[j];
-        }
+      for (int j = 0; j < V; ++j) {
+        s1 += g[j] * xh[j];
+        s2 += g[j];
+        dw[k][j] += dy[j] * xh[j];
+        if constexpr (!RMS) db[k][j] += dy[j];
       }
-    }
+    });
     block_reduce_sum2(s1, s2, smem);
     if (!p.dx) continue;
     const A c1 = s1 / A(p.N), c2 = RMS ? A(0) : s2 / A(p.N);
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        A xh[V], dy[V], g[V];
-        load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
-        store_dx<V>(p, r * p.N + idx * V, xh, g, rs, c1, c2);
-      }
-    }
+    for_each_held_vector<kItems>(nv, [&](int, int idx) {
+      A xh[V], dy[V], g[V];
+      load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
+      store_dx<V>(p, r * p.N + idx * V, xh, g, rs, c1, c2);
+    });
   }
   if (!p.partial) return;
 #pragma unroll

@@ -77,39 +77,28 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     Vec<Ti, V> raw[kItems];
     A m = A(-INFINITY);
+    for_each_held_vector<kItems>(nv, [&](int k, int idx) {
+      raw[k] = load_vec<Ti, V>(x + r * D + idx * V);
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        raw[k] = load_vec<Ti, V>(x + r * D + idx * V);
-#pragma unroll
-        for (int j = 0; j < V; ++j) m = FmaxOp{}(m, vec_elem<A>(raw[k], j));
-      }
-    }
+      for (int j = 0; j < V; ++j) m = FmaxOp{}(m, vec_elem<A>(raw[k], j));
+    });
     m = block_reduce(m, FmaxOp{}, smem);
     const ShiftedExp<FAST, A> exp_shifted(m);
     A s = A(0);
+    for_each_held_vector<kItems>(nv, [&](int k, int) {
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (k * int(blockDim.x) + int(threadIdx.x) < nv) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) s += exp_shifted(vec_elem<A>(raw[k], j));
-      }
-    }
+      for (int j = 0; j < V; ++j) s += exp_shifted(vec_elem<A>(raw[k], j));
+    });
     s = softmax_scale<LOG>(block_reduce(s, SumOp{}, smem));
+    for_each_held_vector<kItems>(nv, [&](int k, int idx) {
+      A o[V];
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        A o[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const A xv = vec_elem<A>(raw[k], j);
-          o[j] = LOG ? xv - m - s : exp_shifted(xv) * s;
-        }
-        store_vec<To, V>(y + r * D + idx * V, pack_vec<V, To>(o));
+      for (int j = 0; j < V; ++j) {
+        const A xv = vec_elem<A>(raw[k], j);
+        o[j] = LOG ? xv - m - s : exp_shifted(xv) * s;
       }
-    }
+      store_vec<To, V>(y + r * D + idx * V, pack_vec<V, To>(o));
+    });
   }
 }
 
