@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include "common/tensor_utils.h"
+
 namespace torch_dnn {
 namespace batch_norm {
 
@@ -16,9 +18,7 @@ struct View {
   int64_t N, C, S;
 };
 View view_of(const at::Tensor& x) {
-  View v{x.size(0), x.size(1), 1};
-  for (int64_t d = 2; d < x.dim(); ++d) v.S *= x.size(d);
-  return v;
+  return View{x.size(0), x.size(1), spatial_size(x)};
 }
 at::Tensor as64(const at::Tensor& t) { return t.to(at::kDouble).contiguous(); }
 

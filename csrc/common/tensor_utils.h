@@ -91,6 +91,13 @@ inline at::Tensor same_layout_as(const at::Tensor& t, const at::Tensor& ref) {
   return at::empty_like(ref).copy_(t);
 }
 
+// The product of the sizes after the first two: S of an (N, C, *) tensor (1 for (N, C)).
+inline int64_t spatial_size(const at::Tensor& x) {
+  int64_t s = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) s *= x.size(d);
+  return s;
+}
+
 // A dense tensor seen in memory as [outer, size(dim), inner]: dims that come before `dim` in memory order
 // multiply into outer, those after into inner.
 struct DimSplit {

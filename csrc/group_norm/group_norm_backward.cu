@@ -9,7 +9,8 @@ int64_t backward_workspace(DType dtype, const GnShape& s, bool stats_given, bool
   return backward_workspace_elems(s);
 }
 
-cudaError_t launch_backward(DType dtype, const BackwardArgs& a, const GnShape& s, cudaStream_t stream) {
+cudaError_t launch_backward(DType dtype, const BackwardArgs& a, const GnShape& s, const Knobs& knobs,
+                            cudaStream_t stream) {
   if (s.N == 0 || s.C == 0 || s.S == 0) return cudaSuccess;
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -20,7 +21,7 @@ cudaError_t launch_backward(DType dtype, const BackwardArgs& a, const GnShape& s
                         static_cast<A*>(const_cast<void*>(a.rstd)), A(0), s.N, s.C, s.S, s.G, D, D * s.S,
                         s.channels_last};
     run_backward<T>(p, a.stats_given, static_cast<A*>(a.workspace), static_cast<T*>(a.dw), static_cast<T*>(a.db),
-                    stream);
+                    knobs, stream);
   });
   return cudaGetLastError();
 }

@@ -1,5 +1,6 @@
 // CUDA launchers of the group_norm family: raw pointers, workspaces from the caching allocator and the current
-// stream to the torch-free entry points. Registered for the CUDA dispatch key only.
+// stream to the torch-free entry points, with the knobs (group_norm_plan.h) read once a launcher call. Registered
+// for the CUDA dispatch key only.
 #include "common/cuda_utils.h"
 #include "common/layout_transpose.h"
 #include "group_norm/group_norm_ops.h"
@@ -57,7 +58,7 @@ struct CudaBackend {
     mean = at::empty({s.N, G}, x.options().dtype(stat_type(x.scalar_type())));
     rstd = at::empty({s.N, G}, x.options().dtype(stat_type(x.scalar_type())));
     const ForwardArgs a{cptr(x), cptr(w), cptr(b), mptr(y), mptr(mean), mptr(rstd), eps, false, nullptr};
-    const cudaError_t err = launch_forward(to_dtype(x.scalar_type()), a, s, current_stream());
+    const cudaError_t err = launch_forward(to_dtype(x.scalar_type()), a, s, read_knobs(), current_stream());
     if (err == cudaErrorNotSupported) return false;
     TD_CHECK_LAUNCH(err);
     return true;
@@ -69,7 +70,7 @@ struct CudaBackend {
     const int64_t n_ws = forward_workspace(dt, s, stats_given);
     const at::Tensor ws = workspace_or_none(n_ws, x.options().dtype(stat_type(x.scalar_type())));
     const ForwardArgs a{cptr(x), cptr(w), cptr(b), mptr(y), mptr(mean), mptr(rstd), eps, stats_given, data_or_null(ws)};
-    TD_CHECK_LAUNCH(launch_forward(dt, a, s, current_stream()));
+    TD_CHECK_LAUNCH(launch_forward(dt, a, s, read_knobs(), current_stream()));
   }
   static void backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean, const at::Tensor& rstd,
                        const at::Tensor& w, at::Tensor& dx, at::Tensor& dw, at::Tensor& db, const GnShape& s,
@@ -80,7 +81,7 @@ struct CudaBackend {
     const at::Tensor ws = workspace_or_none(n_ws, x.options().dtype(stat_type(x.scalar_type())));
     const BackwardArgs a{cptr(dy), cptr(x), cptr(mean), cptr(rstd), cptr(w), mptr(dx), mptr(dw), mptr(db),
                          stats_given, data_or_null(ws)};
-    TD_CHECK_LAUNCH(launch_backward(dt, a, s, current_stream()));
+    TD_CHECK_LAUNCH(launch_backward(dt, a, s, read_knobs(), current_stream()));
   }
 };
 

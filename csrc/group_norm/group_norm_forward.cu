@@ -20,7 +20,8 @@ int64_t forward_workspace(DType dtype, const GnShape& s, bool stats_given) {
   return forward_workspace_elems(s, stats_given);
 }
 
-cudaError_t launch_forward(DType dtype, const ForwardArgs& a, const GnShape& s, cudaStream_t stream) {
+cudaError_t launch_forward(DType dtype, const ForwardArgs& a, const GnShape& s, const Knobs& knobs,
+                           cudaStream_t stream) {
   if (s.N == 0 || s.C == 0 || s.S == 0) return cudaSuccess;
   bool launched = true;
   dispatch_dtype(dtype, [&](auto tag) {
@@ -29,10 +30,10 @@ cudaError_t launch_forward(DType dtype, const ForwardArgs& a, const GnShape& s, 
     if (s.y_contiguous) {
       p.out_nchw = true;
       const bool aligned = aligned16(p.x) && aligned16(p.out) && (!p.w || aligned16(p.w)) && (!p.b || aligned16(p.b));
-      launched = s.channels_last && !a.stats_given && try_cluster_fwd(p, aligned, stream);
+      launched = s.channels_last && !a.stats_given && try_cluster_fwd(p, aligned, knobs, stream);
       return;
     }
-    run_forward<T>(p, a.stats_given, static_cast<acc_t<T>*>(a.workspace), stream);
+    run_forward<T>(p, a.stats_given, static_cast<acc_t<T>*>(a.workspace), knobs, stream);
   });
   return launched ? cudaGetLastError() : cudaErrorNotSupported;
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "common/hd.h"
+#include "group_norm/group_norm_plan.h"
 
 namespace torch_dnn {
 namespace group_norm {
@@ -53,9 +54,12 @@ struct BackwardArgs {
 };
 
 int64_t forward_workspace(DType dtype, const GnShape& s, bool stats_given);
-cudaError_t launch_forward(DType dtype, const ForwardArgs& a, const GnShape& s, cudaStream_t stream);
+// knobs: read_knobs() (group_norm_plan.h), once by the launcher call.
+cudaError_t launch_forward(DType dtype, const ForwardArgs& a, const GnShape& s, const Knobs& knobs,
+                           cudaStream_t stream);
 int64_t backward_workspace(DType dtype, const GnShape& s, bool stats_given, bool weight_grads);
-cudaError_t launch_backward(DType dtype, const BackwardArgs& a, const GnShape& s, cudaStream_t stream);
+cudaError_t launch_backward(DType dtype, const BackwardArgs& a, const GnShape& s, const Knobs& knobs,
+                            cudaStream_t stream);
 
 }  // namespace group_norm
 }  // namespace torch_dnn

@@ -59,8 +59,7 @@ inline GnShape shape_of(const Tensor& xd, int64_t G) {
   GnShape s;
   s.N = xd.size(0);
   s.C = xd.size(1);
-  s.S = 1;
-  for (int64_t d = 2; d < xd.dim(); ++d) s.S *= xd.size(d);
+  s.S = spatial_size(xd);
   s.G = G;
   s.channels_last = !xd.is_contiguous();
   return s;

@@ -45,8 +45,7 @@ inline LrnShape shape_of(const char* op, const Tensor& x, int64_t size, double a
   LrnShape s;
   s.N = x.size(0);
   s.C = x.size(1);
-  s.S = 1;
-  for (int64_t d = 2; d < x.dim(); ++d) s.S *= x.size(d);
+  s.S = spatial_size(x);
   s.size = size;
   s.alpha = alpha;
   s.beta = beta;

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/hd.h"
+#include "norm/norm_plan.h"
 
 namespace torch_dnn {
 namespace norm {
@@ -45,11 +46,14 @@ struct BackwardArgs {
   void* workspace;
 };
 
-cudaError_t launch_forward(DType dtype, bool rms, const ForwardArgs& a, NormShape s, cudaStream_t stream);
+// knobs: read_knobs() (norm_plan.h), once by the launcher call and given to every entry point it calls.
+cudaError_t launch_forward(DType dtype, bool rms, const ForwardArgs& a, NormShape s, const Knobs& knobs,
+                           cudaStream_t stream);
 
 // Accumulation-type elements of workspace the backward needs (0 when neither dw nor db is wanted).
-int64_t backward_workspace(DType dtype, bool rms, NormShape s, bool weight_grads);
-cudaError_t launch_backward(DType dtype, bool rms, const BackwardArgs& a, NormShape s, cudaStream_t stream);
+int64_t backward_workspace(DType dtype, bool rms, NormShape s, bool weight_grads, const Knobs& knobs);
+cudaError_t launch_backward(DType dtype, bool rms, const BackwardArgs& a, NormShape s, const Knobs& knobs,
+                            cudaStream_t stream);
 
 }  // namespace norm
 }  // namespace torch_dnn

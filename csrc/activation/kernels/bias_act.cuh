@@ -70,30 +70,21 @@ template <typename T, Act K, int V>
 __global__ void __launch_bounds__(kThreads)
     bias_act_fwd_flat(const T* x, const T* bias, T* y, int64_t nvec, FastDivmod32 cols, acc_t<T> a, acc_t<T> b) {
   using A = acc_t<T>;
-  const int64_t stride = int64_t(gridDim.x) * kThreads * kUnroll;
-  for (int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < nvec; base += stride) {
-    Vec<T, V> v[kUnroll], bv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) {
+  Vec<T, V> v[kUnroll], bv[kUnroll];
+  for_each_vector_unrolled(
+      nvec,
+      [&](int u, int64_t i) {
         uint32_t row, col;
         cols.divmod(uint32_t(i), row, col);
         v[u] = load_vec<T, V>(x + i * V);
         bv[u] = load_vec<T, V>(bias + int64_t(col) * V);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) {
+      },
+      [&](int u, int64_t i) {
 #pragma unroll
         for (int j = 0; j < V; ++j)
           v[u].v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v[u].v[j]) + to_acc<A>(bv[u].v[j]), a, b));
         store_vec<T, V>(y + i * V, v[u]);
-      }
-    }
-  }
+      });
 }
 
 template <typename T, Act K, int V>

@@ -11,28 +11,37 @@ namespace activation {
 constexpr int kThreads = 256;
 constexpr int kUnroll = 2;
 
+// The grid-stride walk over nvec vectors, kUnroll of them a thread a step: load(u, i) for each vector i of the
+// step, then apply(u, i) for each, so that all of a step's loads are in flight before any is used.
+template <class Load, class Apply>
+__device__ __forceinline__ void for_each_vector_unrolled(int64_t nvec, Load&& load, Apply&& apply) {
+  const int64_t stride = int64_t(gridDim.x) * kThreads * kUnroll;
+  for (int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < nvec; base += stride) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kThreads;
+      if (i < nvec) load(u, i);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + int64_t(u) * kThreads;
+      if (i < nvec) apply(u, i);
+    }
+  }
+}
+
 template <typename T, Act K, int V>
 __global__ void __launch_bounds__(kThreads) act_forward_kernel(const T* x, T* y, int64_t n, acc_t<T> a, acc_t<T> b) {
   using A = acc_t<T>;
   const int64_t nvec = n / V;
-  const int64_t stride = int64_t(gridDim.x) * kThreads * kUnroll;
-  for (int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < nvec; base += stride) {
-    Vec<T, V> v[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) v[u] = load_vec<T, V>(x + i * V);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) {
+  Vec<T, V> v[kUnroll];
+  for_each_vector_unrolled(
+      nvec, [&](int u, int64_t i) { v[u] = load_vec<T, V>(x + i * V); },
+      [&](int u, int64_t i) {
 #pragma unroll
         for (int j = 0; j < V; ++j) v[u].v[j] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(v[u].v[j]), a, b));
         store_vec<T, V>(y + i * V, v[u]);
-      }
-    }
-  }
+      });
   // Scalar tail: at most V-1 elements.
   if (blockIdx.x == 0) {
     for (int64_t i = nvec * V + threadIdx.x; i < n; i += kThreads) y[i] = from_acc<T>(act_forward<K, A, kFastMath<T>>(to_acc<A>(x[i]), a, b));
@@ -44,28 +53,19 @@ __global__ void __launch_bounds__(kThreads)
     act_backward_kernel(const T* g, const T* s, T* dx, int64_t n, acc_t<T> a, acc_t<T> b) {
   using A = acc_t<T>;
   const int64_t nvec = n / V;
-  const int64_t stride = int64_t(gridDim.x) * kThreads * kUnroll;
-  for (int64_t base = int64_t(blockIdx.x) * kThreads * kUnroll + threadIdx.x; base < nvec; base += stride) {
-    Vec<T, V> gv[kUnroll], sv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) {
+  Vec<T, V> gv[kUnroll], sv[kUnroll];
+  for_each_vector_unrolled(
+      nvec,
+      [&](int u, int64_t i) {
         gv[u] = load_vec<T, V>(g + i * V);
         sv[u] = load_vec<T, V>(s + i * V);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + int64_t(u) * kThreads;
-      if (i < nvec) {
+      },
+      [&](int u, int64_t i) {
 #pragma unroll
         for (int j = 0; j < V; ++j)
           gv[u].v[j] = from_acc<T>(act_backward<K, A, kFastMath<T>>(to_acc<A>(gv[u].v[j]), to_acc<A>(sv[u].v[j]), a, b));
         store_vec<T, V>(dx + i * V, gv[u]);
-      }
-    }
-  }
+      });
   if (blockIdx.x == 0) {
     for (int64_t i = nvec * V + threadIdx.x; i < n; i += kThreads)
       dx[i] = from_acc<T>(act_backward<K, A, kFastMath<T>>(to_acc<A>(g[i]), to_acc<A>(s[i]), a, b));

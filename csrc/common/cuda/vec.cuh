@@ -34,6 +34,17 @@ __device__ __forceinline__ Vec<T, N> load_vec_stream(const T* p) {
 // ptx_store_survey.py lists each kernel's stores). Not a law: whole-vector stores made the softmax two-pass
 // kernels slower, and in batch_norm's persistent kernels a 32-bit row index split the stores it had kept whole:
 // check the SASS and measure after any index change (docs/benchmarking.md, "Code generation checks").
+// The vectors of a row that a block-per-row kernel's thread holds in registers, kItems of them: f(k, idx) for each
+// item k whose vector idx = k * blockDim.x + threadIdx.x lies in the row (idx < nv); idx in 32 bits (the note above).
+template <int kItems, class F>
+__device__ __forceinline__ void for_each_held_vector(int64_t nv, F&& f) {
+#pragma unroll
+  for (int k = 0; k < kItems; ++k) {
+    const int idx = k * int(blockDim.x) + int(threadIdx.x);
+    if (idx < nv) f(k, idx);
+  }
+}
+
 template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;

@@ -455,13 +455,13 @@ void launch_smem_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, cudaStream_t st
 // gn_bulk_bwd where it applies (sm_90+, NCHW, 16-byte vectors, two groups of x and dy in shared memory, the
 // default plan); false: the caller takes gn_smem_bwd.
 template <typename T>
-bool try_bulk_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, bool vec, cudaStream_t stream) {
+bool try_bulk_bwd(const GnParams<T>& p, const GnBwdWs<T>& ws, bool vec, const Knobs& knobs, cudaStream_t stream) {
   constexpr int V = kVec16<T>;
-  if (p.cl || !vec || gn_plan() != GnPlan::Auto) return false;
+  if (p.cl || !vec || knobs.plan != GnPlan::Auto) return false;
   if (cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(0) < 9) return false;
   if ((p.L * int64_t(sizeof(T))) % 16 != 0) return false;  // each group's copy starts 16-byte aligned
   const int SP = smem_bwd_slices(p.D, kSmemThreads);
-  const int bufs = env::get_int("TORCH_DNN_GN_BULK_BUFS", 1) == 2 ? 2 : 1;
+  const int bufs = knobs.bulk_bufs;
   const int64_t smem = bufs * int64_t(bulk_bwd_half<T>(p.L)) + (2 * p.D * SP + 2 * p.D) * int64_t(sizeof(acc_t<T>));
   if (smem + 2 * 8 + 2 * int64_t(sizeof(acc_t<T>)) + 1024 > max_smem_optin()) return false;
   if (allow_max_dynamic_smem<gn_bulk_bwd<T, V>>() < smem) return false;  // the limit raised once per device
@@ -484,7 +484,8 @@ bool smem_bwd_fits(const GnParams<T>& p, int V) {
 
 // ws: backward_workspace_elems(); dw, db null when not wanted; p.out (dx) null when not wanted.
 template <typename T>
-void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, cudaStream_t stream) {
+void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, const Knobs& knobs,
+                  cudaStream_t stream) {
   using A = acc_t<T>;
   constexpr int V = kVec16<T>;
   const int64_t NG = p.N * p.G;
@@ -501,11 +502,11 @@ void run_backward(GnParams<T> p, bool stats_given, acc_t<T>* ws, T* dw, T* db, c
     allow_max_dynamic_smem<gn_smem_bwd_cl_small<T>>();  // once per device
     const int64_t grid = resident_grid<gn_smem_bwd_cl_small<T>>(p.N * (p.C / V), threads, size_t(cl_small_smem));
     gn_smem_bwd_cl_small<T><<<unsigned(grid), threads, size_t(cl_small_smem), stream>>>(p, w);
-  } else if (!stats_given && !(!p.cl && smem_fits && gn_plan() == GnPlan::Auto) &&
-             try_cluster_bwd(p, w.P, w.Q, vec, stream)) {
+  } else if (!stats_given && !(!p.cl && smem_fits && knobs.plan == GnPlan::Auto) &&
+             try_cluster_bwd(p, w.P, w.Q, vec, knobs, stream)) {
     // (NCHW groups that fit shared memory take the per-(n, group) kernels below by default, gn_bulk_bwd on sm_90:
     // both measured faster than the K = 2 cluster plan; docs/group_norm.md)
-  } else if (!stats_given && try_bulk_bwd(p, w, vec, stream)) {
+  } else if (!stats_given && try_bulk_bwd(p, w, vec, knobs, stream)) {
   } else if (!stats_given && smem_fits) {
     if (vec) launch_smem_bwd<T, V>(p, w, stream);
     else launch_smem_bwd<T, 1>(p, w, stream);

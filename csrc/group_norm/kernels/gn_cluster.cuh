@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "common/cuda/cp_async.cuh"
-#include "common/env.h"
+#include "group_norm/group_norm_plan.h"
 #include "group_norm/kernels/gn_common.cuh"
 
 // The kernels' cluster, dynamic shared memory and device-code guard; tests/emulation/gn_cluster_emulation.cpp
@@ -411,25 +411,6 @@ __global__ void __launch_bounds__(kClusterThreads, 4) gn_cluster_bwd(GnParams<T>
 
 // ---- host: the cluster plan's choice and launch ----
 
-// TORCH_DNN_GN_PLAN (read at every call; benchmarking knob):
-//   unset / auto  the cluster plan for channels-last; NCHW takes the per-(n, group) kernels where the group
-//                 fits one CTA tile (forward) or shared memory (backward, run_backward), clusters beyond that
-//                 (the per-(n, group) kernels measured faster there: docs/group_norm.md)
-//   cluster       the cluster plan wherever it applies
-//   smem          the per-(n, group) kernels wherever they apply
-// TORCH_DNN_GN_CLUSTER_MAX (1..16, default 16) caps the cluster size (a power of two up to it);
-// TORCH_DNN_GN_TILE_KB (default 50: 4 CTAs an SM) is the CTA tile budget that sets it.
-enum class GnPlan { Auto, Cluster, Smem };
-inline GnPlan gn_plan() {
-  const char* e = env::get("TORCH_DNN_GN_PLAN");
-  if (!e || !*e || std::strcmp(e, "auto") == 0) return GnPlan::Auto;
-  return std::strcmp(e, "cluster") == 0 ? GnPlan::Cluster : GnPlan::Smem;
-}
-inline int env_int_clamped(const char* name, int dflt, int lo, int hi) {
-  const int v = env::get_int(name, dflt);
-  return v < lo ? lo : (v > hi ? hi : v);
-}
-
 struct ClusterChoice {
   bool ok = false;
   int K = 1;
@@ -539,12 +520,13 @@ bool launch_clustered(Kern* kernel, const ClusterChoice& c, cudaStream_t stream,
 }
 
 // Tries cluster sizes from the budget's choice down to 1 (a larger cluster may not be schedulable).
+// knobs (group_norm_plan.h): the plan, the cluster size cap and the CTA tile budget.
 template <typename T, typename Launch>
-bool run_cluster_plan(const GnParams<T>& p, int tiles, Launch&& launch) {
-  const GnPlan plan = gn_plan();
+bool run_cluster_plan(const GnParams<T>& p, int tiles, const Knobs& knobs, Launch&& launch) {
+  const GnPlan plan = knobs.plan;
   if (plan == GnPlan::Smem) return false;
-  const int kmax = env_int_clamped("TORCH_DNN_GN_CLUSTER_MAX", 16, 1, 16);
-  const int64_t budget = int64_t(env_int_clamped("TORCH_DNN_GN_TILE_KB", 50, 1, 227)) * 1024;
+  const int kmax = knobs.cluster_max;
+  const int64_t budget = int64_t(knobs.tile_kb) * 1024;
   int K = 1;
   for (;; K *= 2) {
     const ClusterChoice c = cluster_choice(p, tiles, K);
@@ -561,9 +543,9 @@ bool run_cluster_plan(const GnParams<T>& p, int tiles, Launch&& launch) {
 
 // aligned: every pointer the kernels read or write by 16-byte vectors.
 template <typename T>
-bool try_cluster_fwd(const GnParams<T>& p, bool aligned, cudaStream_t stream) {
+bool try_cluster_fwd(const GnParams<T>& p, bool aligned, const Knobs& knobs, cudaStream_t stream) {
   if (!aligned) return false;
-  return run_cluster_plan(p, 1, [&](const ClusterChoice& c) {
+  return run_cluster_plan(p, 1, knobs, [&](const ClusterChoice& c) {
     if (p.cl && p.out_nchw) return launch_clustered(gn_cluster_fwd<T, true, true>, c, stream, p, c.geo);
     return p.cl ? launch_clustered(gn_cluster_fwd<T, true>, c, stream, p, c.geo)
                 : launch_clustered(gn_cluster_fwd<T, false>, c, stream, p, c.geo);
@@ -571,9 +553,10 @@ bool try_cluster_fwd(const GnParams<T>& p, bool aligned, cudaStream_t stream) {
 }
 
 template <typename T>
-bool try_cluster_bwd(const GnParams<T>& p, acc_t<T>* P, acc_t<T>* Q, bool aligned, cudaStream_t stream) {
+bool try_cluster_bwd(const GnParams<T>& p, acc_t<T>* P, acc_t<T>* Q, bool aligned, const Knobs& knobs,
+                     cudaStream_t stream) {
   if (!aligned) return false;
-  return run_cluster_plan(p, 2, [&](const ClusterChoice& c) {
+  return run_cluster_plan(p, 2, knobs, [&](const ClusterChoice& c) {
     return p.cl ? launch_clustered(gn_cluster_bwd<T, true>, c, stream, p, c.geo, P, Q)
                 : launch_clustered(gn_cluster_bwd<T, false>, c, stream, p, c.geo, P, Q);
   });

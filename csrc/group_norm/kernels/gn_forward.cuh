@@ -333,7 +333,7 @@ bool smem_fwd_fits(const GnParams<T>& p) {
 }
 
 template <typename T>
-void run_forward(GnParams<T> p, bool stats_given, acc_t<T>* ws, cudaStream_t stream) {
+void run_forward(GnParams<T> p, bool stats_given, acc_t<T>* ws, const Knobs& knobs, cudaStream_t stream) {
   constexpr int V = kVec16<T>;
   const bool aligned = aligned16(p.x) && aligned16(p.out) && (!p.w || aligned16(p.w)) && (!p.b || aligned16(p.b));
   if (!stats_given) {
@@ -347,7 +347,7 @@ void run_forward(GnParams<T> p, bool stats_given, acc_t<T>* ws, cudaStream_t str
       gn_smem_fwd_cl_small<T><<<unsigned(grid), threads, smem, stream>>>(p);
       return;
     }
-    if (try_cluster_fwd(p, aligned, stream)) return;
+    if (try_cluster_fwd(p, aligned, knobs, stream)) return;
     if (smem_fwd_fits(p)) {
       if (aligned && vec_ok(p.S, p.D, p.cl, V)) launch_smem_fwd<T, V>(p, stream);
       else launch_smem_fwd<T, 1>(p, stream);

@@ -62,33 +62,25 @@ __global__ void __launch_bounds__(1024) norm_block_bwd(BwdParams<T> p) {
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const A m = RMS ? A(0) : p.mean[r], rs = p.rstd[r];
     A s1 = A(0), s2 = A(0);  // sum(g * xhat), sum(g)
+    for_each_held_vector<kItems>(nv, [&](int k, int idx) {
+      A xh[V], dy[V], g[V];
+      load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        A xh[V], dy[V], g[V];
-        load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          s1 += g[j] * xh[j];
-          s2 += g[j];
-          dw[k][j] += dy[j] * xh[j];
-          if constexpr (!RMS) db[k][j] += dy[j];
-        }
+      for (int j = 0; j < V; ++j) {
+        s1 += g[j] * xh[j];
+        s2 += g[j];
+        dw[k][j] += dy[j] * xh[j];
+        if constexpr (!RMS) db[k][j] += dy[j];
       }
-    }
+    });
     block_reduce_sum2(s1, s2, smem);
     if (!p.dx) continue;
     const A c1 = s1 / A(p.N), c2 = RMS ? A(0) : s2 / A(p.N);
-#pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        A xh[V], dy[V], g[V];
-        load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
-        store_dx<V>(p, r * p.N + idx * V, xh, g, rs, c1, c2);
-      }
-    }
+    for_each_held_vector<kItems>(nv, [&](int, int idx) {
+      A xh[V], dy[V], g[V];
+      load_grad<V>(p, r * p.N + idx * V, idx * V, m, rs, xh, dy, g);
+      store_dx<V>(p, r * p.N + idx * V, xh, g, rs, c1, c2);
+    });
   }
   if (!p.partial) return;
 #pragma unroll
@@ -341,7 +333,7 @@ int64_t block_bwd_grid(int64_t rows, int threads) {
 // up to 16K (128 KB), float up to 8K, double up to 4K. Returns its grid (resident blocks, at most
 // TORCH_DNN_NORM_BWD_BLOCKS a SM, balanced: every block the same rows within one), 0 when it does not fit.
 template <typename T, bool RMS>
-int64_t staged_bwd_grid(int64_t rows, int threads) {
+int64_t staged_bwd_grid(int64_t rows, int threads, const Knobs& knobs) {
   if (threads > kStagedMaxThreads<T>) return 0;
   const int64_t bytes = staged_smem_bytes<T>(threads);
   const int avail = allow_max_dynamic_smem<norm_staged_bwd<T, RMS>>();
@@ -353,7 +345,7 @@ int64_t staged_bwd_grid(int64_t rows, int threads) {
   // for 16-bit rows of one warp (N <= 512) kHalfWarpBlocksPerSm (fewer blocks than fit: fewer partial rows to sum);
   // none for the other 16-bit rows (at 4K they are slower with two; docs/norm.md).
   constexpr int kFloatBwdThreadsPerSm = 512, kHalfWarpBlocksPerSm = 8;
-  const int knob = bwd_blocks_cap();
+  const int knob = knobs.bwd_blocks;
   const int cap = knob > 0                        ? knob
                   : std::is_same_v<T, float>      ? std::max(2, kFloatBwdThreadsPerSm / threads)
                   : sizeof(T) == 2 && threads == 32 ? kHalfWarpBlocksPerSm
@@ -371,24 +363,24 @@ inline int64_t col_bwd_groups(int64_t rows, int64_t N, int V) {
 
 // Partial-sum rows the backward writes for this shape (an upper bound over the plans it may take).
 template <typename T, bool RMS>
-int64_t backward_partial_rows(int64_t rows, int64_t N) {
+int64_t backward_partial_rows(int64_t rows, int64_t N, const Knobs& knobs) {
   constexpr int V = kVec16<T>;
   // the column kernel runs with V or 1 columns a thread (wider vectors: fewer column blocks, more row groups)
   int64_t P = std::max(col_bwd_groups(rows, N, 1), col_bwd_groups(rows, N, V));
   if (bwd_block_plan(N, V, true, kBwdCols<T>)) {
     const int threads = bwd_block_threads(N, kBwdCols<T>);
-    P = std::max({P, block_bwd_grid<T, RMS>(rows, threads), staged_bwd_grid<T, RMS>(rows, threads)});
+    P = std::max({P, block_bwd_grid<T, RMS>(rows, threads), staged_bwd_grid<T, RMS>(rows, threads, knobs)});
   }
   return P;
 }
 
 template <typename T, bool RMS>
-void run_backward(BwdParams<T> p, T* dw, T* db, cudaStream_t stream) {
+void run_backward(BwdParams<T> p, T* dw, T* db, const Knobs& knobs, cudaStream_t stream) {
   constexpr int V = kVec16<T>;
   const bool vec = all_aligned(p) && p.N % V == 0;
   if (bwd_block_plan(p.N, V, vec, kBwdCols<T>)) {
     const int threads = bwd_block_threads(p.N, kBwdCols<T>);
-    const int64_t staged = staged_bwd_grid<T, RMS>(p.rows, threads);
+    const int64_t staged = staged_bwd_grid<T, RMS>(p.rows, threads, knobs);
     if (staged > 0) {
       if (p.partial) p.P = staged;
       norm_staged_bwd<T, RMS><<<unsigned(staged), threads, staged_smem_bytes<T>(threads), stream>>>(p);

@@ -10,7 +10,6 @@
 #include "common/cuda/int_math.h"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/vec.cuh"
-#include "common/env.h"
 #include "norm/norm_kernels.h"
 
 namespace torch_dnn {
@@ -78,31 +77,6 @@ inline FwdPlanInfo make_fwd_plan(int64_t N, int V, bool aligned, int reg_elems) 
   }
   return p;
 }
-
-// Benchmarking knobs (read at every launch, so that one process can time both variants):
-//   TORCH_DNN_NORM_FWD_STATS=twopass   LayerNorm block forward: two block reductions (mean, then variance);
-//                           =fused     one Chan-merged (count, mean, M2) reduction
-//   TORCH_DNN_NORM_FWD_GRID=waves      block forward: the persistent grid of 4 waves; =rows a block per row
-//   (unset: the measured defaults below)
-//   TORCH_DNN_NORM_BWD_BLOCKS=n        staged backward: at most n resident blocks per SM (fewer partial rows;
-//                                      unset: staged_bwd_grid's caps by dtype and block size)
-// The block forward's defaults, measured (docs/norm.md): one reduction and a block per row, except fp16 LayerNorm
-// (below). bf16 rows are read as packed words (elem_acc), and every row length takes the block kernel. Each knob,
-// when set, forces its choice:
-//   TORCH_DNN_NORM_FWD_STATS=twopass|fused, TORCH_DNN_NORM_FWD_GRID=waves|rows
-// Unset, both knobs below give fp16 LayerNorm the two-pass statistics and the 4-wave grid (faster for it than one
-// reduction and a block per row), every other row the latter.
-inline bool fwd_twopass_stats(bool fp16_layer_norm) {
-  return env::choice("TORCH_DNN_NORM_FWD_STATS", "twopass", "fused", fp16_layer_norm);
-}
-inline bool fwd_grid_waves(bool fp16_layer_norm) {
-  return env::choice("TORCH_DNN_NORM_FWD_GRID", "waves", "rows", fp16_layer_norm);
-}
-inline int bwd_blocks_cap() {
-  const int v = env::get_int("TORCH_DNN_NORM_BWD_BLOCKS", 0);
-  return v > 0 ? v : 0;
-}
-
 
 // A persistent grid of at most `resident` blocks that gives every block the same number of rows (within
 // one), so that no last partial wave of rows runs on a mostly idle chip.

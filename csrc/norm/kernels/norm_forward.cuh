@@ -207,9 +207,9 @@ bool all_aligned(const FwdParams<T>& p) {
 }
 
 template <typename T, bool RMS>
-void run_forward(FwdParams<T> p, cudaStream_t stream) {
+void run_forward(FwdParams<T> p, const Knobs& knobs, cudaStream_t stream) {
   constexpr bool kFp16LayerNorm = std::is_same_v<T, __half> && !RMS;
-  p.fused_stats = !fwd_twopass_stats(kFp16LayerNorm);
+  p.fused_stats = !knobs.twopass_stats(kFp16LayerNorm);
   constexpr int V = kVec16<T>;
   const FwdPlanInfo plan = make_fwd_plan(p.N, V, all_aligned(p), kFwdRegElems<T>);
   switch (plan.plan) {
@@ -222,7 +222,7 @@ void run_forward(FwdParams<T> p, cudaStream_t stream) {
     case FwdPlan::BlockRegs: {
       // rows: a block per row, the block scheduler balances the end (a persistent block of ~4 rows left
       // up to 4 rows' time as a tail); waves: the persistent grid of 4 waves (fp16 LayerNorm's default)
-      const unsigned grid = fwd_grid_waves(kFp16LayerNorm) ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
+      const unsigned grid = knobs.grid_waves(kFp16LayerNorm) ? grid_for(p.rows, 1, 4, 2048 / plan.threads)
                                              : unsigned(std::min<int64_t>(p.rows, 0x7fffffff));
       norm_block_fwd<T, RMS><<<grid, plan.threads, 0, stream>>>(p);
       break;

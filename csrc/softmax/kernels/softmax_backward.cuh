@@ -68,27 +68,19 @@ __global__ void __launch_bounds__(1024) softmax_block_bwd(const To* g, const To*
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     Vec<To, V> gr[kItems], yr[kItems];
     A s = A(0);
+    for_each_held_vector<kItems>(nv, [&](int k, int idx) {
+      gr[k] = load_vec<To, V>(g + r * D + idx * V);
+      yr[k] = load_vec<To, V>(y + r * D + idx * V);
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        gr[k] = load_vec<To, V>(g + r * D + idx * V);
-        yr[k] = load_vec<To, V>(y + r * D + idx * V);
-#pragma unroll
-        for (int j = 0; j < V; ++j) s += dot_term<LOG>(vec_elem<A>(gr[k], j), vec_elem<A>(yr[k], j));
-      }
-    }
+      for (int j = 0; j < V; ++j) s += dot_term<LOG>(vec_elem<A>(gr[k], j), vec_elem<A>(yr[k], j));
+    });
     s = block_reduce(s, SumOp{}, smem);
+    for_each_held_vector<kItems>(nv, [&](int k, int idx) {
+      A o[V];
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        A o[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) o[j] = grad_in<LOG>(vec_elem<A>(gr[k], j), vec_elem<A>(yr[k], j), s);
-        store_vec<Ti, V>(dx + r * D + idx * V, pack_vec<V, Ti>(o));
-      }
-    }
+      for (int j = 0; j < V; ++j) o[j] = grad_in<LOG>(vec_elem<A>(gr[k], j), vec_elem<A>(yr[k], j), s);
+      store_vec<Ti, V>(dx + r * D + idx * V, pack_vec<V, Ti>(o));
+    });
   }
 }
 
@@ -184,10 +176,11 @@ __global__ void __launch_bounds__(256)
 }
 
 template <typename Ti, typename To, bool LOG>
-void run_backward(const To* g, const To* y, Ti* dx, acc_t<To>* ws, SoftmaxShape s, cudaStream_t stream) {
+void run_backward(const To* g, const To* y, Ti* dx, acc_t<To>* ws, SoftmaxShape s, const Knobs& knobs,
+                  cudaStream_t stream) {
   constexpr int V = kVec16<To>;
   const PlanInfo p = make_plan(s, V, aligned16(g) && aligned16(y) && aligned16(dx) && sizeof(Ti) == sizeof(To),
-                               kBwdRegElems<To>);
+                               kBwdRegElems<To>, knobs.plan);
   const int64_t rows = s.outer;
   switch (p.plan) {
     case Plan::Warp: {

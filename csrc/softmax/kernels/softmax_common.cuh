@@ -9,7 +9,6 @@
 #include "common/cuda/int_math.h"
 #include "common/cuda/reduce.cuh"
 #include "common/cuda/vec.cuh"
-#include "common/env.h"
 #include "softmax/softmax_kernels.h"
 
 namespace torch_dnn {
@@ -98,14 +97,9 @@ struct PlanInfo {
   int64_t chunks;   // SplitRow: blocks per row
 };
 
-// TORCH_DNN_SOFTMAX_PLAN=regs|twopass|split forces the plan of rows longer than a warp's (benchmarking knob;
-// a forced plan that cannot hold the row falls back to the default choice).
-inline const char* forced_plan() {
-  const char* p = env::get("TORCH_DNN_SOFTMAX_PLAN");
-  return p && *p ? p : nullptr;
-}
-
-inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned, int reg_elems) {
+// forced: Knobs::plan (softmax_plan.h), for rows longer than a warp's; a forced plan that cannot hold the row
+// falls back to the default choice.
+inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned, int reg_elems, ForcedPlan forced) {
   PlanInfo p{Plan::Spatial, false, 0, 1};
   if (s.inner != 1) return p;
   p.vec = aligned && s.dim % vec_elems == 0;
@@ -117,12 +111,11 @@ inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned, int reg_e
     if (p.threads > 32) p.threads = 32;
     return p;
   }
-  const char* forced = forced_plan();
   // A row in registers with as few threads as hold it: many rows per SM keep loads in flight while other
   // rows sit in their block reductions. Past 256 threads a row, too few rows fit on an SM and the
   // persistent two-pass plan measured faster (docs/softmax.md).
   const bool fits_regs = p.vec && s.dim <= int64_t(256) * reg_elems;
-  if (fits_regs && (!forced || std::strcmp(forced, "regs") == 0)) {
+  if (fits_regs && (forced == ForcedPlan::None || forced == ForcedPlan::Regs)) {
     p.plan = Plan::BlockRegs;
     p.threads = int(std::max<int64_t>(64, pow2_at_least((s.dim + reg_elems - 1) / reg_elems)));
     return p;
@@ -130,8 +123,8 @@ inline PlanInfo make_plan(SoftmaxShape s, int vec_elems, bool aligned, int reg_e
   // Longer rows: a block per row reading twice (the second read mostly from L2), unless there are too few
   // rows to fill the chip; then each row is split over several blocks.
   p.threads = 512;
-  const bool split = forced ? std::strcmp(forced, "split") == 0 && s.dim > kSplitChunk
-                            : s.outer < sm_count() && s.dim > 2 * kSplitChunk;
+  const bool split = forced != ForcedPlan::None ? forced == ForcedPlan::Split && s.dim > kSplitChunk
+                                               : s.outer < sm_count() && s.dim > 2 * kSplitChunk;
   if (split) {
     p.plan = Plan::SplitRow;
     p.chunks = (s.dim + kSplitChunk - 1) / kSplitChunk;

@@ -77,39 +77,28 @@ __global__ void __launch_bounds__(1024) softmax_block_fwd(const Ti* x, To* y, in
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     Vec<Ti, V> raw[kItems];
     A m = A(-INFINITY);
+    for_each_held_vector<kItems>(nv, [&](int k, int idx) {
+      raw[k] = load_vec<Ti, V>(x + r * D + idx * V);
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        raw[k] = load_vec<Ti, V>(x + r * D + idx * V);
-#pragma unroll
-        for (int j = 0; j < V; ++j) m = FmaxOp{}(m, vec_elem<A>(raw[k], j));
-      }
-    }
+      for (int j = 0; j < V; ++j) m = FmaxOp{}(m, vec_elem<A>(raw[k], j));
+    });
     m = block_reduce(m, FmaxOp{}, smem);
     const ShiftedExp<FAST, A> exp_shifted(m);
     A s = A(0);
+    for_each_held_vector<kItems>(nv, [&](int k, int) {
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      if (k * int(blockDim.x) + int(threadIdx.x) < nv) {
-#pragma unroll
-        for (int j = 0; j < V; ++j) s += exp_shifted(vec_elem<A>(raw[k], j));
-      }
-    }
+      for (int j = 0; j < V; ++j) s += exp_shifted(vec_elem<A>(raw[k], j));
+    });
     s = softmax_scale<LOG>(block_reduce(s, SumOp{}, smem));
+    for_each_held_vector<kItems>(nv, [&](int k, int idx) {
+      A o[V];
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const int idx = k * int(blockDim.x) + int(threadIdx.x);  // in 32 bits: store_vec's note
-      if (idx < nv) {
-        A o[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const A xv = vec_elem<A>(raw[k], j);
-          o[j] = LOG ? xv - m - s : exp_shifted(xv) * s;
-        }
-        store_vec<To, V>(y + r * D + idx * V, pack_vec<V, To>(o));
+      for (int j = 0; j < V; ++j) {
+        const A xv = vec_elem<A>(raw[k], j);
+        o[j] = LOG ? xv - m - s : exp_shifted(xv) * s;
       }
-    }
+      store_vec<To, V>(y + r * D + idx * V, pack_vec<V, To>(o));
+    });
   }
 }
 
@@ -225,9 +214,10 @@ __global__ void __launch_bounds__(256) softmax_spatial_fwd(const Ti* x, To* y, i
 }
 
 template <typename Ti, typename To, bool LOG>
-void run_forward(const Ti* x, To* y, acc_t<Ti>* ws, SoftmaxShape s, cudaStream_t stream) {
+void run_forward(const Ti* x, To* y, acc_t<Ti>* ws, SoftmaxShape s, const Knobs& knobs, cudaStream_t stream) {
   constexpr int V = kVec16<Ti>;
-  const PlanInfo p = make_plan(s, V, aligned16(x) && aligned16(y) && sizeof(Ti) == sizeof(To), kFwdRegElems<Ti>);
+  const PlanInfo p =
+      make_plan(s, V, aligned16(x) && aligned16(y) && sizeof(Ti) == sizeof(To), kFwdRegElems<Ti>, knobs.plan);
   const int64_t rows = s.outer;
   switch (p.plan) {
     case Plan::Warp: {
