@@ -34,12 +34,6 @@ using OptTensor = OptionalTensor;
 using OptDouble = std::optional<double>;
 using Ints = std::vector<int64_t>;
 
-using BiasActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
-                              IntArrayRef, int64_t, c10::string_view, OptDouble, OptDouble);
-using BiasAddActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&,
-                                 IntArrayRef, IntArrayRef, IntArrayRef, int64_t, c10::string_view, OptDouble,
-                                 OptDouble);
-
 // Whether the activation's derivative is determined exactly by its result, read by its backward op in place of the
 // input (see the header).
 bool derivative_from_result(Act k) {
