@@ -199,12 +199,8 @@ def test_fprop(case, dtype):
 def test_dgrad(case, dtype):
     x, w, _, g = case.inputs(dtype)
     shape = list(x.shape)
-    names, dx = _cuda_kernels(lambda: torch.ops.torch_dnn.conv_backward_input(g, w, shape, *case.geo()))
-    _assert_path(names, case.takes_dgrad(), f"{case} {dtype} input gradient")
-    peer = _torch_dgrad(case, shape, w, g)
-    ref = _torch_dgrad(case, shape, w.double(), g.double())
-    v = compare(dx, peer, ref, grad=True, name=f"{case} {dtype} input gradient")
-    assert v, v.message
+    _check_backward(torch.ops.torch_dnn.conv_backward_input, case, dtype, "input", g, w, shape, case.takes_dgrad(),
+                    lambda w_, g_: _torch_dgrad(case, shape, w_, g_))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -212,11 +208,18 @@ def test_dgrad(case, dtype):
 def test_wgrad(case, dtype):
     x, w, _, g = case.inputs(dtype)
     shape = list(w.shape)
-    names, dw = _cuda_kernels(lambda: torch.ops.torch_dnn.conv_backward_weight(g, x, shape, *case.geo()))
-    _assert_path(names, case.takes_wgrad(), f"{case} {dtype} weight gradient")
-    peer = _torch_wgrad(case, x, shape, g)
-    ref = _torch_wgrad(case, x.double(), shape, g.double())
-    v = compare(dw, peer, ref, grad=True, name=f"{case} {dtype} weight gradient")
+    _check_backward(torch.ops.torch_dnn.conv_backward_weight, case, dtype, "weight", g, x, shape, case.takes_wgrad(),
+                    lambda x_, g_: _torch_wgrad(case, x_, shape, g_))
+
+
+def _check_backward(op, case, dtype, what, g, other, shape, takes, torch_grad):
+    """The backward op `op` on (g, other): whether the Hopper kernel ran as `takes` says, and the gradient against
+    PyTorch's, torch_grad(other, g), in the dtype and in float64."""
+    names, got = _cuda_kernels(lambda: op(g, other, shape, *case.geo()))
+    _assert_path(names, takes, f"{case} {dtype} {what} gradient")
+    peer = torch_grad(other, g)
+    ref = torch_grad(other.double(), g.double())
+    v = compare(got, peer, ref, grad=True, name=f"{case} {dtype} {what} gradient")
     assert v, v.message
 
 

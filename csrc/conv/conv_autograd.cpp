@@ -22,42 +22,6 @@ using namespace torch_dnn::autograd_kernel;
 using OptTensor = OptionalTensor;
 using Ints = std::vector<int64_t>;
 
-// The geometry arguments every op shares, kept in the node.
-struct Geometry {
-  Ints stride, padding, dilation, output_padding;
-  bool transposed = false;
-  int64_t groups = 1;
-
-  void save(AutogradContext* ctx) const {
-    ctx->saved_data["stride"] = stride;
-    ctx->saved_data["padding"] = padding;
-    ctx->saved_data["dilation"] = dilation;
-    ctx->saved_data["output_padding"] = output_padding;
-    ctx->saved_data["transposed"] = transposed;
-    ctx->saved_data["groups"] = groups;
-  }
-  static Geometry load(AutogradContext* ctx) {
-    return {ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
-            ctx->saved_data["dilation"].toIntVector(), ctx->saved_data["output_padding"].toIntVector(),
-            ctx->saved_data["transposed"].toBool(), ctx->saved_data["groups"].toInt()};
-  }
-  at::Tensor conv(const at::Tensor& x, const at::Tensor& w) const {
-    return convolution_op().call(x, w, c10::nullopt, stride, padding, dilation, transposed, output_padding, groups);
-  }
-  at::Tensor backward_input(const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size) const {
-    return backward_input_op().call(g, w, input_size, stride, padding, dilation, transposed, output_padding, groups);
-  }
-  at::Tensor backward_weight(const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size) const {
-    return backward_weight_op().call(g, x, weight_size, stride, padding, dilation, transposed, output_padding,
-                                     groups);
-  }
-};
-
-Geometry geometry_of(IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
-                     IntArrayRef output_padding, int64_t groups) {
-  return {stride.vec(), padding.vec(), dilation.vec(), output_padding.vec(), transposed, groups};
-}
-
 struct ConvolutionFn : torch::autograd::Function<ConvolutionFn> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const OptTensor& b,
                                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
@@ -67,7 +31,7 @@ struct ConvolutionFn : torch::autograd::Function<ConvolutionFn> {
     // the layout of the result: its gradients take it too
     ctx->saved_data["channels_last"] = strides_channels_last(y);
     ctx->saved_data["bias_size"] = is_given(b) ? b->size(0) : int64_t(-1);
-    geometry_of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
+    ConvCallGeometry::of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
     ctx->save_for_backward({x, w});
     return {y};
   }
@@ -76,7 +40,7 @@ struct ConvolutionFn : torch::autograd::Function<ConvolutionFn> {
     if (!grads[0].defined()) return out;
     const variable_list s = ctx->get_saved_variables();
     const at::Tensor &x = s[0], &w = s[1];
-    const Geometry geo = Geometry::load(ctx);
+    const auto geo = ConvCallGeometry::load(ctx);
     const at::Tensor g = exactly_in_layout(grads[0], ctx->saved_data["channels_last"].toBool());
     // a first-order backward records nothing: the ops' own autograd kernels are skipped (host time)
     std::optional<at::AutoDispatchBelowADInplaceOrView> below;
@@ -92,47 +56,48 @@ struct ConvolutionFn : torch::autograd::Function<ConvolutionFn> {
   }
 };
 
-struct BackwardInputFn : torch::autograd::Function<BackwardInputFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size,
-                               IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
-                               IntArrayRef output_padding, int64_t groups) {
-    const at::Tensor dx = call_below(backward_input_op(), g, w, input_size, stride, padding, dilation, transposed,
-                                     output_padding, groups);
-    geometry_of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
-    ctx->save_for_backward({g, w});
-    return {dx};
+// conv_backward_input (Dgrad: dx from g and w) and conv_backward_weight (Wgrad: dw from g and x), each linear in g
+// and in its second operand: the derivative in g is the convolution, the one in the second operand the other
+// backward op (the table above).
+template <Pass kPass>
+struct BackwardFn : torch::autograd::Function<BackwardFn<kPass>> {
+  static constexpr bool kInput = kPass == Pass::Dgrad;
+  static const c10::TypedOperatorHandle<BackwardSig>& op() {
+    return kInput ? backward_input_op() : backward_weight_op();
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list out(9);  // grad_output, weight, input_size, then the geometry
-    if (!grads[0].defined()) return out;
-    const variable_list s = ctx->get_saved_variables();
-    const at::Tensor &g = s[0], &w = s[1];
-    const Geometry geo = Geometry::load(ctx);
-    if (needs_grad(ctx, 0)) out[0] = geo.conv(grads[0], w);
-    if (needs_grad(ctx, 1)) out[1] = geo.backward_weight(g, grads[0], w.sizes());
-    return out;
-  }
-};
+  static const char* name() { return kInput ? "torch_dnn.conv_backward_input" : "torch_dnn.conv_backward_weight"; }
 
-struct BackwardWeightFn : torch::autograd::Function<BackwardWeightFn> {
-  static variable_list forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size,
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& g, const at::Tensor& other, IntArrayRef size,
                                IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                                IntArrayRef output_padding, int64_t groups) {
-    const at::Tensor dw = call_below(backward_weight_op(), g, x, weight_size, stride, padding, dilation, transposed,
-                                     output_padding, groups);
-    geometry_of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
-    ctx->save_for_backward({g, x});
-    return {dw};
+    const at::Tensor d =
+        call_below(op(), g, other, size, stride, padding, dilation, transposed, output_padding, groups);
+    ConvCallGeometry::of(stride, padding, dilation, transposed, output_padding, groups).save(ctx);
+    ctx->save_for_backward({g, other});
+    return {d};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    variable_list out(9);  // grad_output, input, weight_size, then the geometry
+    variable_list out(9);  // grad_output, weight (input), input_size (weight_size), then the geometry
     if (!grads[0].defined()) return out;
     const variable_list s = ctx->get_saved_variables();
-    const at::Tensor &g = s[0], &x = s[1];
-    const Geometry geo = Geometry::load(ctx);
-    if (needs_grad(ctx, 0)) out[0] = geo.conv(x, grads[0]);
-    if (needs_grad(ctx, 1)) out[1] = geo.backward_input(g, grads[0], x.sizes());
+    const at::Tensor &g = s[0], &other = s[1];
+    const auto geo = ConvCallGeometry::load(ctx);
+    if (needs_grad(ctx, 0)) out[0] = kInput ? geo.conv(grads[0], other) : geo.conv(other, grads[0]);
+    if (needs_grad(ctx, 1)) {
+      out[1] = kInput ? geo.backward_weight(g, grads[0], other.sizes())
+                      : geo.backward_input(g, grads[0], other.sizes());
+    }
     return out;
+  }
+
+  // The op's Autograd kernel.
+  static at::Tensor kernel(const at::Tensor& g, const at::Tensor& other, IntArrayRef size, IntArrayRef stride,
+                           IntArrayRef padding, IntArrayRef dilation, bool transposed, IntArrayRef output_padding,
+                           int64_t groups) {
+    check_no_tangent(name(), g, other);
+    if (!records_grad(g, other))
+      return call_below(op(), g, other, size, stride, padding, dilation, transposed, output_padding, groups);
+    return BackwardFn::apply(g, other, size, stride, padding, dilation, transposed, output_padding, groups)[0];
   }
 };
 
@@ -163,25 +128,8 @@ TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
       return call_below(convolution_op(), x, w, b, stride, padding, dilation, transposed, output_padding, groups);
     return ConvolutionFn::apply(x, w, b, stride, padding, dilation, transposed, output_padding, groups)[0];
   });
-  m.impl("conv_backward_input", [](const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size,
-                                   IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
-                                   IntArrayRef output_padding, int64_t groups) {
-    check_no_tangent("torch_dnn.conv_backward_input", g, w);
-    if (!records_grad(g, w))
-      return call_below(backward_input_op(), g, w, input_size, stride, padding, dilation, transposed, output_padding,
-                        groups);
-    return BackwardInputFn::apply(g, w, input_size, stride, padding, dilation, transposed, output_padding, groups)[0];
-  });
-  m.impl("conv_backward_weight", [](const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size,
-                                    IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
-                                    IntArrayRef output_padding, int64_t groups) {
-    check_no_tangent("torch_dnn.conv_backward_weight", g, x);
-    if (!records_grad(g, x))
-      return call_below(backward_weight_op(), g, x, weight_size, stride, padding, dilation, transposed, output_padding,
-                        groups);
-    return BackwardWeightFn::apply(g, x, weight_size, stride, padding, dilation, transposed, output_padding,
-                                   groups)[0];
-  });
+  m.impl("conv_backward_input", &BackwardFn<Pass::Dgrad>::kernel);
+  m.impl("conv_backward_weight", &BackwardFn<Pass::Wgrad>::kernel);
   m.impl("conv_backward_bias", [](const at::Tensor& g) {
     check_no_tangent("torch_dnn.conv_backward_bias", g);
     if (!records_grad(g)) return call_below(backward_bias_op(), g);

@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace torch_dnn {
@@ -87,15 +88,29 @@ struct Epilogue {
   }
 };
 
+// A pass's operands as T, the one it writes T* and the ones it reads const T* (fprop writes y, dgrad x, wgrad w),
+// with their strides.
+template <typename T, Pass P>
+struct Operands {
+  std::conditional_t<P == Pass::Dgrad, T*, const T*> x;
+  std::conditional_t<P == Pass::Wgrad, T*, const T*> w;
+  std::conditional_t<P == Pass::Fprop, T*, const T*> y;
+  const int64_t *xs, *ws, *ys;
+};
+
+template <typename T, Pass P>
+Operands<T, P> operands(const ConvArgs& a) {
+  using O = Operands<T, P>;
+  return {static_cast<decltype(O::x)>(a.x.ptr), static_cast<decltype(O::w)>(a.w.ptr),
+          static_cast<decltype(O::y)>(a.y.ptr), a.x.stride, a.w.stride, a.y.stride};
+}
+
 template <typename T>
 void fprop(const ConvArgs& a) {
   using A = at::opmath_type<T>;
   const ConvGeometry& g = a.g;
-  const T* x = static_cast<const T*>(a.x.ptr);
-  const T* w = static_cast<const T*>(a.w.ptr);
-  T* y = static_cast<T*>(a.y.ptr);
+  const auto [x, w, y, xs, ws, ys] = operands<T, Pass::Fprop>(a);
   const Epilogue<T, A> ep(a);
-  const int64_t *xs = a.x.stride, *ws = a.w.stride, *ys = a.y.stride;
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group();
   const int64_t P = g.out[0], Q = g.out[1], O = g.out[2];
   at::parallel_for(0, g.N * g.K, 1, [&](int64_t begin, int64_t end) {
@@ -138,10 +153,7 @@ template <typename T>
 void dgrad(const ConvArgs& a) {
   using A = at::opmath_type<T>;
   const ConvGeometry& g = a.g;
-  T* dx = static_cast<T*>(a.x.ptr);
-  const T* w = static_cast<const T*>(a.w.ptr);
-  const T* dy = static_cast<const T*>(a.y.ptr);
-  const int64_t *xs = a.x.stride, *ws = a.w.stride, *ys = a.y.stride;
+  const auto [dx, w, dy, xs, ws, ys] = operands<T, Pass::Dgrad>(a);
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group();
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
   at::parallel_for(0, g.N * g.C, 1, [&](int64_t begin, int64_t end) {
@@ -181,10 +193,7 @@ template <typename T>
 void wgrad(const ConvArgs& a) {
   using A = at::opmath_type<T>;
   const ConvGeometry& g = a.g;
-  const T* x = static_cast<const T*>(a.x.ptr);
-  T* dw = static_cast<T*>(a.w.ptr);
-  const T* dy = static_cast<const T*>(a.y.ptr);
-  const int64_t *xs = a.x.stride, *ws = a.w.stride, *ys = a.y.stride;
+  const auto [x, dw, dy, xs, ws, ys] = operands<T, Pass::Wgrad>(a);
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group();
   at::parallel_for(0, g.K * Cg, 1, [&](int64_t begin, int64_t end) {
     for (int64_t kc = begin; kc < end; ++kc) {
@@ -294,10 +303,8 @@ template <typename T>
 void fprop_channels_inner(const ConvArgs& a) {
   using A = at::opmath_type<T>;
   const ConvGeometry& g = a.g;
-  const T* x = static_cast<const T*>(a.x.ptr);
-  T* y = static_cast<T*>(a.y.ptr);
+  const auto [x, w, y, xs, ws, ys] = operands<T, Pass::Fprop>(a);  // w: through weight_by_tap
   const Epilogue<T, A> ep(a);
-  const int64_t *xs = a.x.stride, *ys = a.y.stride;
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group(), taps = g.ker[0] * g.ker[1] * g.ker[2];
   const int64_t P = g.out[0], Q = g.out[1], O = g.out[2];
   const std::vector<A> wt = weight_by_tap<T, A>(a, /*k_inner=*/true);
@@ -329,9 +336,7 @@ template <typename T>
 void dgrad_channels_inner(const ConvArgs& a) {
   using A = at::opmath_type<T>;
   const ConvGeometry& g = a.g;
-  T* dx = static_cast<T*>(a.x.ptr);
-  const T* dy = static_cast<const T*>(a.y.ptr);
-  const int64_t *xs = a.x.stride, *ys = a.y.stride;
+  const auto [dx, w, dy, xs, ws, ys] = operands<T, Pass::Dgrad>(a);  // w: through weight_by_tap
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group(), taps = g.ker[0] * g.ker[1] * g.ker[2];
   const int64_t D = g.in[0], H = g.in[1], W = g.in[2];
   const std::vector<A> wt = weight_by_tap<T, A>(a, /*k_inner=*/false);
@@ -366,10 +371,7 @@ template <typename T>
 void wgrad_channels_inner(const ConvArgs& a) {
   using A = at::opmath_type<T>;
   const ConvGeometry& g = a.g;
-  const T* x = static_cast<const T*>(a.x.ptr);
-  T* dw = static_cast<T*>(a.w.ptr);
-  const T* dy = static_cast<const T*>(a.y.ptr);
-  const int64_t *xs = a.x.stride, *ws = a.w.stride, *ys = a.y.stride;
+  const auto [x, dw, dy, xs, ws, ys] = operands<T, Pass::Wgrad>(a);
   const int64_t Cg = g.c_per_group(), Kg = g.k_per_group(), taps = g.ker[0] * g.ker[1] * g.ker[2];
   const int64_t P = g.out[0], Q = g.out[1], O = g.out[2];
   constexpr int64_t kChunk = 32;  // output channels per task: a 1x1 filter still splits across threads

@@ -1,10 +1,10 @@
-// CUDA launcher of the convolution family: fills the kernels' ConvArgs from PyTorch's switches, gives them workspace
-// from the caching allocator, and calls the torch-free entry points of conv_kernels.h on the current stream: the
-// stem kernel (forward of C <= 4), the Hopper implicit GEMM, then the portable one, then, where both answer
-// cudaErrorNotSupported, the same two on a staged copy of the problem where its layout or channel counts were what
-// they refused (conv_staging.h: NCHW, C or K not a multiple of 8), then the direct kernels (they take every
-// problem); under torch.backends.cudnn.benchmark, the fastest of those routes as measured on the signature's first
-// call (conv_autotune.h). Registered for the CUDA dispatch key only.
+// CUDA launcher of the convolution family: fills the kernels' ConvArgs from PyTorch's switches and the family's
+// knobs (conv_knobs.h), gives them workspace from the caching allocator, and calls the torch-free entry points of
+// conv_kernels.h on the current stream: the stem kernel (forward of C <= 4), the Hopper implicit GEMM, then the
+// portable one, then, where both answer cudaErrorNotSupported, the same two on a staged copy of the problem where
+// its layout or channel counts were what they refused (conv_staging.h: NCHW, C or K not a multiple of 8), then the
+// direct kernels (they take every problem); under torch.backends.cudnn.benchmark, the fastest of those routes as
+// measured on the signature's first call (conv_autotune.h). Registered for the CUDA dispatch key only.
 #include <torch/version.h>
 
 #include <algorithm>
@@ -193,6 +193,7 @@ struct CudaBackend {
     auto& ctx = at::globalContext();
     a.allow_tf32 = allow_tf32(ctx);
     a.deterministic = ctx.deterministicAlgorithms() || ctx.deterministicCuDNN();
+    a.knobs = ConvKnobs::read();
     CallWorkspace ws(like);
     a.workspace = ws.source();
     const cudaStream_t stream = current_stream();

@@ -101,37 +101,36 @@ void dispatch_tile(int64_t channels, F&& f) {
   else f(int_c<1>{});
 }
 
-cudaError_t generic_fprop(const ConvArgs& a, cudaStream_t stream) {
-  const ConvGeometry& g = a.g;
-  const int64_t Kg = g.K / g.G, Cg = g.C / g.G;
-  constexpr int PT = 2;
+// f(T{}, int_c<TILE>{}, launch) for the generic fprop or dgrad of a.dtype: tiles of `tiled` channels a group (output
+// channels for fprop, input channels for dgrad), reducing over `reduced` channels of the group and the taps, over
+// `positions` positions, PT a thread.
+template <int PT, class F>
+void dispatch_generic(const ConvArgs& a, int64_t tiled, int64_t reduced, int64_t positions, F&& f) {
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    using A = acc_t<T>;
-    const Epilogue<T> ep = make_epilogue<T>(a);
-    dispatch_tile<T>(Kg, [&](auto kt) {
-      constexpr int KT = decltype(kt)::value;
-      const GenericLaunch l = generic_launch<A, KT, PT>(g, Cg, Kg, g.N * spatial(g.out));
-      launch_direct(conv_generic_fprop<T, KT, PT>, l.grid, kGenericThreads, l.smem, stream, g, a.x, a.w, a.y, ep,
-                    l.pblocks, int(l.CB), int(l.TC));
+    dispatch_tile<T>(tiled, [&](auto tile) {
+      f(tag, tile, generic_launch<acc_t<T>, decltype(tile)::value, PT>(a.g, reduced, tiled, positions));
     });
+  });
+}
+
+cudaError_t generic_fprop(const ConvArgs& a, cudaStream_t stream) {
+  const ConvGeometry& g = a.g;
+  constexpr int PT = 2;
+  dispatch_generic<PT>(a, g.K / g.G, g.C / g.G, g.N * spatial(g.out), [&](auto tag, auto kt, const GenericLaunch& l) {
+    using T = decltype(tag);
+    launch_direct(conv_generic_fprop<T, decltype(kt)::value, PT>, l.grid, kGenericThreads, l.smem, stream, g, a.x,
+                  a.w, a.y, make_epilogue<T>(a), l.pblocks, int(l.CB), int(l.TC));
   });
   return cudaGetLastError();
 }
 
 cudaError_t generic_dgrad(const ConvArgs& a, cudaStream_t stream) {
   const ConvGeometry& g = a.g;
-  const int64_t Cg = g.C / g.G, Kg = g.K / g.G;
   constexpr int PT = 2;
-  dispatch_dtype(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    using A = acc_t<T>;
-    dispatch_tile<T>(Cg, [&](auto ct) {
-      constexpr int CT = decltype(ct)::value;
-      const GenericLaunch l = generic_launch<A, CT, PT>(g, Kg, Cg, g.N * spatial(g.in));
-      launch_direct(conv_generic_dgrad<T, CT, PT>, l.grid, kGenericThreads, l.smem, stream, g, a.y, a.w, a.x,
-                    l.pblocks, int(l.CB), int(l.TC));
-    });
+  dispatch_generic<PT>(a, g.C / g.G, g.K / g.G, g.N * spatial(g.in), [&](auto tag, auto ct, const GenericLaunch& l) {
+    launch_direct(conv_generic_dgrad<decltype(tag), decltype(ct)::value, PT>, l.grid, kGenericThreads, l.smem, stream,
+                  g, a.y, a.w, a.x, l.pblocks, int(l.CB), int(l.TC));
   });
   return cudaGetLastError();
 }

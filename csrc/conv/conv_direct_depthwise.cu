@@ -173,10 +173,15 @@ void dispatch_width(int ks, int str, F&& f) {
 }
 
 // Calls f(dw_int<VC>, dw_int<KS>, dw_int<STR>): the vector width (kVec16<T> where `vec`, else 1), then the
-// compile-time width and stride as dispatch_width picks them.
+// compile-time width and stride as dispatch_width picks them. Float64 has the run-time loops only (KS 0: its
+// callers pass ks 0), so no fixed-width float64 kernel is compiled.
 template <typename T, class F>
 void dispatch_vec_width(bool vec, int ks, int str, F&& f) {
-  auto go = [&](auto v) { dispatch_width(ks, str, [&](auto k, auto s) { f(v, k, s); }); };
+  auto go = [&](auto v) {
+    dispatch_width(ks, str, [&](auto k, auto s) {
+      if constexpr (!std::is_same_v<T, double> || decltype(k)::value == 0) f(v, k, s);
+    });
+  };
   if (vec) go(dw_int<kVec16<T>>{});
   else go(dw_int<1>{});
 }
@@ -219,8 +224,7 @@ cudaError_t depthwise_fprop(const ConvArgs& args, cudaStream_t stream) {
     T* y = static_cast<T*>(a.y.ptr);
     dispatch_vec_width<T>(vec, ks, int(g.stride[2]), [&](auto v, auto k, auto s) {
       constexpr int VC = decltype(v)::value, KS = decltype(k)::value, STR = decltype(s)::value;
-      if constexpr (std::is_same_v<T, double> && KS != 0) return;
-      else launch_direct(conv_depthwise_fprop<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, x, w, y, ep);
+      launch_direct(conv_depthwise_fprop<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, x, w, y, ep);
     });
     result = cudaGetLastError();
   });
@@ -250,8 +254,7 @@ cudaError_t depthwise_dgrad(const ConvArgs& args, cudaStream_t stream) {
     T* dx = static_cast<T*>(a.x.ptr);
     dispatch_vec_width<T>(vec, ks, int(g.stride[2]), [&](auto v, auto k, auto s) {
       constexpr int VC = decltype(v)::value, KS = decltype(k)::value, STR = decltype(s)::value;
-      if constexpr (std::is_same_v<T, double> && KS != 0) return;
-      else launch_direct(conv_depthwise_dgrad<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, dy, w, dx);
+      launch_direct(conv_depthwise_dgrad<T, VC, KS, STR>, grid, kDwThreads, smem, stream, p, dy, w, dx);
     });
     result = cudaGetLastError();
   });

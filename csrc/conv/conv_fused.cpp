@@ -31,11 +31,6 @@ namespace {
 
 using OptTensor = std::optional<at::Tensor>;
 using OptDouble = std::optional<double>;
-using BiasActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
-                              IntArrayRef, int64_t, c10::string_view, OptDouble, OptDouble);
-using BiasAddActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&,
-                                 IntArrayRef, IntArrayRef, IntArrayRef, int64_t, c10::string_view, OptDouble,
-                                 OptDouble);
 
 template <c10::DeviceType D>
 struct FusedAutocast : autocast::LowerPrecision<D> {

@@ -34,12 +34,6 @@ using OptTensor = OptionalTensor;
 using OptDouble = std::optional<double>;
 using Ints = std::vector<int64_t>;
 
-using BiasActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, IntArrayRef, IntArrayRef,
-                              IntArrayRef, int64_t, c10::string_view, OptDouble, OptDouble);
-using BiasAddActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const OptTensor&, const at::Tensor&,
-                                 IntArrayRef, IntArrayRef, IntArrayRef, int64_t, c10::string_view, OptDouble,
-                                 OptDouble);
-
 // Whether the activation's derivative is determined exactly by its result, read by its backward op in place of the
 // input (see the header).
 bool derivative_from_result(Act k) {
@@ -123,39 +117,24 @@ at::Tensor call_fused_op(const at::Tensor& x, const at::Tensor& w, const OptTens
 
 // The fused op's arguments a node keeps (geometry, activation) and the ops its backward calls.
 struct FusedCall {
-  Ints stride, padding, dilation;
-  int64_t groups = 1;
+  ConvCallGeometry geo;  // not transposed
   std::string act;
   OptDouble act_a, act_b;
 
   void save(AutogradContext* ctx) const {
-    ctx->saved_data["stride"] = stride;
-    ctx->saved_data["padding"] = padding;
-    ctx->saved_data["dilation"] = dilation;
-    ctx->saved_data["groups"] = groups;
+    geo.save(ctx);
     ctx->saved_data["act"] = act;
     ctx->saved_data["act_a"] = act_a;
     ctx->saved_data["act_b"] = act_b;
   }
   static FusedCall load(AutogradContext* ctx) {
-    return {ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
-            ctx->saved_data["dilation"].toIntVector(), ctx->saved_data["groups"].toInt(),
-            ctx->saved_data["act"].toStringRef(), ctx->saved_data["act_a"].toOptional<double>(),
-            ctx->saved_data["act_b"].toOptional<double>()};
+    return {ConvCallGeometry::load(ctx), ctx->saved_data["act"].toStringRef(),
+            ctx->saved_data["act_a"].toOptional<double>(), ctx->saved_data["act_b"].toOptional<double>()};
   }
   // the op itself with activation `act` (conv_bias_add_act where there is a residual)
   at::Tensor fused(const at::Tensor& x, const at::Tensor& w, const OptTensor& b, const at::Tensor& res,
                    c10::string_view a, OptDouble pa, OptDouble pb) const {
-    return call_fused_op(x, w, b, res, stride, padding, dilation, groups, a, pa, pb);
-  }
-  at::Tensor conv(const at::Tensor& x, const at::Tensor& w, const OptTensor& b) const {
-    return convolution_op().call(x, w, b, stride, padding, dilation, false, Ints{0}, groups);
-  }
-  at::Tensor backward_input(const at::Tensor& g, const at::Tensor& w, IntArrayRef input_size) const {
-    return backward_input_op().call(g, w, input_size, stride, padding, dilation, false, Ints{0}, groups);
-  }
-  at::Tensor backward_weight(const at::Tensor& g, const at::Tensor& x, IntArrayRef weight_size) const {
-    return backward_weight_op().call(g, x, weight_size, stride, padding, dilation, false, Ints{0}, groups);
+    return call_fused_op(x, w, b, res, geo.stride, geo.padding, geo.dilation, geo.groups, a, pa, pb);
   }
 };
 
@@ -166,7 +145,8 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
                                const OptTensor& res_opt, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
                                int64_t groups, c10::string_view act, OptDouble act_a, OptDouble act_b) {
     const at::Tensor res = or_undefined(res_opt);
-    const FusedCall call{stride.vec(), padding.vec(), dilation.vec(), groups, std::string(act), act_a, act_b};
+    const FusedCall call{ConvCallGeometry::of(stride, padding, dilation, false, Ints{0}, groups), std::string(act),
+                         act_a, act_b};
     const char* op = res.defined() ? "torch_dnn.conv_bias_add_act" : "torch_dnn.conv_bias_act";
     const auto [k, ap] = fused_act_kind(op, act, act_a, act_b);
     const bool save_pre = !derivative_from_result(k);
@@ -205,7 +185,7 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
     if (at::GradMode::is_enabled()) {  // create_graph: every step differentiable
       d_act = grads[0];
       if (k != Act::Identity) {
-        at::Tensor pre = call.conv(x, w, or_none(bias));
+        at::Tensor pre = call.geo.conv(x, w, or_none(bias));
         if (has_res) pre = pre + res;
         d_act = activation::act_backward_differentiable_at_input(create_graph::opmath(grads[0]), pre, k, ap)
                     .to(x.scalar_type());
@@ -219,8 +199,8 @@ struct ConvFusedFn : torch::autograd::Function<ConvFusedFn> {
     const at::Tensor d_pre = exactly_in_layout(d_act, cl);
     std::optional<at::AutoDispatchBelowADInplaceOrView> below;
     if (!at::GradMode::is_enabled()) below.emplace();
-    if (needs_grad(ctx, 0)) out[0] = call.backward_input(d_pre, w, x.sizes());
-    if (needs_grad(ctx, 1)) out[1] = call.backward_weight(d_pre, x, w.sizes());
+    if (needs_grad(ctx, 0)) out[0] = call.geo.backward_input(d_pre, w, x.sizes());
+    if (needs_grad(ctx, 1)) out[1] = call.geo.backward_weight(d_pre, x, w.sizes());
     if (bias_size >= 0 && needs_grad(ctx, 2)) {
       // a result without channels (an input without them) leaves the bias without a gradient: zeros
       out[2] = d_pre.size(1) == bias_size ? backward_bias_op().call(d_pre) : at::zeros({bias_size}, d_pre.options());

@@ -19,6 +19,14 @@
 namespace torch_dnn {
 namespace conv {
 
+// The ops' C++ signatures, for typed dispatcher handles (conv_fused.cpp's autocast, conv_fused_autograd.cpp).
+using BiasActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                              c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, int64_t, c10::string_view,
+                              std::optional<double>, std::optional<double>);
+using BiasAddActSig = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                 const at::Tensor&, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, int64_t,
+                                 c10::string_view, std::optional<double>, std::optional<double>);
+
 // The activation of the fused ops: bias_act's names, act_a / act_b overriding its default parameters.
 inline std::pair<Act, ActParams> fused_act_kind(const char* op, c10::string_view name, std::optional<double> a,
                                                 std::optional<double> b) {

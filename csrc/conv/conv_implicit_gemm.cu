@@ -532,23 +532,26 @@ bool wgrad_as_gemm(const ConvArgs& a, int64_t ldy, cudaStream_t stream, cudaErro
   return true;
 }
 
+// What fprop and dgrad (the output-stationary GEMMs) take: a tensor-core dtype, a geometry within the kernels'
+// ranges, x and y channels-innermost, the weight's channels innermost.
+bool output_stationary_takes(const ConvArgs& a) {
+  const ConvGeometry& g = a.g;
+  return tensor_core_dtype(a) && geometry_fits(g) && channels_inner(a.x, g.N, g.C, g.in) &&
+         channels_inner(a.y, g.N, g.K, g.out) && weight_channels_inner(a.w, g);
+}
+
 }  // namespace
 
 cudaError_t conv_igemm_fprop(const ConvArgs& a, cudaStream_t stream) {
-  const ConvGeometry& g = a.g;
-  if (!tensor_core_dtype(a) || !geometry_fits(g)) return cudaErrorNotSupported;
-  if (!channels_inner(a.x, g.N, g.C, g.in) || !channels_inner(a.y, g.N, g.K, g.out) || !weight_channels_inner(a.w, g))
-    return cudaErrorNotSupported;
+  if (!output_stationary_takes(a)) return cudaErrorNotSupported;
   if (cudaError_t err; fprop_as_gemm(a, stream, &err)) return err;
   return dispatch(a.dtype, [&](auto t) { return run_fprop<decltype(t)>(a, stream); });
 }
 
 cudaError_t conv_igemm_dgrad(const ConvArgs& a, cudaStream_t stream) {
-  const ConvGeometry& g = a.g;
-  if (!tensor_core_dtype(a) || !geometry_fits(g)) return cudaErrorNotSupported;
+  if (!tensor_core_dtype(a) || !geometry_fits(a.g)) return cudaErrorNotSupported;
   if (cudaError_t err; dgrad_planes_as_gemm(a, stream, &err)) return err;
-  if (!channels_inner(a.x, g.N, g.C, g.in) || !channels_inner(a.y, g.N, g.K, g.out) || !weight_channels_inner(a.w, g))
-    return cudaErrorNotSupported;
+  if (!output_stationary_takes(a)) return cudaErrorNotSupported;
   if (cudaError_t err; dgrad_as_gemm(a, stream, &err)) return err;
   return dispatch(a.dtype, [&](auto t) { return run_dgrad<decltype(t)>(a, stream); });
 }

@@ -28,6 +28,7 @@
 
 #include "activation/activation_math.h"
 #include "common/hd.h"
+#include "conv/conv_knobs.h"
 
 namespace torch_dnn {
 namespace conv {
@@ -66,6 +67,7 @@ struct ConvArgs {
   bool allow_tf32 = false;       // Float32 only: TF32 tensor cores allowed (torch.backends.cudnn.allow_tf32)
   bool deterministic = false;    // bitwise-reproducible results (torch.use_deterministic_algorithms): no
                                  // atomics whose order varies, split reductions summed in a fixed order
+  ConvKnobs knobs;               // the TORCH_DNN_CONV_* switches (conv_knobs.h), read once a call by the launcher
   ConvGeometry g;
   Operand5 x, w, y;  // fprop reads x, w and writes y; dgrad reads y (dy), w, writes x (dx); wgrad reads y (dy),
                      // x and writes w (dw). The written operand never overlaps a read one.

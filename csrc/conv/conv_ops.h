@@ -351,18 +351,36 @@ Tensor convolution(const Tensor& input, const Tensor& weight, const std::optiona
   return out;
 }
 
+// A backward op's start: what both check (grad_output and their other operand `other`, argument `other_arg`; the
+// geometry; their size argument `size_arg`, input_size or weight_size; grad_output's shape against the forward's
+// output for input sizes `in` and weight sizes `ws`, one of them the size argument), then the geometry, the layout
+// (grad_output's) and the result, uninitialized, of the size argument's sizes in that layout.
+struct BackwardStart {
+  Params p;
+  bool channels_last;
+  Tensor result;
+};
+
+inline BackwardStart start_backward(const char* op, const Tensor& grad_output, const Tensor& other,
+                                    const char* other_arg, const char* size_arg, IntArrayRef size, IntArrayRef in,
+                                    IntArrayRef ws, IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation,
+                                    bool transposed, IntArrayRef output_padding, int64_t groups) {
+  check_operands(op, grad_output, "grad_output", other, other_arg);
+  const Params p =
+      check_params(op, grad_output.dim() - 2, stride, padding, dilation, transposed, output_padding, groups);
+  check_size_arg(op, size_arg, size, grad_output);
+  check_grad_output_shape(op, grad_output, check_shapes(op, in, ws, p, "input"));
+  const bool cl = strides_channels_last(grad_output);
+  return {p, cl, empty_in(size, grad_output.options(), cl)};
+}
+
 template <class B>
 Tensor conv_backward_input(const Tensor& grad_output, const Tensor& weight, IntArrayRef input_size,
                            IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                            IntArrayRef output_padding, int64_t groups) {
-  const char* op = "torch_dnn.conv_backward_input";
-  check_operands(op, grad_output, "grad_output", weight, "weight");
-  const Params p =
-      check_params(op, grad_output.dim() - 2, stride, padding, dilation, transposed, output_padding, groups);
-  check_size_arg(op, "input_size", input_size, grad_output);
-  check_grad_output_shape(op, grad_output, check_shapes(op, input_size, weight.sizes(), p, "input"));
-  const bool cl = strides_channels_last(grad_output);
-  Tensor dx = empty_in(input_size, grad_output.options(), cl);
+  const auto [p, cl, dx] =
+      start_backward("torch_dnn.conv_backward_input", grad_output, weight, "weight", "input_size", input_size,
+                     input_size, weight.sizes(), stride, padding, dilation, transposed, output_padding, groups);
   if (dx.numel() == 0) return dx;
   if (grad_output.numel() == 0) return dx.zero_();  // no output channels (a transposed op's empty result)
   const Tensor gd = in_layout(grad_output, cl), wd = in_layout(weight, cl);
@@ -380,14 +398,9 @@ template <class B>
 Tensor conv_backward_weight(const Tensor& grad_output, const Tensor& input, IntArrayRef weight_size,
                             IntArrayRef stride, IntArrayRef padding, IntArrayRef dilation, bool transposed,
                             IntArrayRef output_padding, int64_t groups) {
-  const char* op = "torch_dnn.conv_backward_weight";
-  check_operands(op, grad_output, "grad_output", input, "input");
-  const Params p =
-      check_params(op, grad_output.dim() - 2, stride, padding, dilation, transposed, output_padding, groups);
-  check_size_arg(op, "weight_size", weight_size, grad_output);
-  check_grad_output_shape(op, grad_output, check_shapes(op, input.sizes(), weight_size, p, "input"));
-  const bool cl = strides_channels_last(grad_output);
-  Tensor dw = empty_in(weight_size, grad_output.options(), cl);
+  const auto [p, cl, dw] =
+      start_backward("torch_dnn.conv_backward_weight", grad_output, input, "input", "weight_size", weight_size,
+                     input.sizes(), weight_size, stride, padding, dilation, transposed, output_padding, groups);
   if (dw.numel() == 0) return dw;
   if (grad_output.numel() == 0 || input.numel() == 0) return dw.zero_();  // empty batch
   const Tensor gd = in_layout(grad_output, cl), xd = in_layout(input, cl);

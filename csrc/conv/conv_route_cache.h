@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/env.h"
+#include "conv/conv_knobs.h"
 
 namespace torch_dnn {
 namespace conv {
@@ -31,7 +31,7 @@ class RouteCache {
   // The process's cache, with the file TORCH_DNN_CONV_ROUTES_FILE names at its first use (or none).
   static RouteCache& instance() {
     static RouteCache* cache = [] {
-      const char* f = env::get("TORCH_DNN_CONV_ROUTES_FILE");
+      const char* f = routes_file_knob();
       return new RouteCache(f != nullptr ? f : "");  // leaked: no destructor runs at exit
     }();
     return *cache;

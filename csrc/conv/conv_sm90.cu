@@ -26,7 +26,7 @@
 // [K][R][S][C] order with channel stride 1 (wgrad: dw dense, dy dense); 16-byte aligned pointers and bias;
 // stride <= 8, padding and dilation within TMA's im2col corner ranges (CUTLASS's can_implement); extents below
 // 2^31; bias / residual / activation in fprop only, activations of sm90::epilogue_act_supported.
-// TORCH_DNN_CONV_SM90=0 (read at every call) turns the path off; =all takes the 1x1 convolutions too.
+// ConvArgs::knobs (TORCH_DNN_CONV_SM90, conv_knobs.h) turns the path off, or gives it the 1x1 convolutions too.
 //
 // NDEBUG before any include: CUTLASS's device-side asserts become calls to __assertfail, and a call inside the
 // mainloop makes ptxas serialise the wgmma pipeline (warning C7510).
@@ -107,7 +107,6 @@ inline CUresult encode_tensor_map_im2col(CUtensorMap* map, CUtensorMapDataType t
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
 #include "common/cuda/vec.cuh"  // aligned16
-#include "common/env.h"
 #include "matmul/kernels/sm90_epilogue.cuh"
 #include "matmul/kernels/sm90_launch.cuh"
 
@@ -278,13 +277,11 @@ bool tma_operand_ok(const Nhwc4& o) {
   return true;
 }
 
-bool sm90_enabled() { return !env::is("TORCH_DNN_CONV_SM90", "0"); }
-
 // 1x1 convolutions (stride 1, no padding) are plain GEMMs, which conv_igemm_* runs on the matmul family's
-// persistent kernels; TORCH_DNN_CONV_SM90=all takes them here too (to compare the two).
-bool plain_gemm(const Problem2d& pb) {
+// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two).
+bool plain_gemm(const Problem2d& pb, const ConvKnobs& knobs) {
   return pb.r == 1 && pb.s == 1 && pb.stride[0] == 1 && pb.stride[1] == 1 && pb.pad[0] == 0 && pb.pad[1] == 0 &&
-         !env::is("TORCH_DNN_CONV_SM90", "all");
+         !knobs.sm90_plain_gemm;
 }
 
 // The checks common to the three passes, and the 2-D problem (the device aside: path_on).
@@ -350,7 +347,7 @@ StrideC epilogue_stride(const Nhwc4& o) {
   return s;
 }
 
-bool path_on() { return sm90_enabled() && msm90::device_info().sm90; }
+bool path_on(const ConvKnobs& knobs) { return knobs.sm90 && msm90::device_info().sm90; }
 
 cutlass::KernelHardwareInfo hw_info() {
   cutlass::KernelHardwareInfo hw;
@@ -457,10 +454,11 @@ int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
-  if (!sm90::path_on() || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  if (!sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
   if (!matmul::sm90::epilogue_act_supported(a.act)) return cudaErrorNotSupported;
   // the GEMM's epilogue adds the residual after the activation: it takes a residual only without one
-  if (sm90::plain_gemm(pb) && (a.residual.ptr == nullptr || a.act == Act::Identity)) return cudaErrorNotSupported;
+  if (sm90::plain_gemm(pb, a.knobs) && (a.residual.ptr == nullptr || a.act == Act::Identity))
+    return cudaErrorNotSupported;
   // the bias is read in 16-byte vectors
   if (a.bias != nullptr && !aligned16(a.bias)) return cudaErrorNotSupported;
   if (a.residual.ptr != nullptr) {
@@ -473,17 +471,17 @@ cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream) {
 
 cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
-  if (!sm90::path_on() || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
-  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb)) return cudaErrorNotSupported;
+  if (!sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb, a.knobs)) return cudaErrorNotSupported;
   return a.dtype == DType::BFloat16 ? sm90::dgrad<cutlass::bfloat16_t>(pb, stream)
                                     : sm90::dgrad<cutlass::half_t>(pb, stream);
 }
 
 cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
-  if (!sm90::path_on() || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  if (!sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
   // CUTLASS's wgrad wants dy and dw dense (x, gathered by im2col, may be strided)
-  if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb)) return cudaErrorNotSupported;
+  if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb, a.knobs)) return cudaErrorNotSupported;
   // no split of the pixel reduction: only problems whose output tiles fill the GPU
   const int64_t tiles = sm90::cdiv(pb.k, 128) * sm90::cdiv(pb.c, 128) * pb.r * pb.s;
   if (tiles < std::max(matmul::sm90::device_info().sm_count, 1)) return cudaErrorNotSupported;

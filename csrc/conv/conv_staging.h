@@ -13,7 +13,7 @@
 // Taken only where the tensor cores pay for it in principle: their dtypes (float16, bfloat16, float32 with TF32),
 // one group (grouped and depthwise convolutions keep their kernels), padding that multiplies the work
 // (C' K' / (C K)) by at most kMaxPaddedWork, and staged operands within the kernels' 32-bit element range.
-// TORCH_DNN_CONV_STAGE=0 (read at every call) turns staging off. Activations and gradients are copied at every
+// ConvArgs::knobs (TORCH_DNN_CONV_STAGE, conv_knobs.h) turns staging off. Activations and gradients are copied at every
 // call; a read weight's staged copy is kept while the weight is unchanged (conv_weight_cache.h).
 //
 // Device-agnostic (ATen ops on views of the operands' memory): conv_cuda.cpp runs it with the tensor-core
@@ -24,7 +24,6 @@
 
 #include <cstdint>
 
-#include "common/env.h"
 #include "conv/conv_kernels.h"
 #include "conv/conv_ops.h"
 #include "conv/conv_weight_cache.h"
@@ -37,8 +36,6 @@ namespace staging {
 constexpr int64_t kMaxPaddedWork = 8;
 
 inline int64_t round_up8(int64_t c) { return (c + 7) / 8 * 8; }
-
-inline bool enabled() { return !env::is("TORCH_DNN_CONV_STAGE", "0"); }
 
 inline bool tensor_core_dtype(const ConvArgs& a) {
   return a.dtype == DType::Float16 || a.dtype == DType::BFloat16 || (a.dtype == DType::Float32 && a.allow_tf32);
@@ -146,7 +143,7 @@ template <class TryPaths>
 bool run_staged(Pass pass, const ConvArgs& a, const at::TensorOptions& opts, Copy copy, TryPaths&& try_paths,
                 const at::Tensor& weight, c10::Stream stream) {
   const ConvGeometry& g = a.g;
-  if (!enabled() || !tensor_core_dtype(a) || g.G != 1 || g.N < 1 || g.C < 1 || g.K < 1) return false;
+  if (!a.knobs.stage || !tensor_core_dtype(a) || g.G != 1 || g.N < 1 || g.C < 1 || g.K < 1) return false;
   const int64_t C = g.C, K = g.K, Cp = round_up8(C), Kp = round_up8(K);
   if (Cp * Kp > kMaxPaddedWork * C * K) return false;
   const Extents xe = extents(g.N, C, g.in), we = extents(K, C, g.ker), ye = extents(g.N, K, g.out);
@@ -162,7 +159,8 @@ bool run_staged(Pass pass, const ConvArgs& a, const at::TensorOptions& opts, Cop
     return false;
   const Staged x = stage_if_needed(a.x, xe, g.N, Cp, dgrad, opts, copy);
   const Staged w = wgrad ? stage_if_needed(a.w, we, Kp, Cp, true, opts, copy)
-                         : stage_weight(a.w, we, Kp, Cp, opts, copy, weight, stream);
+                         : stage_weight(a.w, we, Kp, Cp, opts, copy, a.knobs.weight_cache ? weight : at::Tensor(),
+                                        stream);
   const Staged y = stage_if_needed(a.y, ye, g.N, Kp, fprop, opts, copy);
   ConvArgs b = a;
   b.g.C = Cp;

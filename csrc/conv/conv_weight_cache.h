@@ -6,8 +6,8 @@
 // pointer, strides and extents, padded the same way, and on the same stream (the copy was queued there).
 //
 // Not kept: inference tensors (they carry no version), calls under CUDA graph capture (a replay would not restage
-// a weight changed in place between replays; the caller passes no owner then), and everything when
-// TORCH_DNN_CONV_WEIGHT_CACHE=0. A weight changed through `.data` (a separate version counter, as PyTorch's
+// a weight changed in place between replays), and everything when TORCH_DNN_CONV_WEIGHT_CACHE=0 (conv_knobs.h): the
+// caller passes no owner then. A weight changed through `.data` (a separate version counter, as PyTorch's
 // autocast cache also ignores) keeps its stale copy until its version or storage changes: change weights in place
 // under torch.no_grad() instead, as torch.optim does.
 #pragma once
@@ -21,7 +21,6 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "common/env.h"
 
 namespace torch_dnn {
 namespace conv {
@@ -51,8 +50,7 @@ class WeightCache {
     return *cache;
   }
 
-  static bool enabled() { return !env::is("TORCH_DNN_CONV_WEIGHT_CACHE", "0"); }
-  static bool keeps(const at::Tensor& owner) { return owner.defined() && !owner.is_inference() && enabled(); }
+  static bool keeps(const at::Tensor& owner) { return owner.defined() && !owner.is_inference(); }
 
   // The staged copy of `view` made from `owner` at its current version, or an undefined tensor.
   at::Tensor find(const at::Tensor& owner, const WeightView& view) {

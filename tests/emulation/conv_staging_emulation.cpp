@@ -87,6 +87,7 @@ int64_t run(int64_t pass_index, const at::Tensor& x, const at::Tensor& w, const 
   ConvArgs a;
   a.dtype = to_dtype(x.scalar_type());
   a.allow_tf32 = allow_tf32;
+  a.knobs = ConvKnobs::read();  // as the CUDA launcher does: the staging and weight-cache switches
   a.g = emulation_geometry(x, w, y, stride, pad, dil, groups);
   a.x = operand(x);
   a.w = operand(w);

@@ -188,26 +188,28 @@ def _convolution_fake(input, weight, bias, stride, padding, dilation, transposed
     return _empty_in(out, input, _channels_last(input, weight, p, transposed, groups))
 
 
+def _backward_fake(op, grad, other, other_arg, size_arg, size, in_sizes, ws, stride, padding, dilation, transposed,
+                   output_padding, groups):
+    """A backward op's checks (conv_ops.h's start_backward) and its result, of `size`, in grad's layout."""
+    _operands(op, grad, "grad_output", other, other_arg)
+    p = _params(op, grad.dim() - 2, stride, padding, dilation, transposed, output_padding, groups)
+    _size_arg(op, size_arg, size, grad)
+    _grad_output_shape(op, grad, _shapes(op, in_sizes, ws, p, transposed, groups, "input"))
+    return _empty_in(size, grad, _strides_channels_last(grad))
+
+
 @torch.library.register_fake("torch_dnn::conv_backward_input")
 def _conv_backward_input_fake(grad, weight, input_size, stride, padding, dilation, transposed, output_padding,
                               groups):
-    op = "torch_dnn.conv_backward_input"
-    _operands(op, grad, "grad_output", weight, "weight")
-    p = _params(op, grad.dim() - 2, stride, padding, dilation, transposed, output_padding, groups)
-    _size_arg(op, "input_size", input_size, grad)
-    _grad_output_shape(op, grad, _shapes(op, input_size, weight.shape, p, transposed, groups, "input"))
-    return _empty_in(input_size, grad, _strides_channels_last(grad))
+    return _backward_fake("torch_dnn.conv_backward_input", grad, weight, "weight", "input_size", input_size,
+                          input_size, weight.shape, stride, padding, dilation, transposed, output_padding, groups)
 
 
 @torch.library.register_fake("torch_dnn::conv_backward_weight")
 def _conv_backward_weight_fake(grad, input, weight_size, stride, padding, dilation, transposed, output_padding,
                                groups):
-    op = "torch_dnn.conv_backward_weight"
-    _operands(op, grad, "grad_output", input, "input")
-    p = _params(op, grad.dim() - 2, stride, padding, dilation, transposed, output_padding, groups)
-    _size_arg(op, "weight_size", weight_size, grad)
-    _grad_output_shape(op, grad, _shapes(op, input.shape, weight_size, p, transposed, groups, "input"))
-    return _empty_in(weight_size, grad, _strides_channels_last(grad))
+    return _backward_fake("torch_dnn.conv_backward_weight", grad, input, "input", "weight_size", weight_size,
+                          input.shape, weight_size, stride, padding, dilation, transposed, output_padding, groups)
 
 
 @torch.library.register_fake("torch_dnn::conv_backward_bias")

@@ -85,12 +85,6 @@ __device__ __forceinline__ int64_t input_channel_offset(const DwParams& p, int k
   return V > 1 ? int64_t(k0) : int64_t(p.div_m.div(uint32_t(k0))) * p.xs[1];
 }
 
-template <int V, typename A>
-__device__ __forceinline__ void zero(A (&v)[V]) {
-#pragma unroll
-  for (int i = 0; i < V; ++i) v[i] = A(0);
-}
-
 // Stores V results at `p` (a thread's channel 0 of the pixel): a vector where V > 1 (the plan asked for
 // contiguous aligned channels), else one element.
 template <int V, typename T, typename A>

@@ -39,8 +39,7 @@ __global__ void __launch_bounds__(kDwThreads, kDwMinBlocks)
     split_item(p, item, n, h, strip);
     const int w0 = int(strip) * OTW - p.wshift;
     A acc[OTW][V];
-#pragma unroll
-    for (int o = 0; o < OTW; ++o) zero(acc[o]);
+    zero(acc);
     const T* dyn = dy + int64_t(n) * p.ys[0];
     for (int j = 0; j < p.m; ++j) {
       // the thread's dy channels in a pixel: c0.. (V > 1 only where m == 1), else channel c0 m + j

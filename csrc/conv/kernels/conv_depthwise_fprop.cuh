@@ -44,8 +44,7 @@ __global__ void __launch_bounds__(kDwThreads, kDwMinBlocks)
     split_item(p, item, n, q, strip);
     const int o0 = int(strip) * OTW;
     A acc[OTW][V];
-#pragma unroll
-    for (int o = 0; o < OTW; ++o) zero(acc[o]);
+    zero(acc);
     const T* xn = x + int64_t(n) * p.xs[0];
     for (int r = 0; r < p.R; ++r) {
       const int ih = int(q) * p.sh - p.ph + r * p.dh;

@@ -32,8 +32,7 @@ __global__ void __launch_bounds__(kDwThreads, dw_wgrad_min_blocks(KS, STR))
     const bool active = k0 < p.K;  // V divides K where V > 1
     const int64_t xoff = input_channel_offset<V>(p, k0);
     A acc[KS][V];
-#pragma unroll
-    for (int s = 0; s < KS; ++s) zero(acc[s]);
+    zero(acc);
     const uint32_t i0 = uint32_t(split) * per_split;
     const uint32_t i1 = i0 + per_split < p.items ? i0 + per_split : p.items;
     for (uint32_t item = i0 + ty; active && item < i1; item += by) {

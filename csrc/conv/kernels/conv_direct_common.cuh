@@ -99,6 +99,19 @@ inline Epilogue<T> make_epilogue(const ConvArgs& a) {
   return e;
 }
 
+// Accumulators (a row of V, or P rows of V) set to zero.
+template <int V, typename A>
+__device__ __forceinline__ void zero(A (&v)[V]) {
+#pragma unroll
+  for (int i = 0; i < V; ++i) v[i] = A(0);
+}
+
+template <int P, int V, typename A>
+__device__ __forceinline__ void zero(A (&v)[P][V]) {
+#pragma unroll
+  for (int j = 0; j < P; ++j) zero(v[j]);
+}
+
 // V float (double) values (staged weights) from shared memory, 16 bytes at a time where the row allows.
 template <int V, typename A>
 __device__ __forceinline__ void load_smem_weights(const A* p, A (&out)[V]) {

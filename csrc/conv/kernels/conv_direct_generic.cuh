@@ -50,6 +50,25 @@ struct Odometer4 {
   }
 };
 
+// One chunk of a block's weights staged in shared memory as A, [tap][row][lane]: `rows` channels of one side from
+// row0, tcn taps from tp0, the tile's L channels of the other side from lane0, zero past its `lanes` channels;
+// between barriers (the previous chunk is no longer read; this one is complete). The lanes are output channels
+// (kLanesAreK, fprop: w[lane0 + lane][row0 + row][tap]) or input channels (dgrad: w[row0 + row][lane0 + lane][tap]).
+template <int L, bool kLanesAreK, typename T, typename A>
+__device__ __forceinline__ void stage_weights(A* wsm, const T* w, const Operand5& wo, int64_t lane0, int lanes,
+                                              int64_t row0, int rows, int64_t tp0, int tcn, int64_t RS, int64_t S) {
+  __syncthreads();
+  for (int i = threadIdx.x; i < tcn * rows * L; i += kGenericThreads) {
+    const int lane = i % L, rest = i / L, row = rest % rows, tl = rest / rows;
+    const int64_t tap = tp0 + tl, t = tap / RS, r = (tap - t * RS) / S, s = tap - t * RS - r * S;
+    wsm[i] = lane < lanes ? to_acc<A>(w[(kLanesAreK ? lane0 + lane : row0 + row) * wo.stride[0] +
+                                        (kLanesAreK ? row0 + row : lane0 + lane) * wo.stride[1] + t * wo.stride[2] +
+                                        r * wo.stride[3] + s * wo.stride[4]])
+                          : A(0);
+  }
+  __syncthreads();
+}
+
 // y[n][k][p][q][o] for KT output channels k0.. of one group and PT positions a thread (positions mb * 256 PT +
 // j * 256 + tid, j < PT: each load instruction of the warp reads neighbouring positions). The block's weights
 // (KT channels x a chunk of CB input channels x a chunk of TC taps) are staged in shared memory as float,
@@ -78,17 +97,9 @@ __global__ void __launch_bounds__(kGenericThreads)
     const int64_t grp = tile / ktiles;
     const int64_t k0 = grp * Kg + (tile - grp * ktiles) * KT;
     const int nk = int((grp + 1) * Kg - k0 < KT ? (grp + 1) * Kg - k0 : KT);
-    // wsm[(tap - tp0) cbn + (c - c0)][kk] = w[k0 + kk][c][tap], zero past the group's channels
+    // wsm[(tap - tp0) cbn + (c - c0)][kk] = w[k0 + kk][c][tap]
     auto stage = [&](int64_t c0, int64_t tp0, int cbn, int tcn) {
-      __syncthreads();  // the previous chunk's weights are no longer read
-      for (int i = threadIdx.x; i < tcn * cbn * KT; i += kGenericThreads) {
-        const int kk = i % KT, rest = i / KT, cl = rest % cbn, tl = rest / cbn;
-        const int64_t tap = tp0 + tl, t = tap / RS, r = (tap - t * RS) / S, s = tap - t * RS - r * S;
-        wsm[i] = kk < nk ? to_acc<A>(w[(k0 + kk) * wo.stride[0] + (c0 + cl) * wo.stride[1] + t * wo.stride[2] +
-                                       r * wo.stride[3] + s * wo.stride[4]])
-                         : A(0);
-      }
-      __syncthreads();
+      stage_weights<KT, true>(wsm, w, wo, k0, nk, c0, cbn, tp0, tcn, RS, S);
     };
     if (single) stage(0, 0, int(Cg), int(TRS));
     for (int64_t mb = pb; mb < mblocks; mb += pblocks) {
@@ -103,10 +114,7 @@ __global__ void __launch_bounds__(kGenericThreads)
         xb[j] = x + n[j] * xo.stride[0] + grp * Cg * xo.stride[1];
       }
       A acc[PT][KT];
-#pragma unroll
-      for (int j = 0; j < PT; ++j)
-#pragma unroll
-        for (int kk = 0; kk < KT; ++kk) acc[j][kk] = A(0);
+      zero(acc);
       for (int64_t c0 = 0; c0 < Cg; c0 += CB) {
         const int cbn = int(Cg - c0 < CB ? Cg - c0 : CB);
         for (int64_t tp0 = 0; tp0 < TRS; tp0 += TC) {
@@ -178,17 +186,9 @@ __global__ void __launch_bounds__(kGenericThreads)
     const int64_t grp = tile / ctiles;
     const int64_t cl0 = (tile - grp * ctiles) * CT;  // within the group
     const int nc = int(Cg - cl0 < CT ? Cg - cl0 : CT);
-    // wsm[(tap - tp0) kbn + (k - k0)][cc] = w[grp Kg + k][cl0 + cc][tap], zero past the group's channels
+    // wsm[(tap - tp0) kbn + (k - k0)][cc] = w[grp Kg + k][cl0 + cc][tap]
     auto stage = [&](int64_t k0, int64_t tp0, int kbn, int tcn) {
-      __syncthreads();
-      for (int i = threadIdx.x; i < tcn * kbn * CT; i += kGenericThreads) {
-        const int cc = i % CT, rest = i / CT, kl = rest % kbn, tl = rest / kbn;
-        const int64_t tap = tp0 + tl, t = tap / RS, r = (tap - t * RS) / S, s = tap - t * RS - r * S;
-        wsm[i] = cc < nc ? to_acc<A>(w[(grp * Kg + k0 + kl) * wo.stride[0] + (cl0 + cc) * wo.stride[1] +
-                                       t * wo.stride[2] + r * wo.stride[3] + s * wo.stride[4]])
-                         : A(0);
-      }
-      __syncthreads();
+      stage_weights<CT, false>(wsm, w, wo, cl0, nc, grp * Kg + k0, kbn, tp0, tcn, RS, S);
     };
     if (single) stage(0, 0, int(Kg), int(TRS));
     for (int64_t mb = pb; mb < mblocks; mb += pblocks) {
@@ -203,10 +203,7 @@ __global__ void __launch_bounds__(kGenericThreads)
         yb[j] = dy + n[j] * dyo.stride[0] + grp * Kg * dyo.stride[1];
       }
       A acc[PT][CT];
-#pragma unroll
-      for (int j = 0; j < PT; ++j)
-#pragma unroll
-        for (int cc = 0; cc < CT; ++cc) acc[j][cc] = A(0);
+      zero(acc);
       for (int64_t k0 = 0; k0 < Kg; k0 += CB) {
         const int kbn = int(Kg - k0 < CB ? Kg - k0 : CB);
         for (int64_t tp0 = 0; tp0 < TRS; tp0 += TC) {
@@ -296,10 +293,7 @@ __global__ void __launch_bounds__(kGenericThreads)
       ts[j] = int(tap % S);
     }
     A acc[KT][TT];
-#pragma unroll
-    for (int kk = 0; kk < KT; ++kk)
-#pragma unroll
-      for (int j = 0; j < TT; ++j) acc[kk][j] = A(0);
+    zero(acc);
     const int64_t l0 = split * per_split, l1 = l0 + per_split < L ? l0 + per_split : L;
     const T* dyk = dy + k0 * dyo.stride[1];
     const T* xc = x + c * xo.stride[1];

@@ -75,20 +75,29 @@ __device__ __forceinline__ void finish8(const OutParams<T>& e, const Pixel& px, 
   write8<T>(e.y + (px.n * e.ys_n + px.p * e.ys_d + px.q * e.ys_h + px.o * e.ys_w + n), v);
 }
 
-template <typename T, int BM, int BN>
-__device__ __forceinline__ void store_pixels(const OutParams<T>& e, const FastDiv& P, const FastDiv& Q,
-                                             const FastDiv& O, int M, int N, const float* cs, int64_t m0, int64_t n0,
-                                             int tid) {
+// f(r, c, m, n) for each of a thread's 8-column chunks of the CTA's BM x BN tile (row r, column c of the tile; row
+// m, column n of the GEMM, the tile at m0, n0) that lies inside the M x N output, rows kThreads / (BN / 8) apart.
+template <int BM, int BN, class F>
+__device__ __forceinline__ void for_each_chunk8(int M, int N, int64_t m0, int64_t n0, int tid, F&& f) {
   constexpr int TPR = BN / 8, RPP = kThreads / TPR;  // threads a row, rows a pass
 #pragma unroll 1
   for (int pass = 0; pass < BM / RPP; ++pass) {
     const int r = pass * RPP + tid / TPR, c = (tid % TPR) * 8;
     const int64_t m = m0 + r, n = n0 + c;
     if (m >= M || n >= N) continue;
+    f(r, c, m, n);
+  }
+}
+
+template <typename T, int BM, int BN>
+__device__ __forceinline__ void store_pixels(const OutParams<T>& e, const FastDiv& P, const FastDiv& Q,
+                                             const FastDiv& O, int M, int N, const float* cs, int64_t m0, int64_t n0,
+                                             int tid) {
+  for_each_chunk8<BM, BN>(M, N, m0, n0, tid, [&](int r, int c, int64_t m, int64_t n) {
     float v[8];
     read8<T>(cs, r, c, v);
     finish8(e, pixel_of(int(m), P, Q, O), n, v);
-  }
+  });
 }
 
 // The split form of store_pixels: out[m][n] = finish8(sum over s = 0, 1, ... of ws[s][m][n]), in that order
@@ -114,12 +123,7 @@ __global__ void finish_pixel_splits_kernel(const float* __restrict__ ws, int spl
 template <typename T, int BM, int BN>
 __device__ __forceinline__ void store_rows(T* dw, int64_t ldw, float* ws, int split, int splits, int M, int N,
                                            const float* cs, int64_t m0, int64_t n0, int tid) {
-  constexpr int TPR = BN / 8, RPP = kThreads / TPR;  // threads a row, rows a pass
-#pragma unroll 1
-  for (int pass = 0; pass < BM / RPP; ++pass) {
-    const int r = pass * RPP + tid / TPR, c = (tid % TPR) * 8;
-    const int64_t m = m0 + r, n = n0 + c;
-    if (m >= M || n >= N) continue;
+  for_each_chunk8<BM, BN>(M, N, m0, n0, tid, [&](int r, int c, int64_t m, int64_t n) {
     if (splits > 1) {
       float* w = ws + (int64_t(split) * M + m) * N + n;
       *reinterpret_cast<float4*>(w) = *reinterpret_cast<const float4*>(cs + r * kLdc + c);
@@ -129,7 +133,7 @@ __device__ __forceinline__ void store_rows(T* dw, int64_t ldw, float* ws, int sp
       read8<T>(cs, r, c, v);
       write8<T>(dw + m * ldw + n, v);
     }
-  }
+  });
 }
 
 // dw[m][n] = sum over s = 0, 1, ... of ws[s][m][n], in that order (bitwise reproducible), 4 columns a thread.
