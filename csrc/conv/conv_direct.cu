@@ -91,13 +91,12 @@ GenericLaunch generic_launch(const ConvGeometry& g, int64_t reduced, int64_t til
 }
 
 // f(int_c<TILE>) for the widest tile `channels` channels a group fill: 8 (4 for double: 8 x 2 accumulators
-// spill), 4 or 1; 3 channels (an RGB image's: the stem's input gradient) take one tile of 4 with a lane idle
-// rather than three tiles of 1, each of which would walk every tap and read all of dy again.
+// spill), 4 or 1.
 template <typename T, class F>
 void dispatch_tile(int64_t channels, F&& f) {
   constexpr bool wide = !std::is_same_v<T, double>;
   if (channels >= 8 && wide) f(int_c<wide ? 8 : 4>{});
-  else if (channels >= 3) f(int_c<4>{});
+  else if (channels >= 4) f(int_c<4>{});
   else f(int_c<1>{});
 }
 
