@@ -190,7 +190,8 @@ void run_case(int64_t N, int64_t C, int64_t S, int64_t G, bool cl, const char* t
   std::snprintf(name, sizeof name, "%s N=%ld C=%ld S=%ld G=%ld %s tile_kb=%s kmax=%s", sizeof(T) == 2 ? "16-bit" :
                 sizeof(T) == 4 ? "float" : "double", long(N), long(C), long(S), long(G),
                 cl ? (y_nchw ? "CL -> NCHW y" : "CL") : "NCHW", tile_kb, kmax);
-  if (!try_cluster_fwd(p, true, nullptr)) {
+  const Knobs knobs = read_knobs();  // as the launcher reads them once a call: the settings above
+  if (!try_cluster_fwd(p, true, knobs, nullptr)) {
     std::printf("FAIL %s: forward plan not taken\n", name);
     ++failures;
     return;
@@ -200,7 +201,7 @@ void run_case(int64_t N, int64_t C, int64_t S, int64_t G, bool cl, const char* t
   p.out = dx.data();
   p.b = nullptr;
   p.out_nchw = false;
-  if (!try_cluster_bwd(p, P.data(), Q.data(), true, nullptr)) {
+  if (!try_cluster_bwd(p, P.data(), Q.data(), true, knobs, nullptr)) {
     std::printf("FAIL %s: backward plan not taken\n", name);
     ++failures;
     return;
