@@ -549,9 +549,12 @@ cudaError_t conv_igemm_fprop(const ConvArgs& a, cudaStream_t stream) {
 }
 
 cudaError_t conv_igemm_dgrad(const ConvArgs& a, cudaStream_t stream) {
-  if (!tensor_core_dtype(a) || !geometry_fits(a.g)) return cudaErrorNotSupported;
-  if (cudaError_t err; dgrad_planes_as_gemm(a, stream, &err)) return err;
-  if (!output_stationary_takes(a)) return cudaErrorNotSupported;
+  if (!output_stationary_takes(a)) {
+    // not channels-innermost: an NCHW 1x1 problem still runs unstaged, as per-image GEMMs
+    cudaError_t err = cudaErrorNotSupported;
+    if (tensor_core_dtype(a) && geometry_fits(a.g) && dgrad_planes_as_gemm(a, stream, &err)) return err;
+    return cudaErrorNotSupported;
+  }
   if (cudaError_t err; dgrad_as_gemm(a, stream, &err)) return err;
   return dispatch(a.dtype, [&](auto t) { return run_dgrad<decltype(t)>(a, stream); });
 }
