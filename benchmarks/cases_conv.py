@@ -118,6 +118,7 @@ def _pass_cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
     """The input gradient and the weight gradient alone (NHWC), ours (conv_backward_input / conv_backward_weight)
     against cuDNN's (aten.convolution_backward with one output asked for): which pass of forward+backward loses.
     Bytes: the two operands read and the gradient written, once each."""
+    tag = "tf32" if dtype == torch.float32 else dtype_tag(dtype)
     es = torch.empty((), dtype=dtype).element_size()
     out = (size + 2 * pad - k) // stride + 1
     flops = 2 * N * cout * out * out * (cin // groups) * k * k
@@ -136,14 +137,14 @@ def _pass_cases_of(label, cin, cout, k, stride, pad, size, groups, dtype):
 
     ops = torch.ops.torch_dnn
     return [
-        Case("conv", f"conv {label} dgrad bf16 NHWC", inputs,
+        Case("conv", f"conv {label} dgrad {tag} NHWC", inputs,
              {"torch_dnn": lambda x, w, g: ops.conv_backward_input(g, w, list(x.shape), *geo),
               "cuDNN (convolution_backward)": cudnn([True, False, False])},
-             bytes=x_bytes + w_bytes + y_bytes, flops=flops, group="conv backward passes bf16 NHWC", target=">= cuDNN"),
-        Case("conv", f"conv {label} wgrad bf16 NHWC", inputs,
+             bytes=x_bytes + w_bytes + y_bytes, flops=flops, group=f"conv backward passes {tag} NHWC", target=">= cuDNN"),
+        Case("conv", f"conv {label} wgrad {tag} NHWC", inputs,
              {"torch_dnn": lambda x, w, g: ops.conv_backward_weight(g, x, list(w.shape), *geo),
               "cuDNN (convolution_backward)": cudnn([False, True, False])},
-             bytes=x_bytes + w_bytes + y_bytes, flops=flops, group="conv backward passes bf16 NHWC", target=">= cuDNN"),
+             bytes=x_bytes + w_bytes + y_bytes, flops=flops, group=f"conv backward passes {tag} NHWC", target=">= cuDNN"),
     ]
 
 
@@ -195,6 +196,8 @@ def cases(quick: bool = False):
     out += [c for dtype in (torch.float16, torch.float32) for layer in other for c in _cases_of(*layer, dtype)]
     # the depthwise layers' backward passes one by one (memory-bound kernels of their own: which pass loses)
     out += [c for layer in layers if layer[-1] == layer[1] > 1 for c in _pass_cases_of(*layer, torch.bfloat16)]
+    # and TF32's (the Hopper path takes its forward and stride-1 input gradient, the portable one its weight gradient)
+    out += [c for layer in other for c in _pass_cases_of(*layer, torch.float32)]
     # the fused epilogues at ResNet-50's layers (the depthwise layer is MobileNet's)
     resnet = [layer for layer in (LAYERS[:1] if quick else LAYERS) if layer[-1] == 1]
     return out + [c for layer in resnet for c in _fused_cases_of(*layer, torch.bfloat16)]

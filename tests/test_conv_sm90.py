@@ -125,6 +125,17 @@ class Case:
         tiles = -(-self.k // 128) * -(-self.c // 128) * taps
         return tiles >= _sm_count()
 
+    # float32 with TF32 (csrc/conv/conv_tf32.h): fprop, 1x1 problems too; dgrad of stride 1 as an fprop over the
+    # flipped weight, whose padding dil (k - 1) - pad must not be negative; wgrad never
+    def takes_fprop_tf32(self):
+        return None if self._unasserted() else self._common()
+
+    def takes_dgrad_tf32(self):
+        if self._unasserted():
+            return None
+        return self._common() and all(s == 1 for s in self.stride) and all(
+            p <= d * (k - 1) for p, d, k in zip(self.pad, self.dil, self.ker))
+
 
 CASES = [
     # ResNet-50's 3x3 layers at batch 2, and a 1x1 (the GEMM path takes those)
@@ -229,6 +240,76 @@ def test_cases_reach_every_pass():
         assert any(c.takes_fprop() == taken for c in CASES)
         assert any(c.takes_dgrad() == taken for c in CASES)
         assert any(c.takes_wgrad() == taken for c in CASES)
+        assert any(c.takes_fprop_tf32() == taken for c in CASES)
+        assert any(c.takes_dgrad_tf32() == taken for c in CASES)
+
+
+@pytest.fixture
+def tf32_on():
+    old = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    yield
+    torch.backends.cudnn.allow_tf32 = old
+
+
+def _round_tf32(t):
+    """float32 values rounded to TF32 (10 fraction bits, to nearest, ties away from zero: cvt.rna), as float64."""
+    i = t.detach().float().contiguous().view(torch.int32)
+    return ((i + 0x1000) & -0x2000).view(torch.float32).view(t.shape).double()
+
+
+def _tf32_verdict(got, peer, ideal, ref, name, grad=False):
+    """Within the rule's factor of PyTorch's TF32 error (cuDNN rounds its forward and input-gradient operands to
+    nearest), or of exact arithmetic on TF32-rounded operands where cuDNN picked a kernel that is not TF32."""
+    v = compare(got, peer, ref, name=f"{name} (against cuDNN)", grad=grad)
+    return v if v else compare(got, ideal.float(), ref, name=f"{name} (against rounded operands)", grad=grad)
+
+
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_fprop_tf32(case, tf32_on):
+    """float32 with cudnn.allow_tf32: the TF32 forward (operands rounded to nearest first), with the bias."""
+    x, w, b, _ = case.inputs(torch.float32)
+    names, y = _cuda_kernels(lambda: torch.ops.torch_dnn.convolution(x, w, b, *case.geo()))
+    _assert_path(names, case.takes_fprop_tf32(), f"{case} tf32 forward")
+    with torch.no_grad():
+        peer = _torch_fprop(case, x, w, b)
+        ref = _torch_fprop(case, x.double(), w.double(), b.double())
+        ideal = _torch_fprop(case, _round_tf32(x), _round_tf32(w), b.double())
+    v = _tf32_verdict(y, peer, ideal, ref, f"{case} tf32 forward")
+    assert v, v.message
+
+
+@pytest.mark.parametrize("case", CASES, ids=repr)
+def test_dgrad_tf32(case, tf32_on):
+    """float32 with cudnn.allow_tf32: the TF32 input gradient, on the Hopper path where the stride is 1."""
+    x, w, _, g = case.inputs(torch.float32)
+    shape = list(x.shape)
+    names, dx = _cuda_kernels(lambda: torch.ops.torch_dnn.conv_backward_input(g, w, shape, *case.geo()))
+    _assert_path(names, case.takes_dgrad_tf32(), f"{case} tf32 input gradient")
+    peer = _torch_dgrad(case, shape, w, g)
+    ref = _torch_dgrad(case, shape, w.double(), g.double())
+    ideal = _torch_dgrad(case, shape, _round_tf32(w), _round_tf32(g))
+    v = _tf32_verdict(dx, peer, ideal, ref, f"{case} tf32 input gradient", grad=True)
+    assert v, v.message
+
+
+def test_tf32_weight_copies_kept(tf32_on):
+    """The rounded weight (forward) and its flipped copy (input gradient) are kept per weight and version: after an
+    in-place change of the weight both passes follow its new values."""
+    case = CASES[0]
+    x, w, b, g = case.inputs(torch.float32)
+    w = w.detach().requires_grad_(True)  # a weight with a version counter, as a parameter
+    for step in range(2):
+        with torch.no_grad():
+            y = torch.ops.torch_dnn.convolution(x, w, b, *case.geo())
+            dx = torch.ops.torch_dnn.conv_backward_input(g, w, list(x.shape), *case.geo())
+            ref_y = _torch_fprop(case, x.double(), w.double(), b.double())
+            ref_dx = _torch_dgrad(case, list(x.shape), w.double(), g.double())
+            peer_y, peer_dx = _torch_fprop(case, x, w, b), _torch_dgrad(case, list(x.shape), w, g)
+            for got, peer, ref, name in ((y, peer_y, ref_y, "forward"), (dx, peer_dx, ref_dx, "input gradient")):
+                v = compare(got, peer, ref, grad=name != "forward", name=f"step {step} tf32 {name}")
+                assert v, v.message
+            w.mul_(-0.5)  # an optimizer-like in-place step: the kept copies must not be reused
 
 
 def test_switch_off(monkeypatch):

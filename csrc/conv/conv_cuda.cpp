@@ -1,6 +1,7 @@
 // CUDA launcher of the convolution family: fills the kernels' ConvArgs from PyTorch's switches and the family's
 // knobs (conv_knobs.h), gives them workspace from the caching allocator, and calls the torch-free entry points of
-// conv_kernels.h on the current stream: the stem kernel (forward of C <= 4), the Hopper implicit GEMM, then the
+// conv_kernels.h on the current stream: the stem kernel (forward of C <= 4), the Hopper implicit GEMM (float32 in
+// TF32 on rounded copies of its operands, conv_tf32.h), then the
 // portable one, then, where both answer cudaErrorNotSupported, the same two on a staged copy of the problem where
 // its layout or channel counts were what they refused (conv_staging.h: NCHW, C or K not a multiple of 8), then the
 // direct kernels (they take every problem); under torch.backends.cudnn.benchmark, the fastest of those routes as
@@ -20,6 +21,7 @@
 #include "conv/conv_kernels.h"
 #include "conv/conv_ops.h"
 #include "conv/conv_staging.h"
+#include "conv/conv_tf32.h"
 
 namespace torch_dnn {
 namespace conv {
@@ -88,9 +90,19 @@ bool run_entry(Entry path, const ConvArgs& a, cudaStream_t stream) {
   return false;
 }
 
+// The Hopper path; float32 with TF32 on rounded copies of its operands (conv_tf32.h: the weight's kept per `owner`
+// where that is defined). True when it took the problem.
+bool run_hopper(Pass pass, const ConvArgs& a, const at::Tensor& like, const at::Tensor& owner, cudaStream_t stream) {
+  if (!tf32::applies(pass, a)) return run_entry(hopper(pass), a, stream);
+  return tf32::run(pass, a, like.options(), a.knobs.weight_cache ? owner : at::Tensor(),
+                   c10::cuda::getCurrentCUDAStream().unwrap(), stream,
+                   [&](const ConvArgs& b) { return run_entry(&conv_sm90_fprop, b, stream); });
+}
+
 // The tensor-core paths in turn; true when one took the problem.
-bool run_tensor_cores(Pass pass, const ConvArgs& a, cudaStream_t stream) {
-  return run_entry(hopper(pass), a, stream) || run_entry(implicit_gemm(pass), a, stream);
+bool run_tensor_cores(Pass pass, const ConvArgs& a, const at::Tensor& like, const at::Tensor& owner,
+                      cudaStream_t stream) {
+  return run_hopper(pass, a, like, owner, stream) || run_entry(implicit_gemm(pass), a, stream);
 }
 
 // conv_staging.h's dst.copy_(src): between a dense contiguous and a dense channels-last layout of the same sizes
@@ -120,12 +132,14 @@ struct Call {
 // Runs `route` (conv_autotune.h) on the call's problem; false where the route does not take it (nothing queued).
 bool run_route(Route route, const Call& c) {
   switch (route) {
-    case Route::Hopper: return run_entry(hopper(c.pass), c.a, c.stream);
+    case Route::Hopper: return run_hopper(c.pass, c.a, c.like, c.weight_owner, c.stream);
     case Route::ImplicitGemm: return run_entry(implicit_gemm(c.pass), c.a, c.stream);
     case Route::Staged:
       // the same paths on staged operands, where the operands' layout or channel counts were what they refused
       return staging::run_staged(c.pass, c.a, c.like.options(), &staging_copy,
-                                 [&](const ConvArgs& b) { return run_tensor_cores(c.pass, b, c.stream); },
+                                 [&](const ConvArgs& b) {
+                                   return run_tensor_cores(c.pass, b, c.like, c.weight_owner, c.stream);
+                                 },
                                  c.weight_owner, c10::cuda::getCurrentCUDAStream().unwrap());
     case Route::Direct: TD_CHECK_LAUNCH(direct(c.pass)(c.a, c.stream)); return true;
     case Route::Stem:

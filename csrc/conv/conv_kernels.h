@@ -65,6 +65,8 @@ struct Workspace {
 struct ConvArgs {
   DType dtype = DType::Float32;  // of every operand
   bool allow_tf32 = false;       // Float32 only: TF32 tensor cores allowed (torch.backends.cudnn.allow_tf32)
+  bool tf32_rounded = false;     // Float32 with allow_tf32: x (fprop) and w hold values rounded to TF32 already,
+                                 // which the Hopper path needs (its wgmma would truncate them; conv_tf32.h)
   bool deterministic = false;    // bitwise-reproducible results (torch.use_deterministic_algorithms): no
                                  // atomics whose order varies, split reductions summed in a fixed order
   ConvKnobs knobs;               // the TORCH_DNN_CONV_* switches (conv_knobs.h), read once a call by the launcher
@@ -92,9 +94,11 @@ cudaError_t conv_igemm_dgrad(const ConvArgs& a, cudaStream_t stream);
 cudaError_t conv_igemm_wgrad(const ConvArgs& a, cudaStream_t stream);
 
 // The Hopper implicit-GEMM path (conv_sm90.cu: CUTLASS's sm_90a conv kernels, TMA im2col + wgmma): Float16/BFloat16
-// in channels-last layouts, on sm_90 devices of builds with CUTLASS and sm_90a; cudaErrorNotSupported otherwise
-// and for what it does not take (the caller then tries conv_igemm_*).
+// in channels-last layouts (and a TF32 fprop on tf32_rounded operands), on sm_90 devices of builds with CUTLASS and
+// sm_90a; cudaErrorNotSupported otherwise and for what it does not take (the caller then tries conv_igemm_*).
 cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream);
+// cudaSuccess where conv_sm90_fprop would take the problem: its checks alone (nothing read or launched).
+cudaError_t conv_sm90_fprop_check(const ConvArgs& a);
 cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream);
 cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream);
 

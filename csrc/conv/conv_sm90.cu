@@ -6,8 +6,9 @@
 // (TORCH_DNN_WITH_SM90_GEMM); the kernels' bodies exist only in the sm_90a device code, and every entry point
 // answers cudaErrorNotSupported on any other device, in a build without sm_90a, or without CUTLASS.
 //
-// Instantiations (10): bf16 and fp16, 2-D (NHWC), CTA tile 128 x 128 x 64 (fprop and dgrad also 128 x 64 x 64,
-// where the GEMM's N, fprop's K or dgrad's C, is at most 64), cluster 1x1:
+// Instantiations (12): bf16 and fp16, 2-D (NHWC), CTA tile 128 x 128 x 64 (fprop and dgrad also 128 x 64 x 64,
+// where the GEMM's N, fprop's K or dgrad's C, is at most 64), cluster 1x1; fprop in TF32 (float32, tiles 128 x 128
+// x 32 and 128 x 64 x 32):
 //   fprop  y = act(x * w + bias + residual): the epilogue is one visitor tree (matmul's kernels/sm90_epilogue.cuh
 //          nodes: bias broadcast, the residual read through the epilogue's C operand only when there is one;
 //          the activation a run-time switch inside one node), applied in float with one rounding.
@@ -15,14 +16,19 @@
 //          classes take strided problems).
 //   wgrad  dw = dy^T * im2col(x), only where its output tiles fill the GPU (no split of the pixel reduction:
 //          the sm_80 path's split-K takes the others).
+// TF32 (float32 with allow_tf32): fprop only, and only on operands the caller rounded to TF32 (tf32_rounded:
+// wgmma truncates raw fp32 operands, 2.6x the error of cuDNN's fprop and dgrad, which round to nearest:
+// research/conv/tf32_cudnn_rounding_probe.py); 1x1 problems too (the GEMM path has no Hopper TF32 route for
+// them). TF32's wgmma reads both operands K-major, which dgrad's filter and wgrad's two operands are not: the
+// launcher (conv_tf32.h) runs a stride-1 dgrad as this fprop over a flipped, transposed weight.
 // 1-D problems run as 2-D with H = 1; 3-D problems whose depth is not convolved (kernel depth 1, stride 1,
 // padding 0) with the depth folded into the batch where the strides allow it; other 3-D problems are refused.
 // 1x1 convolutions with stride 1 and no padding are refused (conv_igemm_* runs them as GEMMs on the matmul
 // family's persistent Hopper kernels; fprop with both a residual and an activation excepted, which that GEMM's
 // epilogue cannot take), unless TORCH_DNN_CONV_SM90=all.
 //
-// Taken: Float16 and BFloat16; groups 1; C and K multiples of 8; x, y, dx, dy and residual with the channel
-// stride 1 and every other stride a positive multiple of 8 elements (TMA: 16 bytes), any order; the weight in
+// Taken: Float16 and BFloat16 (and Float32 as above); groups 1; C and K multiples of 8; x, y, dx, dy and residual
+// with the channel stride 1 and every other stride a positive multiple of 16 bytes (TMA), any order; the weight in
 // [K][R][S][C] order with channel stride 1 (wgrad: dw dense, dy dense); 16-byte aligned pointers and bias;
 // stride <= 8, padding and dilation within TMA's im2col corner ranges (CUTLASS's can_implement); extents below
 // 2^31; bias / residual / activation in fprop only, activations of sm90::epilogue_act_supported.
@@ -40,6 +46,7 @@
 namespace torch_dnn {
 namespace conv {
 cudaError_t conv_sm90_fprop(const ConvArgs&, cudaStream_t) { return cudaErrorNotSupported; }
+cudaError_t conv_sm90_fprop_check(const ConvArgs&) { return cudaErrorNotSupported; }
 cudaError_t conv_sm90_dgrad(const ConvArgs&, cudaStream_t) { return cudaErrorNotSupported; }
 cudaError_t conv_sm90_wgrad(const ConvArgs&, cudaStream_t) { return cudaErrorNotSupported; }
 }  // namespace conv
@@ -138,7 +145,7 @@ struct ActOfSum {
 
 template <class Tile, class T>
 using FpropEpilogueTree = cutlass::epilogue::fusion::Sm90EVT<
-    cutlass::epilogue::fusion::Sm90Compute<ActOfSum<true>::template Fn, T, float,
+    cutlass::epilogue::fusion::Sm90Compute<ActOfSum<cutlass::sizeof_bits_v<T> == 16>::template Fn, T, float,
                                            cutlass::FloatRoundStyle::round_to_nearest>,  // act(pre + res)
     cutlass::epilogue::fusion::Sm90EVT<
         cutlass::epilogue::fusion::Sm90Compute<cutlass::plus, float, float,
@@ -180,7 +187,8 @@ struct FpropEpilogue : FpropEpilogueTree<Tile, T> {
 
 using Cluster11 = Shape<_1, _1, _1>;
 using Nhwc = cutlass::layout::TensorNHWC;
-constexpr int kAlign = 8;  // 16 bytes of 16-bit elements: TMA's unit
+template <class T>
+constexpr int kAlignOf = 128 / cutlass::sizeof_bits_v<T>;  // 16 bytes: TMA's unit
 
 // fprop / dgrad: M = output (dgrad: input) pixels, N = output (dgrad: input) channels, K = (channels, taps), the
 // channel block the tile's K extent (Shape<_64>: the channel mode alone is tiled, the taps walked one by one).
@@ -190,16 +198,20 @@ using TileNarrow = Shape<_128, _64, Shape<_64>>;
 constexpr int64_t kNarrow = 64;
 // wgrad: M = K, N = (C, S, R) with the channel mode tiled, K = the pixels.
 using TileW = Shape<_128, Shape<_128>, Shape<_64>>;
+// TF32 (float32 in memory): a channel block of 32, the same 128 bytes a row
+using TileMN32 = Shape<_128, _128, Shape<_32>>;
+using TileNarrow32 = Shape<_128, _64, Shape<_32>>;
 
 template <class T, class Tile>
 struct FpropKernel {
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster11,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, T, Nhwc, kAlign, T, Nhwc, kAlign,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, T, Nhwc, kAlignOf<T>, T, Nhwc, kAlignOf<T>,
       cutlass::epilogue::TmaWarpSpecialized, FpropEpilogue<Tile, T>>::CollectiveOp;
+  // float operands: the builder takes them as TF32 (wgmma's kind::tf32)
   using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Operator::kFprop, T, Nhwc, kAlign, T, Nhwc, kAlign, float,
-      Tile, Cluster11,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Operator::kFprop, T, Nhwc, kAlignOf<T>, T, Nhwc,
+      kAlignOf<T>, float, Tile, Cluster11,
       cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
       cutlass::conv::collective::KernelScheduleAuto>::CollectiveOp;
@@ -215,10 +227,10 @@ struct GradKernel {
   using LayoutOut = cute::conditional_t<kWgrad, cutlass::layout::TensorKCSR, Nhwc>;
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster11,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutOut, kAlign, T, LayoutOut, kAlign,
-      cutlass::epilogue::TmaWarpSpecialized>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutOut, kAlignOf<T>, T, LayoutOut,
+      kAlignOf<T>, cutlass::epilogue::TmaWarpSpecialized>::CollectiveOp;
   using CollectiveMainloop = typename cutlass::conv::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, T, Nhwc, kAlign, T, Nhwc, kAlign, float, Tile,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Op, T, Nhwc, kAlignOf<T>, T, Nhwc, kAlignOf<T>, float, Tile,
       Cluster11,
       cutlass::conv::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename CollectiveEpilogue::SharedStorage))>,
@@ -266,27 +278,30 @@ bool to_nhwc(const Operand5& o, int64_t n, int64_t c, int64_t d, int64_t h, int6
   return true;
 }
 
-// TMA's rules for a 16-bit NHWC operand: 16-byte aligned base, every stride but the channel one a positive
-// multiple of 16 bytes and below 2^40 bytes.
-bool tma_operand_ok(const Nhwc4& o) {
+// TMA's rules for an NHWC operand of `bytes`-byte elements: 16-byte aligned base, every stride but the channel
+// one a positive multiple of 16 bytes and below 2^40 bytes.
+bool tma_operand_ok(const Nhwc4& o, int64_t bytes) {
   if (o.ptr == nullptr || !aligned16(o.ptr)) return false;
   for (int j = 0; j < 3; ++j)
-    if (o.st[j] <= 0 || o.st[j] % 8 != 0 || o.st[j] >= (int64_t(1) << 39)) return false;
+    if (o.st[j] <= 0 || (o.st[j] * bytes) % 16 != 0 || o.st[j] * bytes >= (int64_t(1) << 40)) return false;
   for (int j = 0; j < 4; ++j)
     if (!fits_int(o.ext[j])) return false;
   return true;
 }
 
 // 1x1 convolutions (stride 1, no padding) are plain GEMMs, which conv_igemm_* runs on the matmul family's
-// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two).
-bool plain_gemm(const Problem2d& pb, const ConvKnobs& knobs) {
+// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two). Not in TF32, which the
+// GEMM route runs on the portable kernels.
+bool plain_gemm(const Problem2d& pb, const ConvArgs& a) {
   return pb.r == 1 && pb.s == 1 && pb.stride[0] == 1 && pb.stride[1] == 1 && pb.pad[0] == 0 && pb.pad[1] == 0 &&
-         !knobs.sm90_plain_gemm;
+         !a.knobs.sm90_plain_gemm && a.dtype != DType::Float32;
 }
 
 // The checks common to the three passes, and the 2-D problem (the device aside: path_on).
 bool make_problem(const ConvArgs& a, Problem2d* pb) {
-  if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
+  const bool tf32 = a.dtype == DType::Float32 && a.allow_tf32 && a.tf32_rounded;
+  if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16 && !tf32) return false;
+  const int64_t bytes = tf32 ? 4 : 2;
   const ConvGeometry& g = a.g;
   if (g.G != 1 || g.C % 8 != 0 || g.K % 8 != 0 || g.N < 1) return false;
   // the depth is folded into the batch where it is not convolved
@@ -304,10 +319,10 @@ bool make_problem(const ConvArgs& a, Problem2d* pb) {
   if ((pb->w + 2 * pb->pad[1] - pb->dil[1] * (pb->s - 1) - 1) / pb->stride[1] + 1 != pb->q) return false;
   if (!fits_int(pb->n) || !fits_int(pb->h) || !fits_int(pb->w) || !fits_int(pb->p) || !fits_int(pb->q)) return false;
   if (!fits_int(pb->n * pb->p * pb->q) || !fits_int(pb->n * pb->h * pb->w)) return false;
-  if (!to_nhwc(a.x, g.N, g.C, d, pb->h, pb->w, &pb->x) || !tma_operand_ok(pb->x)) return false;
-  if (!to_nhwc(a.y, g.N, g.K, d, pb->p, pb->q, &pb->y) || !tma_operand_ok(pb->y)) return false;
+  if (!to_nhwc(a.x, g.N, g.C, d, pb->h, pb->w, &pb->x) || !tma_operand_ok(pb->x, bytes)) return false;
+  if (!to_nhwc(a.y, g.N, g.K, d, pb->p, pb->q, &pb->y) || !tma_operand_ok(pb->y, bytes)) return false;
   // the weight [K][C][1][R][S] as [K][R][S][C]
-  if (!to_nhwc(a.w, g.K, g.C, 1, pb->r, pb->s, &pb->wt) || !tma_operand_ok(pb->wt)) return false;
+  if (!to_nhwc(a.w, g.K, g.C, 1, pb->r, pb->s, &pb->wt) || !tma_operand_ok(pb->wt, bytes)) return false;
   return true;
 }
 
@@ -358,10 +373,12 @@ cutlass::KernelHardwareInfo hw_info() {
 
 // can_implement, the kernel parameters (TMA descriptors), and the launch of ConvUniversalAdapter::run without its
 // per-call cudaFuncSetAttribute (the shared-memory limit is raised once; the cluster is within the portable size).
+// dry: the checks alone (no descriptor is made, nothing read or launched).
 template <class Kernel>
-cudaError_t run(const typename Kernel::Arguments& args, cudaStream_t stream) {
+cudaError_t run(const typename Kernel::Arguments& args, cudaStream_t stream, bool dry = false) {
   if (!Kernel::can_implement(args)) return cudaErrorNotSupported;
   if (Kernel::get_workspace_size(args) != 0) return cudaErrorNotSupported;
+  if (dry) return cudaSuccess;
   if (cudaError_t e = msm90::raise_smem_limit<Kernel>(); e != cudaSuccess) return e;
   encode_failed = false;
   typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
@@ -424,10 +441,13 @@ typename GradKernel<T, Operator::kWgrad>::Kernel::Arguments wgrad_arguments(cons
 }
 
 template <class T>
-cudaError_t fprop(const ConvArgs& a, const Problem2d& pb, cudaStream_t stream) {
+cudaError_t fprop(const ConvArgs& a, const Problem2d& pb, cudaStream_t stream, bool dry) {
+  constexpr bool kTf32 = cute::is_same_v<T, float>;
+  using Narrow = cute::conditional_t<kTf32, TileNarrow32, TileNarrow>;
+  using Wide = cute::conditional_t<kTf32, TileMN32, TileMN>;
   if (pb.k <= kNarrow)
-    return run<typename FpropKernel<T, TileNarrow>::Kernel>(fprop_arguments<T, TileNarrow>(a, pb), stream);
-  return run<typename FpropKernel<T, TileMN>::Kernel>(fprop_arguments<T, TileMN>(a, pb), stream);
+    return run<typename FpropKernel<T, Narrow>::Kernel>(fprop_arguments<T, Narrow>(a, pb), stream, dry);
+  return run<typename FpropKernel<T, Wide>::Kernel>(fprop_arguments<T, Wide>(a, pb), stream, dry);
 }
 
 template <class T>
@@ -449,39 +469,49 @@ bool dense(const Nhwc4& o) {
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-}  // namespace
-}  // namespace sm90
-
-cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream) {
-  sm90::Problem2d pb;
-  if (!sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+// conv_sm90_fprop, or its checks alone (dry).
+cudaError_t fprop_entry(const ConvArgs& a, cudaStream_t stream, bool dry) {
+  Problem2d pb;
+  if (!path_on(a.knobs) || !make_problem(a, &pb)) return cudaErrorNotSupported;
   if (!matmul::sm90::epilogue_act_supported(a.act)) return cudaErrorNotSupported;
   // the GEMM's epilogue adds the residual after the activation: it takes a residual only without one
-  if (sm90::plain_gemm(pb, a.knobs) && (a.residual.ptr == nullptr || a.act == Act::Identity))
-    return cudaErrorNotSupported;
+  if (plain_gemm(pb, a) && (a.residual.ptr == nullptr || a.act == Act::Identity)) return cudaErrorNotSupported;
   // the bias is read in 16-byte vectors
   if (a.bias != nullptr && !aligned16(a.bias)) return cudaErrorNotSupported;
   if (a.residual.ptr != nullptr) {
-    if (!sm90::to_nhwc(a.residual, a.g.N, a.g.K, a.g.in[0], pb.p, pb.q, &pb.res) || !sm90::tma_operand_ok(pb.res))
+    if (!to_nhwc(a.residual, a.g.N, a.g.K, a.g.in[0], pb.p, pb.q, &pb.res) ||
+        !tma_operand_ok(pb.res, a.dtype == DType::Float32 ? 4 : 2))
       return cudaErrorNotSupported;
   }
-  return a.dtype == DType::BFloat16 ? sm90::fprop<cutlass::bfloat16_t>(a, pb, stream)
-                                    : sm90::fprop<cutlass::half_t>(a, pb, stream);
+  switch (a.dtype) {
+    case DType::BFloat16: return fprop<cutlass::bfloat16_t>(a, pb, stream, dry);
+    case DType::Float16: return fprop<cutlass::half_t>(a, pb, stream, dry);
+    default: return fprop<float>(a, pb, stream, dry);
+  }
 }
+
+}  // namespace
+}  // namespace sm90
+
+cudaError_t conv_sm90_fprop(const ConvArgs& a, cudaStream_t stream) { return sm90::fprop_entry(a, stream, false); }
+
+cudaError_t conv_sm90_fprop_check(const ConvArgs& a) { return sm90::fprop_entry(a, nullptr, true); }
 
 cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
-  if (!sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
-  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb, a.knobs)) return cudaErrorNotSupported;
+  if (a.dtype == DType::Float32 || !sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb))
+    return cudaErrorNotSupported;
+  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb, a)) return cudaErrorNotSupported;
   return a.dtype == DType::BFloat16 ? sm90::dgrad<cutlass::bfloat16_t>(pb, stream)
                                     : sm90::dgrad<cutlass::half_t>(pb, stream);
 }
 
 cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
-  if (!sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb)) return cudaErrorNotSupported;
+  if (a.dtype == DType::Float32 || !sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb))
+    return cudaErrorNotSupported;
   // CUTLASS's wgrad wants dy and dw dense (x, gathered by im2col, may be strided)
-  if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb, a.knobs)) return cudaErrorNotSupported;
+  if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb, a)) return cudaErrorNotSupported;
   // no split of the pixel reduction: only problems whose output tiles fill the GPU
   const int64_t tiles = sm90::cdiv(pb.k, 128) * sm90::cdiv(pb.c, 128) * pb.r * pb.s;
   if (tiles < std::max(matmul::sm90::device_info().sm_count, 1)) return cudaErrorNotSupported;

@@ -1,6 +1,8 @@
-// Staged weights kept between calls (conv_staging.h). A weight that the tensor-core paths cannot read as it is
-// (NCHW, or channel counts not multiples of 8) is copied into a padded channels-last buffer; that copy depends
-// only on the weight's values and on the view the call passes, so it is kept, one per weight tensor, and reused
+// Weight copies kept between calls: staged ones (conv_staging.h: a weight that the tensor-core paths cannot read as
+// it is, NCHW or channel counts not multiples of 8, copied into a padded channels-last buffer) and the TF32 ones of
+// the Hopper path (conv_tf32.h: rounded to TF32, and for its input gradient flipped and transposed). Such a copy
+// depends only on the weight's values and on the view the call passes, so it is kept, one per weight tensor and
+// kind of copy, and reused
 // while the weight is unchanged: the same tensor (held by a weak reference: a dead weight's entry is dropped),
 // at the same version (every in-place change bumps it, the optimizer's step included), read through the same
 // pointer, strides and extents, padded the same way, and on the same stream (the copy was queued there).
@@ -18,16 +20,21 @@
 #include <array>
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <mutex>
-#include <unordered_map>
+#include <utility>
 
 
 namespace torch_dnn {
 namespace conv {
 namespace staging {
 
-// The view a staged copy was made from and how it was padded.
+// What a kept copy is.
+enum class CopyKind { Staged, Tf32, Tf32Flipped };
+
+// The view a copy was made from, how it was padded, and what it is.
 struct WeightView {
+  CopyKind kind = CopyKind::Staged;
   const void* ptr = nullptr;
   int64_t stride[5] = {};
   int64_t extent[5] = {};
@@ -38,7 +45,8 @@ struct WeightView {
   bool operator==(const WeightView& o) const {
     for (int j = 0; j < 5; ++j)
       if (stride[j] != o.stride[j] || extent[j] != o.extent[j]) return false;
-    return ptr == o.ptr && n_pad == o.n_pad && c_pad == o.c_pad && dtype == o.dtype && stream == o.stream;
+    return kind == o.kind && ptr == o.ptr && n_pad == o.n_pad && c_pad == o.c_pad && dtype == o.dtype &&
+           stream == o.stream;
   }
 };
 
@@ -52,10 +60,10 @@ class WeightCache {
 
   static bool keeps(const at::Tensor& owner) { return owner.defined() && !owner.is_inference(); }
 
-  // The staged copy of `view` made from `owner` at its current version, or an undefined tensor.
+  // The copy of `view` made from `owner` at its current version, or an undefined tensor.
   at::Tensor find(const at::Tensor& owner, const WeightView& view) {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto it = entries_.find(owner.unsafeGetTensorImpl());
+    const auto it = entries_.find(Key(owner.unsafeGetTensorImpl(), view.kind));
     if (it != entries_.end() && !it->second.owner.expired() && it->second.version == owner._version() &&
         it->second.view == view) {
       ++hits_;
@@ -65,13 +73,14 @@ class WeightCache {
     return at::Tensor();
   }
 
-  // Keeps `staged` as owner's copy of `view` (replacing its previous one) and drops the entries of dead weights.
+  // Keeps `staged` as owner's copy of `view` (replacing its previous one of that kind) and drops the entries of dead
+  // weights.
   void keep(const at::Tensor& owner, const WeightView& view, const at::Tensor& staged) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = entries_.begin(); it != entries_.end();)
       it = it->second.owner.expired() ? entries_.erase(it) : std::next(it);
-    c10::TensorImpl* impl = owner.unsafeGetTensorImpl();
-    entries_.insert_or_assign(impl, Entry{WeakImpl(owner.getIntrusivePtr()), owner._version(), view, staged});
+    entries_.insert_or_assign(Key(owner.unsafeGetTensorImpl(), view.kind),
+                              Entry{WeakImpl(owner.getIntrusivePtr()), owner._version(), view, staged});
   }
 
   void clear() {
@@ -88,6 +97,7 @@ class WeightCache {
 
  private:
   using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  using Key = std::pair<const c10::TensorImpl*, CopyKind>;
   struct Entry {
     // the weak reference also keeps the TensorImpl's memory from being reused, so a live key is its weight
     WeakImpl owner;
@@ -96,7 +106,7 @@ class WeightCache {
     at::Tensor staged;
   };
   std::mutex mu_;
-  std::unordered_map<const c10::TensorImpl*, Entry> entries_;
+  std::map<Key, Entry> entries_;
   int64_t hits_ = 0, misses_ = 0;
 };
 
