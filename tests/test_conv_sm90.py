@@ -125,15 +125,15 @@ class Case:
         tiles = -(-self.k // 128) * -(-self.c // 128) * taps
         return tiles >= _sm_count()
 
-    # float32 with TF32 (csrc/conv/conv_tf32.h): fprop, 1x1 problems too; dgrad of stride 1 as an fprop over the
-    # flipped weight, whose padding dil (k - 1) - pad must not be negative; wgrad never
+    # float32 with TF32 (csrc/conv/conv_tf32.h): fprop; dgrad of stride 1 as an fprop over the flipped weight,
+    # whose padding dil (k - 1) - pad must not be negative; wgrad never
     def takes_fprop_tf32(self):
-        return None if self._unasserted() else self._common()
+        return self.takes_fprop()
 
     def takes_dgrad_tf32(self):
         if self._unasserted():
             return None
-        return self._common() and all(s == 1 for s in self.stride) and all(
+        return self._common() and not self._is_1x1() and all(s == 1 for s in self.stride) and all(
             p <= d * (k - 1) for p, d, k in zip(self.pad, self.dil, self.ker))
 
 

@@ -18,8 +18,7 @@
 //          the sm_80 path's split-K takes the others).
 // TF32 (float32 with allow_tf32): fprop only, and only on operands the caller rounded to TF32 (tf32_rounded:
 // wgmma truncates raw fp32 operands, 2.6x the error of cuDNN's fprop and dgrad, which round to nearest:
-// research/conv/tf32_cudnn_rounding_probe.py); 1x1 problems too (the GEMM path has no Hopper TF32 route for
-// them). TF32's wgmma reads both operands K-major, which dgrad's filter and wgrad's two operands are not: the
+// research/conv/tf32_cudnn_rounding_probe.py). TF32's wgmma reads both operands K-major, which dgrad's filter and wgrad's two operands are not: the
 // launcher (conv_tf32.h) runs a stride-1 dgrad as this fprop over a flipped, transposed weight.
 // 1-D problems run as 2-D with H = 1; 3-D problems whose depth is not convolved (kernel depth 1, stride 1,
 // padding 0) with the depth folded into the batch where the strides allow it; other 3-D problems are refused.
@@ -290,11 +289,12 @@ bool tma_operand_ok(const Nhwc4& o, int64_t bytes) {
 }
 
 // 1x1 convolutions (stride 1, no padding) are plain GEMMs, which conv_igemm_* runs on the matmul family's
-// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two). Not in TF32, which the
-// GEMM route runs on the portable kernels.
+// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two). In TF32 too: those problems
+// are memory-bound, and the rounded copy of x this path needs doubles their traffic (1x1 256->64 @56, N 64: 0.174
+// ms here against the GEMM route's 0.160).
 bool plain_gemm(const Problem2d& pb, const ConvArgs& a) {
   return pb.r == 1 && pb.s == 1 && pb.stride[0] == 1 && pb.stride[1] == 1 && pb.pad[0] == 0 && pb.pad[1] == 0 &&
-         !a.knobs.sm90_plain_gemm && a.dtype != DType::Float32;
+         !a.knobs.sm90_plain_gemm;
 }
 
 // The checks common to the three passes, and the 2-D problem (the device aside: path_on).
