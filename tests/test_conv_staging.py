@@ -96,12 +96,16 @@ class Case:
         return (self.dims == 2 and self.c <= 4 and self.groups == 1 and max(self.ker) <= 8 and self.dil == (1, 1)
                 and self.stride[1] in (2, 4))
 
-    def hopper_forward(self):
-        """Whether conv_sm90's forward must take the staged problem (2-D, not a plain 1x1 GEMM, not the stem's)."""
-        if self.stem_forward():
+    def hopper_forward(self, dtype):
+        """Whether conv_sm90's forward must take the staged problem: 2-D, not the stem kernel's (16-bit), not a 1x1
+        GEMM (which it takes in 16 bits where the GEMM has at most 64 columns); float32 in TF32 (conv_tf32.h)."""
+        sixteen = dtype in (torch.float16, torch.bfloat16)
+        if sixteen and self.stem_forward():
             return False
         is_1x1 = all(k == 1 for k in self.ker) and all(s == 1 for s in self.stride) and all(p == 0 for p in self.pad)
-        return _sm90_available() and self.dims == 2 and not is_1x1 and all(s <= 8 for s in self.stride)
+        if is_1x1 and not (sixteen and -(-self.k // 8) * 8 <= 64):
+            return False
+        return _sm90_available() and self.dims == 2 and all(s <= 8 for s in self.stride)
 
 
 CASES = [
@@ -145,7 +149,7 @@ def _check(case, dtype, bias=True):
 def _check_paths(case, x, w, b):
     ours = case.conv(F)
     dtype = x.dtype
-    hopper = case.hopper_forward() and dtype in (torch.float16, torch.bfloat16)  # the Hopper path has no TF32
+    hopper = case.hopper_forward(dtype)
     names = _cuda_kernels(lambda: ours(x, w, b))
     _assert_tensor_cores(names, f"{case} {dtype} forward", hopper)
     if case.stem_forward() and dtype in (torch.float16, torch.bfloat16):

@@ -18,13 +18,15 @@
 //          the sm_80 path's split-K takes the others).
 // TF32 (float32 with allow_tf32): fprop only, and only on operands the caller rounded to TF32 (tf32_rounded:
 // wgmma truncates raw fp32 operands, 2.6x the error of cuDNN's fprop and dgrad, which round to nearest:
-// research/conv/tf32_cudnn_rounding_probe.py). TF32's wgmma reads both operands K-major, which dgrad's filter and wgrad's two operands are not: the
-// launcher (conv_tf32.h) runs a stride-1 dgrad as this fprop over a flipped, transposed weight.
+// research/conv/tf32_cudnn_rounding_probe.py). TF32's wgmma reads both operands K-major, which dgrad's filter
+// and wgrad's two operands are not: the launcher (conv_tf32.h) runs a stride-1 dgrad as this fprop over a
+// flipped, transposed weight.
 // 1-D problems run as 2-D with H = 1; 3-D problems whose depth is not convolved (kernel depth 1, stride 1,
 // padding 0) with the depth folded into the batch where the strides allow it; other 3-D problems are refused.
 // 1x1 convolutions with stride 1 and no padding are refused (conv_igemm_* runs them as GEMMs on the matmul
-// family's persistent Hopper kernels; fprop with both a residual and an activation excepted, which that GEMM's
-// epilogue cannot take), unless TORCH_DNN_CONV_SM90=all.
+// family's persistent Hopper kernels), unless TORCH_DNN_CONV_SM90=all, except: fprop with both a residual and an
+// activation, which that GEMM's epilogue cannot take, and 16-bit fprop and dgrad whose GEMM has at most 64
+// columns (plain_gemm).
 //
 // Taken: Float16 and BFloat16 (and Float32 as above); groups 1; C and K multiples of 8; x, y, dx, dy and residual
 // with the channel stride 1 and every other stride a positive multiple of 16 bytes (TMA), any order; the weight in
@@ -195,6 +197,7 @@ using TileMN = Shape<_128, _128, Shape<_64>>;
 // where N is at most 64 (ResNet's 64-channel layers): 128 x 64, instead of half a tile of zeros
 using TileNarrow = Shape<_128, _64, Shape<_64>>;
 constexpr int64_t kNarrow = 64;
+constexpr int64_t kWide = 128;  // a GEMM N that is never narrow
 // wgrad: M = K, N = (C, S, R) with the channel mode tiled, K = the pixels.
 using TileW = Shape<_128, Shape<_128>, Shape<_64>>;
 // TF32 (float32 in memory): a channel block of 32, the same 128 bytes a row
@@ -289,12 +292,16 @@ bool tma_operand_ok(const Nhwc4& o, int64_t bytes) {
 }
 
 // 1x1 convolutions (stride 1, no padding) are plain GEMMs, which conv_igemm_* runs on the matmul family's
-// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two). In TF32 too: those problems
-// are memory-bound, and the rounded copy of x this path needs doubles their traffic (1x1 256->64 @56, N 64: 0.174
-// ms here against the GEMM route's 0.160).
-bool plain_gemm(const Problem2d& pb, const ConvArgs& a) {
-  return pb.r == 1 && pb.s == 1 && pb.stride[0] == 1 && pb.stride[1] == 1 && pb.pad[0] == 0 && pb.pad[1] == 0 &&
-         !a.knobs.sm90_plain_gemm;
+// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two). Except, in 16 bits, where
+// the GEMM's N (gemm_n: fprop's K, dgrad's C) is at most 64: the GEMM's tiles are 256 columns wide there, three
+// quarters of their MMAs wasted, where this path's 128 x 64 tile wastes none. TF32 leaves them all to the GEMM:
+// they are memory-bound, and the rounded copy of x this path needs doubles their traffic (1x1 256->64 @56, N 64:
+// 0.174 ms here against the GEMM route's 0.160).
+bool plain_gemm(const Problem2d& pb, const ConvArgs& a, int64_t gemm_n) {
+  if (pb.r != 1 || pb.s != 1 || pb.stride[0] != 1 || pb.stride[1] != 1 || pb.pad[0] != 0 || pb.pad[1] != 0 ||
+      a.knobs.sm90_plain_gemm)
+    return false;
+  return a.dtype == DType::Float32 || gemm_n > kNarrow;
 }
 
 // The checks common to the three passes, and the 2-D problem (the device aside: path_on).
@@ -475,7 +482,7 @@ cudaError_t fprop_entry(const ConvArgs& a, cudaStream_t stream, bool dry) {
   if (!path_on(a.knobs) || !make_problem(a, &pb)) return cudaErrorNotSupported;
   if (!matmul::sm90::epilogue_act_supported(a.act)) return cudaErrorNotSupported;
   // the GEMM's epilogue adds the residual after the activation: it takes a residual only without one
-  if (plain_gemm(pb, a) && (a.residual.ptr == nullptr || a.act == Act::Identity)) return cudaErrorNotSupported;
+  if (plain_gemm(pb, a, pb.k) && (a.residual.ptr == nullptr || a.act == Act::Identity)) return cudaErrorNotSupported;
   // the bias is read in 16-byte vectors
   if (a.bias != nullptr && !aligned16(a.bias)) return cudaErrorNotSupported;
   if (a.residual.ptr != nullptr) {
@@ -501,7 +508,7 @@ cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
   if (a.dtype == DType::Float32 || !sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb))
     return cudaErrorNotSupported;
-  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb, a)) return cudaErrorNotSupported;
+  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb, a, pb.c)) return cudaErrorNotSupported;
   return a.dtype == DType::BFloat16 ? sm90::dgrad<cutlass::bfloat16_t>(pb, stream)
                                     : sm90::dgrad<cutlass::half_t>(pb, stream);
 }
@@ -511,7 +518,7 @@ cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream) {
   if (a.dtype == DType::Float32 || !sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb))
     return cudaErrorNotSupported;
   // CUTLASS's wgrad wants dy and dw dense (x, gathered by im2col, may be strided)
-  if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb, a)) return cudaErrorNotSupported;
+  if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb, a, sm90::kWide)) return cudaErrorNotSupported;
   // no split of the pixel reduction: only problems whose output tiles fill the GPU
   const int64_t tiles = sm90::cdiv(pb.k, 128) * sm90::cdiv(pb.c, 128) * pb.r * pb.s;
   if (tiles < std::max(matmul::sm90::device_info().sm_count, 1)) return cudaErrorNotSupported;
