@@ -6,8 +6,8 @@
 //                                                    takes the 1x1 stride-1 problems too (to compare the two)
 //   TORCH_DNN_CONV_STAGE         every call          default: staging on (conv_staging.h); 0: off, NCHW and channel
 //                                                    counts not a multiple of 8 go to the direct kernels
-//   TORCH_DNN_CONV_WEIGHT_CACHE  every call          default: a read weight's staged copy kept per weight and version
-//                                                    (conv_weight_cache.h); 0: staged again at every call
+//   TORCH_DNN_CONV_WEIGHT_CACHE  every call          default: a read weight's staged and TF32 copies kept per weight
+//                                                    and version (conv_weight_cache.h); 0: made again at every call
 //   TORCH_DNN_CONV_ROUTES_FILE   at the first        unset: benchmark mode's kept routes stay in the process; <path>:
 //                                lookup              also appended to that file and read back by later processes
 //                                                    (conv_route_cache.h)

@@ -25,8 +25,8 @@
 // padding 0) with the depth folded into the batch where the strides allow it; other 3-D problems are refused.
 // 1x1 convolutions with stride 1 and no padding are refused (conv_igemm_* runs them as GEMMs on the matmul
 // family's persistent Hopper kernels), unless TORCH_DNN_CONV_SM90=all, except: fprop with both a residual and an
-// activation, which that GEMM's epilogue cannot take, and 16-bit fprop and dgrad whose GEMM has at most 64
-// columns (plain_gemm).
+// activation, which that GEMM's epilogue cannot take, and a 16-bit fprop whose GEMM has at most 64 columns
+// (plain_gemm).
 //
 // Taken: Float16 and BFloat16 (and Float32 as above); groups 1; C and K multiples of 8; x, y, dx, dy and residual
 // with the channel stride 1 and every other stride a positive multiple of 16 bytes (TMA), any order; the weight in
@@ -292,11 +292,13 @@ bool tma_operand_ok(const Nhwc4& o, int64_t bytes) {
 }
 
 // 1x1 convolutions (stride 1, no padding) are plain GEMMs, which conv_igemm_* runs on the matmul family's
-// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two). Except, in 16 bits, where
-// the GEMM's N (gemm_n: fprop's K, dgrad's C) is at most 64: the GEMM's tiles are 256 columns wide there, three
-// quarters of their MMAs wasted, where this path's 128 x 64 tile wastes none. TF32 leaves them all to the GEMM:
-// they are memory-bound, and the rounded copy of x this path needs doubles their traffic (1x1 256->64 @56, N 64:
-// 0.174 ms here against the GEMM route's 0.160).
+// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two). Except a 16-bit fprop whose
+// GEMM has at most 64 columns (gemm_n, fprop's K): the GEMM's tiles are 256 columns wide, three quarters of their
+// MMAs on zero columns, where this path's 128 x 64 tile wastes none (1x1 256->64 @56, N 64, bf16 on the H200:
+// 0.0515 ms here, 0.0766 on the GEMM route). dgrad's narrow 1x1 problems stay with the GEMM (1x1 64->256 @56
+// forward + backward measured 0.28 ms with its input gradient here, 0.23 there). TF32 leaves them all to the GEMM:
+// they are memory-bound, and the rounded copy of x this path needs doubles their traffic (1x1 256->64 @56: 0.174
+// ms here against the GEMM route's 0.160).
 bool plain_gemm(const Problem2d& pb, const ConvArgs& a, int64_t gemm_n) {
   if (pb.r != 1 || pb.s != 1 || pb.stride[0] != 1 || pb.stride[1] != 1 || pb.pad[0] != 0 || pb.pad[1] != 0 ||
       a.knobs.sm90_plain_gemm)
@@ -508,7 +510,7 @@ cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
   if (a.dtype == DType::Float32 || !sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb))
     return cudaErrorNotSupported;
-  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb, a, pb.c)) return cudaErrorNotSupported;
+  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb, a, sm90::kWide)) return cudaErrorNotSupported;
   return a.dtype == DType::BFloat16 ? sm90::dgrad<cutlass::bfloat16_t>(pb, stream)
                                     : sm90::dgrad<cutlass::half_t>(pb, stream);
 }
