@@ -269,6 +269,69 @@ def test_torch_func_transforms(device):
                                            torch.func.vmap(lambda t: fn(TF, t[None])[0])(x), msg=name)
 
 
+def test_single_input_formulas_derive_from_the_cpp_specs():
+    """Every op whose C++ autograd kernel is the single-input one (csrc/common/autograd_register.h: SingleInputSpec)
+    has its torch.func formula derived from that spec (_registry.register_single_input_formula), none written by
+    hand: one place for both."""
+    from torch_dnn.ops._registry import _DERIVED_FROM_SPEC, _FORMULAS, register_single_input_formula
+
+    names = sorted(ops._single_input_autograd_ops())
+    # activations, softmax and log_softmax, local_response_norm, five poolings of three ranks
+    assert len(names) == 13 + 2 + 1 + 15 and names == sorted(_DERIVED_FROM_SPEC)
+    for name in names:
+        backward, setup, cpp_kernel = _FORMULAS[name]
+        assert cpp_kernel, name
+        for fn in (backward, setup):  # not replaced by a later hand-written register_autograd
+            assert fn.__qualname__.startswith(register_single_input_formula.__name__ + ".<locals>."), name
+    assert tuple(ops._single_input_autograd_spec("softmax")) == (["output0"], 1, True)
+    assert tuple(ops._single_input_autograd_spec("max_pool2d")) == (["input", "output1"], -1, False)
+    assert tuple(ops._single_input_autograd_spec("adaptive_avg_pool3d")) == (["input"], 0, False)
+    with pytest.raises(RuntimeError, match="no single-input autograd spec for 'conv2d'"):
+        ops._single_input_autograd_spec("conv2d")
+
+
+def _derived_formula_cases():
+    """(name, f(module, x) for torch_dnn.functional or torch.nn.functional, input dtype): single-input ops whose
+    formulas are derived from the C++ specs, with keyword-only arguments, a dtype, indices and several arguments."""
+    return [
+        ("relu", lambda f, x: f.relu(x), torch.float64),
+        ("gelu tanh", lambda f, x: f.gelu(x, approximate="tanh"), torch.float64),
+        ("softmax dim 0 dtype", lambda f, x: f.softmax(x, 0, dtype=torch.float64), torch.float32),
+        ("log_softmax", lambda f, x: f.log_softmax(x, -1), torch.float64),
+        ("max_pool2d", lambda f, x: f.max_pool2d(x.view(2, 3, 4, 6), 3, 2, 1), torch.float64),
+        ("avg_pool2d", lambda f, x: f.avg_pool2d(x.view(2, 3, 4, 6), 3, 2, 1, count_include_pad=False), torch.float64),
+        ("adaptive_max_pool1d", lambda f, x: f.adaptive_max_pool1d(x.view(2, 3, 24), 5), torch.float64),
+        ("local_response_norm", lambda f, x: f.local_response_norm(x.view(2, 3, 4, 6), 2, 1e-2, 0.75, 1.5),
+         torch.float64),
+    ]
+
+
+@pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("case", _derived_formula_cases(), ids=lambda c: c[0])
+def test_derived_formulas_under_torch_func(device, case):
+    """torch.func.grad, vjp and jacrev through the derived formulas against the same through PyTorch's ops."""
+    import torch.nn.functional as TF
+
+    name, fn, dtype = case
+    # the draws of the tests after this one left as they were (their inputs do not depend on which cases ran)
+    forked = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=forked), warnings.catch_warnings():
+        torch.manual_seed(0)
+        x = make_input((6, 24), dtype, device, low=-2, high=2)
+        warnings.simplefilter("ignore")  # functorch's note that the ops have no batching rule (jacrev's vmap loops)
+        loss = lambda mod: (lambda t: (fn(mod, t) ** 2).sum())  # noqa: E731
+        torch.testing.assert_close(torch.func.grad(loss(F))(x), torch.func.grad(loss(TF))(x), msg=name)
+        y, pull = torch.func.vjp(lambda t: fn(F, t), x)
+        y_ref, pull_ref = torch.func.vjp(lambda t: fn(TF, t), x)
+        torch.testing.assert_close(y, y_ref, msg=name)
+        g = torch.randn_like(y)
+        (dx,), (dx_ref,) = pull(g), pull_ref(g)
+        assert dx.dtype == x.dtype, name
+        torch.testing.assert_close(dx, dx_ref, msg=name)
+        torch.testing.assert_close(torch.func.jacrev(lambda t: fn(F, t))(x),
+                                   torch.func.jacrev(lambda t: fn(TF, t))(x), msg=name)
+
+
 def _second_order_cases(device, dtype):
     """(name, fn(f, *inputs) through torch_dnn (f is F) or PyTorch (f is torch.nn.functional), inputs, how many of
     them (the first) are differentiated; the rest are constants): ops of every family."""

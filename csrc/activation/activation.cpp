@@ -56,8 +56,8 @@ TORCH_LIBRARY_IMPL(torch_dnn, CPU, m) {
 }
 
 // Autograd of the activations (not bias_act, which has two tensor arguments): the backward op reads the input, or
-// the result for sigmoid and tanh; the same formulas as torch_dnn/ops/activation.py's (kept for torch.func). With
-// grad mode on (double backward), the derivative as ATen ops (activation_create_graph.cpp).
+// the result for sigmoid and tanh (the specs from which torch_dnn/ops/activation.py derives the formulas torch.func
+// runs). With grad mode on (double backward), the derivative as ATen ops (activation_create_graph.cpp).
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::autograd_kernel;
   for (const char* name : {"relu", "relu6", "hardtanh", "leaky_relu", "elu", "gelu", "silu", "softplus", "mish",

@@ -2,7 +2,9 @@
 // serves every signature. It runs the op below the Autograd key and records a torch::autograd::Function node
 // whose backward computes the input's gradient with a GradientFn: the op's backward op, called boxed with the saved
 // tensors and arguments, or (grad mode on) the spec's differentiable form: its formula, or the backward op recorded
-// as a node linear in grad (LinearInGradFn) whose gradient is the spec's adjoint.
+// as a node linear in grad (LinearInGradFn) whose gradient is the spec's adjoint. The specs registered are kept by
+// op name and read by two schema'd queries (no tensors), from which torch_dnn/ops/_registry.py derives the ops'
+// Python formulas for torch.func's transforms.
 #include "common/autograd_register.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -13,10 +15,12 @@
 
 #include "common/autograd_kernel.h"
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 
 namespace torch_dnn {
 namespace autograd_kernel {
@@ -257,6 +261,49 @@ variable_list InPlaceFn::backward(AutogradContext* ctx, variable_list grads) {
   return out;
 }
 
+// What the Python formulas are derived from: each registered spec's saved tensors, n_args and input_dtype, by op
+// name (without the namespace). Written by the static registrations at load, read by the queries below.
+struct SpecRecord {
+  std::vector<Saved> saved;
+  int64_t n_args;
+  bool input_dtype;
+};
+
+std::mutex& spec_table_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::map<std::string, SpecRecord>& spec_table() {
+  static std::map<std::string, SpecRecord> table;
+  return table;
+}
+
+void record_spec(const std::string& name, const SingleInputSpec& spec) {
+  std::lock_guard<std::mutex> lock(spec_table_mutex());
+  spec_table()[name] = {spec.saved, spec.n_args, spec.input_dtype};
+}
+
+std::vector<std::string> single_input_autograd_ops() {
+  std::lock_guard<std::mutex> lock(spec_table_mutex());
+  std::vector<std::string> names;
+  for (const auto& entry : spec_table()) names.push_back(entry.first);
+  return names;
+}
+
+// (saved: "input", "output0" or "output1" each, n_args (-1: every argument), input_dtype)
+std::tuple<std::vector<std::string>, int64_t, bool> single_input_autograd_spec(const std::string& name) {
+  std::lock_guard<std::mutex> lock(spec_table_mutex());
+  const auto it = spec_table().find(name);
+  TORCH_CHECK(it != spec_table().end(), "torch_dnn._single_input_autograd_spec: no single-input autograd spec for '",
+              name, "'");
+  std::vector<std::string> saved;
+  for (Saved s : it->second.saved) {
+    saved.push_back(s == Saved::Input ? "input" : s == Saved::Output0 ? "output0" : "output1");
+  }
+  return {saved, it->second.n_args, it->second.input_dtype};
+}
+
 }  // namespace
 
 void forward_ad_unsupported(const std::string& op) {
@@ -291,6 +338,7 @@ void register_in_place_autograd(torch::Library& m, std::vector<InPlaceSpec> spec
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec) {
   TORCH_CHECK(!(spec.create_graph && spec.adjoint), "torch_dnn: ", name,
               ": a create_graph form or an adjoint, not both");
+  record_spec(name, spec);
   GradientFn backward = call_backward_op(std::string(name) + "_backward", true, spec.n_args, spec.input_dtype);
   GradientFn create_graph =
       spec.adjoint ? linear_in_grad(backward, std::move(spec.adjoint)) : std::move(spec.create_graph);
@@ -300,3 +348,11 @@ void register_single_input_autograd(torch::Library& m, const char* name, SingleI
 
 }  // namespace autograd_kernel
 }  // namespace torch_dnn
+
+// The single-input specs as Python reads them (torch_dnn/ops/_registry.py: register_single_input_formula); queries
+// without tensors, so they are no family's ops.
+TORCH_LIBRARY_FRAGMENT(torch_dnn, m) {
+  m.def("_single_input_autograd_ops() -> str[]", &torch_dnn::autograd_kernel::single_input_autograd_ops);
+  m.def("_single_input_autograd_spec(str name) -> (str[] saved, int n_args, bool input_dtype)",
+        &torch_dnn::autograd_kernel::single_input_autograd_spec);
+}

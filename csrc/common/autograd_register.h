@@ -45,7 +45,9 @@ struct SingleInputSpec {
 };
 
 // m.impl(name, ...) at the Autograd key: the op records `name`_backward as its gradient. The family registers
-// `name`_backward with register_first_order_backward.
+// `name`_backward with register_first_order_backward. The spec's saved, n_args and input_dtype are also kept by name
+// for Python (torch.ops.torch_dnn._single_input_autograd_spec), which derives the op's formula for torch.func's
+// transforms from them (torch_dnn/ops/_registry.py: register_single_input_formula): one place for both.
 void register_single_input_autograd(torch::Library& m, const char* name, SingleInputSpec spec);
 
 // A GradientFn that calls the torch_dnn op `name` with (grad, args...), no saved tensors: average pooling's adjoint,

@@ -41,8 +41,8 @@ at::Tensor composite(const at::Tensor& x, c10::ArrayRef<c10::IValue> args) {
 }  // namespace lrn
 }  // namespace torch_dnn
 
-// Autograd (as torch_dnn/ops/lrn.py's formula): the backward op reads the input and the window's arguments. With
-// grad mode on (double backward), the gradient of the op recomputed through average pooling.
+// Autograd (the spec torch_dnn/ops/lrn.py derives its formula from): the backward op reads the input and the
+// window's arguments. With grad mode on (double backward), the gradient of the op recomputed through average pooling.
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::autograd_kernel;
   register_single_input_autograd(m, "local_response_norm",

@@ -55,10 +55,11 @@ at::Tensor call_avg_pool(const at::Tensor& x, at::IntArrayRef kernel, at::IntArr
 }  // namespace pool
 }  // namespace torch_dnn
 
-// Autograd (as torch_dnn/ops/pool.py's formulas): the backward ops read the input, and the indices (max), or the
-// output (lp); the adaptive forms' backward ops take no arguments besides. Double backward: the max and average
-// backward ops are linear in grad and constant in the input (almost everywhere); their adjoints are a gather at the
-// indices and the average forward; lp_pool's gradient comes from its recomputation through the average forward.
+// Autograd (the specs torch_dnn/ops/pool.py derives its formulas from): the backward ops read the input, and the
+// indices (max), or the output (lp); the adaptive forms' backward ops take no arguments besides. Double backward: the
+// max and average backward ops are linear in grad and constant in the input (almost everywhere); their adjoints are a
+// gather at the indices and the average forward; lp_pool's gradient comes from its recomputation through the average
+// forward.
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::autograd_kernel;
   using namespace torch_dnn::pool;

@@ -36,7 +36,8 @@ autograd_kernel::GradientFn create_graph(bool log) {
 }  // namespace softmax
 }  // namespace torch_dnn
 
-// Autograd: the backward op reads the result, the dim and the input's dtype (as torch_dnn/ops/softmax.py's formula).
+// Autograd: the backward op reads the result, the dim and the input's dtype (the spec torch_dnn/ops/softmax.py derives
+// its formula from).
 TORCH_LIBRARY_IMPL(torch_dnn, Autograd, m) {
   using namespace torch_dnn::autograd_kernel;
   for (const bool log : {false, true}) {

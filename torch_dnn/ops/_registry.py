@@ -74,6 +74,52 @@ def register_autograd(qualname: str, backward, setup_context, cpp_kernel: bool =
     _FORMULAS[qualname.split("::")[1]] = (backward, setup_context, cpp_kernel)
 
 
+# op names whose formula register_single_input_formula derived from the C++ spec (tests: none is hand-written)
+_DERIVED_FROM_SPEC: set = set()
+
+
+def register_single_input_formula(name: str) -> None:
+    """register_autograd (cpp_kernel=True) for an op of one differentiable input whose C++ autograd kernel was
+    registered with a SingleInputSpec (csrc/common/autograd_register.h), with the formula derived from that spec,
+    read through torch.ops.torch_dnn._single_input_autograd_spec: setup_context saves the tensors the spec names
+    (the input, the first or the second output), the forward's first n_args arguments after the input (every one for
+    -1; keyword-only ones included, in schema order) and, where the spec says so, the input's dtype; backward calls
+    <name>_backward(grad of the first output, saved..., those arguments), the backward schema's keyword-only
+    arguments by name, and gives no gradient to the other arguments. One place for the formula: the C++ spec."""
+    saved, n_args, input_dtype = torch.ops.torch_dnn._single_input_autograd_spec(name)
+    forward_schema = getattr(torch.ops.torch_dnn, name).default._schema
+    backward_schema = getattr(torch.ops.torch_dnn, f"{name}_backward").default._schema
+    kw_names = [a.name for a in forward_schema.arguments if a.kwarg_only]
+    n_forward_args = len(forward_schema.arguments) - 1
+    n_passed = (n_forward_args if n_args < 0 else n_args) + bool(input_dtype)
+    backward_args = backward_schema.arguments[1 + len(saved):]
+    if len(backward_args) != n_passed:
+        raise RuntimeError(f"torch_dnn: {name}: its single-input autograd spec passes {n_passed} arguments after the "
+                           f"saved tensors, {backward_schema.name} takes {len(backward_args)}")
+    n_positional = sum(not a.kwarg_only for a in backward_args)
+    backward_kw = [a.name for a in backward_args if a.kwarg_only]
+    picks = [("output", int(s[-1])) if s.startswith("output") else ("input", 0) for s in saved]
+    backward_op = getattr(ops, f"{name}_backward")
+
+    def setup_context(ctx, inputs, output, keyword_only_inputs=None):
+        outputs = output if isinstance(output, tuple) else (output,)
+        ctx.save_for_backward(*(outputs[i] if kind == "output" else inputs[0] for kind, i in picks))
+        args = [*inputs[1:], *(keyword_only_inputs[k] for k in kw_names)]
+        if n_args >= 0:
+            args = args[:n_args]
+        if input_dtype:
+            args.append(inputs[0].dtype)
+        ctx.backward_args, ctx.n_inputs = args, len(inputs)
+
+    def backward(ctx, grad, *_grads_of_other_outputs):  # max pooling's indices: not differentiable
+        args = ctx.backward_args
+        dx = backward_op(grad, *ctx.saved_tensors, *args[:n_positional], **dict(zip(backward_kw, args[n_positional:])))
+        return (dx,) + (None,) * (ctx.n_inputs - 1)
+
+    register_autograd(f"torch_dnn::{name}", backward, setup_context, cpp_kernel=True)
+    _DERIVED_FROM_SPEC.add(name)
+
+
 # torch.compiler.is_compiling itself, bound once: Dynamo folds the same function (a call of it while tracing reads
 # True), and an eager call skips two attribute lookups (host time of every functional call)
 _is_compiling = torch.compiler.is_compiling

@@ -3,15 +3,16 @@ whose signatures mirror torch.nn.functional."""
 import torch
 
 from torch_dnn.ops._layout import iter_empty
-from torch_dnn.ops._registry import add_family, apply_inplace, ops, register_autograd
+from torch_dnn.ops._registry import add_family, apply_inplace, ops, register_autograd, register_single_input_formula
 from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 
 class _Spec:
-    """How one activation op is differentiated: its positional parameters, its keyword-only ones, whether
-    backward reads the input or the result, and whether it has an in-place form."""
+    """One activation op as the tests take it: its positional parameters, its keyword-only ones, whether its backward
+    op reads the input or the result (as the C++ autograd spec says, which the formula is derived from), and whether
+    it has an in-place form."""
 
     def __init__(self, params=(), kwparams=(), saves="input", inplace=True):
         self.params, self.kwparams, self.saves, self.inplace = params, kwparams, saves, inplace
@@ -36,7 +37,6 @@ SPECS = {
 
 def _register(name: str, spec: _Spec) -> None:
     qual = f"torch_dnn::{name}"
-    backward_op = getattr(_ops, f"{name}_backward")
 
     @torch.library.register_fake(qual)
     def _fake(x, *args, **kwargs):
@@ -59,23 +59,8 @@ def _register(name: str, spec: _Spec) -> None:
             _checks.activation(f"{name}_", x, *args, **kwargs)
             return None
 
-    n_inputs = 1 + len(spec.params)
-
-    def setup_context(ctx, inputs, keyword_only_inputs, output):
-        ctx.save_for_backward(output if spec.saves == "result" else inputs[0])
-        ctx.params = inputs[1:]
-        ctx.kwparams = keyword_only_inputs
-
-    def backward(ctx, grad):
-        (saved,) = ctx.saved_tensors
-        return (backward_op(grad, saved, *ctx.params, **ctx.kwparams),) + (None,) * (n_inputs - 1)
-
-    # the same formula is the C++ kernel of csrc/activation/activation.cpp (common/autograd_register.cpp)
-    if spec.kwparams:
-        register_autograd(qual, backward, setup_context=setup_context, cpp_kernel=True)
-    else:
-        register_autograd(qual, backward, cpp_kernel=True,
-                          setup_context=lambda ctx, inputs, output: setup_context(ctx, inputs, {}, output))
+    # the formula torch.func runs, from the spec of the C++ kernel (csrc/activation/activation.cpp)
+    register_single_input_formula(name)
 
 
 for _name, _spec in SPECS.items():

@@ -5,7 +5,7 @@ wrapper. CUDA autocast to float32: PyTorch's composite runs its pow in float32 t
 import torch
 
 from torch_dnn.ops._layout import iter_empty
-from torch_dnn.ops._registry import add_family, ops, register_autograd
+from torch_dnn.ops._registry import add_family, ops, register_single_input_formula
 from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
@@ -24,18 +24,7 @@ def _lrn_backward_fake(grad_out, x, size, alpha, beta, k):
     return iter_empty(grad_out, x)
 
 
-def _lrn_setup(ctx, inputs, output):
-    x, *params = inputs
-    ctx.save_for_backward(x)
-    ctx.params = params
-
-
-def _lrn_backward(ctx, grad):
-    (x,) = ctx.saved_tensors
-    return (_ops.local_response_norm_backward(grad, x, *ctx.params),) + (None,) * len(ctx.params)
-
-
-register_autograd("torch_dnn::local_response_norm", _lrn_backward, setup_context=_lrn_setup, cpp_kernel=True)  # lrn.cpp
+register_single_input_formula("local_response_norm")  # from the C++ kernel's spec (csrc/lrn/lrn.cpp)
 torch.library.register_autocast("torch_dnn::local_response_norm", "cuda", torch.float32)
 
 add_family("lrn", ["local_response_norm", "local_response_norm_backward"])

@@ -9,7 +9,7 @@ import torch
 from torch._prims_common import suggest_memory_format
 
 from torch_dnn.ops._layout import contiguous_empty, iter_empty
-from torch_dnn.ops._registry import add_family, needs_autograd, ops, register_autograd
+from torch_dnn.ops._registry import add_family, needs_autograd, ops, register_single_input_formula
 from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
@@ -102,57 +102,13 @@ def _register_fakes(r):
             _checked(getattr(_checks, f"{kind}_backward"), r, bwd))
 
 
-# ---- autograd: every backward is itself a torch_dnn op ----
-
-def _register_autograd(r):
-    def save_input(ctx, inputs, output):
-        x, *params = inputs
-        ctx.save_for_backward(x)
-        ctx.params = params
-
-    def save_input_and_indices(ctx, inputs, output):
-        x, *params = inputs
-        ctx.save_for_backward(x, output[1])
-        ctx.params = params
-
-    def save_input_and_output(ctx, inputs, output):
-        x, *params = inputs
-        ctx.save_for_backward(x, output)
-        ctx.params = params
-
-    def grads(ctx, dx):
-        return (dx,) + (None,) * len(ctx.params)
-
-    def max_pool(ctx, grad, _grad_indices):
-        x, indices = ctx.saved_tensors
-        return grads(ctx, _op("max_pool", r, True)(grad, x, indices, *ctx.params))
-
-    def avg_pool(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grads(ctx, _op("avg_pool", r, True)(grad, x, *ctx.params))
-
-    def adaptive_avg_pool(ctx, grad):
-        (x,) = ctx.saved_tensors
-        return grads(ctx, _op("adaptive_avg_pool", r, True)(grad, x))
-
-    def adaptive_max_pool(ctx, grad, _grad_indices):
-        x, indices = ctx.saved_tensors
-        return grads(ctx, _op("adaptive_max_pool", r, True)(grad, x, indices))
-
-    def lp_pool(ctx, grad):
-        x, y = ctx.saved_tensors
-        return grads(ctx, _op("lp_pool", r, True)(grad, x, y, *ctx.params))
-
-    for kind, backward, setup in (("max_pool", max_pool, save_input_and_indices), ("avg_pool", avg_pool, save_input),
-                                  ("adaptive_avg_pool", adaptive_avg_pool, save_input),
-                                  ("adaptive_max_pool", adaptive_max_pool, save_input_and_indices),
-                                  ("lp_pool", lp_pool, save_input_and_output)):
-        register_autograd(f"torch_dnn::{kind}{r}d", backward, setup_context=setup, cpp_kernel=True)  # pool.cpp
-
+# ---- autograd: every backward is itself a torch_dnn op; the formulas torch.func runs come from the C++ kernels'
+# specs (csrc/pool/pool.cpp) ----
 
 for _r in RANKS:
     _register_fakes(_r)
-    _register_autograd(_r)
+    for _kind in KINDS:
+        register_single_input_formula(f"{_kind}{_r}d")
 
 add_family("pool", [f"{kind}{r}d{b}" for kind in KINDS for r in RANKS for b in ("", "_backward")])
 # each op looked up once (a name built and looked up on every call is host time)

@@ -5,7 +5,7 @@ import warnings
 import torch
 
 from torch_dnn.ops._layout import contiguous_empty
-from torch_dnn.ops._registry import add_family, ops, register_autograd
+from torch_dnn.ops._registry import add_family, ops, register_single_input_formula
 from torch_dnn.ops import _checks
 
 _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
@@ -13,8 +13,6 @@ _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 def _register(name: str) -> None:
     qual = f"torch_dnn::{name}"
-    backward_op = getattr(_ops, f"{name}_backward")
-
     # contiguous results whatever the layout, as PyTorch's (csrc/softmax/softmax_ops.h)
     @torch.library.register_fake(qual)
     def _fake(x, dim, dtype=None):
@@ -26,16 +24,7 @@ def _register(name: str) -> None:
         _checks.softmax_backward(name, grad, output, dim, input_dtype)
         return contiguous_empty(output, dtype=input_dtype)
 
-    def setup_context(ctx, inputs, output):
-        x, dim, _ = inputs
-        ctx.save_for_backward(output)
-        ctx.dim, ctx.input_dtype = dim, x.dtype
-
-    def backward(ctx, grad):
-        (output,) = ctx.saved_tensors
-        return backward_op(grad, output, ctx.dim, ctx.input_dtype), None, None
-
-    register_autograd(qual, backward, setup_context=setup_context, cpp_kernel=True)  # csrc/softmax/softmax.cpp
+    register_single_input_formula(name)  # from the C++ kernel's spec (csrc/softmax/softmax.cpp)
     torch.library.register_autocast(qual, "cuda", torch.float32)
 
 
