@@ -228,7 +228,7 @@ void set_splits(SkinnyPlan* pl, int64_t tiles_n, int64_t ktiles, int64_t slots, 
 // of clusters that fills every slot packed worse than free CTAs (the scheduler leaves slots a cluster cannot use),
 // so there the counter reduction is used. MatmulKnobs::gemm_skinny: Off turns the kernel off; Counter makes an sm_90
 // device reduce the splits through the workspace and a counter as other GPUs do (to test both reductions on one
-// device); On (gemm_skinny_applies) prefers it to the Hopper skinny kernels (for the A/B against them).
+// device); On and Counter make gemm_skinny_applies prefer it to the Hopper skinny kernels (for the A/B against them).
 bool skinny_plan(const GemmArgs& a, SkinnyPlan* pl) {
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
   if (a.batch != 1 || a.M < 1 || a.M > skinny::kMaxRows || a.N < 1 || a.K < 1) return false;

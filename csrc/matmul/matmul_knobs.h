@@ -1,25 +1,25 @@
 // The matmul family's run-time knobs, every one read here and documented here only:
 //
-//   knob                          used by              choices
-//   TORCH_DNN_GEMM_PATH           the launcher         auto (default): the Hopper path where it takes the problem,
+//   knob                          used in              choices
+//   TORCH_DNN_GEMM_PATH           matmul_cuda.cpp      auto (default): the Hopper path where it takes the problem,
 //                                                      else the portable one; sm80: the portable path; sm90: the
 //                                                      Hopper path, an error where it cannot take the problem. Any
 //                                                      other value is an error
-//   TORCH_DNN_GEMM_FP32           the launcher         float32 without TF32: simt (default): the portable path's
+//   TORCH_DNN_GEMM_FP32           matmul_cuda.cpp      float32 without TF32: simt (default): the portable path's
 //                                                      SIMT FFMA kernel; 3xtf32: 3xTF32 on the tensor cores. Any
 //                                                      other value is an error (on the calls it applies to)
-//   TORCH_DNN_SM90_TF32           the launcher         default: float32 with TF32 on the Hopper kernel over operand
+//   TORCH_DNN_SM90_TF32           matmul_cuda.cpp      default: float32 with TF32 on the Hopper kernel over operand
 //                                                      copies rounded to TF32; off: on the portable path (not under
 //                                                      TORCH_DNN_GEMM_PATH=sm90)
-//   TORCH_DNN_TF32_ROUND_VEC      round_to_tf32_2d     default: the 16-byte kernel where aligned; 0: the scalar one
-//   TORCH_DNN_SM90_SKINNY         gemm_sm90_plan       default: the skinny kernels take x @ w.T with M <= 256 and
+//   TORCH_DNN_TF32_ROUND_VEC      tf32_round.cu        default: the 16-byte kernel where aligned; 0: the scalar one
+//   TORCH_DNN_SM90_SKINNY         gemm_sm90.cu         default: the skinny kernels take x @ w.T with M <= 256 and
 //                                                      N >= 4 M; 0: the stream-K kernel takes those
 //   TORCH_DNN_SM90_SKINNY_KERNEL  gemm_sm90_skinny.cu  default: skinny_shape's rule; swap16, swap64, swap64x64,
 //                                                      swap256, narrow, mid12: that kernel
 //   TORCH_DNN_SM90_SKINNY_SPLITS  gemm_sm90_skinny.cu  default: splits_for's rule; n > 0: n K ranges (made valid)
 //   TORCH_DNN_SM90_SKINNY_OVERLAP gemm_sm90_skinny.cu  default: a partial second row tile of x run as an overlapped
 //                                                      half (overlap_tile); 0: off
-//   TORCH_DNN_SM90_TT_SPLITS      gemm_sm90            default: tt_splits' rule for the split-K d_weight kernel;
+//   TORCH_DNN_SM90_TT_SPLITS      gemm_sm90.cu         default: tt_splits' rule for the split-K d_weight kernel;
 //                                                      n > 0: n splits; n < 0: CUTLASS's stream-K heuristic
 //   TORCH_DNN_SM90_SWIZZLE        sm90_gemm.cuh        the persistent scheduler's swizzle: 8 (default), 1, 2 or 4
 //   TORCH_DNN_SM90_RASTER         sm90_gemm.cuh        its raster order: CUTLASS's heuristic (default); m; n
@@ -27,10 +27,10 @@
 //                                                      cached per host thread; 0: built at every call
 //   TORCH_DNN_GEMM_SKINNY         gemm_sm80.cu         default: the portable skinny kernel on GPUs without the
 //                                                      Hopper skinny kernels; 0: off; 1: preferred wherever it
-//                                                      applies; counter: also with the workspace-and-counter
-//                                                      reduction on sm_90 (instead of clusters)
+//                                                      applies; counter: as 1, its K splits reduced through the
+//                                                      workspace and a counter on sm_90 too (instead of clusters)
 //   TORCH_DNN_GEMM_SKINNY_STAGES  gemm_sm80.cu         the portable skinny kernel's pipeline depth: 8 (default); 4
-// Any value not listed chooses the default, unless it says otherwise.
+// Any value not listed chooses the default, unless its row says otherwise.
 //
 // All are read at every call, once a call: the CUDA launcher (matmul_cuda.cpp) reads them into GemmArgs::knobs,
 // which every path and kernel choice below it takes from there; conv's GEMM route (conv_implicit_gemm.cu) reads
