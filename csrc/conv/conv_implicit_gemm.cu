@@ -453,6 +453,7 @@ matmul::GemmArgs gemm_args(const ConvArgs& a, int64_t M, int64_t N, int64_t K) {
   ga.allow_tf32 = a.allow_tf32;
   ga.M = M, ga.N = N, ga.K = K, ga.batch = 1;
   ga.deterministic = true;
+  ga.knobs = matmul::MatmulKnobs::read();  // the matmul family's kernel choices (TORCH_DNN_SM90_*, TORCH_DNN_GEMM_*)
   return ga;
 }
 

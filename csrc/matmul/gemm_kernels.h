@@ -14,6 +14,7 @@
 
 #include "activation/activation_math.h"
 #include "common/hd.h"
+#include "matmul/matmul_knobs.h"
 
 namespace torch_dnn {
 namespace matmul {
@@ -52,6 +53,7 @@ struct GemmArgs {
   bool deterministic = true;       // any split-K reduction in a fixed order
   bool tf32_rounded = false;       // Float with allow_tf32: an operand was rounded to TF32 by round_to_tf32, so
                                    // the Hopper kernel (which truncates) may take it
+  MatmulKnobs knobs;               // the call's TORCH_DNN_* knobs (MatmulKnobs::read), for every choice below
 };
 
 // Hopper (sm_90a): wgmma + TMA, warp-specialised. gemm_sm90_plan says, once a call, which kernel takes a problem;
@@ -78,9 +80,10 @@ cudaError_t gemm_sm90(const GemmArgs& a, const Sm90Plan& plan, const WorkspaceSo
 
 // Float32 -> TF32 values (round to nearest, cvt.rna), n elements of src into dst (distinct buffers).
 cudaError_t round_to_tf32(const float* src, float* dst, int64_t n, cudaStream_t stream);
-// The same for an R x C matrix with element (r, c) at src[r * ld + c], into dense dst: [C][R] (transpose) or [R][C].
+// The same for an R x C matrix with element (r, c) at src[r * ld + c], into dense dst: [C][R] (transpose) or [R][C];
+// vec: the 16-byte kernel where the pointers and sizes allow it (MatmulKnobs::tf32_round_vec), else the scalar one.
 cudaError_t round_to_tf32_2d(const float* src, int64_t ld, int64_t rows, int64_t cols, bool transpose, float* dst,
-                             cudaStream_t stream);
+                             bool vec, cudaStream_t stream);
 
 // Portable sm_80+ path: mma.sync tensor cores for Half/BFloat16, Float with allow_tf32 (TF32) and Float without
 // it (3xTF32: float32 accuracy from three TF32 products; or a SIMT FFMA kernel with fp32_simt), a SIMT DFMA kernel

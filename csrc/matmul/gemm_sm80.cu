@@ -15,7 +15,6 @@
 #include <cstring>
 
 #include "common/cuda/device.cuh"
-#include "common/env.h"
 #include "matmul/gemm_kernels.h"
 #include "matmul/kernels/gemm_mma.cuh"
 #include "matmul/kernels/gemm_simt.cuh"
@@ -181,19 +180,6 @@ cudaError_t run_simt(const GemmArgs& a, const Plan& pl, void* ws, cudaStream_t s
 
 // ---- the skinny kernel ----
 
-// TORCH_DNN_GEMM_SKINNY=0 turns it off, =1 takes it wherever it applies (before the Hopper swap-AB kernels),
-// =counter also makes an sm_90 device reduce the splits through the workspace and a counter as other GPUs do
-// (read at every call, like the other knobs: for the A/B against the Hopper kernels, and to test both
-// reductions on one device).
-enum class SkinnyMode { Off, Auto, On, Counter };
-SkinnyMode skinny_mode() {
-  const char* e = env::get("TORCH_DNN_GEMM_SKINNY");
-  if (e != nullptr && std::strcmp(e, "0") == 0) return SkinnyMode::Off;
-  if (e != nullptr && std::strcmp(e, "1") == 0) return SkinnyMode::On;
-  if (e != nullptr && std::strcmp(e, "counter") == 0) return SkinnyMode::Counter;
-  return SkinnyMode::Auto;
-}
-
 bool device_has_clusters() {
   static int cache[64] = {0};  // 0 unknown, 1 no, 2 yes
   int dev = 0;
@@ -209,16 +195,12 @@ bool device_has_clusters() {
 
 struct SkinnyPlan {
   int bx = 16;  // x rows per CTA
+  // the pipeline depth: MatmulKnobs::gemm_skinny_stages, 8 by default (one CTA per SM streaming longer K ranges
+  // won all but one of the decode shapes measured, docs/matmul.md), 4 for the A/B
   int stages = 4;
   int tiles_n = 1, splits = 1, kt_per_split = 1;
   bool cluster = false;  // splits reduced through DSMEM (sm_90), else through the workspace and a counter
 };
-
-// TORCH_DNN_GEMM_SKINNY_STAGES=4|8: the pipeline depth (read at every call, for the A/B). 8 by default: one
-// CTA per SM streaming longer K ranges won all but one of the decode shapes measured (docs/matmul.md).
-int skinny_stages() {
-  return env::is("TORCH_DNN_GEMM_SKINNY_STAGES", "4") ? 4 : 8;
-}
 
 template <int BX>
 constexpr int skinny_smem(int stages) {
@@ -244,22 +226,24 @@ void set_splits(SkinnyPlan* pl, int64_t tiles_n, int64_t ktiles, int64_t slots, 
 // Whether the skinny kernel takes the problem, and how: x rows rounded up to 16/32/64, the K splits of
 // set_splits, met in a cluster (at most 8) on sm_90 where the grid leaves a quarter of the slots free; a grid
 // of clusters that fills every slot packed worse than free CTAs (the scheduler leaves slots a cluster cannot use),
-// so there the counter reduction is used.
+// so there the counter reduction is used. MatmulKnobs::gemm_skinny: Off turns the kernel off; Counter makes an sm_90
+// device reduce the splits through the workspace and a counter as other GPUs do (to test both reductions on one
+// device); On and Counter make gemm_skinny_applies prefer it to the Hopper skinny kernels (for the A/B against them).
 bool skinny_plan(const GemmArgs& a, SkinnyPlan* pl) {
   if (a.dtype != DType::Float16 && a.dtype != DType::BFloat16) return false;
   if (a.batch != 1 || a.M < 1 || a.M > skinny::kMaxRows || a.N < 1 || a.K < 1) return false;
   if (a.A.col_major || !a.B.col_major) return false;  // x [M][K] and W [N][K], both K-contiguous
   if (!aligned(a.A.ptr, a.A.ld, 0, 2) || !aligned(a.B.ptr, a.B.ld, 0, 2)) return false;
-  const SkinnyMode mode = skinny_mode();
-  if (mode == SkinnyMode::Off) return false;
+  const GemmSkinny mode = a.knobs.gemm_skinny;
+  if (mode == GemmSkinny::Off) return false;
   pl->bx = a.M <= 16 ? 16 : (a.M <= 32 ? 32 : 64);
-  pl->stages = skinny_stages();
+  pl->stages = a.knobs.gemm_skinny_stages;
   const int64_t tiles_n = cdiv(a.N, skinny::kRows), ktiles = cdiv(a.K, skinny::kBK);
   if (tiles_n > 0x7fffffffLL) return false;
   pl->tiles_n = int(tiles_n);
   const int64_t slots = int64_t(sm_count()) * skinny_ctas_per_sm(pl->bx, pl->stages);
   pl->cluster = false;
-  if (mode != SkinnyMode::Counter && device_has_clusters()) {
+  if (mode != GemmSkinny::Counter && device_has_clusters()) {
     set_splits(pl, tiles_n, ktiles, slots, skinny::kMaxCluster);
     pl->cluster = 4 * int64_t(pl->splits) * tiles_n <= 3 * slots;
   }
@@ -334,7 +318,7 @@ cudaError_t run_skinny(const GemmArgs& a, const SkinnyPlan& pl, void* ws, cudaSt
 bool gemm_skinny_applies(const GemmArgs& a, bool hopper_skinny) {
   // The Hopper skinny kernels measured faster on every decode shape (docs/matmul.md), so this kernel serves only
   // GPUs without them, unless forced
-  if (hopper_skinny && skinny_mode() == SkinnyMode::Auto) return false;
+  if (hopper_skinny && a.knobs.gemm_skinny == GemmSkinny::Auto) return false;
   SkinnyPlan pl;
   return skinny_plan(a, &pl);
 }

@@ -75,13 +75,6 @@ bool fits_int(int64_t v) { return v >= 1 && v <= int64_t(INT32_MAX); }
 // Which kernel a problem takes.
 enum class Kind { None, TnBig, TnBigPlain, TnStreamK, TnSkinny, NnBig, TtBig, TtStreamK, Tf32, Tf32Wide };
 
-// The skinny kernels of gemm_sm90_skinny.cu for x @ w.T with M <= 256 and N >= 4 M (swap-AB: x's rows on wgmma's
-// N side, so that no MMA work goes to rows of x that do not exist and each weight tile is read once; or narrow
-// 128x64 tiles). TORCH_DNN_SM90_SKINNY=0 turns them off (read at every call): the stream-K kernel takes those.
-bool skinny_enabled() {
-  return !env::is("TORCH_DNN_SM90_SKINNY", "0");
-}
-
 // A d_weight's K splits on 128x128 tiles. CUTLASS's deterministic fixup is a turnstile: a tile's splits add their
 // partials into the workspace one after another, so the chain grows with the splits while each split's MMAs
 // shrink: 2 or 4 splits (the power of two that fills the SMs at most once), each at least 4 K-tiles; odd counts
@@ -115,7 +108,10 @@ Kind choose(const GemmArgs& a, int& splits) {
     splits = s;
     return Kind::TtStreamK;
   }
-  if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && skinny_enabled())
+  // the skinny kernels of gemm_sm90_skinny.cu for x @ w.T with M <= 256 and N >= 4 M (swap-AB: x's rows on wgmma's
+  // N side, so that no MMA work goes to rows of x that do not exist and each weight tile is read once; or narrow
+  // 128x64 tiles); with MatmulKnobs::sm90_skinny off the stream-K kernel takes those
+  if (a.batch == 1 && !a.preact && a.M <= 256 && a.N >= 4 * a.M && a.knobs.sm90_skinny)
     return Kind::TnSkinny;
   if (tiles < sms) return Kind::TnStreamK;
   return a.preact ? Kind::TnBig : Kind::TnBigPlain;
@@ -188,7 +184,7 @@ cudaError_t gemm_sm90(const GemmArgs& a, const Sm90Plan& plan, const WorkspaceSo
   if (k == Kind::TnSkinny) return run_skinny(a, workspace, stream);
   int splits = plan.splits;
   if (k == Kind::TtStreamK) {  // TORCH_DNN_SM90_TT_SPLITS=n: n splits, -1: CUTLASS's stream-K heuristic (measurement)
-    const int e = env::get_int("TORCH_DNN_SM90_TT_SPLITS", 0);
+    const int e = a.knobs.sm90_tt_splits;
     if (e != 0) splits = e > 0 ? e : 0;
   }
   return dispatch(a, k, [&]<class Cfg>() { return run<Cfg>(a, workspace, stream, splits); });

@@ -50,6 +50,8 @@ template <class T>
 using Mid12 = Sm90Gemm<T, RowM, ColM, T, Shape<_128, _128, _64>, C12, Persistent, false>;
 
 enum class SkinnyKernel { Swap16, Swap64, Swap64x64, Swap256, Narrow, Mid12 };
+static_assert(sizeof(kSm90SkinnyKernelChoices) / sizeof(*kSm90SkinnyKernelChoices) == size_t(SkinnyKernel::Mid12) + 1,
+              "TORCH_DNN_SM90_SKINNY_KERNEL's choices name SkinnyKernel's kernels in its order");
 
 struct SkinnyShape {
   SkinnyKernel k;
@@ -64,8 +66,7 @@ struct SkinnyShape {
 // warpgroups take turns over several tiles (test_linear_act_skinny_many_tiles covers that path).
 // 64 < M <= 128 takes Narrow (one row tile of x, shared by each 1x2 pair), except where Narrow's tiles fill at most
 // half the SMs and Swap64x64's (two x tiles of 64) one wave: there Narrow leaves half the SMs idle.
-// TORCH_DNN_SM90_SKINNY_KERNEL=swap16|swap64|swap64x64|swap256|narrow|mid12 forces one (a measurement knob, read at
-// every call).
+// MatmulKnobs::sm90_skinny_kernel (TORCH_DNN_SM90_SKINNY_KERNEL) forces one (a measurement knob).
 SkinnyShape skinny_shape(const GemmArgs& a) {
   const int64_t sms = sm_count_or_h100();
   const auto even = [](int64_t v) { return (v + 1) / 2 * 2; };
@@ -79,14 +80,7 @@ SkinnyShape skinny_shape(const GemmArgs& a) {
                    : fill(wtiles)                   ? SkinnyKernel::Swap256
                    : fill((a.M + 127) / 128 * wtiles) ? SkinnyKernel::Mid12
                                                     : SkinnyKernel::Narrow;
-  if (const char* e = env::get("TORCH_DNN_SM90_SKINNY_KERNEL"); e != nullptr) {
-    if (std::strcmp(e, "swap16") == 0) k = SkinnyKernel::Swap16;
-    if (std::strcmp(e, "swap64") == 0) k = SkinnyKernel::Swap64;
-    if (std::strcmp(e, "swap64x64") == 0) k = SkinnyKernel::Swap64x64;
-    if (std::strcmp(e, "swap256") == 0) k = SkinnyKernel::Swap256;
-    if (std::strcmp(e, "narrow") == 0) k = SkinnyKernel::Narrow;
-    if (std::strcmp(e, "mid12") == 0) k = SkinnyKernel::Mid12;
-  }
+  if (a.knobs.sm90_skinny_kernel >= 0) k = SkinnyKernel(a.knobs.sm90_skinny_kernel);
   switch (k) {
     case SkinnyKernel::Swap16: return {k, wtiles * ((a.M + 15) / 16)};
     case SkinnyKernel::Swap64: return {k, wtiles * ((a.M + 63) / 64)};
@@ -117,11 +111,11 @@ GemmArgs oriented(const GemmArgs& a, const SkinnyShape& sh) { return swaps(sh) ?
 // instructions). Only where all tiles run in one wave: the persistent scheduler walks the batch last, so with more
 // tiles than SMs the second half reads the weight again after the first, where in one wave both halves ask for each
 // weight tile at the same time. Not where D is
-// the residual (the second half would read rows the first has written). TORCH_DNN_SM90_SKINNY_OVERLAP=0 turns it
-// off (a measurement knob, read at every call).
+// the residual (the second half would read rows the first has written). MatmulKnobs::sm90_skinny_overlap
+// (TORCH_DNN_SM90_SKINNY_OVERLAP=0) turns it off (a measurement knob).
 int overlap_tile(const GemmArgs& a, const SkinnyShape& sh) {  // T, or 0: no overlapped halves
   const int64_t sms = sm_count_or_h100();
-  if (sh.tiles > sms || a.residual == a.D || env::is("TORCH_DNN_SM90_SKINNY_OVERLAP", "0")) return 0;
+  if (sh.tiles > sms || a.residual == a.D || !a.knobs.sm90_skinny_overlap) return 0;
   if ((sh.k == SkinnyKernel::Narrow || sh.k == SkinnyKernel::Mid12) && a.M > 128 && a.M < 256) return 128;
   if (sh.k == SkinnyKernel::Swap64x64 && a.M > 64 && a.M < 128) return 64;
   return 0;
@@ -146,12 +140,13 @@ GemmArgs whole_k_args(const GemmArgs& a, const SkinnyShape& sh) {
 // K ranges: 1 when the tiles cover 3/4 of the SMs (and always for Swap256), else as many as the free SMs allow,
 // each at least 4096 long and a whole multiple of 8 elements (a 16-byte batch stride, TMA's rule). Shorter ranges
 // measured no faster than one CTA a tile (docs/matmul.md), and one range saves a launch and a workspace on the host.
-// TORCH_DNN_SM90_SKINNY_SPLITS=n asks for n (a measurement knob, read at every call; still made valid).
+// MatmulKnobs::sm90_skinny_splits (TORCH_DNN_SM90_SKINNY_SPLITS=n) asks for n (a measurement knob; still made
+// valid).
 int splits_for(const GemmArgs& a, const SkinnyShape& sh) {
   if (sh.k == SkinnyKernel::Swap256 || sh.k == SkinnyKernel::Mid12) return 1;
   const int64_t sms = sm_count_or_h100();
   int64_t s = sh.tiles * 4 >= sms * 3 ? 1 : std::min(sms / sh.tiles, a.K / 4096);  // 1 where they fill 3/4
-  if (const int e = env::get_int("TORCH_DNN_SM90_SKINNY_SPLITS", 0); e > 0) s = e;
+  if (a.knobs.sm90_skinny_splits > 0) s = a.knobs.sm90_skinny_splits;
   for (; s > 1; --s)
     if (a.K % s == 0 && (a.K / s) % 8 == 0) break;
   return int(std::max<int64_t>(s, 1));

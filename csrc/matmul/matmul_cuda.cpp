@@ -8,24 +8,29 @@
 // TORCH_DNN_GEMM_PATH=auto|sm80|sm90 overrides it for tests and benchmarks (sm90 on a problem, build or device
 // that cannot take it is an error, not a silent fallback). Float32 without TF32 always takes the portable path
 // (the Hopper kernels take float32 only as TF32), there by the SIMT FFMA kernel (GemmArgs::fp32_simt), or by
-// 3xTF32 under TORCH_DNN_GEMM_FP32=3xtf32.
-#include <cstdlib>
-#include <cstring>
+// 3xTF32 under TORCH_DNN_GEMM_FP32=3xtf32. Every knob is read once a call into GemmArgs::knobs (matmul_knobs.h).
 #include <string>
 
 #include "activation/activation_kernels.h"
 #include "common/cuda_utils.h"
 #include "common/env.h"
 #include "matmul/gemm_kernels.h"
+#include "matmul/matmul_knobs.h"
 #include "matmul/matmul_ops.h"
 
 namespace torch_dnn {
 namespace matmul {
 namespace {
 
-enum class Path { Auto, Sm80, Sm90 };
-
-Path requested_path() { return Path(knob_choice("TORCH_DNN_GEMM_PATH", {"auto", "sm80", "sm90"})); }
+// A knob of named choices set to none of them (MatmulKnobs::read leaves it Unknown) is an error naming them.
+template <size_t N>
+void check_choice(bool known, const char* name, const char* const (&choices)[N]) {
+  if (known) return;
+  std::string all;
+  for (size_t i = 0; i < N; ++i) all += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + choices[i];
+  const char* v = env::get(name);
+  TORCH_CHECK(false, "torch_dnn: ", name, " must be ", all, ", but got '", v != nullptr ? v : "", "'");
+}
 
 at::Tensor workspace(int64_t bytes, const at::Tensor& like) {
   return workspace_or_none(bytes, like.options().dtype(at::kByte));
@@ -57,14 +62,6 @@ bool device_is_sm90(const at::Tensor& like) {
   return prop->major == 9 && prop->minor == 0;
 }
 
-// TORCH_DNN_SM90_TF32 (read at every call): float32 with TF32 allowed takes the Hopper path on operand copies
-// rounded to TF32 (both operands: cuBLAS's error, where wgmma alone would truncate them, and several times the
-// portable path's speed), or =off the portable path. TORCH_DNN_GEMM_PATH=sm90 never takes =off.
-bool sm90_tf32_off(bool forced) {
-  const char* s = env::get("TORCH_DNN_SM90_TF32");
-  return s != nullptr && std::strcmp(s, "off") == 0 && !forced;
-}
-
 // The Hopper TF32 kernel (A and B K-major, batch 1) on TF32-rounded copies (round_to_tf32_2d), which also make
 // an M-major A or N-major B K-major. False, with nothing launched, when the problem does not fit it.
 bool gemm_sm90_tf32_rounded(const GemmArgs& a, const at::Tensor& like) {
@@ -81,10 +78,11 @@ bool gemm_sm90_tf32_rounded(const GemmArgs& a, const at::Tensor& like) {
   r.B = MatrixRef{cb.data_ptr(), a.K, 0, true};
   const Sm90Plan plan = gemm_sm90_plan(r);
   if (!plan.ok()) return false;
+  const bool vec = a.knobs.tf32_round_vec;
   TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.A.ptr), a.A.ld, a_rows, a_t ? a.M : a.K, a_t,
-                                   ca.data_ptr<float>(), current_stream()));
+                                   ca.data_ptr<float>(), vec, current_stream()));
   TD_CHECK_LAUNCH(round_to_tf32_2d(static_cast<const float*>(a.B.ptr), a.B.ld, b_rows, b_t ? a.N : a.K, b_t,
-                                   cb.data_ptr<float>(), current_stream()));
+                                   cb.data_ptr<float>(), vec, current_stream()));
   CallWorkspace ws(like);
   const cudaError_t err = gemm_sm90(r, plan, ws.source(), current_stream());
   TORCH_CHECK(err == cudaSuccess, "torch_dnn: the sm90 TF32 GEMM failed: ", cudaGetErrorString(err));
@@ -95,22 +93,27 @@ bool gemm_sm90_tf32_rounded(const GemmArgs& a, const at::Tensor& like) {
 struct CudaBackend {
   static void gemm(const GemmArgs& args, const at::Tensor& like) {
     c10::cuda::CUDAGuard guard(like.device());
-    const env::Scope knobs;  // the launchers below read ~15 knobs a call: one scan of the environment
-    const Path path = requested_path();
-    // TORCH_DNN_GEMM_FP32=simt|3xtf32: the portable path's kernel for float32 without TF32
     GemmArgs a = args;
-    a.fp32_simt = a.dtype == DType::Float32 && !a.allow_tf32 &&
-                  knob_choice("TORCH_DNN_GEMM_FP32", {"simt", "3xtf32"}) == 0;
+    a.knobs = MatmulKnobs::read();
+    const GemmPath path = a.knobs.path;
+    check_choice(path != GemmPath::Unknown, "TORCH_DNN_GEMM_PATH", kGemmPathChoices);
+    // the portable path's kernel for float32 without TF32
+    const bool fp32_no_tf32 = a.dtype == DType::Float32 && !a.allow_tf32;
+    if (fp32_no_tf32) check_choice(a.knobs.fp32 != GemmFp32::Unknown, "TORCH_DNN_GEMM_FP32", kGemmFp32Choices);
+    a.fp32_simt = fp32_no_tf32 && a.knobs.fp32 == GemmFp32::Simt;
 #ifdef TORCH_DNN_WITH_SM90_GEMM
     // the Hopper path's plan, made once a call (the skinny choice below and the launch both use it)
-    const bool sm90 = path != Path::Sm80 && device_is_sm90(like);
+    const bool sm90 = path != GemmPath::Sm80 && device_is_sm90(like);
     const Sm90Plan plan = sm90 ? gemm_sm90_plan(a) : Sm90Plan{};
-    if (path == Path::Sm90 || (path == Path::Auto && !gemm_skinny_applies(a, plan.skinny))) {
+    if (path == GemmPath::Sm90 || (path == GemmPath::Auto && !gemm_skinny_applies(a, plan.skinny))) {
+      // float32 with TF32 on the Hopper kernel over operand copies rounded to TF32 (both operands: cuBLAS's error,
+      // where wgmma alone would truncate them, and several times the portable path's speed), unless
+      // TORCH_DNN_SM90_TF32=off leaves it to the portable path (never under TORCH_DNN_GEMM_PATH=sm90)
       if (a.dtype == DType::Float32 && a.allow_tf32 && sm90) {
-        if (!sm90_tf32_off(path == Path::Sm90) && gemm_sm90_tf32_rounded(a, like)) return;
+        if ((a.knobs.sm90_tf32 || path == GemmPath::Sm90) && gemm_sm90_tf32_rounded(a, like)) return;
       }
       const bool ok = plan.ok();
-      TORCH_CHECK(ok || path != Path::Sm90,
+      TORCH_CHECK(ok || path != GemmPath::Sm90,
                   "torch_dnn: TORCH_DNN_GEMM_PATH=sm90, but the sm90 GEMM cannot take this problem (needs an sm_90 "
                   "device, float16/bfloat16 (or float32 with TF32), 16-byte aligned operands and leading dimensions; "
                   "got ", dtype_name(a.dtype), ", M=", a.M, " N=", a.N, " K=", a.K, ")");
@@ -118,13 +121,13 @@ struct CudaBackend {
         CallWorkspace ws(like);
         const cudaError_t err = gemm_sm90(a, plan, ws.source(), current_stream());
         if (err == cudaSuccess) return;
-        TORCH_CHECK(err == cudaErrorNotSupported && path != Path::Sm90, "torch_dnn: the sm90 GEMM failed: ",
+        TORCH_CHECK(err == cudaErrorNotSupported && path != GemmPath::Sm90, "torch_dnn: the sm90 GEMM failed: ",
                     cudaGetErrorString(err));
         (void)cudaGetLastError();  // not supported after all: the portable path takes it
       }
     }
 #else
-    TORCH_CHECK(path != Path::Sm90,
+    TORCH_CHECK(path != GemmPath::Sm90,
                 "torch_dnn: TORCH_DNN_GEMM_PATH=sm90, but this build has no sm90 GEMM (built without CUTLASS or "
                 "without sm_90a); torch.ops.torch_dnn.gemm_paths() lists the paths it has");
 #endif

@@ -4,7 +4,6 @@
 // research/gemm/tf32_rounding_probe.py). One operand rounded in advance brings the error to ~1.6x, both to
 // cuBLAS's. The transposing form also turns an M- or N-major operand into the K-major one the kernel takes.
 #include "common/cuda/device.cuh"
-#include "common/env.h"
 #include "matmul/gemm_kernels.h"
 
 namespace torch_dnn {
@@ -114,12 +113,11 @@ __global__ void __launch_bounds__(256) round_tf32_2d_vec(const float* __restrict
 }  // namespace
 
 cudaError_t round_to_tf32_2d(const float* src, int64_t ld, int64_t rows, int64_t cols, bool transpose, float* dst,
-                             cudaStream_t stream) {
+                             bool vec_allowed, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   if (!transpose && ld == cols) return round_to_tf32(src, dst, rows * cols, stream);
   const bool vec = reinterpret_cast<uintptr_t>(src) % 16 == 0 && ld % 4 == 0 &&
-                   reinterpret_cast<uintptr_t>(dst) % 16 == 0 && (transpose ? rows : cols) % 4 == 0 &&
-                   !env::is("TORCH_DNN_TF32_ROUND_VEC", "0");  // =0: the scalar kernel, for A/B runs
+                   reinterpret_cast<uintptr_t>(dst) % 16 == 0 && (transpose ? rows : cols) % 4 == 0 && vec_allowed;
   if (vec) {
     const int64_t vx = (cols + kVecTile - 1) / kVecTile, vy = (rows + kVecTile - 1) / kVecTile;
     if (vx <= 0x7fffffffLL && vy <= 65535) {

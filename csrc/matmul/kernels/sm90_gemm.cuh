@@ -40,7 +40,6 @@ inline CUresult encode_tensor_map_tiled(CUtensorMap* map, CUtensorMapDataType ty
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
-#include "common/env.h"
 #include "matmul/gemm_kernels.h"
 #include "matmul/kernels/sm90_epilogue.cuh"
 #include "matmul/kernels/sm90_launch.cuh"
@@ -96,21 +95,16 @@ using ColM = cutlass::layout::ColumnMajor;
 using bf16 = cutlass::bfloat16_t;
 using fp16 = cutlass::half_t;
 
-// Raster swizzle and order of the persistent scheduler (tuning knobs, read at every call like the others:
-// TORCH_DNN_SM90_SWIZZLE=1,2,4,8; TORCH_DNN_SM90_RASTER=m|n, default CUTLASS's heuristic). Swizzle 8 is the
+// Raster swizzle and order of the persistent scheduler (MatmulKnobs::sm90_swizzle, sm90_raster). Swizzle 8 is the
 // default: with A and B panels larger than the L2, consecutive tiles then share panels instead of re-reading B
 // from DRAM each wave (scripts/sweep_sm90.py sweeps the settings; docs/matmul.md has the measurements).
-inline int swizzle() {
-  const int v = env::get_int("TORCH_DNN_SM90_SWIZZLE", 8);
-  return (v == 1 || v == 2 || v == 4 || v == 8) ? v : 8;
-}
-
 using RasterOrder = cutlass::gemm::kernel::detail::RasterOrderOptions;
-inline RasterOrder raster_order() {
-  const char* e = env::get("TORCH_DNN_SM90_RASTER");
-  if (e != nullptr && std::strcmp(e, "m") == 0) return RasterOrder::AlongM;
-  if (e != nullptr && std::strcmp(e, "n") == 0) return RasterOrder::AlongN;
-  return RasterOrder::Heuristic;
+inline RasterOrder raster_order(const GemmArgs& a) {
+  switch (a.knobs.sm90_raster) {
+    case Sm90Raster::AlongM: return RasterOrder::AlongM;
+    case Sm90Raster::AlongN: return RasterOrder::AlongN;
+    default: return RasterOrder::Heuristic;
+  }
 }
 
 // Strides of CUTLASS's (rows, cols, batch) operand views: the static _1 mode is the contiguous one.
@@ -170,8 +164,8 @@ typename Cfg::Gemm::Arguments make_arguments(const GemmArgs& a, int splits = 0) 
   args.hw_info.device_id = 0;
   cudaGetDevice(&args.hw_info.device_id);
   args.hw_info.sm_count = device_info().sm_count;
-  args.scheduler.max_swizzle_size = swizzle();
-  args.scheduler.raster_order = raster_order();
+  args.scheduler.max_swizzle_size = a.knobs.sm90_swizzle;
+  args.scheduler.raster_order = raster_order(a);
   if constexpr (std::is_same_v<typename Cfg::Scheduler, cutlass::gemm::StreamKScheduler>) {
     using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
     if (splits > 0) {
@@ -208,7 +202,8 @@ struct ParamsKey {
 
 inline ParamsKey params_key(const GemmArgs& a, int splits, int device) {
   ParamsKey k;
-  k.add(int64_t(device)), k.add(int64_t(splits)), k.add(int64_t(swizzle())), k.add(int64_t(raster_order()));
+  k.add(int64_t(device)), k.add(int64_t(splits));
+  k.add(int64_t(a.knobs.sm90_swizzle)), k.add(int64_t(raster_order(a)));
   k.add(int64_t(a.dtype)), k.add(a.M), k.add(a.N), k.add(a.K), k.add(a.batch);
   for (const MatrixRef* m : {&a.A, &a.B}) k.add(m->ptr), k.add(m->ld), k.add(m->batch_stride), k.add(int64_t(m->col_major));
   k.add(a.D), k.add(a.ldd), k.add(a.batch_stride_d), k.add(double(a.alpha)), k.add(a.bias), k.add(a.residual);
@@ -246,10 +241,10 @@ ParamsCache<typename Cfg::Kernel::Params>& params_cache() {
 }
 
 // The cache key of problem `a` on the current device; a disabled one (never matches) where the device is unknown
-// or TORCH_DNN_SM90_PARAMS_CACHE=0 (every call builds its parameters: the A/B knob).
+// or MatmulKnobs::sm90_params_cache is off (every call builds its parameters: the A/B knob).
 inline ParamsKey cache_key(const GemmArgs& a, int splits) {
   int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || env::is("TORCH_DNN_SM90_PARAMS_CACHE", "0")) {
+  if (cudaGetDevice(&device) != cudaSuccess || !a.knobs.sm90_params_cache) {
     ParamsKey off;
     off.disabled = true;
     return off;
