@@ -26,7 +26,7 @@
 // 1x1 convolutions with stride 1 and no padding are refused (conv_igemm_* runs them as GEMMs on the matmul
 // family's persistent Hopper kernels), unless TORCH_DNN_CONV_SM90=all, except: fprop with both a residual and an
 // activation, which that GEMM's epilogue cannot take, and a 16-bit fprop whose GEMM has at most 64 columns
-// (plain_gemm).
+// (fprop_to_gemm).
 //
 // Taken: Float16 and BFloat16 (and Float32 as above); groups 1; C and K multiples of 8; x, y, dx, dy and residual
 // with the channel stride 1 and every other stride a positive multiple of 16 bytes (TMA), any order; the weight in
@@ -197,7 +197,6 @@ using TileMN = Shape<_128, _128, Shape<_64>>;
 // where N is at most 64 (ResNet's 64-channel layers): 128 x 64, instead of half a tile of zeros
 using TileNarrow = Shape<_128, _64, Shape<_64>>;
 constexpr int64_t kNarrow = 64;
-constexpr int64_t kWide = 128;  // a GEMM N that is never narrow
 // wgrad: M = K, N = (C, S, R) with the channel mode tiled, K = the pixels.
 using TileW = Shape<_128, Shape<_128>, Shape<_64>>;
 // TF32 (float32 in memory): a channel block of 32, the same 128 bytes a row
@@ -292,18 +291,20 @@ bool tma_operand_ok(const Nhwc4& o, int64_t bytes) {
 }
 
 // 1x1 convolutions (stride 1, no padding) are plain GEMMs, which conv_igemm_* runs on the matmul family's
-// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two). Except a 16-bit fprop whose
-// GEMM has at most 64 columns (gemm_n, fprop's K): the GEMM's tiles are 256 columns wide, three quarters of their
-// MMAs on zero columns, where this path's 128 x 64 tile wastes none (1x1 256->64 @56, N 64, bf16 on the H200:
-// 0.0515 ms here, 0.0766 on the GEMM route). dgrad's narrow 1x1 problems stay with the GEMM (1x1 64->256 @56
-// forward + backward measured 0.28 ms with its input gradient here, 0.23 there). TF32 leaves them all to the GEMM:
-// they are memory-bound, and the rounded copy of x this path needs doubles their traffic (1x1 256->64 @56: 0.174
-// ms here against the GEMM route's 0.160).
-bool plain_gemm(const Problem2d& pb, const ConvArgs& a, int64_t gemm_n) {
-  if (pb.r != 1 || pb.s != 1 || pb.stride[0] != 1 || pb.stride[1] != 1 || pb.pad[0] != 0 || pb.pad[1] != 0 ||
-      a.knobs.sm90_plain_gemm)
-    return false;
-  return a.dtype == DType::Float32 || gemm_n > kNarrow;
+// persistent kernels; knobs.sm90_plain_gemm takes them here too (to compare the two).
+bool plain_gemm(const Problem2d& pb, const ConvKnobs& knobs) {
+  return pb.r == 1 && pb.s == 1 && pb.stride[0] == 1 && pb.stride[1] == 1 && pb.pad[0] == 0 && pb.pad[1] == 0 &&
+         !knobs.sm90_plain_gemm;
+}
+
+// Whether fprop leaves a plain GEMM to that route. Not a 16-bit one of at most 64 output channels: the GEMM's tiles
+// are 256 columns wide, three quarters of their MMAs on zero columns, where this path's 128 x 64 tile wastes none
+// (1x1 256->64 @56, N 64, bf16 on the H200: 0.0515 ms here, 0.0766 on the GEMM route). dgrad's narrow 1x1 problems
+// stay with the GEMM (1x1 64->256 @56 forward + backward measured 0.28 ms with its input gradient here, 0.23
+// there). TF32 leaves them all to the GEMM: they are memory-bound, and the rounded copy of x this path needs
+// doubles their traffic (1x1 256->64 @56: 0.174 ms here against the GEMM route's 0.160).
+bool fprop_to_gemm(const Problem2d& pb, const ConvArgs& a) {
+  return plain_gemm(pb, a.knobs) && (a.dtype == DType::Float32 || pb.k > kNarrow);
 }
 
 // The checks common to the three passes, and the 2-D problem (the device aside: path_on).
@@ -484,7 +485,7 @@ cudaError_t fprop_entry(const ConvArgs& a, cudaStream_t stream, bool dry) {
   if (!path_on(a.knobs) || !make_problem(a, &pb)) return cudaErrorNotSupported;
   if (!matmul::sm90::epilogue_act_supported(a.act)) return cudaErrorNotSupported;
   // the GEMM's epilogue adds the residual after the activation: it takes a residual only without one
-  if (plain_gemm(pb, a, pb.k) && (a.residual.ptr == nullptr || a.act == Act::Identity)) return cudaErrorNotSupported;
+  if (fprop_to_gemm(pb, a) && (a.residual.ptr == nullptr || a.act == Act::Identity)) return cudaErrorNotSupported;
   // the bias is read in 16-byte vectors
   if (a.bias != nullptr && !aligned16(a.bias)) return cudaErrorNotSupported;
   if (a.residual.ptr != nullptr) {
@@ -510,7 +511,7 @@ cudaError_t conv_sm90_dgrad(const ConvArgs& a, cudaStream_t stream) {
   sm90::Problem2d pb;
   if (a.dtype == DType::Float32 || !sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb))
     return cudaErrorNotSupported;
-  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb, a, sm90::kWide)) return cudaErrorNotSupported;
+  if (pb.stride[0] != 1 || pb.stride[1] != 1 || sm90::plain_gemm(pb, a.knobs)) return cudaErrorNotSupported;
   return a.dtype == DType::BFloat16 ? sm90::dgrad<cutlass::bfloat16_t>(pb, stream)
                                     : sm90::dgrad<cutlass::half_t>(pb, stream);
 }
@@ -520,7 +521,7 @@ cudaError_t conv_sm90_wgrad(const ConvArgs& a, cudaStream_t stream) {
   if (a.dtype == DType::Float32 || !sm90::path_on(a.knobs) || !sm90::make_problem(a, &pb))
     return cudaErrorNotSupported;
   // CUTLASS's wgrad wants dy and dw dense (x, gathered by im2col, may be strided)
-  if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb, a, sm90::kWide)) return cudaErrorNotSupported;
+  if (!sm90::dense(pb.y) || !sm90::dense(pb.wt) || sm90::plain_gemm(pb, a.knobs)) return cudaErrorNotSupported;
   // no split of the pixel reduction: only problems whose output tiles fill the GPU
   const int64_t tiles = sm90::cdiv(pb.k, 128) * sm90::cdiv(pb.c, 128) * pb.r * pb.s;
   if (tiles < std::max(matmul::sm90::device_info().sm_count, 1)) return cudaErrorNotSupported;
