@@ -109,13 +109,11 @@ inline Staged stage_if_needed(const Operand5& o, const Extents& x, int64_t n_pad
   return {operand_of(t), t};
 }
 
-// A read weight's Staged: the cached copy where WeightCache has one for `owner` (the caller's weight tensor; undefined:
-// no caching), else a new one, then kept.
-inline Staged stage_weight(const Operand5& o, const Extents& x, int64_t n_pad, int64_t c_pad,
-                           const at::TensorOptions& opts, Copy copy, const at::Tensor& owner, c10::Stream stream) {
-  if (n_pad == x.e[0] && c_pad == x.e[1] && ready(o, x)) return {o, at::Tensor()};
-  if (!WeightCache::keeps(owner)) return stage_if_needed(o, x, n_pad, c_pad, false, opts, copy);
+// The WeightCache key of a copy of kind `kind` made from weight operand `o` (extents `x`), padded to n_pad x c_pad.
+inline WeightView weight_view(CopyKind kind, const Operand5& o, const Extents& x, int64_t n_pad, int64_t c_pad,
+                              at::ScalarType dtype, c10::Stream stream) {
   WeightView view;
+  view.kind = kind;
   view.ptr = o.ptr;
   for (int j = 0; j < 5; ++j) {
     view.stride[j] = o.stride[j];
@@ -123,14 +121,19 @@ inline Staged stage_weight(const Operand5& o, const Extents& x, int64_t n_pad, i
   }
   view.n_pad = n_pad;
   view.c_pad = c_pad;
-  view.dtype = opts.dtype().toScalarType();
+  view.dtype = dtype;
   view.stream = stream;
-  WeightCache& cache = WeightCache::instance();
-  at::Tensor t = cache.find(owner, view);
-  if (!t.defined()) {
-    t = stage(o, x, n_pad, c_pad, false, opts, copy);
-    cache.keep(owner, view, t);
-  }
+  return view;
+}
+
+// A read weight's Staged: the cached copy where WeightCache has one for `owner` (the caller's weight tensor; undefined:
+// no caching), else a new one, then kept.
+inline Staged stage_weight(const Operand5& o, const Extents& x, int64_t n_pad, int64_t c_pad,
+                           const at::TensorOptions& opts, Copy copy, const at::Tensor& owner, c10::Stream stream) {
+  if (n_pad == x.e[0] && c_pad == x.e[1] && ready(o, x)) return {o, at::Tensor()};
+  const WeightView view = weight_view(CopyKind::Staged, o, x, n_pad, c_pad, opts.dtype().toScalarType(), stream);
+  const at::Tensor t = WeightCache::instance().find_or_make(
+      owner, view, [&] { return stage(o, x, n_pad, c_pad, false, opts, copy); });
   return {operand_of(t), t};
 }
 

@@ -46,25 +46,12 @@ inline at::Tensor rounded_copy(const at::Tensor& src, cudaStream_t stream) {
 inline at::Tensor weight_copy(staging::CopyKind kind, const Operand5& w, const staging::Extents& we,
                               const at::TensorOptions& opts, const at::Tensor& owner, c10::Stream stream,
                               cudaStream_t cuda_stream) {
-  staging::WeightView view;
-  view.kind = kind;
-  view.ptr = w.ptr;
-  for (int j = 0; j < 5; ++j) {
-    view.stride[j] = w.stride[j];
-    view.extent[j] = we.e[j];
-  }
-  view.dtype = at::kFloat;
-  view.stream = stream;
-  const bool keep = staging::WeightCache::keeps(owner);
-  if (keep) {
-    at::Tensor t = staging::WeightCache::instance().find(owner, view);
-    if (t.defined()) return t;
-  }
-  at::Tensor src = staging::view_of(w, we, opts);
-  if (kind == staging::CopyKind::Tf32Flipped) src = src.flip({2, 3, 4}).transpose(0, 1);
-  at::Tensor t = rounded_copy(src.contiguous(at::MemoryFormat::ChannelsLast3d), cuda_stream);
-  if (keep) staging::WeightCache::instance().keep(owner, view, t);
-  return t;
+  const staging::WeightView view = staging::weight_view(kind, w, we, we.e[0], we.e[1], at::kFloat, stream);
+  return staging::WeightCache::instance().find_or_make(owner, view, [&] {
+    at::Tensor src = staging::view_of(w, we, opts);
+    if (kind == staging::CopyKind::Tf32Flipped) src = src.flip({2, 3, 4}).transpose(0, 1);
+    return rounded_copy(src.contiguous(at::MemoryFormat::ChannelsLast3d), cuda_stream);
+  });
 }
 
 // Dense channels-last strides of a [K][C][T][R][S] weight (where its copy will be).
@@ -81,11 +68,10 @@ inline Operand5 channels_last_weight(const ConvGeometry& g, void* ptr) {
 
 // Runs `pass` (fprop or dgrad) on the Hopper path in TF32 through run_fprop(const ConvArgs&) -> bool (the launcher's
 // call of conv_sm90_fprop); true when the path took the problem. owner: the caller's weight tensor (undefined: its
-// copy is not kept); stream: the call's stream, as c10's and as CUDA's.
+// copy is not kept); stream: the call's stream, as c10's and as CUDA's. For problems of which applies() holds.
 template <class RunFprop>
 bool run(Pass pass, const ConvArgs& a, const at::TensorOptions& opts, const at::Tensor& owner, c10::Stream stream,
          cudaStream_t cuda_stream, RunFprop&& run_fprop) {
-  if (!applies(pass, a)) return false;
   const ConvGeometry& g = a.g;
   ConvArgs b = a;
   if (pass == Pass::Dgrad) {

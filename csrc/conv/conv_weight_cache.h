@@ -73,6 +73,18 @@ class WeightCache {
     return at::Tensor();
   }
 
+  // owner's kept copy of `view`, else make() (a new copy), then kept; make() alone where owner's copies are not kept.
+  template <class Make>
+  at::Tensor find_or_make(const at::Tensor& owner, const WeightView& view, Make&& make) {
+    if (!keeps(owner)) return make();
+    at::Tensor t = find(owner, view);
+    if (!t.defined()) {
+      t = make();
+      keep(owner, view, t);
+    }
+    return t;
+  }
+
   // Keeps `staged` as owner's copy of `view` (replacing its previous one of that kind) and drops the entries of dead
   // weights.
   void keep(const at::Tensor& owner, const WeightView& view, const at::Tensor& staged) {
