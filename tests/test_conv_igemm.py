@@ -13,6 +13,7 @@ import torch.nn.functional as TF
 
 import torch_dnn.functional as F
 from torch_dnn.testing import check_against_torch, compare, random_like_case
+from tests.utils import round_tf32, tf32_verdict
 
 pytestmark = pytest.mark.cuda
 
@@ -182,19 +183,6 @@ def test_split_reductions_are_reproducible(case):
     assert torch.equal(d1[0], d2[0]) and torch.equal(d1[1], d2[1])
 
 
-def _round_tf32(t):
-    """float32 values rounded to TF32 (10 mantissa bits, to nearest, ties away from zero: cvt.rna)."""
-    i = t.detach().float().contiguous().view(torch.int32)
-    return ((i + 0x1000) & -0x2000).view(torch.float32).view(t.shape)
-
-
-def _tf32_verdict(ours, cudnn, ideal, ref, name, grad=False):
-    """Within the rule's factor of PyTorch's TF32 error, or of the error of exact arithmetic on TF32-rounded
-    operands (cuDNN may pick a kernel that is not TF32 for a shape; rounding to nearest is then the yardstick)."""
-    v = compare(ours, cudnn, ref, name=f"{name} (against cuDNN)", grad=grad)
-    return v if v else compare(ours, ideal.float(), ref, name=f"{name} (against rounded operands)", grad=grad)
-
-
 @pytest.mark.parametrize("case", [c for c in CASES if c.name in ("r50_3x3_64_56", "r50_3x3_256_14", "tail_13x13",
                                                                   "r50_1x1_64_256_56", "r50_3x3_512_7")], ids=repr)
 def test_tf32_semantics(case):
@@ -214,19 +202,19 @@ def test_tf32_semantics(case):
         err = float((y.double() - ref).abs().max() / ref.abs().max())
         assert err < 1e-5, f"{case}: TF32 off must give float32 accuracy, got {err:.3g}"
         torch.backends.cudnn.allow_tf32 = True
-        xr, wr, gr = (_round_tf32(t).double() for t in (x, w, g))
+        xr, wr, gr = (round_tf32(t).double() for t in (x, w, g))
         xr.requires_grad_(True), wr.requires_grad_(True)
         ideal = theirs(xr, wr, b.double())
         dx_ideal, dw_ideal = torch.autograd.grad(ideal, [xr, wr], gr)  # from rounded dy and w / dy and x
         xo, wo = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
         xp, wp = x.detach().requires_grad_(True), w.detach().requires_grad_(True)
         yo, yp = ours(xo, wo, b), theirs(xp, wp, b)
-        v = _tf32_verdict(yo, yp, ideal.detach(), ref, f"{case} tf32 forward")
+        v = tf32_verdict(yo, yp, ideal.detach(), ref, f"{case} tf32 forward")
         assert v, v.message
         dxo, dwo = torch.autograd.grad(yo, [xo, wo], g)
         dxp, dwp = torch.autograd.grad(yp, [xp, wp], g)
         for name, o, p, i, r in (("input", dxo, dxp, dx_ideal, dx_ref), ("weight", dwo, dwp, dw_ideal, dw_ref)):
-            v = _tf32_verdict(o, p, i, r, f"{case} tf32 {name} gradient", grad=True)
+            v = tf32_verdict(o, p, i, r, f"{case} tf32 {name} gradient", grad=True)
             assert v, v.message
         fwd, _, _ = case.expect()
         _assert_ran(_cuda_kernels(lambda: ours(x, w, b)), fwd, f"{case} tf32 forward")

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as TF
 
 from torch_dnn.testing import compare, random_like_case
-from tests.utils import HOPPER, sm90_gemm_built
+from tests.utils import HOPPER, round_tf32, sm90_gemm_built, tf32_verdict
 
 
 pytestmark = [
@@ -255,19 +255,6 @@ def tf32_on():
     torch.backends.cudnn.allow_tf32 = old
 
 
-def _round_tf32(t):
-    """float32 values rounded to TF32 (10 fraction bits, to nearest, ties away from zero: cvt.rna), as float64."""
-    i = t.detach().float().contiguous().view(torch.int32)
-    return ((i + 0x1000) & -0x2000).view(torch.float32).view(t.shape).double()
-
-
-def _tf32_verdict(got, peer, ideal, ref, name, grad=False):
-    """Within the rule's factor of PyTorch's TF32 error (cuDNN rounds its forward and input-gradient operands to
-    nearest), or of exact arithmetic on TF32-rounded operands where cuDNN picked a kernel that is not TF32."""
-    v = compare(got, peer, ref, name=f"{name} (against cuDNN)", grad=grad)
-    return v if v else compare(got, ideal.float(), ref, name=f"{name} (against rounded operands)", grad=grad)
-
-
 @pytest.mark.parametrize("case", CASES, ids=repr)
 def test_fprop_tf32(case, tf32_on):
     """float32 with cudnn.allow_tf32: the TF32 forward (operands rounded to nearest first), with the bias."""
@@ -277,8 +264,8 @@ def test_fprop_tf32(case, tf32_on):
     with torch.no_grad():
         peer = _torch_fprop(case, x, w, b)
         ref = _torch_fprop(case, x.double(), w.double(), b.double())
-        ideal = _torch_fprop(case, _round_tf32(x), _round_tf32(w), b.double())
-    v = _tf32_verdict(y, peer, ideal, ref, f"{case} tf32 forward")
+        ideal = _torch_fprop(case, round_tf32(x).double(), round_tf32(w).double(), b.double())
+    v = tf32_verdict(y, peer, ideal, ref, f"{case} tf32 forward")
     assert v, v.message
 
 
@@ -291,8 +278,8 @@ def test_dgrad_tf32(case, tf32_on):
     _assert_path(names, case.takes_dgrad_tf32(), f"{case} tf32 input gradient")
     peer = _torch_dgrad(case, shape, w, g)
     ref = _torch_dgrad(case, shape, w.double(), g.double())
-    ideal = _torch_dgrad(case, shape, _round_tf32(w), _round_tf32(g))
-    v = _tf32_verdict(dx, peer, ideal, ref, f"{case} tf32 input gradient", grad=True)
+    ideal = _torch_dgrad(case, shape, round_tf32(w).double(), round_tf32(g).double())
+    v = tf32_verdict(dx, peer, ideal, ref, f"{case} tf32 input gradient", grad=True)
     assert v, v.message
 
 

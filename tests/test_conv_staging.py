@@ -13,6 +13,7 @@ import torch.nn.functional as TF
 
 import torch_dnn.functional as F
 from torch_dnn.testing import compare, random_like_case
+from tests.utils import round_tf32, tf32_verdict
 
 pytestmark = pytest.mark.cuda
 
@@ -184,12 +185,6 @@ def test_nchw_1x1_input_gradient_without_staging(dtype):
     assert not any("layout_transpose" in n for n in names), f"{case} input gradient staged: {sorted(set(names))}"
 
 
-def _round_tf32(t):
-    """float32 values rounded to TF32 (10 mantissa bits, to nearest, ties away from zero: cvt.rna)."""
-    i = t.detach().float().contiguous().view(torch.int32)
-    return ((i + 0x1000) & -0x2000).view(torch.float32).view(t.shape)
-
-
 @pytest.mark.parametrize("case", [c for c in CASES if c.name in ("nchw_3x3_64_56", "nchw_stem_c3", "ncdhw_3d")],
                          ids=repr)
 def test_staged_tf32(case):
@@ -202,10 +197,8 @@ def test_staged_tf32(case):
         ours, theirs = case.conv(F), case.conv(TF)
         y, yp = ours(x, w, b), theirs(x, w, b)
         ref = theirs(x.double(), w.double(), b.double())
-        ideal = theirs(_round_tf32(x).double(), _round_tf32(w).double(), b.double())
-        v = compare(y, yp, ref, name=f"{case} tf32 forward (against cuDNN)")
-        if not v:
-            v = compare(y, ideal.float(), ref, name=f"{case} tf32 forward (against rounded operands)")
+        ideal = theirs(round_tf32(x).double(), round_tf32(w).double(), b.double())
+        v = tf32_verdict(y, yp, ideal, ref, f"{case} tf32 forward")
         assert v, v.message
         assert y.stride() == yp.stride()
         _check_paths(case, x, w, b)

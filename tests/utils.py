@@ -121,6 +121,20 @@ def assert_matches_torch(ours_fn, torch_fn, inputs: list, *, grad: bool = True, 
         assert v, v.message
 
 
+def round_tf32(t):
+    """float32 values rounded to TF32 (10 fraction bits, to nearest, ties away from zero: cvt.rna), as float32."""
+    i = t.detach().float().contiguous().view(torch.int32)
+    return ((i + 0x1000) & -0x2000).view(torch.float32).view(t.shape)
+
+
+def tf32_verdict(ours, peer, ideal, ref, name, grad=False):
+    """A TF32 result within the rule's factor of PyTorch's TF32 error (cuDNN rounds its forward and input-gradient
+    operands to nearest), or of exact arithmetic on TF32-rounded operands (`ideal`, float64) where cuDNN picked a
+    kernel that is not TF32 for the shape."""
+    v = compare(ours, peer, ref, name=f"{name} (against cuDNN)", grad=grad)
+    return v if v else compare(ours, ideal.float(), ref, name=f"{name} (against rounded operands)", grad=grad)
+
+
 def assert_close_to_reference(ours, ref64, *, grad: bool = False, name: str = ""):
     """The error rule where PyTorch's op cannot be run on the same problem (too large for its kernels or the
     memory, or a result it does not return): ours against the float64 reference with, as the peer, that reference
