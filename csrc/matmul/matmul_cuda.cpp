@@ -25,11 +25,7 @@ namespace {
 // A knob of named choices set to none of them (MatmulKnobs::read leaves it Unknown) is an error naming them.
 template <size_t N>
 void check_choice(bool known, const char* name, const char* const (&choices)[N]) {
-  if (known) return;
-  std::string all;
-  for (size_t i = 0; i < N; ++i) all += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + choices[i];
-  const char* v = env::get(name);
-  TORCH_CHECK(false, "torch_dnn: ", name, " must be ", all, ", but got '", v != nullptr ? v : "", "'");
+  if (!known) bad_knob_choice(name, env::get(name), choices, N);
 }
 
 at::Tensor workspace(int64_t bytes, const at::Tensor& like) {
