@@ -23,7 +23,8 @@ def _activation(t):
     for name, spec in SPECS.items():
         args, kw = _ACT_ARGS.get(name, ()), _ACT_KWARGS.get(name, {})
         s[name] = ((x, *args), kw)
-        saved = getattr(ops, name)(x, *args, **kw) if spec.saves == "result" else x
+        reads_result = torch.ops.torch_dnn._single_input_autograd_spec(name)[0] == ["output0"]  # the C++ spec's
+        saved = getattr(ops, name)(x, *args, **kw) if reads_result else x
         s[f"{name}_backward"] = ((t(3, 5), saved, *args), kw)
         if spec.inplace:
             s[f"{name}_"] = ((x.clone(), *args), {})

@@ -10,12 +10,11 @@ _ops = ops  # torch.ops.torch_dnn, below autograd when no gradient is needed
 
 
 class _Spec:
-    """One activation op as the tests take it: its positional parameters, its keyword-only ones, whether its backward
-    op reads the input or the result (as the C++ autograd spec says, which the formula is derived from), and whether
-    it has an in-place form."""
+    """One activation op as the tests take it: its positional parameters, its keyword-only ones and whether it has an
+    in-place form (what its backward op reads is in the C++ autograd spec: _single_input_autograd_spec)."""
 
-    def __init__(self, params=(), kwparams=(), saves="input", inplace=True):
-        self.params, self.kwparams, self.saves, self.inplace = params, kwparams, saves, inplace
+    def __init__(self, params=(), kwparams=(), inplace=True):
+        self.params, self.kwparams, self.inplace = params, kwparams, inplace
 
 
 SPECS = {
@@ -26,8 +25,8 @@ SPECS = {
     "elu": _Spec(params=("alpha",)),
     "gelu": _Spec(kwparams=("approximate",), inplace=False),
     "silu": _Spec(),
-    "sigmoid": _Spec(saves="result", inplace=False),
-    "tanh": _Spec(saves="result", inplace=False),
+    "sigmoid": _Spec(inplace=False),
+    "tanh": _Spec(inplace=False),
     "softplus": _Spec(params=("beta", "threshold"), inplace=False),
     "mish": _Spec(),
     "hardswish": _Spec(),
